@@ -1,0 +1,282 @@
+//! The code pool: a bounded set of slots shared by many threads.
+//!
+//! Free slots sit in a lock-free bounded queue ([`ArrayQueue`]) that holds the slot memory
+//! itself, so taking a slot is one atomic pop that hands its memory to the caller by value and
+//! giving it back is one push: no lock, no system call. Slots are created lazily up to
+//! `max_slots` (the first `prefault_slots` when the pool is built); a slot too small for a
+//! module is replaced by one of the next power-of-two size up to `max_slot_size`. Both are slow
+//! paths that make system calls; steady state does not.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::slot::SlotMem;
+use crate::{Error, PoolConfig, Strategy};
+
+/// A pool of code slots under one [`Strategy`]. Cheap to clone; clones share the slots.
+#[derive(Clone)]
+pub struct CodePool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: PoolConfig,
+    free: ArrayQueue<SlotMem>,
+    /// Slots that exist, free or in use; never above `config.max_slots`.
+    created: AtomicUsize,
+    remaps: AtomicU64,
+    replaced: AtomicU64,
+}
+
+/// Counters of the pool's slow paths.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Slots that exist (free or in use).
+    pub slots: usize,
+    /// Write views moved to a fresh random address.
+    pub write_view_remaps: u64,
+    /// Slots replaced by a larger one because a module did not fit.
+    pub slots_grown: u64,
+}
+
+impl CodePool {
+    /// Builds a pool and pre-faults its first `config.prefault_slots` slots.
+    ///
+    /// Fails with [`Error::RwxNotOptedIn`] for [`Strategy::Rwx`] without the opt-in, and with
+    /// [`Error::Unavailable`] when the system cannot provide the strategy's memory (no huge page
+    /// pool for `hugetlb`, a too-low `RLIMIT_MEMLOCK` for `reuse-locked`).
+    pub fn new(config: PoolConfig) -> Result<CodePool, Error> {
+        if config.strategy == Strategy::Rwx && config.rwx.is_none() {
+            return Err(Error::RwxNotOptedIn);
+        }
+        let max_slots = config.max_slots.max(1);
+        let prefault = config.prefault_slots.min(max_slots);
+        let inner = Inner {
+            free: ArrayQueue::new(max_slots),
+            created: AtomicUsize::new(0),
+            remaps: AtomicU64::new(0),
+            replaced: AtomicU64::new(0),
+            config: PoolConfig {
+                max_slots,
+                ..config
+            },
+        };
+        for _ in 0..prefault {
+            let mem = inner.create(inner.config.slot_size)?;
+            inner.created.fetch_add(1, Ordering::Relaxed);
+            inner.free.push(mem).expect("queue holds max_slots");
+        }
+        Ok(CodePool {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The pool's configuration.
+    pub fn config(&self) -> &PoolConfig {
+        &self.inner.config
+    }
+
+    /// Takes a slot for `len` bytes of code and makes them writable.
+    pub fn acquire(&self, len: usize) -> Result<CodeSlot, Error> {
+        let inner = &*self.inner;
+        let max = inner.config.max_slot_size;
+        if len > max {
+            return Err(Error::TooLarge { len, max });
+        }
+        let mut mem = match inner.free.pop() {
+            Some(mem) => mem,
+            None => {
+                inner
+                    .created
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                        (n < inner.config.max_slots).then_some(n + 1)
+                    })
+                    .map_err(|_| Error::Exhausted {
+                        max_slots: inner.config.max_slots,
+                    })?;
+                match inner.create(inner.config.slot_size.max(len)) {
+                    Ok(mem) => mem,
+                    Err(e) => {
+                        inner.created.fetch_sub(1, Ordering::AcqRel);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        if mem.capacity() < len {
+            let size = len.next_power_of_two().min(max);
+            match inner.create(size) {
+                Ok(bigger) => {
+                    inner.replaced.fetch_add(1, Ordering::Relaxed);
+                    mem = bigger;
+                }
+                Err(e) => {
+                    inner.give_back(mem);
+                    return Err(e);
+                }
+            }
+        }
+        match mem.prepare(len, inner.config.remap_every) {
+            Ok(moved) => {
+                if moved {
+                    inner.remaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(source) => {
+                inner.give_back(mem);
+                return Err(Error::Io {
+                    op: "make code slot writable",
+                    source,
+                });
+            }
+        }
+        Ok(CodeSlot {
+            pool: self.inner.clone(),
+            mem: Some(mem),
+            len,
+        })
+    }
+
+    /// Counters of the pool's slow paths.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            slots: self.inner.created.load(Ordering::Acquire),
+            write_view_remaps: self.inner.remaps.load(Ordering::Relaxed),
+            slots_grown: self.inner.replaced.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl fmt::Debug for CodePool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CodePool")
+            .field("config", &self.inner.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Inner {
+    fn create(&self, capacity: usize) -> Result<SlotMem, Error> {
+        SlotMem::create(self.config.strategy, capacity).map_err(|source| {
+            match self.config.strategy {
+                // These fail for want of a system resource, not because of a bug or bad input.
+                Strategy::HugeTlb | Strategy::ReuseLocked => Error::Unavailable {
+                    strategy: self.config.strategy,
+                    source,
+                },
+                _ => Error::Io {
+                    op: "create code slot",
+                    source,
+                },
+            }
+        })
+    }
+
+    fn give_back(&self, mut mem: SlotMem) {
+        mem.release();
+        // Cannot fail: at most `max_slots` slots exist and the queue holds that many.
+        let _ = self.free.push(mem);
+    }
+}
+
+/// A slot taken for one module: `[0, len)` is writable until [`CodeSlot::publish`].
+pub struct CodeSlot {
+    pool: Arc<Inner>,
+    mem: Option<SlotMem>,
+    len: usize,
+}
+
+impl CodeSlot {
+    /// The bytes to write the module's code into. The loader must write all of them: what it
+    /// leaves untouched keeps whatever the slot held.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.len;
+        self.mem.as_mut().expect("live slot").writable(len)
+    }
+
+    /// Makes the written code executable (and no longer writable through any view it gave out).
+    pub fn publish(mut self) -> Result<LoadedCode, Error> {
+        let mut mem = self.mem.take().expect("live slot");
+        match mem.publish(self.len) {
+            Ok(ptr) => Ok(LoadedCode {
+                pool: self.pool.clone(),
+                mem: Some(mem),
+                ptr,
+                len: self.len,
+            }),
+            Err(source) => {
+                self.pool.give_back(mem);
+                Err(Error::Io {
+                    op: "make code executable",
+                    source,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for CodeSlot {
+    fn drop(&mut self) {
+        if let Some(mem) = self.mem.take() {
+            self.pool.give_back(mem);
+        }
+    }
+}
+
+impl fmt::Debug for CodeSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CodeSlot").field("len", &self.len).finish()
+    }
+}
+
+/// Published, executable code. Dropping it returns the slot to its pool.
+pub struct LoadedCode {
+    pool: Arc<Inner>,
+    mem: Option<SlotMem>,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the code is immutable while published and the slot memory is owned by this value;
+// the raw pointer is only an address into that memory.
+unsafe impl Send for LoadedCode {}
+// SAFETY: as above; shared access only reads the address.
+unsafe impl Sync for LoadedCode {}
+
+impl LoadedCode {
+    /// Address of the first byte of code in the executable view.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    /// Length of the published code.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no code was published.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for LoadedCode {
+    fn drop(&mut self) {
+        if let Some(mem) = self.mem.take() {
+            self.pool.give_back(mem);
+        }
+    }
+}
+
+impl fmt::Debug for LoadedCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedCode")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
