@@ -25,7 +25,7 @@
 //!   views; taking and returning one is a lock-free queue operation. The exceptions are slow
 //!   paths: creating or growing a slot, and moving a write view (every
 //!   [`PoolConfig::remap_every`] loads of that slot, to an address chosen at random).
-//! - **Instruction caches**: publishing ends with [`sys::flush_icache`] over the written range
+//! - **Instruction caches**: publishing ends with `sys::flush_icache` over the written range
 //!   (nothing on x86_64; required on aarch64).
 //!
 //! # `fork()`
@@ -38,7 +38,7 @@
 
 mod pool;
 mod slot;
-pub mod sys;
+mod sys;
 pub mod workload;
 
 use std::fmt;
@@ -46,6 +46,7 @@ use std::io;
 use std::str::FromStr;
 
 pub use pool::{CodePool, CodeSlot, LoadedCode, PoolStats};
+pub use sys::{TRAP_FILL, page_size};
 
 /// How code memory is made executable. See the crate documentation for what each does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

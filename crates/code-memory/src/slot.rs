@@ -45,7 +45,7 @@ impl SlotMem {
     pub fn create(strategy: Strategy, capacity: usize) -> io::Result<SlotMem> {
         let page = sys::page_size();
         let flip = |anon: Anon, granule: usize| -> io::Result<SlotMem> {
-            let map = Mapping::anonymous(round_up(capacity, granule), Prot::ReadWrite, anon)?;
+            let map = Mapping::anonymous(round_up(capacity, granule), Prot::Rw, anon)?;
             Ok(SlotMem::Flip {
                 map,
                 granule,
@@ -64,8 +64,8 @@ impl SlotMem {
             Strategy::Dual => {
                 let len = round_up(capacity, page);
                 let file = sys::memory_file(len)?;
-                let exec = Mapping::shared_file(&file, len, Prot::ReadExec, None)?;
-                let write = Mapping::shared_file(&file, len, Prot::ReadWrite, None)?;
+                let exec = Mapping::shared_file(&file, len, Prot::Rx, None)?;
+                let write = Mapping::shared_file(&file, len, Prot::Rw, None)?;
                 let mut mem = SlotMem::Dual {
                     file,
                     exec,
@@ -77,11 +77,7 @@ impl SlotMem {
                 Ok(mem)
             }
             Strategy::Rwx => Ok(SlotMem::Rwx {
-                map: Mapping::anonymous(
-                    round_up(capacity, page),
-                    Prot::ReadWriteExec,
-                    Anon::Private,
-                )?,
+                map: Mapping::anonymous(round_up(capacity, page), Prot::Rwx, Anon::Private)?,
                 high_water: 0,
             }),
         }
@@ -91,8 +87,8 @@ impl SlotMem {
     pub fn capacity(&self) -> usize {
         match self {
             SlotMem::Fresh { capacity, .. } => *capacity,
-            SlotMem::Flip { map, .. } | SlotMem::Rwx { map, .. } => map.len(),
-            SlotMem::Dual { exec, .. } => exec.len(),
+            SlotMem::Flip { map, .. } | SlotMem::Rwx { map, .. } => map.size(),
+            SlotMem::Dual { exec, .. } => exec.size(),
         }
     }
 
@@ -101,7 +97,7 @@ impl SlotMem {
     fn prefault(&mut self) {
         if let SlotMem::Dual { exec, write, .. } = self {
             let page = sys::page_size();
-            for off in (0..write.len()).step_by(page) {
+            for off in (0..write.size()).step_by(page) {
                 // SAFETY: both views are live mappings of `len` bytes; the write view is
                 // writable, the exec view readable, and no reference into either exists.
                 unsafe {
@@ -120,7 +116,7 @@ impl SlotMem {
         match self {
             SlotMem::Fresh { map, .. } => {
                 let size = round_up(len.max(1), sys::page_size());
-                *map = Some(Mapping::anonymous(size, Prot::ReadWrite, Anon::Private)?);
+                *map = Some(Mapping::anonymous(size, Prot::Rw, Anon::Private)?);
                 Ok(false)
             }
             SlotMem::Flip {
@@ -128,10 +124,7 @@ impl SlotMem {
                 granule,
                 high_water,
             } => {
-                map.protect(
-                    round_up(len.max(*high_water).max(1), *granule),
-                    Prot::ReadWrite,
-                )?;
+                map.protect(round_up(len.max(*high_water).max(1), *granule), Prot::Rw)?;
                 Ok(false)
             }
             SlotMem::Dual {
@@ -144,7 +137,7 @@ impl SlotMem {
                 if remap_every == 0 || *loads_since_remap <= remap_every {
                     return Ok(false);
                 }
-                let fresh = remap(file, write.len())?;
+                let fresh = remap(file, write.size())?;
                 // Dropping the old view unmaps it: its address no longer reaches the code.
                 *write = fresh;
                 *loads_since_remap = 1;
@@ -172,7 +165,7 @@ impl SlotMem {
         let exec_ptr = match self {
             SlotMem::Fresh { map, .. } => {
                 let map = map.as_mut().expect("prepared");
-                map.protect(map.len(), Prot::ReadExec)?;
+                map.protect(map.size(), Prot::Rx)?;
                 map.as_ptr()
             }
             SlotMem::Flip {
@@ -185,7 +178,7 @@ impl SlotMem {
                 // reference exists while we hold `&mut self`.
                 trap_fill(unsafe { map.bytes_mut(hw.max(len)) }, len);
                 *high_water = len;
-                map.protect(round_up(len.max(hw).max(1), *granule), Prot::ReadExec)?;
+                map.protect(round_up(len.max(hw).max(1), *granule), Prot::Rx)?;
                 map.as_ptr()
             }
             SlotMem::Dual {
@@ -231,12 +224,12 @@ fn remap(file: &OwnedFd, len: usize) -> io::Result<Mapping> {
         let Some(addr) = sys::random_address(len) else {
             break;
         };
-        match Mapping::shared_file(file, len, Prot::ReadWrite, Some(addr)) {
+        match Mapping::shared_file(file, len, Prot::Rw, Some(addr)) {
             Ok(map) => return Ok(map),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
     }
     // The kernel's own choice is randomised by ASLR too.
-    Mapping::shared_file(file, len, Prot::ReadWrite, None)
+    Mapping::shared_file(file, len, Prot::Rw, None)
 }

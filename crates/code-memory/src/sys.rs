@@ -39,25 +39,25 @@ pub fn round_up(n: usize, align: usize) -> usize {
 /// Access a mapping grants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prot {
-    ReadWrite,
-    ReadExec,
+    Rw,
+    Rx,
     /// Only for the opt-in `rwx` baseline.
-    ReadWriteExec,
+    Rwx,
 }
 
 impl Prot {
     fn map_flags(self) -> ProtFlags {
         match self {
-            Prot::ReadWrite => ProtFlags::READ | ProtFlags::WRITE,
-            Prot::ReadExec => ProtFlags::READ | ProtFlags::EXEC,
-            Prot::ReadWriteExec => ProtFlags::READ | ProtFlags::WRITE | ProtFlags::EXEC,
+            Prot::Rw => ProtFlags::READ | ProtFlags::WRITE,
+            Prot::Rx => ProtFlags::READ | ProtFlags::EXEC,
+            Prot::Rwx => ProtFlags::READ | ProtFlags::WRITE | ProtFlags::EXEC,
         }
     }
     fn mprotect_flags(self) -> MprotectFlags {
         match self {
-            Prot::ReadWrite => MprotectFlags::READ | MprotectFlags::WRITE,
-            Prot::ReadExec => MprotectFlags::READ | MprotectFlags::EXEC,
-            Prot::ReadWriteExec => MprotectFlags::READ | MprotectFlags::WRITE | MprotectFlags::EXEC,
+            Prot::Rw => MprotectFlags::READ | MprotectFlags::WRITE,
+            Prot::Rx => MprotectFlags::READ | MprotectFlags::EXEC,
+            Prot::Rwx => MprotectFlags::READ | MprotectFlags::WRITE | MprotectFlags::EXEC,
         }
     }
 }
@@ -134,7 +134,7 @@ impl Mapping {
         self.ptr.as_ptr()
     }
 
-    pub fn len(&self) -> usize {
+    pub fn size(&self) -> usize {
         self.len
     }
 
