@@ -2,6 +2,8 @@
 
 mod bench_load;
 mod chart;
+mod run;
+mod wast;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +20,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs a module (.wasm or .wat): calls an export and prints its results, one per line.
+    Run(run::Args),
+    /// Runs WebAssembly script (.wast) files or directories of them.
+    Wast(wast::Args),
     /// Benchmarks, printed as tables of ratios.
     #[command(subcommand)]
     Bench(Bench),
@@ -31,6 +37,8 @@ enum Bench {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Run(args) => run::run(args),
+        Command::Wast(args) => wast::run(args),
         Command::Bench(Bench::Load(args)) => bench_load::run(args),
     }
 }

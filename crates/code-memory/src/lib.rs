@@ -37,6 +37,7 @@
 //! child (`MAP_LOCKED` pages are, in addition, not locked in the child).
 
 mod pool;
+pub mod registry;
 mod slot;
 mod sys;
 pub mod workload;

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_queue::ArrayQueue;
 
+use crate::registry;
 use crate::slot::SlotMem;
 use crate::{Error, PoolConfig, Strategy};
 
@@ -24,7 +25,7 @@ pub struct CodePool {
 
 struct Inner {
     config: PoolConfig,
-    free: ArrayQueue<SlotMem>,
+    free: ArrayQueue<Slot>,
     /// Slots that exist, free or in use; never above `config.max_slots`.
     created: AtomicUsize,
     remaps: AtomicU64,
@@ -65,9 +66,11 @@ impl CodePool {
             },
         };
         for _ in 0..prefault {
-            let mem = inner.create(inner.config.slot_size)?;
+            let slot = inner.create(inner.config.slot_size)?;
             inner.created.fetch_add(1, Ordering::Relaxed);
-            inner.free.push(mem).expect("queue holds max_slots");
+            if inner.free.push(slot).is_err() {
+                unreachable!("the queue holds max_slots");
+            }
         }
         Ok(CodePool {
             inner: Arc::new(inner),
@@ -86,8 +89,8 @@ impl CodePool {
         if len > max {
             return Err(Error::TooLarge { len, max });
         }
-        let mut mem = match inner.free.pop() {
-            Some(mem) => mem,
+        let mut slot = match inner.free.pop() {
+            Some(slot) => slot,
             None => {
                 inner
                     .created
@@ -98,7 +101,7 @@ impl CodePool {
                         max_slots: inner.config.max_slots,
                     })?;
                 match inner.create(inner.config.slot_size.max(len)) {
-                    Ok(mem) => mem,
+                    Ok(slot) => slot,
                     Err(e) => {
                         inner.created.fetch_sub(1, Ordering::AcqRel);
                         return Err(e);
@@ -106,27 +109,30 @@ impl CodePool {
                 }
             }
         };
-        if mem.capacity() < len {
+        if slot.mem.capacity() < len {
             let size = len.next_power_of_two().min(max);
-            match inner.create(size) {
+            match SlotMem::create(inner.config.strategy, size) {
                 Ok(bigger) => {
                     inner.replaced.fetch_add(1, Ordering::Relaxed);
-                    mem = bigger;
+                    slot.mem = bigger;
                 }
-                Err(e) => {
-                    inner.give_back(mem);
-                    return Err(e);
+                Err(source) => {
+                    inner.give_back(slot);
+                    return Err(Error::Io {
+                        op: "grow code slot",
+                        source,
+                    });
                 }
             }
         }
-        match mem.prepare(len, inner.config.remap_every) {
+        match slot.mem.prepare(len, inner.config.remap_every) {
             Ok(moved) => {
                 if moved {
                     inner.remaps.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Err(source) => {
-                inner.give_back(mem);
+                inner.give_back(slot);
                 return Err(Error::Io {
                     op: "make code slot writable",
                     source,
@@ -135,7 +141,7 @@ impl CodePool {
         }
         Ok(CodeSlot {
             pool: self.inner.clone(),
-            mem: Some(mem),
+            slot: Some(slot),
             len,
         })
     }
@@ -159,9 +165,21 @@ impl fmt::Debug for CodePool {
     }
 }
 
+/// A slot's memory and its entry in the code [`registry`], which it holds for its lifetime.
+struct Slot {
+    mem: SlotMem,
+    entry: usize,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        registry::give_back(self.entry);
+    }
+}
+
 impl Inner {
-    fn create(&self, capacity: usize) -> Result<SlotMem, Error> {
-        SlotMem::create(self.config.strategy, capacity).map_err(|source| {
+    fn create(&self, capacity: usize) -> Result<Slot, Error> {
+        let mem = SlotMem::create(self.config.strategy, capacity).map_err(|source| {
             match self.config.strategy {
                 // These fail for want of a system resource, not because of a bug or bad input.
                 Strategy::HugeTlb | Strategy::ReuseLocked => Error::Unavailable {
@@ -173,20 +191,25 @@ impl Inner {
                     source,
                 },
             }
-        })
+        })?;
+        let entry = registry::take().ok_or(Error::Exhausted {
+            max_slots: registry::CAPACITY,
+        })?;
+        Ok(Slot { mem, entry })
     }
 
-    fn give_back(&self, mut mem: SlotMem) {
-        mem.release();
+    fn give_back(&self, mut slot: Slot) {
+        registry::clear(slot.entry);
+        slot.mem.release();
         // Cannot fail: at most `max_slots` slots exist and the queue holds that many.
-        let _ = self.free.push(mem);
+        let _ = self.free.push(slot);
     }
 }
 
 /// A slot taken for one module: `[0, len)` is writable until [`CodeSlot::publish`].
 pub struct CodeSlot {
     pool: Arc<Inner>,
-    mem: Option<SlotMem>,
+    slot: Option<Slot>,
     len: usize,
 }
 
@@ -195,21 +218,30 @@ impl CodeSlot {
     /// leaves untouched keeps whatever the slot held.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.len;
-        self.mem.as_mut().expect("live slot").writable(len)
+        self.slot.as_mut().expect("live slot").mem.writable(len)
     }
 
     /// Makes the written code executable (and no longer writable through any view it gave out).
-    pub fn publish(mut self) -> Result<LoadedCode, Error> {
-        let mut mem = self.mem.take().expect("live slot");
-        match mem.publish(self.len) {
-            Ok(ptr) => Ok(LoadedCode {
-                pool: self.pool.clone(),
-                mem: Some(mem),
-                ptr,
-                len: self.len,
-            }),
+    pub fn publish(self) -> Result<LoadedCode, Error> {
+        self.publish_tagged(0)
+    }
+
+    /// As [`CodeSlot::publish`], and records the code in the [`registry`] with `tag`, which
+    /// [`registry::lookup`] returns for any address inside it until the code is dropped.
+    pub fn publish_tagged(mut self, tag: usize) -> Result<LoadedCode, Error> {
+        let mut slot = self.slot.take().expect("live slot");
+        match slot.mem.publish(self.len) {
+            Ok(ptr) => {
+                registry::set(slot.entry, ptr as usize, ptr as usize + self.len, tag);
+                Ok(LoadedCode {
+                    pool: self.pool.clone(),
+                    slot: Some(slot),
+                    ptr,
+                    len: self.len,
+                })
+            }
             Err(source) => {
-                self.pool.give_back(mem);
+                self.pool.give_back(slot);
                 Err(Error::Io {
                     op: "make code executable",
                     source,
@@ -221,8 +253,8 @@ impl CodeSlot {
 
 impl Drop for CodeSlot {
     fn drop(&mut self) {
-        if let Some(mem) = self.mem.take() {
-            self.pool.give_back(mem);
+        if let Some(slot) = self.slot.take() {
+            self.pool.give_back(slot);
         }
     }
 }
@@ -236,7 +268,7 @@ impl fmt::Debug for CodeSlot {
 /// Published, executable code. Dropping it returns the slot to its pool.
 pub struct LoadedCode {
     pool: Arc<Inner>,
-    mem: Option<SlotMem>,
+    slot: Option<Slot>,
     ptr: *const u8,
     len: usize,
 }
@@ -266,8 +298,8 @@ impl LoadedCode {
 
 impl Drop for LoadedCode {
     fn drop(&mut self) {
-        if let Some(mem) = self.mem.take() {
-            self.pool.give_back(mem);
+        if let Some(slot) = self.slot.take() {
+            self.pool.give_back(slot);
         }
     }
 }

@@ -1,0 +1,112 @@
+//! `ephem run FILE [--invoke NAME] [ARGS…]`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use ephem::{Engine, Extern, Func, FuncType, Linker, Val, ValType};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A .wasm or .wat module.
+    file: PathBuf,
+    /// The export to call (default: `_start`, or `main`, or the start function alone).
+    #[arg(long)]
+    invoke: Option<String>,
+    /// Arguments, parsed by the export's parameter types.
+    args: Vec<String>,
+}
+
+fn parse_arg(ty: ValType, s: &str) -> anyhow::Result<Val> {
+    Ok(match ty {
+        ValType::I32 => Val::I32(
+            s.parse::<i64>()
+                .map(|v| v as i32)
+                .with_context(|| format!("`{s}` is not an i32"))?,
+        ),
+        ValType::I64 => Val::I64(
+            s.parse::<i128>()
+                .map(|v| v as i64)
+                .with_context(|| format!("`{s}` is not an i64"))?,
+        ),
+        ValType::F32 => Val::F32(
+            s.parse::<f32>()
+                .with_context(|| format!("`{s}` is not an f32"))?
+                .to_bits(),
+        ),
+        ValType::F64 => Val::F64(
+            s.parse::<f64>()
+                .with_context(|| format!("`{s}` is not an f64"))?
+                .to_bits(),
+        ),
+        ValType::FuncRef | ValType::ExternRef => {
+            bail!("reference arguments cannot be given on the command line")
+        }
+    })
+}
+
+fn show(v: &Val) -> String {
+    match v {
+        Val::I32(v) => v.to_string(),
+        Val::I64(v) => v.to_string(),
+        Val::F32(b) => f32::from_bits(*b).to_string(),
+        Val::F64(b) => f64::from_bits(*b).to_string(),
+        Val::FuncRef(f) => if f.is_some() { "funcref" } else { "null" }.to_owned(),
+        Val::ExternRef(r) => r.map_or("null".to_owned(), |r| format!("externref {r}")),
+    }
+}
+
+/// Satisfies every function import with a stub that traps, so a module can be run on its own.
+fn stub_imports(engine: &Engine, module: &ephem::Module) -> Linker {
+    let mut linker = Linker::new();
+    for import in module.imports() {
+        if let ephem_module_kind::Func(t) = &import.kind {
+            let ty: FuncType = module.compiled().info.types[*t as usize].clone();
+            let what = format!("{}.{}", import.module, import.name);
+            let f = Func::new(engine, ty, move |_| {
+                Err(format!("import `{what}` is not provided by `ephem run`").into())
+            });
+            linker.define(&import.module, &import.name, Extern::Func(f));
+        }
+    }
+    linker
+}
+
+use ephem_module::ImportKind as ephem_module_kind;
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let engine = Engine::default();
+    let module = ephem::compile(&engine, &bytes)
+        .with_context(|| format!("compiling {}", args.file.display()))?;
+    let instance = stub_imports(&engine, &module).instantiate(&module)?;
+    let name = match args.invoke {
+        Some(name) => name,
+        None => match ["_start", "main"]
+            .into_iter()
+            .find(|n| instance.get_func(n).is_ok())
+        {
+            Some(n) => n.to_owned(),
+            None if args.args.is_empty() => return Ok(()),
+            None => bail!("no export to call: pass --invoke NAME"),
+        },
+    };
+    let func = instance.get_func(&name)?;
+    let params = func.ty().params.clone();
+    if params.len() != args.args.len() {
+        bail!(
+            "`{name}` takes {} arguments ({params:?}), {} given",
+            params.len(),
+            args.args.len()
+        );
+    }
+    let vals = params
+        .iter()
+        .zip(&args.args)
+        .map(|(&t, s)| parse_arg(t, s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for v in func.call(&engine, &vals)? {
+        println!("{}", show(&v));
+    }
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `ephem wast FILE|DIR…`: runs spec-test scripts, a line per file, then the totals.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use ephem::wast::{Outcome, SlotReuse};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// .wast files, or directories whose .wast files are run (sorted by name).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Print every failure (and skip) with its line.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Load each module into a code slot that just held another module.
+    #[arg(long)]
+    reuse_slots: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut files = Vec::new();
+    for path in &args.paths {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "wast"))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    let engine = ephem::Engine::default();
+    let reuse = if args.reuse_slots {
+        SlotReuse::AfterOther
+    } else {
+        SlotReuse::Normal
+    };
+    let mut total = Outcome::default();
+    for file in &files {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let outcome = ephem::wast::run(&engine, &file.display().to_string(), &text, reuse);
+        println!(
+            "{}: {} passed, {} failed, {} skipped",
+            file.display(),
+            outcome.passed,
+            outcome.failed,
+            outcome.skipped
+        );
+        if args.verbose {
+            for note in &outcome.notes {
+                println!("  {note}");
+            }
+        }
+        total.add(&outcome);
+    }
+    println!(
+        "spec: {} passed, {} failed, {} skipped",
+        total.passed, total.failed, total.skipped
+    );
+    if total.failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}

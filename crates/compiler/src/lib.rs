@@ -1,0 +1,249 @@
+//! ephem's compiler: WebAssembly 2.0 (without SIMD) to native code through Cranelift.
+//!
+//! [`compile`] validates and parses a module (`wasmparser`), translates every function body to
+//! Cranelift IR (our own translator, [`translate`]), compiles the functions in parallel, and
+//! links them into one position-independent text with per-type entry trampolines and host
+//! adapters. Intra-module calls are resolved here; everything that differs per process or per
+//! instance is reached through the instance context, so the text needs no relocation at load.
+//! The result is an [`ephem_module::CompiledModule`], which the runtime loads without this crate.
+
+mod parse;
+mod trampolines;
+mod translate;
+mod traps;
+
+use std::sync::Mutex;
+
+use cranelift_codegen::control::ControlPlane;
+use cranelift_codegen::ir::ExternalName;
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::{Context, FinalizedRelocTarget, binemit::Reloc};
+use cranelift_frontend::FunctionBuilderContext;
+use ephem_module::{CompiledModule, FuncLoc, TrapKind, VmOffsets};
+
+pub use parse::features;
+
+/// Why a module could not be compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("invalid module: {0}")]
+    Invalid(#[from] wasmparser::BinaryReaderError),
+    #[error("invalid text format: {0}")]
+    Text(#[from] wat::Error),
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("code generation failed: {0}")]
+    Codegen(String),
+}
+
+/// A compiler for the host CPU.
+pub struct Compiler {
+    isa: OwnedTargetIsa,
+}
+
+impl Compiler {
+    /// A compiler for the CPU this process runs on.
+    pub fn new() -> Result<Compiler, CompileError> {
+        let mut flags = settings::builder();
+        let set = |f: &mut settings::Builder, k: &str, v: &str| {
+            f.set(k, v)
+                .map_err(|e| CompileError::Codegen(format!("setting {k}: {e}")))
+        };
+        set(&mut flags, "opt_level", "speed")?;
+        set(
+            &mut flags,
+            "enable_verifier",
+            if cfg!(debug_assertions) {
+                "true"
+            } else {
+                "false"
+            },
+        )?;
+        set(&mut flags, "enable_multi_ret_implicit_sret", "true")?;
+        set(&mut flags, "unwind_info", "false")?;
+        let isa = cranelift_native::builder()
+            .map_err(|e| CompileError::Codegen(e.to_string()))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| CompileError::Codegen(e.to_string()))?;
+        Ok(Compiler { isa })
+    }
+
+    /// A description of everything that changes the generated code (target and settings).
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "{} {} {}",
+            self.isa.triple(),
+            self.isa.flags(),
+            self.isa
+                .isa_flags()
+                .iter()
+                .map(|f| f.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    }
+
+    /// Compiles wasm (binary, or text accepted by the `wat` crate).
+    pub fn compile(&self, bytes: &[u8]) -> Result<CompiledModule, CompileError> {
+        let bytes = wat::parse_bytes(bytes)?;
+        let parsed = parse::parse(&bytes)?;
+        let offsets = VmOffsets::new(&parsed.info);
+        let env = translate::Env {
+            info: &parsed.info,
+            offsets: &offsets,
+            call_conv: self.isa.default_call_conv(),
+            frontend: self.isa.frontend_config(),
+        };
+
+        // Units: defined functions, then an entry trampoline and a host adapter per type.
+        let defined = parsed.bodies.len();
+        let types = parsed.info.types.len();
+        let units = defined + 2 * types;
+        let results: Vec<Mutex<Option<Result<Compiled, CompileError>>>> =
+            (0..units).map(|_| Mutex::new(None)).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(units.div_ceil(8))
+            .max(1);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    let mut ctx = Context::new();
+                    let mut fctx = FunctionBuilderContext::new();
+                    loop {
+                        let unit = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if unit >= units {
+                            break;
+                        }
+                        ctx.clear();
+                        let r = self.compile_unit(&env, &parsed, unit, &mut ctx, &mut fctx);
+                        *results[unit].lock().unwrap() = Some(r);
+                    }
+                });
+            }
+        });
+        let compiled: Vec<Compiled> = results
+            .into_iter()
+            .map(|m| m.into_inner().unwrap().expect("every unit compiled"))
+            .collect::<Result<_, _>>()?;
+        link(parsed.info, compiled, defined, types, parsed.data)
+    }
+
+    fn compile_unit(
+        &self,
+        env: &translate::Env<'_>,
+        parsed: &parse::Parsed<'_>,
+        unit: usize,
+        ctx: &mut Context,
+        fctx: &mut FunctionBuilderContext,
+    ) -> Result<Compiled, CompileError> {
+        let defined = parsed.bodies.len();
+        let types = &parsed.info.types;
+        if unit < defined {
+            let func = parsed.info.imported_funcs + unit as u32;
+            translate::translate(env, func, &parsed.bodies[unit], &mut ctx.func, fctx)?;
+        } else if unit < defined + types.len() {
+            trampolines::entry(env, &types[unit - defined], &mut ctx.func, fctx);
+        } else {
+            trampolines::host_adapter(
+                env,
+                &types[unit - defined - types.len()],
+                &mut ctx.func,
+                fctx,
+            );
+        }
+        let names = ctx.func.params.user_named_funcs().clone();
+        let code = ctx
+            .compile(&*self.isa, &mut ControlPlane::default())
+            .map_err(|e| CompileError::Codegen(format!("{:?}", e.inner)))?;
+        let mut calls = Vec::new();
+        for r in code.buffer.relocs() {
+            let target = match &r.target {
+                FinalizedRelocTarget::ExternalName(ExternalName::User(name)) => names[*name].index,
+                other => {
+                    return Err(CompileError::Unsupported(format!(
+                        "relocation to {other:?}"
+                    )));
+                }
+            };
+            if r.kind != Reloc::X86CallPCRel4 && r.kind != Reloc::X86PCRel4 {
+                return Err(CompileError::Unsupported(format!(
+                    "relocation kind {:?}",
+                    r.kind
+                )));
+            }
+            calls.push((r.offset, target, r.addend));
+        }
+        let mut traps = Vec::new();
+        for t in code.buffer.traps() {
+            let kind = traps::kind(t.code).ok_or_else(|| {
+                CompileError::Codegen(format!("unexpected trap code {:?}", t.code))
+            })?;
+            traps.push((t.offset, kind));
+        }
+        Ok(Compiled {
+            code: code.code_buffer().to_vec(),
+            calls,
+            traps,
+        })
+    }
+}
+
+struct Compiled {
+    code: Vec<u8>,
+    /// (offset in this code, callee function index, addend) of PC-relative calls.
+    calls: Vec<(u32, u32, i64)>,
+    traps: Vec<(u32, TrapKind)>,
+}
+
+/// Lays the units out in one text and resolves the calls between functions.
+fn link(
+    info: ephem_module::ModuleInfo,
+    units: Vec<Compiled>,
+    defined: usize,
+    types: usize,
+    data: Vec<u8>,
+) -> Result<CompiledModule, CompileError> {
+    let mut text = Vec::new();
+    let mut offsets = Vec::with_capacity(units.len());
+    for unit in &units {
+        text.resize(text.len().next_multiple_of(16), 0xCC);
+        offsets.push(text.len() as u32);
+        text.extend_from_slice(&unit.code);
+    }
+    let mut traps = Vec::new();
+    for (unit, &start) in units.iter().zip(&offsets) {
+        for &(at, callee, addend) in &unit.calls {
+            let defined_index = callee - info.imported_funcs;
+            let target = offsets[defined_index as usize] as i64;
+            let site = (start + at) as i64;
+            let rel = i32::try_from(target + addend - site)
+                .map_err(|_| CompileError::Unsupported("text larger than 2 GiB".into()))?;
+            text[site as usize..site as usize + 4].copy_from_slice(&rel.to_le_bytes());
+        }
+        traps.extend(unit.traps.iter().map(|&(at, kind)| (start + at, kind)));
+    }
+    traps.sort_by_key(|t| t.0);
+    let funcs = (0..defined)
+        .map(|i| FuncLoc {
+            offset: offsets[i],
+            len: units[i].code.len() as u32,
+        })
+        .collect();
+    Ok(CompiledModule {
+        info,
+        text,
+        funcs,
+        trampolines: offsets[defined..defined + types].to_vec(),
+        host_adapters: offsets[defined + types..].to_vec(),
+        traps,
+        data,
+    })
+}
+
+/// Compiles with a compiler for the host CPU.
+pub fn compile(bytes: &[u8]) -> Result<CompiledModule, CompileError> {
+    Compiler::new()?.compile(bytes)
+}

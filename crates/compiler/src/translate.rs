@@ -1,0 +1,1004 @@
+//! Translation of one wasm function body to Cranelift IR.
+//!
+//! The classic design: an operand stack of SSA values and a stack of control frames. A frame's
+//! branch target takes the branch's values as block parameters (the end of a `block`/`if`, or
+//! the header of a `loop`). Values live before an `if` dominate both arms, so its arms need no
+//! parameters. Code after an unconditional branch is skipped (only nesting is tracked) until
+//! the end of the enclosing frame.
+//!
+//! Linear memory is reached as `base + zext(address) + offset` with no bounds check: the runtime
+//! reserves 8 GiB of inaccessible address space behind every memory base, so any access a
+//! 32-bit address and offset can form faults and becomes a trap. Everything per instance is
+//! loaded from the `vmctx` (see [`VmOffsets`]).
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
+use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
+use cranelift_codegen::ir::{
+    self, AbiParam, ArgumentPurpose, BlockArg, InstBuilder, MemFlagsData, Signature, TrapCode,
+    Type, Value,
+};
+use cranelift_codegen::isa::CallConv;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use ephem_module::{Builtin, ModuleInfo, ValType, VmOffsets};
+use wasmparser::{BlockType, FunctionBody, Operator};
+
+use crate::CompileError;
+use crate::traps::code;
+
+/// Cranelift type of a wasm value type (references are pointers).
+pub fn ir_type(ty: ValType) -> Type {
+    match ty {
+        ValType::I32 => I32,
+        ValType::I64 => I64,
+        ValType::F32 => F32,
+        ValType::F64 => F64,
+        ValType::FuncRef | ValType::ExternRef => I64,
+    }
+}
+
+/// The native signature of a wasm function type: `vmctx` first.
+pub fn wasm_signature(call_conv: CallConv, ty: &ephem_module::FuncType) -> Signature {
+    let mut sig = Signature::new(call_conv);
+    sig.params
+        .push(AbiParam::special(I64, ArgumentPurpose::VMContext));
+    sig.params
+        .extend(ty.params.iter().map(|&t| AbiParam::new(ir_type(t))));
+    sig.returns
+        .extend(ty.results.iter().map(|&t| AbiParam::new(ir_type(t))));
+    sig
+}
+
+pub struct Env<'a> {
+    pub info: &'a ModuleInfo,
+    pub offsets: &'a VmOffsets,
+    pub call_conv: CallConv,
+    pub frontend: cranelift_codegen::isa::TargetFrontendConfig,
+}
+
+fn trusted() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+fn readonly() -> MemFlagsData {
+    MemFlagsData::trusted().with_readonly()
+}
+
+fn heap() -> MemFlagsData {
+    MemFlagsData::new().with_trap_code(Some(TrapCode::HEAP_OUT_OF_BOUNDS))
+}
+
+#[derive(Debug)]
+enum Kind {
+    Block,
+    Loop(ir::Block),
+    If {
+        else_block: ir::Block,
+        params: Vec<Value>,
+        has_else: bool,
+    },
+}
+
+#[derive(Debug)]
+struct Frame {
+    kind: Kind,
+    next: ir::Block,
+    params: usize,
+    results: usize,
+    /// Operand stack height below the frame's parameters.
+    height: usize,
+}
+
+impl Frame {
+    fn target(&self) -> (ir::Block, usize) {
+        match self.kind {
+            Kind::Loop(header) => (header, self.params),
+            _ => (self.next, self.results),
+        }
+    }
+}
+
+struct Translator<'a, 'b> {
+    env: &'a Env<'a>,
+    b: FunctionBuilder<'b>,
+    vmctx: Value,
+    stack: Vec<Value>,
+    frames: Vec<Frame>,
+    /// Nesting depth of frames opened in unreachable code (not translated).
+    dead_depth: usize,
+    reachable: bool,
+    locals: Vec<Variable>,
+}
+
+fn args(values: &[Value]) -> Vec<BlockArg> {
+    values.iter().map(|&v| BlockArg::Value(v)).collect()
+}
+
+/// Translates defined function `func` into `func_ir`.
+pub fn translate(
+    env: &Env<'_>,
+    func: u32,
+    body: &FunctionBody<'_>,
+    func_ir: &mut ir::Function,
+    ctx: &mut FunctionBuilderContext,
+) -> Result<(), CompileError> {
+    let ty = env.info.func_type(func).clone();
+    func_ir.signature = wasm_signature(env.call_conv, &ty);
+    let vmctx_gv = func_ir.create_global_value(ir::GlobalValueData::VMContext);
+    // vmctx.stack_limit points at the running thread's limit (see the runtime's `signals`).
+    let flags = func_ir
+        .dfg
+        .mem_flags
+        .insert(trusted())
+        .expect("room for flags");
+    let limit_ptr = func_ir.create_global_value(ir::GlobalValueData::Load {
+        base: vmctx_gv,
+        offset: (VmOffsets::STACK_LIMIT as i32).into(),
+        global_type: I64,
+        flags,
+    });
+    let limit = func_ir.create_global_value(ir::GlobalValueData::Load {
+        base: limit_ptr,
+        offset: 0.into(),
+        global_type: I64,
+        flags,
+    });
+    func_ir.stack_limit = Some(limit);
+
+    let mut b = FunctionBuilder::new(func_ir, ctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    b.seal_block(entry);
+    let vmctx = b.block_params(entry)[0];
+
+    let mut locals = Vec::new();
+    for (i, &t) in ty.params.iter().enumerate() {
+        let var = b.declare_var(ir_type(t));
+        let v = b.block_params(entry)[i + 1];
+        b.def_var(var, v);
+        locals.push(var);
+    }
+    let mut reader = body.get_locals_reader()?;
+    for _ in 0..reader.get_count() {
+        let (count, t) = reader.read()?;
+        let t = crate::parse::val_type(t)?;
+        for _ in 0..count {
+            let var = b.declare_var(ir_type(t));
+            let zero = zero(&mut b, t);
+            b.def_var(var, zero);
+            locals.push(var);
+        }
+    }
+
+    let ret = b.create_block();
+    for &t in &ty.results {
+        b.append_block_param(ret, ir_type(t));
+    }
+    let mut t = Translator {
+        env,
+        b,
+        vmctx,
+        stack: Vec::new(),
+        frames: vec![Frame {
+            kind: Kind::Block,
+            next: ret,
+            params: 0,
+            results: ty.results.len(),
+            height: 0,
+        }],
+        dead_depth: 0,
+        reachable: true,
+        locals,
+    };
+    let mut ops = body.get_operators_reader()?;
+    while !ops.eof() {
+        let op = ops.read()?;
+        t.op(op)?;
+    }
+    // The final `end` switched to `ret`.
+    let results = t.stack.clone();
+    t.b.ins().return_(&results);
+    t.b.seal_all_blocks();
+    t.b.finalize(env.frontend);
+    Ok(())
+}
+
+fn zero(b: &mut FunctionBuilder<'_>, t: ValType) -> Value {
+    match t {
+        ValType::I32 => b.ins().iconst(I32, 0),
+        ValType::I64 | ValType::FuncRef | ValType::ExternRef => b.ins().iconst(I64, 0),
+        ValType::F32 => b.ins().f32const(Ieee32::with_bits(0)),
+        ValType::F64 => b.ins().f64const(Ieee64::with_bits(0)),
+    }
+}
+
+impl Translator<'_, '_> {
+    fn pop(&mut self) -> Value {
+        self.stack
+            .pop()
+            .expect("validated: operand stack underflow")
+    }
+    fn pop2(&mut self) -> (Value, Value) {
+        let y = self.pop();
+        let x = self.pop();
+        (x, y)
+    }
+    fn pop3(&mut self) -> (Value, Value, Value) {
+        let z = self.pop();
+        let (x, y) = self.pop2();
+        (x, y, z)
+    }
+    fn push(&mut self, v: Value) {
+        self.stack.push(v);
+    }
+    fn top(&self, n: usize) -> Vec<Value> {
+        self.stack[self.stack.len() - n..].to_vec()
+    }
+
+    fn block_arity(&self, bt: BlockType) -> Result<(Vec<ValType>, Vec<ValType>), CompileError> {
+        Ok(match bt {
+            BlockType::Empty => (vec![], vec![]),
+            BlockType::Type(t) => (vec![], vec![crate::parse::val_type(t)?]),
+            BlockType::FuncType(i) => {
+                let ty = &self.env.info.types[i as usize];
+                (ty.params.clone(), ty.results.clone())
+            }
+        })
+    }
+
+    fn new_block(&mut self, types: &[ValType]) -> ir::Block {
+        let block = self.b.create_block();
+        for &t in types {
+            self.b.append_block_param(block, ir_type(t));
+        }
+        block
+    }
+
+    /// Enters `block` (which the caller already branched to) with its parameters as the stack top.
+    fn enter(&mut self, block: ir::Block, height: usize) {
+        self.b.switch_to_block(block);
+        self.stack.truncate(height);
+        let params = self.b.block_params(block).to_vec();
+        self.stack.extend(params);
+    }
+
+    fn load_ptr(&mut self, base: Value, offset: u32) -> Value {
+        self.b.ins().load(I64, readonly(), base, offset as i32)
+    }
+
+    fn op(&mut self, op: Operator<'_>) -> Result<(), CompileError> {
+        if !self.reachable {
+            return self.dead_op(op);
+        }
+        self.live_op(op)
+    }
+
+    /// Operators in unreachable code: only nesting matters, until the current frame ends.
+    fn dead_op(&mut self, op: Operator<'_>) -> Result<(), CompileError> {
+        match op {
+            Operator::Block { .. } | Operator::Loop { .. } | Operator::If { .. } => {
+                self.dead_depth += 1
+            }
+            Operator::Else if self.dead_depth == 0 => self.else_()?,
+            Operator::End if self.dead_depth == 0 => self.end(),
+            Operator::End => self.dead_depth -= 1,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn else_(&mut self) -> Result<(), CompileError> {
+        let frame = self.frames.last_mut().expect("validated");
+        let Kind::If {
+            else_block,
+            params,
+            has_else,
+        } = &mut frame.kind
+        else {
+            unreachable!("validated: else without if")
+        };
+        *has_else = true;
+        let (else_block, params, next, height, results) = (
+            *else_block,
+            params.clone(),
+            frame.next,
+            frame.height,
+            frame.results,
+        );
+        if self.reachable {
+            let values = self.top(results);
+            self.b.ins().jump(next, &args(&values));
+        }
+        self.b.switch_to_block(else_block);
+        self.stack.truncate(height);
+        self.stack.extend(params);
+        self.reachable = true;
+        Ok(())
+    }
+
+    fn end(&mut self) {
+        let frame = self.frames.pop().expect("validated");
+        if self.reachable {
+            let values = self.top(frame.results);
+            self.b.ins().jump(frame.next, &args(&values));
+        }
+        if let Kind::If {
+            else_block,
+            params,
+            has_else: false,
+        } = &frame.kind
+        {
+            // No else arm: the parameters fall through as the results.
+            self.b.switch_to_block(*else_block);
+            self.b.ins().jump(frame.next, &args(params));
+        }
+        self.enter(frame.next, frame.height);
+        self.reachable = true;
+    }
+
+    fn branch(&mut self, depth: u32) {
+        let frame = &self.frames[self.frames.len() - 1 - depth as usize];
+        let (target, n) = frame.target();
+        let values = self.top(n);
+        self.b.ins().jump(target, &args(&values));
+    }
+
+    fn unreachable_now(&mut self) {
+        self.reachable = false;
+        self.dead_depth = 0;
+    }
+
+    fn bool_to_i32(&mut self, v: Value) -> Value {
+        self.b.ins().uextend(I32, v)
+    }
+
+    fn icmp(&mut self, cc: IntCC) {
+        let (x, y) = self.pop2();
+        let c = self.b.ins().icmp(cc, x, y);
+        let v = self.bool_to_i32(c);
+        self.push(v);
+    }
+
+    fn fcmp(&mut self, cc: FloatCC) {
+        let (x, y) = self.pop2();
+        let c = self.b.ins().fcmp(cc, x, y);
+        let v = self.bool_to_i32(c);
+        self.push(v);
+    }
+
+    fn eqz(&mut self) {
+        let x = self.pop();
+        let c = self.b.ins().icmp_imm_u(IntCC::Equal, x, 0);
+        let v = self.bool_to_i32(c);
+        self.push(v);
+    }
+
+    fn binary(&mut self, f: impl FnOnce(&mut FunctionBuilder<'_>, Value, Value) -> Value) {
+        let (x, y) = self.pop2();
+        let v = f(&mut self.b, x, y);
+        self.push(v);
+    }
+
+    fn unary(&mut self, f: impl FnOnce(&mut FunctionBuilder<'_>, Value) -> Value) {
+        let x = self.pop();
+        let v = f(&mut self.b, x);
+        self.push(v);
+    }
+
+    /// Effective native address of a memory access.
+    fn address(&mut self, memory: u32, offset: u64) -> Value {
+        let index = self.pop();
+        let base = self.load_ptr(self.vmctx, self.env.offsets.memory_base(memory));
+        let index = self.b.ins().uextend(I64, index);
+        let addr = self.b.ins().iadd(base, index);
+        if offset == 0 {
+            addr
+        } else {
+            self.b.ins().iadd_imm_u(addr, offset as i64)
+        }
+    }
+
+    fn load(&mut self, m: wasmparser::MemArg, ty: Type, kind: LoadKind) {
+        let addr = self.address(memory_index(&m), m.offset);
+        let ins = self.b.ins();
+        let v = match kind {
+            LoadKind::Plain => ins.load(ty, heap(), addr, 0),
+            LoadKind::S8 => ins.sload8(ty, heap(), addr, 0),
+            LoadKind::U8 => ins.uload8(ty, heap(), addr, 0),
+            LoadKind::S16 => ins.sload16(ty, heap(), addr, 0),
+            LoadKind::U16 => ins.uload16(ty, heap(), addr, 0),
+            LoadKind::S32 => ins.sload32(heap(), addr, 0),
+            LoadKind::U32 => ins.uload32(heap(), addr, 0),
+        };
+        self.push(v);
+    }
+
+    fn store(&mut self, m: wasmparser::MemArg, width: Option<Type>) {
+        let value = self.pop();
+        let addr = self.address(memory_index(&m), m.offset);
+        let value = match width {
+            Some(w) => self.b.ins().ireduce(w, value),
+            None => value,
+        };
+        self.b.ins().store(heap(), value, addr, 0);
+    }
+
+    /// Calls a runtime builtin with `vmctx` and `args`; returns its results.
+    fn builtin(
+        &mut self,
+        which: Builtin,
+        params: &[Type],
+        ret: Option<Type>,
+        args: &[Value],
+    ) -> Option<Value> {
+        let mut sig = Signature::new(self.env.call_conv);
+        sig.params.push(AbiParam::new(I64));
+        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        sig.returns.extend(ret.map(AbiParam::new));
+        let sig = self.b.import_signature(sig);
+        let table = self.load_ptr(self.vmctx, VmOffsets::BUILTINS);
+        let fnptr = self.load_ptr(table, which as u32 * 8);
+        let mut all = vec![self.vmctx];
+        all.extend_from_slice(args);
+        let call = self.b.ins().call_indirect(sig, fnptr, &all);
+        self.b.inst_results(call).first().copied()
+    }
+
+    /// Calls a builtin that returns a trap flag, and traps with `trap` when it is set.
+    fn checked_builtin(&mut self, which: Builtin, params: &[Type], args: &[Value], trap: TrapCode) {
+        let flag = self
+            .builtin(which, params, Some(I32), args)
+            .expect("has a result");
+        self.b.ins().trapnz(flag, trap);
+    }
+
+    fn iconst32(&mut self, v: u32) -> Value {
+        self.b.ins().iconst(I32, v as i64)
+    }
+
+    fn call(&mut self, func: u32) {
+        let ty = self.env.info.func_type(func).clone();
+        let sig = self
+            .b
+            .import_signature(wasm_signature(self.env.call_conv, &ty));
+        let args = self.stack.split_off(self.stack.len() - ty.params.len());
+        let call = if func < self.env.info.imported_funcs {
+            let fr = self.env.offsets.funcref(func);
+            let code = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_CODE);
+            let callee_vmctx = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_VMCTX);
+            let mut all = vec![callee_vmctx];
+            all.extend(args);
+            self.b.ins().call_indirect(sig, code, &all)
+        } else {
+            let name = self
+                .b
+                .func
+                .declare_imported_user_function(ir::UserExternalName {
+                    namespace: 0,
+                    index: func,
+                });
+            let callee = self.b.import_function(ir::ExtFuncData {
+                name: ir::ExternalName::User(name),
+                signature: sig,
+                colocated: true,
+                patchable: false,
+            });
+            let mut all = vec![self.vmctx];
+            all.extend(args);
+            self.b.ins().call(callee, &all)
+        };
+        let results = self.b.inst_results(call).to_vec();
+        self.stack.extend(results);
+    }
+
+    /// Pointer to table `table`'s `VmTable`.
+    fn table(&mut self, table: u32) -> Value {
+        self.load_ptr(self.vmctx, self.env.offsets.table(table))
+    }
+
+    /// Address of element `index` of `table`, trapping with `trap` when out of bounds.
+    fn table_slot(&mut self, table: u32, index: Value, trap: TrapCode) -> Value {
+        let t = self.table(table);
+        let len = self
+            .b
+            .ins()
+            .load(I32, trusted(), t, VmOffsets::TABLE_LENGTH as i32);
+        let oob = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, index, len);
+        self.b.ins().trapnz(oob, trap);
+        let elements = self
+            .b
+            .ins()
+            .load(I64, trusted(), t, VmOffsets::TABLE_ELEMENTS as i32);
+        let index = self.b.ins().uextend(I64, index);
+        let offset = self.b.ins().ishl_imm_u(index, 3);
+        self.b.ins().iadd(elements, offset)
+    }
+
+    fn call_indirect(&mut self, type_index: u32, table: u32) {
+        let index = self.pop();
+        let slot = self.table_slot(table, index, code::UNDEFINED_ELEMENT);
+        let funcref = self.b.ins().load(I64, trusted(), slot, 0);
+        self.b.ins().trapz(funcref, code::NULL_CALL);
+        let actual = self
+            .b
+            .ins()
+            .load(I32, trusted(), funcref, VmOffsets::FUNCREF_TYPE_ID as i32);
+        let expected = self.b.ins().load(
+            I32,
+            readonly(),
+            self.vmctx,
+            self.env.offsets.type_id(type_index) as i32,
+        );
+        let mismatch = self.b.ins().icmp(IntCC::NotEqual, actual, expected);
+        self.b.ins().trapnz(mismatch, code::BAD_SIGNATURE);
+        let code_ptr = self
+            .b
+            .ins()
+            .load(I64, trusted(), funcref, VmOffsets::FUNCREF_CODE as i32);
+        let callee_vmctx =
+            self.b
+                .ins()
+                .load(I64, trusted(), funcref, VmOffsets::FUNCREF_VMCTX as i32);
+        let ty = self.env.info.types[type_index as usize].clone();
+        let sig = self
+            .b
+            .import_signature(wasm_signature(self.env.call_conv, &ty));
+        let mut all = vec![callee_vmctx];
+        all.extend(self.stack.split_off(self.stack.len() - ty.params.len()));
+        let call = self.b.ins().call_indirect(sig, code_ptr, &all);
+        let results = self.b.inst_results(call).to_vec();
+        self.stack.extend(results);
+    }
+
+    fn global_addr(&mut self, global: u32) -> Value {
+        self.load_ptr(self.vmctx, self.env.offsets.global(global))
+    }
+
+    fn live_op(&mut self, op: Operator<'_>) -> Result<(), CompileError> {
+        use Operator as O;
+        match op {
+            O::Unreachable => {
+                self.b.ins().trap(code::UNREACHABLE);
+                self.unreachable_now();
+            }
+            O::Nop => {}
+            O::Block { blockty } => {
+                let (params, results) = self.block_arity(blockty)?;
+                let next = self.new_block(&results);
+                self.frames.push(Frame {
+                    kind: Kind::Block,
+                    next,
+                    params: params.len(),
+                    results: results.len(),
+                    height: self.stack.len() - params.len(),
+                });
+            }
+            O::Loop { blockty } => {
+                let (params, results) = self.block_arity(blockty)?;
+                let header = self.new_block(&params);
+                let next = self.new_block(&results);
+                let height = self.stack.len() - params.len();
+                let values = self.top(params.len());
+                self.b.ins().jump(header, &args(&values));
+                self.enter(header, height);
+                self.frames.push(Frame {
+                    kind: Kind::Loop(header),
+                    next,
+                    params: params.len(),
+                    results: results.len(),
+                    height,
+                });
+            }
+            O::If { blockty } => {
+                let cond = self.pop();
+                let (params, results) = self.block_arity(blockty)?;
+                let then_block = self.b.create_block();
+                let else_block = self.b.create_block();
+                let next = self.new_block(&results);
+                self.b.ins().brif(cond, then_block, &[], else_block, &[]);
+                self.b.switch_to_block(then_block);
+                self.frames.push(Frame {
+                    kind: Kind::If {
+                        else_block,
+                        params: self.top(params.len()),
+                        has_else: false,
+                    },
+                    next,
+                    params: params.len(),
+                    results: results.len(),
+                    height: self.stack.len() - params.len(),
+                });
+            }
+            O::Else => self.else_()?,
+            O::End => self.end(),
+            O::Br { relative_depth } => {
+                self.branch(relative_depth);
+                self.unreachable_now();
+            }
+            O::BrIf { relative_depth } => {
+                let cond = self.pop();
+                let frame = &self.frames[self.frames.len() - 1 - relative_depth as usize];
+                let (target, n) = frame.target();
+                let values = self.top(n);
+                let cont = self.b.create_block();
+                self.b.ins().brif(cond, target, &args(&values), cont, &[]);
+                self.b.switch_to_block(cont);
+            }
+            O::BrTable { targets } => {
+                let index = self.pop();
+                let default = targets.default();
+                let depths: Vec<u32> = targets.targets().collect::<Result<_, _>>()?;
+                let frame_target =
+                    |t: &Self, depth: u32| t.frames[t.frames.len() - 1 - depth as usize].target();
+                let n = frame_target(self, default).1;
+                let values = args(&self.top(n));
+                let mut calls = Vec::with_capacity(depths.len());
+                for depth in depths {
+                    let block = frame_target(self, depth).0;
+                    calls.push(self.b.func.dfg.block_call(block, &values));
+                }
+                let block = frame_target(self, default).0;
+                let default_call = self.b.func.dfg.block_call(block, &values);
+                let table = self
+                    .b
+                    .create_jump_table(ir::JumpTableData::new(default_call, &calls));
+                self.b.ins().br_table(index, table);
+                self.unreachable_now();
+            }
+            O::Return => {
+                let n = self.frames[0].results;
+                let values = self.top(n);
+                self.b.ins().return_(&values);
+                self.unreachable_now();
+            }
+            O::Call { function_index } => self.call(function_index),
+            O::CallIndirect {
+                type_index,
+                table_index,
+            } => self.call_indirect(type_index, table_index),
+            O::Drop => {
+                self.pop();
+            }
+            O::Select | O::TypedSelect { .. } => {
+                let (x, y, c) = self.pop3();
+                let v = self.b.ins().select(c, x, y);
+                self.push(v);
+            }
+            O::LocalGet { local_index } => {
+                let v = self.b.use_var(self.locals[local_index as usize]);
+                self.push(v);
+            }
+            O::LocalSet { local_index } => {
+                let v = self.pop();
+                self.b.def_var(self.locals[local_index as usize], v);
+            }
+            O::LocalTee { local_index } => {
+                let v = *self.stack.last().expect("validated");
+                self.b.def_var(self.locals[local_index as usize], v);
+            }
+            O::GlobalGet { global_index } => {
+                let ty = ir_type(self.env.info.globals[global_index as usize].ty);
+                let addr = self.global_addr(global_index);
+                let v = self.b.ins().load(ty, trusted(), addr, 0);
+                self.push(v);
+            }
+            O::GlobalSet { global_index } => {
+                let v = self.pop();
+                let addr = self.global_addr(global_index);
+                self.b.ins().store(trusted(), v, addr, 0);
+            }
+
+            O::I32Load { memarg }
+            | O::F32Load { memarg }
+            | O::I64Load { memarg }
+            | O::F64Load { memarg } => {
+                let ty = match op {
+                    O::I32Load { .. } => I32,
+                    O::I64Load { .. } => I64,
+                    O::F32Load { .. } => F32,
+                    _ => F64,
+                };
+                self.load(memarg, ty, LoadKind::Plain)
+            }
+            O::I32Load8S { memarg } => self.load(memarg, I32, LoadKind::S8),
+            O::I32Load8U { memarg } => self.load(memarg, I32, LoadKind::U8),
+            O::I32Load16S { memarg } => self.load(memarg, I32, LoadKind::S16),
+            O::I32Load16U { memarg } => self.load(memarg, I32, LoadKind::U16),
+            O::I64Load8S { memarg } => self.load(memarg, I64, LoadKind::S8),
+            O::I64Load8U { memarg } => self.load(memarg, I64, LoadKind::U8),
+            O::I64Load16S { memarg } => self.load(memarg, I64, LoadKind::S16),
+            O::I64Load16U { memarg } => self.load(memarg, I64, LoadKind::U16),
+            O::I64Load32S { memarg } => self.load(memarg, I64, LoadKind::S32),
+            O::I64Load32U { memarg } => self.load(memarg, I64, LoadKind::U32),
+            O::I32Store { memarg }
+            | O::I64Store { memarg }
+            | O::F32Store { memarg }
+            | O::F64Store { memarg } => self.store(memarg, None),
+            O::I32Store8 { memarg } | O::I64Store8 { memarg } => self.store(memarg, Some(I8)),
+            O::I32Store16 { memarg } | O::I64Store16 { memarg } => self.store(memarg, Some(I16)),
+            O::I64Store32 { memarg } => self.store(memarg, Some(I32)),
+            O::MemorySize { mem } => {
+                let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(mem));
+                let len = self
+                    .b
+                    .ins()
+                    .load(I64, trusted(), def, VmOffsets::MEMORY_LENGTH as i32);
+                let pages = self.b.ins().ushr_imm_u(len, 16);
+                let v = self.b.ins().ireduce(I32, pages);
+                self.push(v);
+            }
+            O::MemoryGrow { mem } => {
+                let delta = self.pop();
+                let mem = self.iconst32(mem);
+                let v = self
+                    .builtin(Builtin::MemoryGrow, &[I32, I32], Some(I32), &[mem, delta])
+                    .unwrap();
+                self.push(v);
+            }
+            O::MemoryFill { mem } => {
+                let (dst, val, len) = self.pop3();
+                let mem = self.iconst32(mem);
+                self.checked_builtin(
+                    Builtin::MemoryFill,
+                    &[I32; 4],
+                    &[mem, dst, val, len],
+                    TrapCode::HEAP_OUT_OF_BOUNDS,
+                );
+            }
+            O::MemoryCopy { dst_mem, src_mem } => {
+                let (dst, src, len) = self.pop3();
+                let d = self.iconst32(dst_mem);
+                let s = self.iconst32(src_mem);
+                self.checked_builtin(
+                    Builtin::MemoryCopy,
+                    &[I32; 5],
+                    &[d, s, dst, src, len],
+                    TrapCode::HEAP_OUT_OF_BOUNDS,
+                );
+            }
+            O::MemoryInit { data_index, mem } => {
+                let (dst, src, len) = self.pop3();
+                let m = self.iconst32(mem);
+                let d = self.iconst32(data_index);
+                self.checked_builtin(
+                    Builtin::MemoryInit,
+                    &[I32; 5],
+                    &[m, d, dst, src, len],
+                    TrapCode::HEAP_OUT_OF_BOUNDS,
+                );
+            }
+            O::DataDrop { data_index } => {
+                let d = self.iconst32(data_index);
+                self.builtin(Builtin::DataDrop, &[I32], None, &[d]);
+            }
+
+            O::TableGet { table } => {
+                let index = self.pop();
+                let slot = self.table_slot(table, index, code::TABLE_OUT_OF_BOUNDS);
+                let v = self.b.ins().load(I64, trusted(), slot, 0);
+                self.push(v);
+            }
+            O::TableSet { table } => {
+                let (index, value) = self.pop2();
+                let slot = self.table_slot(table, index, code::TABLE_OUT_OF_BOUNDS);
+                self.b.ins().store(trusted(), value, slot, 0);
+            }
+            O::TableSize { table } => {
+                let t = self.table(table);
+                let v = self
+                    .b
+                    .ins()
+                    .load(I32, trusted(), t, VmOffsets::TABLE_LENGTH as i32);
+                self.push(v);
+            }
+            O::TableGrow { table } => {
+                let (init, delta) = self.pop2();
+                let t = self.iconst32(table);
+                let v = self
+                    .builtin(
+                        Builtin::TableGrow,
+                        &[I32, I32, I64],
+                        Some(I32),
+                        &[t, delta, init],
+                    )
+                    .unwrap();
+                self.push(v);
+            }
+            O::TableFill { table } => {
+                let (dst, val, len) = self.pop3();
+                let t = self.iconst32(table);
+                self.checked_builtin(
+                    Builtin::TableFill,
+                    &[I32, I32, I64, I32],
+                    &[t, dst, val, len],
+                    code::TABLE_OUT_OF_BOUNDS,
+                );
+            }
+            O::TableCopy {
+                dst_table,
+                src_table,
+            } => {
+                let (dst, src, len) = self.pop3();
+                let d = self.iconst32(dst_table);
+                let s = self.iconst32(src_table);
+                self.checked_builtin(
+                    Builtin::TableCopy,
+                    &[I32; 5],
+                    &[d, s, dst, src, len],
+                    code::TABLE_OUT_OF_BOUNDS,
+                );
+            }
+            O::TableInit { elem_index, table } => {
+                let (dst, src, len) = self.pop3();
+                let t = self.iconst32(table);
+                let e = self.iconst32(elem_index);
+                self.checked_builtin(
+                    Builtin::TableInit,
+                    &[I32; 5],
+                    &[t, e, dst, src, len],
+                    code::TABLE_OUT_OF_BOUNDS,
+                );
+            }
+            O::ElemDrop { elem_index } => {
+                let e = self.iconst32(elem_index);
+                self.builtin(Builtin::ElemDrop, &[I32], None, &[e]);
+            }
+            O::RefNull { .. } => {
+                let v = self.b.ins().iconst(I64, 0);
+                self.push(v);
+            }
+            O::RefIsNull => self.eqz(),
+            O::RefFunc { function_index } => {
+                let v = self
+                    .b
+                    .ins()
+                    .iadd_imm_u(self.vmctx, self.env.offsets.funcref(function_index) as i64);
+                self.push(v);
+            }
+
+            O::I32Const { value } => {
+                let v = self.iconst32(value as u32);
+                self.push(v);
+            }
+            O::I64Const { value } => {
+                let v = self.b.ins().iconst(I64, value);
+                self.push(v);
+            }
+            O::F32Const { value } => {
+                let v = self.b.ins().f32const(Ieee32::with_bits(value.bits()));
+                self.push(v);
+            }
+            O::F64Const { value } => {
+                let v = self.b.ins().f64const(Ieee64::with_bits(value.bits()));
+                self.push(v);
+            }
+
+            O::I32Eqz | O::I64Eqz => self.eqz(),
+            O::I32Eq | O::I64Eq => self.icmp(IntCC::Equal),
+            O::I32Ne | O::I64Ne => self.icmp(IntCC::NotEqual),
+            O::I32LtS | O::I64LtS => self.icmp(IntCC::SignedLessThan),
+            O::I32LtU | O::I64LtU => self.icmp(IntCC::UnsignedLessThan),
+            O::I32GtS | O::I64GtS => self.icmp(IntCC::SignedGreaterThan),
+            O::I32GtU | O::I64GtU => self.icmp(IntCC::UnsignedGreaterThan),
+            O::I32LeS | O::I64LeS => self.icmp(IntCC::SignedLessThanOrEqual),
+            O::I32LeU | O::I64LeU => self.icmp(IntCC::UnsignedLessThanOrEqual),
+            O::I32GeS | O::I64GeS => self.icmp(IntCC::SignedGreaterThanOrEqual),
+            O::I32GeU | O::I64GeU => self.icmp(IntCC::UnsignedGreaterThanOrEqual),
+            O::F32Eq | O::F64Eq => self.fcmp(FloatCC::Equal),
+            O::F32Ne | O::F64Ne => self.fcmp(FloatCC::NotEqual),
+            O::F32Lt | O::F64Lt => self.fcmp(FloatCC::LessThan),
+            O::F32Gt | O::F64Gt => self.fcmp(FloatCC::GreaterThan),
+            O::F32Le | O::F64Le => self.fcmp(FloatCC::LessThanOrEqual),
+            O::F32Ge | O::F64Ge => self.fcmp(FloatCC::GreaterThanOrEqual),
+
+            O::I32Clz | O::I64Clz => self.unary(|b, x| b.ins().clz(x)),
+            O::I32Ctz | O::I64Ctz => self.unary(|b, x| b.ins().ctz(x)),
+            O::I32Popcnt | O::I64Popcnt => self.unary(|b, x| b.ins().popcnt(x)),
+            O::I32Add | O::I64Add => self.binary(|b, x, y| b.ins().iadd(x, y)),
+            O::I32Sub | O::I64Sub => self.binary(|b, x, y| b.ins().isub(x, y)),
+            O::I32Mul | O::I64Mul => self.binary(|b, x, y| b.ins().imul(x, y)),
+            O::I32DivS | O::I64DivS => self.binary(|b, x, y| b.ins().sdiv(x, y)),
+            O::I32DivU | O::I64DivU => self.binary(|b, x, y| b.ins().udiv(x, y)),
+            O::I32RemS | O::I64RemS => self.binary(|b, x, y| b.ins().srem(x, y)),
+            O::I32RemU | O::I64RemU => self.binary(|b, x, y| b.ins().urem(x, y)),
+            O::I32And | O::I64And => self.binary(|b, x, y| b.ins().band(x, y)),
+            O::I32Or | O::I64Or => self.binary(|b, x, y| b.ins().bor(x, y)),
+            O::I32Xor | O::I64Xor => self.binary(|b, x, y| b.ins().bxor(x, y)),
+            O::I32Shl | O::I64Shl => self.binary(|b, x, y| b.ins().ishl(x, y)),
+            O::I32ShrS | O::I64ShrS => self.binary(|b, x, y| b.ins().sshr(x, y)),
+            O::I32ShrU | O::I64ShrU => self.binary(|b, x, y| b.ins().ushr(x, y)),
+            O::I32Rotl | O::I64Rotl => self.binary(|b, x, y| b.ins().rotl(x, y)),
+            O::I32Rotr | O::I64Rotr => self.binary(|b, x, y| b.ins().rotr(x, y)),
+
+            O::F32Abs | O::F64Abs => self.unary(|b, x| b.ins().fabs(x)),
+            O::F32Neg | O::F64Neg => self.unary(|b, x| b.ins().fneg(x)),
+            O::F32Ceil | O::F64Ceil => self.unary(|b, x| b.ins().ceil(x)),
+            O::F32Floor | O::F64Floor => self.unary(|b, x| b.ins().floor(x)),
+            O::F32Trunc | O::F64Trunc => self.unary(|b, x| b.ins().trunc(x)),
+            O::F32Nearest | O::F64Nearest => self.unary(|b, x| b.ins().nearest(x)),
+            O::F32Sqrt | O::F64Sqrt => self.unary(|b, x| b.ins().sqrt(x)),
+            O::F32Add | O::F64Add => self.binary(|b, x, y| b.ins().fadd(x, y)),
+            O::F32Sub | O::F64Sub => self.binary(|b, x, y| b.ins().fsub(x, y)),
+            O::F32Mul | O::F64Mul => self.binary(|b, x, y| b.ins().fmul(x, y)),
+            O::F32Div | O::F64Div => self.binary(|b, x, y| b.ins().fdiv(x, y)),
+            O::F32Min | O::F64Min => self.binary(|b, x, y| b.ins().fmin(x, y)),
+            O::F32Max | O::F64Max => self.binary(|b, x, y| b.ins().fmax(x, y)),
+            O::F32Copysign | O::F64Copysign => self.binary(|b, x, y| b.ins().fcopysign(x, y)),
+
+            O::I32WrapI64 => self.unary(|b, x| b.ins().ireduce(I32, x)),
+            O::I64ExtendI32S => self.unary(|b, x| b.ins().sextend(I64, x)),
+            O::I64ExtendI32U => self.unary(|b, x| b.ins().uextend(I64, x)),
+            O::I32Extend8S => self.unary(|b, x| sext_from(b, x, I8, I32)),
+            O::I32Extend16S => self.unary(|b, x| sext_from(b, x, I16, I32)),
+            O::I64Extend8S => self.unary(|b, x| sext_from(b, x, I8, I64)),
+            O::I64Extend16S => self.unary(|b, x| sext_from(b, x, I16, I64)),
+            O::I64Extend32S => self.unary(|b, x| sext_from(b, x, I32, I64)),
+            O::I32TruncF32S | O::I32TruncF64S => self.unary(|b, x| b.ins().fcvt_to_sint(I32, x)),
+            O::I32TruncF32U | O::I32TruncF64U => self.unary(|b, x| b.ins().fcvt_to_uint(I32, x)),
+            O::I64TruncF32S | O::I64TruncF64S => self.unary(|b, x| b.ins().fcvt_to_sint(I64, x)),
+            O::I64TruncF32U | O::I64TruncF64U => self.unary(|b, x| b.ins().fcvt_to_uint(I64, x)),
+            O::I32TruncSatF32S | O::I32TruncSatF64S => {
+                self.unary(|b, x| b.ins().fcvt_to_sint_sat(I32, x))
+            }
+            O::I32TruncSatF32U | O::I32TruncSatF64U => {
+                self.unary(|b, x| b.ins().fcvt_to_uint_sat(I32, x))
+            }
+            O::I64TruncSatF32S | O::I64TruncSatF64S => {
+                self.unary(|b, x| b.ins().fcvt_to_sint_sat(I64, x))
+            }
+            O::I64TruncSatF32U | O::I64TruncSatF64U => {
+                self.unary(|b, x| b.ins().fcvt_to_uint_sat(I64, x))
+            }
+            O::F32ConvertI32S | O::F32ConvertI64S => {
+                self.unary(|b, x| b.ins().fcvt_from_sint(F32, x))
+            }
+            O::F32ConvertI32U | O::F32ConvertI64U => {
+                self.unary(|b, x| b.ins().fcvt_from_uint(F32, x))
+            }
+            O::F64ConvertI32S | O::F64ConvertI64S => {
+                self.unary(|b, x| b.ins().fcvt_from_sint(F64, x))
+            }
+            O::F64ConvertI32U | O::F64ConvertI64U => {
+                self.unary(|b, x| b.ins().fcvt_from_uint(F64, x))
+            }
+            O::F32DemoteF64 => self.unary(|b, x| b.ins().fdemote(F32, x)),
+            O::F64PromoteF32 => self.unary(|b, x| b.ins().fpromote(F64, x)),
+            O::I32ReinterpretF32 => self.unary(|b, x| b.ins().bitcast(I32, MemFlagsData::new(), x)),
+            O::I64ReinterpretF64 => self.unary(|b, x| b.ins().bitcast(I64, MemFlagsData::new(), x)),
+            O::F32ReinterpretI32 => self.unary(|b, x| b.ins().bitcast(F32, MemFlagsData::new(), x)),
+            O::F64ReinterpretI64 => self.unary(|b, x| b.ins().bitcast(F64, MemFlagsData::new(), x)),
+
+            other => {
+                return Err(CompileError::Unsupported(format!("operator {other:?}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn memory_index(m: &wasmparser::MemArg) -> u32 {
+    match m.target {
+        wasmparser::MemArgTarget::Memory(i) => i,
+        wasmparser::MemArgTarget::Array(_) => unreachable!("validated: no GC"),
+    }
+}
+
+fn sext_from(b: &mut FunctionBuilder<'_>, x: Value, narrow: Type, wide: Type) -> Value {
+    let n = b.ins().ireduce(narrow, x);
+    b.ins().sextend(wide, n)
+}
+
+#[derive(Clone, Copy)]
+enum LoadKind {
+    Plain,
+    S8,
+    U8,
+    S16,
+    U16,
+    S32,
+    U32,
+}

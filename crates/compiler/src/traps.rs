@@ -1,0 +1,31 @@
+//! Cranelift trap codes used by generated code, and their meaning.
+
+use cranelift_codegen::ir::TrapCode;
+use ephem_module::TrapKind;
+
+pub mod code {
+    use cranelift_codegen::ir::TrapCode;
+    pub const UNREACHABLE: TrapCode = TrapCode::unwrap_user(1);
+    pub const UNDEFINED_ELEMENT: TrapCode = TrapCode::unwrap_user(2);
+    pub const NULL_CALL: TrapCode = TrapCode::unwrap_user(3);
+    pub const BAD_SIGNATURE: TrapCode = TrapCode::unwrap_user(4);
+    pub const HOST_ERROR: TrapCode = TrapCode::unwrap_user(5);
+    pub const TABLE_OUT_OF_BOUNDS: TrapCode = TrapCode::unwrap_user(6);
+}
+
+pub fn kind(trap: TrapCode) -> Option<TrapKind> {
+    Some(match trap {
+        TrapCode::STACK_OVERFLOW => TrapKind::StackOverflow,
+        TrapCode::INTEGER_OVERFLOW => TrapKind::IntegerOverflow,
+        TrapCode::HEAP_OUT_OF_BOUNDS => TrapKind::MemoryOutOfBounds,
+        TrapCode::INTEGER_DIVISION_BY_ZERO => TrapKind::IntegerDivisionByZero,
+        TrapCode::BAD_CONVERSION_TO_INTEGER => TrapKind::BadConversionToInteger,
+        code::UNREACHABLE => TrapKind::Unreachable,
+        code::UNDEFINED_ELEMENT => TrapKind::UndefinedElement,
+        code::NULL_CALL => TrapKind::IndirectCallToNull,
+        code::BAD_SIGNATURE => TrapKind::BadSignature,
+        code::HOST_ERROR => TrapKind::HostError,
+        code::TABLE_OUT_OF_BOUNDS => TrapKind::TableOutOfBounds,
+        _ => return None,
+    })
+}

@@ -1,0 +1,422 @@
+//! Runs WebAssembly script (`.wast`) files: every directive of the spec test suite, against the
+//! standard `spectest` host module, counting assertions as passed, failed or skipped.
+
+use std::collections::HashMap;
+
+use anyhow::{Context, anyhow, bail};
+use ephem_runtime::{
+    Engine, Error, Extern, Func, FuncType, Global, GlobalType, Instance, Linker, Memory,
+    MemoryType, Module, Table, TableType, TrapKind, Val, ValType,
+};
+use wast::core::{AbstractHeapType, HeapType, NanPattern, WastArgCore, WastRetCore};
+use wast::parser::{self, ParseBuffer};
+use wast::{QuoteWat, WastArg, WastDirective, WastExecute, WastInvoke, WastRet};
+
+/// Counts of assertions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    /// One line per failure (and per skip, prefixed `skipped:`), with its line number.
+    pub notes: Vec<String>,
+}
+
+impl Outcome {
+    pub fn add(&mut self, other: &Outcome) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.skipped += other.skipped;
+    }
+}
+
+/// How modules are loaded while running a script.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlotReuse {
+    /// As the pool gives slots.
+    #[default]
+    Normal,
+    /// Before every module, another module is loaded and dropped, so that the module goes
+    /// into a slot that just held other code: stale state in reused slots would show.
+    AfterOther,
+}
+
+/// Runs the script `text` (named `name` in messages).
+pub fn run(engine: &Engine, name: &str, text: &str, reuse: SlotReuse) -> Outcome {
+    let mut runner = Runner::new(engine, reuse);
+    let mut outcome = Outcome::default();
+    // The spec tests deliberately use bidirectional and other "confusing" characters in names.
+    let mut lexer = wast::lexer::Lexer::new(text);
+    lexer.allow_confusing_unicode(true);
+    let buf = match ParseBuffer::new_with_lexer(lexer) {
+        Ok(b) => b,
+        Err(e) => {
+            outcome.failed += 1;
+            outcome.notes.push(format!("{name}: cannot lex: {e}"));
+            return outcome;
+        }
+    };
+    let wast = match parser::parse::<wast::Wast<'_>>(&buf) {
+        Ok(w) => w,
+        Err(e) => {
+            outcome.failed += 1;
+            outcome.notes.push(format!("{name}: cannot parse: {e}"));
+            return outcome;
+        }
+    };
+    for directive in wast.directives {
+        let (line, _) = directive.span().linecol_in(text);
+        match runner.directive(directive) {
+            Ok(Step::Passed) => outcome.passed += 1,
+            Ok(Step::Done) => {}
+            Ok(Step::Skipped(why)) => {
+                outcome.skipped += 1;
+                outcome
+                    .notes
+                    .push(format!("skipped: {name}:{}: {why}", line + 1));
+            }
+            Err(e) => {
+                outcome.failed += 1;
+                outcome.notes.push(format!("{name}:{}: {e:#}", line + 1));
+            }
+        }
+    }
+    outcome
+}
+
+enum Step {
+    /// An assertion held.
+    Passed,
+    /// A directive that asserts nothing ran.
+    Done,
+    Skipped(&'static str),
+}
+
+struct Runner {
+    engine: Engine,
+    linker: Linker,
+    named: HashMap<String, Instance>,
+    definitions: HashMap<String, Module>,
+    current: Option<Instance>,
+    reuse: SlotReuse,
+    filler: Option<Module>,
+}
+
+fn func_type(params: &[ValType], results: &[ValType]) -> FuncType {
+    FuncType {
+        params: params.to_vec(),
+        results: results.to_vec(),
+    }
+}
+
+/// The `spectest` module every script may import from.
+fn spectest(engine: &Engine) -> anyhow::Result<Linker> {
+    use ValType::*;
+    let mut linker = Linker::new();
+    let print = |params: &[ValType]| {
+        Extern::Func(Func::new(engine, func_type(params, &[]), |_| Ok(vec![])))
+    };
+    for (name, params) in [
+        ("print", &[][..]),
+        ("print_i32", &[I32]),
+        ("print_i64", &[I64]),
+        ("print_f32", &[F32]),
+        ("print_f64", &[F64]),
+        ("print_i32_f32", &[I32, F32]),
+        ("print_f64_f64", &[F64, F64]),
+    ] {
+        linker.define("spectest", name, print(params));
+    }
+    let global = |ty, value: u128| {
+        Extern::Global(std::rc::Rc::new(Global::new(
+            GlobalType { ty, mutable: false },
+            value,
+        )))
+    };
+    linker.define("spectest", "global_i32", global(I32, 666));
+    linker.define("spectest", "global_i64", global(I64, 666));
+    linker.define(
+        "spectest",
+        "global_f32",
+        global(F32, 666.6f32.to_bits() as u128),
+    );
+    linker.define(
+        "spectest",
+        "global_f64",
+        global(F64, 666.6f64.to_bits() as u128),
+    );
+    let table = Table::new(
+        TableType {
+            elem: FuncRef,
+            min: 10,
+            max: Some(20),
+        },
+        0,
+    )?;
+    linker.define("spectest", "table", Extern::Table(std::rc::Rc::new(table)));
+    let memory = Memory::new(MemoryType {
+        min: 1,
+        max: Some(2),
+    })?;
+    linker.define(
+        "spectest",
+        "memory",
+        Extern::Memory(std::rc::Rc::new(memory)),
+    );
+    Ok(linker)
+}
+
+impl Runner {
+    fn new(engine: &Engine, reuse: SlotReuse) -> Runner {
+        Runner {
+            engine: engine.clone(),
+            linker: spectest(engine).expect("spectest module"),
+            named: HashMap::new(),
+            definitions: HashMap::new(),
+            current: None,
+            reuse,
+            filler: None,
+        }
+    }
+
+    fn compile(&mut self, bytes: &[u8]) -> anyhow::Result<Module> {
+        Ok(crate::compile(&self.engine, bytes)?)
+    }
+
+    fn instantiate(&mut self, module: &Module) -> Result<Instance, Error> {
+        if self.reuse == SlotReuse::AfterOther {
+            let filler = self.filler.get_or_insert_with(|| {
+                let wat = br#"(module (func (export "f") (result i32) i32.const 7))"#;
+                crate::compile(&self.engine, wat).expect("filler module compiles")
+            });
+            let other = Instance::new(filler, &[])?;
+            drop(other);
+        }
+        self.linker.instantiate(module)
+    }
+
+    fn wat_module(&mut self, mut wat: QuoteWat<'_>) -> anyhow::Result<(Option<String>, Module)> {
+        let name = wat.name().map(|id| id.name().to_owned());
+        let bytes = wat.encode().context("encoding module")?;
+        Ok((name, self.compile(&bytes)?))
+    }
+
+    fn instance(&self, name: Option<wast::token::Id<'_>>) -> anyhow::Result<&Instance> {
+        match name {
+            Some(id) => self
+                .named
+                .get(id.name())
+                .ok_or_else(|| anyhow!("no module named {}", id.name())),
+            None => self
+                .current
+                .as_ref()
+                .ok_or_else(|| anyhow!("no current module")),
+        }
+    }
+
+    fn invoke(&mut self, inv: &WastInvoke<'_>) -> anyhow::Result<Result<Vec<Val>, Error>> {
+        let instance = self.instance(inv.module)?.clone();
+        let func = instance.get_func(inv.name)?;
+        let args = inv
+            .args
+            .iter()
+            .map(arg)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(func.call(&self.engine, &args))
+    }
+
+    fn execute(&mut self, exec: WastExecute<'_>) -> anyhow::Result<Result<Vec<Val>, Error>> {
+        match exec {
+            WastExecute::Invoke(inv) => self.invoke(&inv),
+            WastExecute::Wat(wat) => {
+                let (_, module) = self.wat_module(QuoteWat::Wat(wat))?;
+                Ok(self.instantiate(&module).map(|_| vec![]))
+            }
+            WastExecute::Get { module, global, .. } => {
+                let instance = self.instance(module)?;
+                match instance.get_export(global) {
+                    Some(Extern::Global(g)) => Ok(Ok(vec![raw_to_val(g.ty.ty, g.get())])),
+                    _ => bail!("no global named {global}"),
+                }
+            }
+        }
+    }
+
+    fn directive(&mut self, d: WastDirective<'_>) -> anyhow::Result<Step> {
+        match d {
+            WastDirective::Module(wat) => {
+                let (name, module) = self.wat_module(wat)?;
+                let instance = self.instantiate(&module)?;
+                if let Some(name) = name {
+                    self.named.insert(name, instance.clone());
+                }
+                self.current = Some(instance);
+                Ok(Step::Done)
+            }
+            WastDirective::ModuleDefinition(wat) => {
+                let (name, module) = self.wat_module(wat)?;
+                if let Some(name) = name {
+                    self.definitions.insert(name, module);
+                }
+                Ok(Step::Done)
+            }
+            WastDirective::ModuleInstance {
+                instance, module, ..
+            } => {
+                let def = module.ok_or_else(|| anyhow!("module instance without a definition"))?;
+                let module = self
+                    .definitions
+                    .get(def.name())
+                    .cloned()
+                    .ok_or_else(|| anyhow!("no definition {}", def.name()))?;
+                let inst = self.instantiate(&module)?;
+                if let Some(name) = instance {
+                    self.named.insert(name.name().to_owned(), inst.clone());
+                }
+                self.current = Some(inst);
+                Ok(Step::Done)
+            }
+            WastDirective::Register { name, module, .. } => {
+                let instance = self.instance(module)?.clone();
+                self.linker.instance(name, &instance);
+                Ok(Step::Done)
+            }
+            WastDirective::Invoke(inv) => {
+                self.invoke(&inv)??;
+                Ok(Step::Done)
+            }
+            WastDirective::AssertReturn { exec, results, .. } => {
+                let actual = self.execute(exec)??;
+                if actual.len() != results.len() {
+                    bail!("expected {} results, got {actual:?}", results.len());
+                }
+                for (a, e) in actual.iter().zip(&results) {
+                    let WastRet::Core(e) = e else {
+                        bail!("component values are not supported")
+                    };
+                    if !matches(a, e) {
+                        bail!("expected {e:?}, got {a:?}");
+                    }
+                }
+                Ok(Step::Passed)
+            }
+            WastDirective::AssertTrap { exec, message, .. } => match self.execute(exec)? {
+                Ok(v) => bail!("expected trap `{message}`, got {v:?}"),
+                Err(Error::Trap(t)) => {
+                    let ours = t.kind.message();
+                    if ours.starts_with(message) || message.starts_with(ours) {
+                        Ok(Step::Passed)
+                    } else {
+                        bail!("expected trap `{message}`, got `{ours}`")
+                    }
+                }
+                Err(e) => bail!("expected trap `{message}`, got error: {e}"),
+            },
+            WastDirective::AssertExhaustion { call, message, .. } => match self.invoke(&call)? {
+                Err(Error::Trap(t)) if t.kind == TrapKind::StackOverflow => Ok(Step::Passed),
+                other => bail!("expected `{message}`, got {other:?}"),
+            },
+            WastDirective::AssertInvalid {
+                module, message, ..
+            } => match self.wat_module(module) {
+                Ok(_) => bail!("expected invalid module ({message}), but it compiled"),
+                Err(_) => Ok(Step::Passed),
+            },
+            WastDirective::AssertMalformed {
+                module, message, ..
+            } => match self.wat_module(module) {
+                Ok(_) => bail!("expected malformed module ({message}), but it compiled"),
+                Err(_) => Ok(Step::Passed),
+            },
+            WastDirective::AssertUnlinkable {
+                module, message, ..
+            } => {
+                let (_, module) = self.wat_module(QuoteWat::Wat(module))?;
+                match self.instantiate(&module) {
+                    Err(Error::Link(_)) => Ok(Step::Passed),
+                    other => bail!(
+                        "expected unlinkable ({message}), got {:?}",
+                        other.map(|_| ())
+                    ),
+                }
+            }
+            WastDirective::AssertInvalidCustom { .. }
+            | WastDirective::AssertMalformedCustom { .. } => Ok(Step::Skipped(
+                "custom-section assertions are not part of WebAssembly 2.0",
+            )),
+            _ => Ok(Step::Skipped(
+                "directive outside WebAssembly 2.0 (threads, exceptions, stack switching)",
+            )),
+        }
+    }
+}
+
+fn raw_to_val(ty: ValType, raw: u128) -> Val {
+    match ty {
+        ValType::I32 => Val::I32(raw as u32 as i32),
+        ValType::I64 => Val::I64(raw as u64 as i64),
+        ValType::F32 => Val::F32(raw as u32),
+        ValType::F64 => Val::F64(raw as u64),
+        ValType::ExternRef => Val::ExternRef((raw != 0).then(|| (raw - 1) as u32)),
+        ValType::FuncRef => Val::I64(raw as i64),
+    }
+}
+
+fn heap_is_extern(h: &HeapType<'_>) -> bool {
+    matches!(
+        h,
+        HeapType::Abstract {
+            ty: AbstractHeapType::Extern,
+            ..
+        }
+    )
+}
+
+fn arg(a: &WastArg<'_>) -> anyhow::Result<Val> {
+    let WastArg::Core(a) = a else {
+        bail!("component values are not supported")
+    };
+    Ok(match a {
+        WastArgCore::I32(v) => Val::I32(*v),
+        WastArgCore::I64(v) => Val::I64(*v),
+        WastArgCore::F32(v) => Val::F32(v.bits),
+        WastArgCore::F64(v) => Val::F64(v.bits),
+        WastArgCore::RefNull(h) if heap_is_extern(h) => Val::ExternRef(None),
+        WastArgCore::RefNull(_) => Val::FuncRef(None),
+        WastArgCore::RefExtern(n) => Val::ExternRef(Some(*n)),
+        other => bail!("unsupported argument {other:?}"),
+    })
+}
+
+fn f32_matches(bits: u32, p: &NanPattern<wast::token::F32>) -> bool {
+    match p {
+        NanPattern::CanonicalNan => bits & 0x7fff_ffff == 0x7fc0_0000,
+        NanPattern::ArithmeticNan => bits & 0x7fc0_0000 == 0x7fc0_0000,
+        NanPattern::Value(v) => bits == v.bits,
+    }
+}
+
+fn f64_matches(bits: u64, p: &NanPattern<wast::token::F64>) -> bool {
+    match p {
+        NanPattern::CanonicalNan => bits & 0x7fff_ffff_ffff_ffff == 0x7ff8_0000_0000_0000,
+        NanPattern::ArithmeticNan => bits & 0x7ff8_0000_0000_0000 == 0x7ff8_0000_0000_0000,
+        NanPattern::Value(v) => bits == v.bits,
+    }
+}
+
+fn matches(actual: &Val, expected: &WastRetCore<'_>) -> bool {
+    match (actual, expected) {
+        (Val::I32(a), WastRetCore::I32(e)) => a == e,
+        (Val::I64(a), WastRetCore::I64(e)) => a == e,
+        (Val::F32(a), WastRetCore::F32(p)) => f32_matches(*a, p),
+        (Val::F64(a), WastRetCore::F64(p)) => f64_matches(*a, p),
+        (Val::FuncRef(None), WastRetCore::RefNull(h)) => {
+            h.as_ref().is_none_or(|h| !heap_is_extern(h))
+        }
+        (Val::ExternRef(None), WastRetCore::RefNull(h)) => h.as_ref().is_none_or(heap_is_extern),
+        (Val::ExternRef(Some(a)), WastRetCore::RefExtern(e)) => e.is_none_or(|e| e == *a),
+        (Val::FuncRef(Some(_)), WastRetCore::RefFunc(_)) => true,
+        (_, WastRetCore::Either(options)) => options.iter().any(|o| matches(actual, o)),
+        _ => false,
+    }
+}

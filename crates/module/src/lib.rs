@@ -1,0 +1,239 @@
+//! What ephem knows about a compiled module: its WebAssembly-level description ([`ModuleInfo`]),
+//! its machine code and where things are in it ([`CompiledModule`]), and the layout of the
+//! per-instance context that the code reads ([`VmOffsets`]).
+//!
+//! This crate is shared by the compiler, which produces a [`CompiledModule`], and the runtime,
+//! which loads one; it depends on neither, so a runtime-only build needs no compiler.
+//!
+//! # The calling convention
+//! Every wasm function takes the callee's instance context (`vmctx`) first, then its wasm
+//! parameters, and returns its wasm results (system calling convention of the host). The text
+//! also holds, per function type, an *entry trampoline* `fn(vmctx, callee, values: *mut ValRaw)`
+//! that the host calls (arguments in, results out through `values`), and a *host adapter* with
+//! the wasm signature that wasm calls to reach a host function (see [`HostFuncHeader`]).
+
+mod vmctx;
+
+pub use vmctx::*;
+
+/// A WebAssembly value type (WebAssembly 2.0, without SIMD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ValType {
+    I32,
+    I64,
+    F32,
+    F64,
+    FuncRef,
+    ExternRef,
+}
+
+impl ValType {
+    pub fn is_ref(self) -> bool {
+        matches!(self, ValType::FuncRef | ValType::ExternRef)
+    }
+}
+
+/// A function signature.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FuncType {
+    pub params: Vec<ValType>,
+    pub results: Vec<ValType>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableType {
+    pub elem: ValType,
+    pub min: u32,
+    pub max: Option<u32>,
+}
+
+/// Limits in 64 KiB pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryType {
+    pub min: u32,
+    pub max: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GlobalType {
+    pub ty: ValType,
+    pub mutable: bool,
+}
+
+/// A constant expression (WebAssembly 2.0 allows exactly one of these per initialiser).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConstExpr {
+    I32(i32),
+    I64(i64),
+    F32(u32),
+    F64(u64),
+    GlobalGet(u32),
+    RefNull,
+    RefFunc(u32),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImportKind {
+    Func(u32),
+    Table(TableType),
+    Memory(MemoryType),
+    Global(GlobalType),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Import {
+    pub module: String,
+    pub name: String,
+    pub kind: ImportKind,
+}
+
+/// Something a module exports or imports, by its index in the module's index space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntityIndex {
+    Func(u32),
+    Table(u32),
+    Memory(u32),
+    Global(u32),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Export {
+    pub name: String,
+    pub index: EntityIndex,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SegmentMode {
+    Active { index: u32, offset: ConstExpr },
+    Passive,
+    Declared,
+}
+
+/// A data segment; its bytes are `data[range]` of [`CompiledModule::data`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataSegment {
+    pub mode: SegmentMode,
+    pub range: std::ops::Range<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElemSegment {
+    pub mode: SegmentMode,
+    pub ty: ValType,
+    pub items: Vec<ConstExpr>,
+}
+
+/// The WebAssembly-level description of a module. Index spaces put imports first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModuleInfo {
+    pub types: Vec<FuncType>,
+    pub imports: Vec<Import>,
+    /// Type index of every function, imported ones first.
+    pub funcs: Vec<u32>,
+    pub tables: Vec<TableType>,
+    pub memories: Vec<MemoryType>,
+    pub globals: Vec<GlobalType>,
+    /// Initialisers of the defined globals (after the imported ones).
+    pub global_inits: Vec<ConstExpr>,
+    pub exports: Vec<Export>,
+    pub start: Option<u32>,
+    pub elems: Vec<ElemSegment>,
+    pub datas: Vec<DataSegment>,
+    pub imported_funcs: u32,
+    pub imported_tables: u32,
+    pub imported_memories: u32,
+    pub imported_globals: u32,
+}
+
+impl ModuleInfo {
+    pub fn func_type(&self, func: u32) -> &FuncType {
+        &self.types[self.funcs[func as usize] as usize]
+    }
+    pub fn defined_funcs(&self) -> usize {
+        self.funcs.len() - self.imported_funcs as usize
+    }
+}
+
+/// Why generated code trapped. Each trapping instruction in the text is listed with its kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TrapKind {
+    Unreachable,
+    MemoryOutOfBounds,
+    /// `table.get`/`set` and bulk table operations out of bounds.
+    TableOutOfBounds,
+    /// `call_indirect` past the end of the table.
+    UndefinedElement,
+    IndirectCallToNull,
+    BadSignature,
+    IntegerOverflow,
+    IntegerDivisionByZero,
+    BadConversionToInteger,
+    StackOverflow,
+    /// A host function returned an error or panicked; the runtime holds the details.
+    HostError,
+}
+
+impl TrapKind {
+    /// The message the WebAssembly specification's tests expect.
+    pub fn message(self) -> &'static str {
+        match self {
+            TrapKind::Unreachable => "unreachable",
+            TrapKind::MemoryOutOfBounds => "out of bounds memory access",
+            TrapKind::TableOutOfBounds => "out of bounds table access",
+            TrapKind::UndefinedElement => "undefined element",
+            TrapKind::IndirectCallToNull => "uninitialized element",
+            TrapKind::BadSignature => "indirect call type mismatch",
+            TrapKind::IntegerOverflow => "integer overflow",
+            TrapKind::IntegerDivisionByZero => "integer divide by zero",
+            TrapKind::BadConversionToInteger => "invalid conversion to integer",
+            TrapKind::StackOverflow => "call stack exhausted",
+            TrapKind::HostError => "host function error",
+        }
+    }
+}
+
+/// Where one defined function's code is in the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuncLoc {
+    pub offset: u32,
+    pub len: u32,
+}
+
+/// A module compiled to machine code: everything the runtime needs to load and instantiate it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompiledModule {
+    pub info: ModuleInfo,
+    /// All code, position-independent: intra-module calls are resolved.
+    pub text: Vec<u8>,
+    /// One per defined function.
+    pub funcs: Vec<FuncLoc>,
+    /// Entry trampoline offset, one per type.
+    pub trampolines: Vec<u32>,
+    /// Host adapter offset, one per type.
+    pub host_adapters: Vec<u32>,
+    /// Trapping instructions (text offset, kind), sorted by offset.
+    pub traps: Vec<(u32, TrapKind)>,
+    /// Bytes of all data segments.
+    pub data: Vec<u8>,
+}
+
+impl CompiledModule {
+    /// The kind of trap raised by the instruction at `offset` in the text, if it is one.
+    pub fn trap_at(&self, offset: u32) -> Option<TrapKind> {
+        self.traps
+            .binary_search_by_key(&offset, |(o, _)| *o)
+            .ok()
+            .map(|i| self.traps[i].1)
+    }
+
+    /// The defined function whose code contains `offset`, and the offset within it.
+    pub fn func_at(&self, offset: u32) -> Option<(u32, u32)> {
+        let i = self
+            .funcs
+            .partition_point(|f| f.offset <= offset)
+            .checked_sub(1)?;
+        let f = self.funcs[i];
+        (offset < f.offset + f.len)
+            .then(|| (self.info.imported_funcs + i as u32, offset - f.offset))
+    }
+}

@@ -1,0 +1,157 @@
+//! The instance context (`vmctx`): the block of memory that generated code reaches through its
+//! first argument. Its layout depends only on the module's counts, so compiler and runtime
+//! compute the same offsets from [`ModuleInfo`](crate::ModuleInfo).
+//!
+//! ```text
+//! header      stack_limit: *const usize (the thread's limit), builtins: *const fn table, instance: *mut (runtime's)
+//! memories    base: *mut u8                  (constant: a memory never moves)
+//! memory defs *const VmMemory               (current length in bytes)
+//! tables      *mut VmTable                  (elements pointer and length; may move on grow)
+//! globals     *mut ValRaw                   (16 bytes each, owned by the global)
+//! type ids    u32 per type, engine-wide canonical ids for signature checks
+//! funcrefs    VmFuncRef per function, imported ones first
+//! ```
+
+use crate::ModuleInfo;
+
+/// A value as it crosses between host and wasm: 16 bytes, little-endian, low bytes used.
+pub type ValRaw = u128;
+
+/// What `ref.func` and funcref table elements point at.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct VmFuncRef {
+    /// Native code with the wasm signature (`vmctx` first).
+    pub code: *const u8,
+    /// The context `code` expects: an instance's vmctx, or a host function's header.
+    pub vmctx: *mut u8,
+    /// Entry trampoline of the function's type, for calls from the host.
+    pub trampoline: *const u8,
+    /// Engine-wide canonical type id.
+    pub type_id: u32,
+}
+
+/// A linear memory's current size, shared by every instance that imports the memory.
+#[repr(C)]
+#[derive(Debug)]
+pub struct VmMemory {
+    pub base: *mut u8,
+    pub length: u64,
+}
+
+/// A table's elements: pointers (`*const VmFuncRef` or an externref handle), null = 0.
+#[repr(C)]
+#[derive(Debug)]
+pub struct VmTable {
+    pub elements: *mut usize,
+    pub length: u32,
+}
+
+/// The first field of the context a host adapter receives: the function it calls with the
+/// context and a pointer to the arguments (results are written back there). A non-zero return
+/// means the host function failed; the adapter then traps with `HostError`.
+pub type HostCall = unsafe extern "C" fn(ctx: *mut u8, values: *mut ValRaw) -> u32;
+
+/// Layout every host function context starts with.
+#[repr(C)]
+#[derive(Debug)]
+pub struct HostFuncHeader {
+    pub call: HostCall,
+}
+
+/// The runtime functions generated code calls, through the table at
+/// [`VmOffsets::builtins`]; index = position in this list. All take `vmctx` first and return
+/// a status or value as documented in the runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Builtin {
+    /// (mem, delta_pages) -> old pages or -1
+    MemoryGrow,
+    /// (mem, dst, val, len) -> trap flag
+    MemoryFill,
+    /// (dst_mem, src_mem, dst, src, len) -> trap flag
+    MemoryCopy,
+    /// (mem, data, dst, src, len) -> trap flag
+    MemoryInit,
+    /// (data)
+    DataDrop,
+    /// (table, delta, init) -> old size or -1
+    TableGrow,
+    /// (table, dst, val, len) -> trap flag
+    TableFill,
+    /// (dst_table, src_table, dst, src, len) -> trap flag
+    TableCopy,
+    /// (table, elem, dst, src, len) -> trap flag
+    TableInit,
+    /// (elem)
+    ElemDrop,
+}
+
+impl Builtin {
+    pub const COUNT: usize = 10;
+}
+
+/// Byte offsets of every field of a module's vmctx.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmOffsets {
+    pub memories: u32,
+    pub memory_defs: u32,
+    pub tables: u32,
+    pub globals: u32,
+    pub type_ids: u32,
+    pub funcrefs: u32,
+    pub size: u32,
+}
+
+const PTR: u32 = 8;
+
+impl VmOffsets {
+    pub const STACK_LIMIT: u32 = 0;
+    pub const BUILTINS: u32 = 8;
+    pub const INSTANCE: u32 = 16;
+    pub const FUNCREF_SIZE: u32 = std::mem::size_of::<VmFuncRef>() as u32;
+    pub const FUNCREF_CODE: u32 = 0;
+    pub const FUNCREF_VMCTX: u32 = 8;
+    pub const FUNCREF_TYPE_ID: u32 = 24;
+    pub const MEMORY_LENGTH: u32 = 8;
+    pub const TABLE_ELEMENTS: u32 = 0;
+    pub const TABLE_LENGTH: u32 = 8;
+
+    pub fn new(info: &ModuleInfo) -> VmOffsets {
+        let memories = 24;
+        let memory_defs = memories + PTR * info.memories.len() as u32;
+        let tables = memory_defs + PTR * info.memories.len() as u32;
+        let globals = tables + PTR * info.tables.len() as u32;
+        let type_ids = globals + PTR * info.globals.len() as u32;
+        let funcrefs = (type_ids + 4 * info.types.len() as u32).next_multiple_of(16);
+        let size = funcrefs + Self::FUNCREF_SIZE * info.funcs.len() as u32;
+        VmOffsets {
+            memories,
+            memory_defs,
+            tables,
+            globals,
+            type_ids,
+            funcrefs,
+            size,
+        }
+    }
+
+    pub fn memory_base(&self, i: u32) -> u32 {
+        self.memories + PTR * i
+    }
+    pub fn memory_def(&self, i: u32) -> u32 {
+        self.memory_defs + PTR * i
+    }
+    pub fn table(&self, i: u32) -> u32 {
+        self.tables + PTR * i
+    }
+    pub fn global(&self, i: u32) -> u32 {
+        self.globals + PTR * i
+    }
+    pub fn type_id(&self, i: u32) -> u32 {
+        self.type_ids + 4 * i
+    }
+    pub fn funcref(&self, i: u32) -> u32 {
+        self.funcrefs + Self::FUNCREF_SIZE * i
+    }
+}

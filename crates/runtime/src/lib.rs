@@ -1,0 +1,120 @@
+//! ephem's runtime: loads compiled modules through the code pool, instantiates them, runs them,
+//! and turns faults in generated code into [`Trap`]s.
+//!
+//! It needs no compiler: it takes an [`ephem_module::CompiledModule`] (from the compiler, or
+//! from an artifact on disk). The embedder's view is the usual one: an [`Engine`], a [`Module`]
+//! loaded into it, an [`Instance`] made from the module and its imports ([`Extern`]s, resolved by
+//! name with a [`Linker`]), and [`Func`]s called with [`Val`]s.
+//!
+//! Instances are deliberately not `Send`: everything about one lives on the thread that made it
+//! (the workload is one fresh instance per invocation per thread), which is what lets generated
+//! code find its stack limit through the instance context.
+//!
+//! Platform: Linux on x86_64 (see `signals` for the only assembly and signal code).
+
+mod engine;
+mod instance;
+mod linker;
+mod memory;
+mod signals;
+mod table;
+mod values;
+
+use std::rc::Rc;
+
+pub use engine::Engine;
+pub use ephem_code_memory::{PoolConfig, Strategy};
+pub use ephem_module::{FuncType, GlobalType, MemoryType, TableType, TrapKind, ValType};
+pub use instance::{Instance, Module};
+pub use linker::Linker;
+pub use memory::Memory;
+pub use table::{Global, Table};
+pub use values::{Func, HostError, Val};
+
+/// Something an instance imports or exports.
+#[derive(Clone)]
+pub enum Extern {
+    Func(Func),
+    Memory(Rc<Memory>),
+    Table(Rc<Table>),
+    Global(Rc<Global>),
+}
+
+impl std::fmt::Debug for Extern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Extern::Func(func) => write!(f, "func {:?}", func.ty()),
+            Extern::Memory(m) => write!(f, "memory {:?}", m.ty()),
+            Extern::Table(t) => write!(f, "table {:?}", t.ty()),
+            Extern::Global(g) => write!(f, "global {:?}", g.ty),
+        }
+    }
+}
+
+/// A trap: wasm execution stopped for one of the reasons in [`TrapKind`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trap {
+    pub kind: TrapKind,
+    /// The wasm function (index in its module) and code offset within it, where known.
+    pub func: Option<u32>,
+    pub offset: Option<u32>,
+    /// For [`TrapKind::HostError`]: what the host function said.
+    pub host_message: Option<String>,
+}
+
+impl Trap {
+    pub(crate) fn new(kind: TrapKind) -> Trap {
+        Trap {
+            kind,
+            func: None,
+            offset: None,
+            host_message: None,
+        }
+    }
+    pub(crate) fn host(message: String) -> Trap {
+        Trap {
+            host_message: Some(message),
+            ..Trap::new(TrapKind::HostError)
+        }
+    }
+}
+
+impl std::fmt::Display for Trap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "wasm trap: {}", self.kind.message())?;
+        if let Some(msg) = &self.host_message {
+            write!(f, ": {msg}")?;
+        }
+        if let (Some(func), Some(offset)) = (self.func, self.offset) {
+            write!(f, " (in function {func}, at code offset {offset:#x})")?;
+        }
+        Ok(())
+    }
+}
+
+/// What can go wrong in the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Trap(Trap),
+    #[error("link error: {0}")]
+    Link(String),
+    #[error("type mismatch: {0}")]
+    Type(String),
+    #[error("resource limit: {0}")]
+    Resource(String),
+    #[error("no export named `{0}`")]
+    NoExport(String),
+    #[error(transparent)]
+    CodeMemory(#[from] ephem_code_memory::Error),
+}
+
+impl Error {
+    /// The trap, if this error is one.
+    pub fn trap(&self) -> Option<&Trap> {
+        match self {
+            Error::Trap(t) => Some(t),
+            _ => None,
+        }
+    }
+}

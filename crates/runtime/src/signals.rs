@@ -1,0 +1,239 @@
+//! Entering wasm, and turning faults in wasm code into traps.
+//!
+//! The host enters wasm through `ephem_enter_wasm`, a small assembly stub that saves the
+//! callee-saved registers and its stack pointer in the thread's [`CallState`], then calls the
+//! entry trampoline. When generated code traps (a `ud2` for an explicit trap, or a fault in a
+//! memory's guard region), the signal handler checks that the faulting instruction lies in
+//! published code ([`registry::lookup`]); if so it records where, and resumes the thread at
+//! `ephem_trap_landing`, which restores the saved registers and returns 1 from the stub. Any
+//! other fault is passed to the handler installed before ours (or the default action), so a
+//! crash in host code still crashes.
+//!
+//! Stack overflow in wasm is caught before it happens: every function's prologue compares the
+//! stack pointer with the limit the vmctx points at, a thread-local set here on entry.
+
+use std::cell::{Cell, UnsafeCell};
+use std::mem::MaybeUninit;
+use std::sync::Once;
+
+use ephem_code_memory::registry;
+use ephem_module::ValRaw;
+
+/// How much stack wasm may use below the point where the host entered it.
+pub const MAX_WASM_STACK: usize = 512 << 10;
+/// Stack kept free for the host (signal handling, host functions) when the thread has little.
+const HOST_RESERVE: usize = 64 << 10;
+
+std::arch::global_asm!(
+    ".text",
+    ".globl ephem_enter_wasm",
+    ".type ephem_enter_wasm,@function",
+    "ephem_enter_wasm:",
+    "push rbp",
+    "mov rbp, rsp",
+    "push rbx",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "sub rsp, 8",
+    "mov [rdi], rsp",
+    "mov rax, rsi",
+    "mov rdi, rdx",
+    "mov rsi, rcx",
+    "mov rdx, r8",
+    "call rax",
+    "xor eax, eax",
+    "2:",
+    "add rsp, 8",
+    "pop r15",
+    "pop r14",
+    "pop r13",
+    "pop r12",
+    "pop rbx",
+    "pop rbp",
+    "ret",
+    ".globl ephem_trap_landing",
+    "ephem_trap_landing:",
+    "mov eax, 1",
+    "jmp 2b",
+);
+
+unsafe extern "C" {
+    fn ephem_enter_wasm(
+        saved_sp: *mut usize,
+        trampoline: *const u8,
+        vmctx: *mut u8,
+        callee: *const u8,
+        values: *mut ValRaw,
+    ) -> u32;
+    fn ephem_trap_landing();
+}
+
+/// Where a trap happened, as the signal handler saw it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrapSite {
+    pub pc: usize,
+    /// Start of the published code containing `pc`, and its registry tag.
+    pub code_start: usize,
+    pub tag: usize,
+    pub signal: i32,
+}
+
+/// One host-to-wasm call in progress on this thread.
+#[derive(Default)]
+struct CallState {
+    saved_sp: usize,
+    trap: TrapSite,
+}
+
+thread_local! {
+    static CURRENT: Cell<*mut CallState> = const { Cell::new(std::ptr::null_mut()) };
+    /// The stack limit generated code checks; its address goes into every vmctx made here.
+    static STACK_LIMIT: UnsafeCell<usize> = const { UnsafeCell::new(0) };
+    static STACK_LOW: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Address of this thread's stack limit, for a vmctx made on this thread.
+pub fn stack_limit_cell() -> *const usize {
+    STACK_LIMIT.with(|c| c.get().cast_const())
+}
+
+/// Calls `callee` (code with the wasm signature) through `trampoline` with `values` as
+/// arguments and results. Returns where it trapped, if it did.
+///
+/// # Safety
+/// `trampoline` must be the entry trampoline of `callee`'s type, `vmctx` a context `callee`
+/// accepts, and `values` large enough for the type's parameters and results.
+pub unsafe fn call(
+    trampoline: *const u8,
+    vmctx: *mut u8,
+    callee: *const u8,
+    values: *mut ValRaw,
+) -> Result<(), TrapSite> {
+    install_handlers();
+    let mut state = CallState::default();
+    let outer = CURRENT.with(|c| c.replace(&mut state));
+    if outer.is_null() {
+        let sp = approximate_sp();
+        let low = stack_low() + HOST_RESERVE;
+        let limit = sp.saturating_sub(MAX_WASM_STACK).max(low);
+        // SAFETY: the cell is this thread's; generated code only reads it.
+        STACK_LIMIT.with(|c| unsafe { *c.get() = limit });
+    }
+    // SAFETY: per the contract; the stub restores every callee-saved register on both exits.
+    let trapped =
+        unsafe { ephem_enter_wasm(&mut state.saved_sp, trampoline, vmctx, callee, values) };
+    CURRENT.with(|c| c.set(outer));
+    if trapped == 0 {
+        Ok(())
+    } else {
+        Err(state.trap)
+    }
+}
+
+fn approximate_sp() -> usize {
+    let marker = 0u8;
+    std::hint::black_box(&marker) as *const u8 as usize
+}
+
+/// The lowest usable address of this thread's stack (above its guard), cached per thread.
+fn stack_low() -> usize {
+    let cached = STACK_LOW.with(Cell::get);
+    if cached != 0 {
+        return cached;
+    }
+    // SAFETY: pthread_getattr_np fills `attr` for the calling thread; we destroy it after use.
+    let low = unsafe {
+        let mut attr = MaybeUninit::<libc::pthread_attr_t>::uninit();
+        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) != 0 {
+            return 0;
+        }
+        let mut addr = std::ptr::null_mut();
+        let mut size = 0;
+        let ok = libc::pthread_attr_getstack(attr.as_ptr(), &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(attr.as_mut_ptr());
+        if ok {
+            addr as usize + libc::sysconf(libc::_SC_PAGESIZE) as usize
+        } else {
+            0
+        }
+    };
+    STACK_LOW.with(|c| c.set(low));
+    low
+}
+
+const SIGNALS: [libc::c_int; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE];
+
+struct Previous(UnsafeCell<[MaybeUninit<libc::sigaction>; 4]>);
+// SAFETY: written once inside `Once::call_once` before any handler of ours can run, then only read.
+unsafe impl Sync for Previous {}
+static PREVIOUS: Previous = Previous(UnsafeCell::new([MaybeUninit::uninit(); 4]));
+static INSTALL: Once = Once::new();
+
+fn install_handlers() {
+    INSTALL.call_once(|| {
+        for (i, &sig) in SIGNALS.iter().enumerate() {
+            // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and an empty mask,
+            // and store the previous action in PREVIOUS before anything can read it.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_signal as *const () as usize;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut action.sa_mask);
+                let prev = (*PREVIOUS.0.get())[i].as_mut_ptr();
+                if libc::sigaction(sig, &action, prev) != 0 {
+                    panic!("cannot install the signal handler for signal {sig}");
+                }
+            }
+        }
+    });
+}
+
+unsafe extern "C" fn on_signal(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
+    // SAFETY: the kernel passes a valid ucontext for SA_SIGINFO handlers.
+    let uc = unsafe { &mut *context.cast::<libc::ucontext_t>() };
+    let pc = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize;
+    let state = CURRENT.with(Cell::get);
+    if !state.is_null()
+        && let Some((code_start, tag)) = registry::lookup(pc)
+    {
+        // SAFETY: `state` points at the CallState of the `call` frame running on this thread.
+        let state = unsafe { &mut *state };
+        state.trap = TrapSite {
+            pc,
+            code_start,
+            tag,
+            signal,
+        };
+        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = state.saved_sp as i64;
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] =
+            ephem_trap_landing as *const () as usize as i64;
+        return;
+    }
+    // Not a trap in wasm: do what would have happened without us.
+    let i = SIGNALS
+        .iter()
+        .position(|&s| s == signal)
+        .expect("only our signals");
+    // SAFETY: PREVIOUS was filled before our handler was installed.
+    let prev = unsafe { (*PREVIOUS.0.get())[i].assume_init_ref() };
+    if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN {
+        // Restore it; returning re-runs the faulting instruction under the default action.
+        // SAFETY: reinstalling a previously valid action.
+        unsafe { libc::sigaction(signal, prev, std::ptr::null_mut()) };
+    } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed with this three-argument signature.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(prev.sa_sigaction) };
+        f(signal, info, context);
+    } else {
+        // SAFETY: the previous handler was installed with the one-argument signature.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(prev.sa_sigaction) };
+        f(signal);
+    }
+}
