@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use ephem::{Engine, Extern, Func, FuncType, Linker, Val, ValType};
+use ephem::{Engine, Linker, Val, ValType};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,31 +55,16 @@ fn show(v: &Val) -> String {
     }
 }
 
-/// Satisfies every function import with a stub that traps, so a module can be run on its own.
-fn stub_imports(engine: &Engine, module: &ephem::Module) -> Linker {
-    let mut linker = Linker::new();
-    for import in module.imports() {
-        if let ephem_module_kind::Func(t) = &import.kind {
-            let ty: FuncType = module.compiled().info.types[*t as usize].clone();
-            let what = format!("{}.{}", import.module, import.name);
-            let f = Func::new(engine, ty, move |_| {
-                Err(format!("import `{what}` is not provided by `ephem run`").into())
-            });
-            linker.define(&import.module, &import.name, Extern::Func(f));
-        }
-    }
-    linker
-}
-
-use ephem_module::ImportKind as ephem_module_kind;
-
 pub fn run(args: Args) -> anyhow::Result<()> {
     let bytes =
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let engine = Engine::default();
     let module = ephem::compile(&engine, &bytes)
         .with_context(|| format!("compiling {}", args.file.display()))?;
-    let instance = stub_imports(&engine, &module).instantiate(&module)?;
+    // Imports a module needs from its home platform are stubs that trap when called.
+    let instance = Linker::new()
+        .define_unknown_imports_as_traps(&module)?
+        .instantiate(&module)?;
     let name = match args.invoke {
         Some(name) => name,
         None => match ["_start", "main"]

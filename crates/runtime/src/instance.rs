@@ -67,6 +67,26 @@ impl Module {
     }
 }
 
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let info = &self.inner.compiled.info;
+        f.debug_struct("Module")
+            .field("functions", &info.funcs.len())
+            .field("imports", &info.imports.len())
+            .field("exports", &info.exports.len())
+            .field("text_bytes", &self.inner.compiled.text.len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("module", &self.inner.module)
+            .finish()
+    }
+}
+
 /// An instance of a module. Cheap to clone; not `Send` (see the crate documentation).
 #[derive(Clone)]
 pub struct Instance {

@@ -1,0 +1,353 @@
+//! Behaviour the spec suite does not cover: traps and host errors leave the engine usable,
+//! runaway recursion is a trap, instantiation does not leak, bad input gets clear errors, host
+//! faults are not swallowed, and real-world modules load.
+
+use ephem::{Engine, Error, Extern, Func, FuncType, Linker, TrapKind, Val, ValType, compile};
+
+fn instantiate(engine: &Engine, wat: &str) -> ephem::Instance {
+    let module = compile(engine, wat.as_bytes()).unwrap();
+    Linker::new().instantiate(&module).unwrap()
+}
+
+fn call(
+    engine: &Engine,
+    instance: &ephem::Instance,
+    name: &str,
+    args: &[Val],
+) -> Result<Vec<Val>, Error> {
+    instance.get_func(name)?.call(engine, args)
+}
+
+fn trap_kind(r: Result<Vec<Val>, Error>) -> TrapKind {
+    match r {
+        Err(Error::Trap(t)) => t.kind,
+        other => panic!("expected a trap, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_trap_leaves_the_engine_usable() {
+    let engine = Engine::default();
+    let inst = instantiate(
+        &engine,
+        r#"(module (memory 1)
+             (func (export "div") (param i32 i32) (result i32) (i32.div_s (local.get 0) (local.get 1)))
+             (func (export "load") (param i32) (result i32) (i32.load (local.get 0))))"#,
+    );
+    for i in 1..50 {
+        assert_eq!(
+            trap_kind(call(&engine, &inst, "div", &[Val::I32(i), Val::I32(0)])),
+            TrapKind::IntegerDivisionByZero
+        );
+        assert_eq!(
+            trap_kind(call(&engine, &inst, "load", &[Val::I32(65536 - 3)])),
+            TrapKind::MemoryOutOfBounds
+        );
+        let r = call(&engine, &inst, "div", &[Val::I32(i * 6), Val::I32(3)]).unwrap();
+        assert!(matches!(r[..], [Val::I32(v)] if v == i * 2));
+    }
+    // A trap names where it happened.
+    let Err(Error::Trap(t)) = call(&engine, &inst, "div", &[Val::I32(1), Val::I32(0)]) else {
+        panic!()
+    };
+    assert_eq!(t.func, Some(0));
+    assert!(t.to_string().contains("integer divide by zero"), "{t}");
+}
+
+fn host_import_instance(engine: &Engine, f: Func) -> ephem::Instance {
+    let module = compile(
+        engine,
+        br#"(module (import "host" "f" (func $f (param i32) (result i32)))
+             (func (export "go") (param i32) (result i32) (i32.add (call $f (local.get 0)) (i32.const 1))))"#,
+    )
+    .unwrap();
+    let mut linker = Linker::new();
+    linker.define("host", "f", Extern::Func(f));
+    linker.instantiate(&module).unwrap()
+}
+
+#[test]
+fn host_functions_return_values_errors_and_panics_as_traps() {
+    let engine = Engine::default();
+    let ty = FuncType {
+        params: vec![ValType::I32],
+        results: vec![ValType::I32],
+    };
+    let f = Func::new(&engine, ty, |args| match args[0] {
+        Val::I32(0) => Err("the host says no".into()),
+        Val::I32(1) => panic!("the host panicked"),
+        Val::I32(v) => Ok(vec![Val::I32(v * 10)]),
+        _ => unreachable!(),
+    });
+    let inst = host_import_instance(&engine, f);
+    for round in 0..3 {
+        let r = call(&engine, &inst, "go", &[Val::I32(4 + round)]).unwrap();
+        assert!(matches!(r[..], [Val::I32(v)] if v == (4 + round) * 10 + 1));
+        let Err(Error::Trap(t)) = call(&engine, &inst, "go", &[Val::I32(0)]) else {
+            panic!("no trap")
+        };
+        assert_eq!(t.kind, TrapKind::HostError);
+        assert_eq!(t.host_message.as_deref(), Some("the host says no"));
+        let Err(Error::Trap(t)) = call(&engine, &inst, "go", &[Val::I32(1)]) else {
+            panic!("no trap")
+        };
+        assert!(t.host_message.unwrap().contains("the host panicked"));
+    }
+}
+
+#[test]
+fn host_function_returning_the_wrong_types_is_an_error() {
+    let engine = Engine::default();
+    let ty = FuncType {
+        params: vec![ValType::I32],
+        results: vec![ValType::I32],
+    };
+    let f = Func::new(&engine, ty, |_| Ok(vec![Val::I64(1)]));
+    let inst = host_import_instance(&engine, f);
+    assert_eq!(
+        trap_kind(call(&engine, &inst, "go", &[Val::I32(5)])),
+        TrapKind::HostError
+    );
+}
+
+#[test]
+fn infinite_recursion_is_a_stack_overflow_trap() {
+    let engine = Engine::default();
+    let inst = instantiate(
+        &engine,
+        r#"(module
+             (func $f (export "f") (param i64) (result i64) (i64.add (call $f (local.get 0)) (i64.const 1)))
+             (func $g (export "g") (param f64 f64 f64 f64 f64 f64 f64 f64 f64 f64) (result f64)
+               (call $g (local.get 0) (local.get 1) (local.get 2) (local.get 3) (local.get 4)
+                        (local.get 5) (local.get 6) (local.get 7) (local.get 8) (local.get 9)))
+             (func (export "ok") (result i32) (i32.const 5)))"#,
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            trap_kind(call(&engine, &inst, "f", &[Val::I64(0)])),
+            TrapKind::StackOverflow
+        );
+        let args: Vec<Val> = (0..10).map(|i| Val::F64((i as f64).to_bits())).collect();
+        assert_eq!(
+            trap_kind(call(&engine, &inst, "g", &args)),
+            TrapKind::StackOverflow
+        );
+        assert!(matches!(
+            call(&engine, &inst, "ok", &[]).unwrap()[..],
+            [Val::I32(5)]
+        ));
+    }
+    // The same on a thread with a small stack: the limit follows the thread.
+    std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || {
+            let engine = Engine::default();
+            let inst = instantiate(&engine, r#"(module (func $f (export "f") (call $f)))"#);
+            assert_eq!(
+                trap_kind(call(&engine, &inst, "f", &[])),
+                TrapKind::StackOverflow
+            );
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn resident_kib() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[test]
+fn thousands_of_instantiations_do_not_grow_memory_or_descriptors() {
+    let engine = Engine::default();
+    let modules: Vec<_> = (0..100)
+        .map(|i| {
+            let wat = format!(
+                r#"(module (memory 1) (data (i32.const 16) "module {i}")
+                     (global $g (mut i32) (i32.const {i}))
+                     (func (export "f") (result i32)
+                       (i32.store (i32.const 1024) (i32.const {i}))
+                       (i32.add (global.get $g) (i32.load8_u (i32.const 23)))))"#
+            );
+            compile(&engine, wat.as_bytes()).unwrap()
+        })
+        .collect();
+    let round = |n: usize| {
+        for k in 0..n {
+            let i = k % modules.len();
+            let inst = Linker::new().instantiate(&modules[i]).unwrap();
+            let r = inst.get_func("f").unwrap().call(&engine, &[]).unwrap();
+            // "module {i}": byte 23 is the first digit of i.
+            let digit = i.to_string().as_bytes()[0] as i32;
+            assert!(
+                matches!(r[..], [Val::I32(v)] if v == i as i32 + digit),
+                "module {i}: {r:?}"
+            );
+        }
+    };
+    round(500);
+    let (rss, fds) = (resident_kib(), open_fds());
+    round(5000);
+    assert_eq!(open_fds(), fds, "file descriptors leaked");
+    let grown = resident_kib().saturating_sub(rss);
+    assert!(
+        grown < 16 << 10,
+        "resident memory grew by {grown} KiB over 5000 instantiations"
+    );
+}
+
+#[test]
+fn every_instance_starts_from_fresh_state() {
+    let engine = Engine::default();
+    let module = compile(
+        &engine,
+        br#"(module (memory (export "m") 1) (global $g (mut i32) (i32.const 0))
+             (func (export "peek") (result i32) (i32.add (i32.load (i32.const 100)) (global.get $g)))
+             (func (export "poke") (i32.store (i32.const 100) (i32.const 0x5ec12e7)) (global.set $g (i32.const 1))))"#,
+    )
+    .unwrap();
+    for _ in 0..20 {
+        let inst = Linker::new().instantiate(&module).unwrap();
+        assert!(matches!(
+            call(&engine, &inst, "peek", &[]).unwrap()[..],
+            [Val::I32(0)]
+        ));
+        call(&engine, &inst, "poke", &[]).unwrap();
+        assert!(matches!(
+            call(&engine, &inst, "peek", &[]).unwrap()[..],
+            [Val::I32(0x5ec12e8)]
+        ));
+    }
+}
+
+#[test]
+fn bad_input_gets_precise_errors() {
+    let engine = Engine::default();
+    // Malformed bytes, invalid modules, SIMD.
+    for bytes in [
+        &b"\0asm\x01\0\0\0\x01"[..],
+        b"not wasm at all",
+        b"\0asm\x02\0\0\0",
+    ] {
+        let e = compile(&engine, bytes).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ephem::CompileError::Invalid(_) | ephem::CompileError::Text(_)
+            ),
+            "{e}"
+        );
+    }
+    let e = compile(&engine, b"(module (func (result i32) (i64.const 1)))").unwrap_err();
+    assert!(e.to_string().contains("type mismatch"), "{e}");
+    let e = compile(
+        &engine,
+        b"(module (func (result v128) (v128.const i64x2 1 2)))",
+    )
+    .unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("simd"), "{e}");
+
+    // A missing import names the import and its type.
+    let module = compile(
+        &engine,
+        br#"(module (import "env" "log" (func (param i32))))"#,
+    )
+    .unwrap();
+    let Err(Error::Link(msg)) = Linker::new().instantiate(&module) else {
+        panic!("linked")
+    };
+    assert!(msg.contains("`env`.`log`") && msg.contains("I32"), "{msg}");
+    // So does an import of the wrong type.
+    let mut linker = Linker::new();
+    let wrong = Func::new(
+        &engine,
+        FuncType {
+            params: vec![ValType::I64],
+            results: vec![],
+        },
+        |_| Ok(vec![]),
+    );
+    linker.define("env", "log", Extern::Func(wrong));
+    let Err(Error::Link(msg)) = linker.instantiate(&module) else {
+        panic!("linked")
+    };
+    assert!(
+        msg.contains("incompatible") && msg.contains("`env`.`log`"),
+        "{msg}"
+    );
+
+    // Absent exports and wrong argument types.
+    let inst = instantiate(&engine, r#"(module (func (export "f") (param i32)))"#);
+    assert!(matches!(inst.get_func("nope"), Err(Error::NoExport(n)) if n == "nope"));
+    assert!(matches!(
+        call(&engine, &inst, "f", &[Val::I64(1)]),
+        Err(Error::Type(_))
+    ));
+}
+
+/// Runs `test` in a child process (this test binary, filtered to `test`) with `EPHEM_CHILD` set.
+fn child_status(test: &str) -> std::process::ExitStatus {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("EPHEM_CHILD", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+}
+
+#[test]
+fn a_fault_in_host_code_still_crashes_the_process() {
+    if std::env::var_os("EPHEM_CHILD").is_some() {
+        // Make sure our handlers are installed, then fault outside wasm code.
+        let engine = Engine::default();
+        let inst = instantiate(&engine, r#"(module (func (export "t") unreachable))"#);
+        assert_eq!(
+            trap_kind(call(&engine, &inst, "t", &[])),
+            TrapKind::Unreachable
+        );
+        // SAFETY: deliberately invalid: the point of the test.
+        unsafe { std::ptr::null_mut::<u8>().write_volatile(1) };
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let status = child_status("a_fault_in_host_code_still_crashes_the_process");
+    assert_eq!(
+        status.signal(),
+        Some(libc_sigsegv()),
+        "child ended with {status:?}"
+    );
+}
+
+fn libc_sigsegv() -> i32 {
+    11
+}
+
+#[test]
+fn real_world_modules_compile_and_instantiate() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+    if !dir.is_dir() {
+        println!(
+            "skipped: {} is absent (it lives beside the checkout)",
+            dir.display()
+        );
+        return;
+    }
+    let engine = Engine::default();
+    for name in ["png.wasm", "zstd.wasm", "quickjs.wasm"] {
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let module = compile(&engine, &bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let inst = Linker::new()
+            .define_unknown_imports_as_traps(&module)
+            .unwrap()
+            .instantiate(&module)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!inst.exports().is_empty(), "{name} exports nothing");
+    }
+}
