@@ -34,6 +34,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let engine = ephem::Engine::default();
+    let compiler = ephem::Compiler::new()?;
     let reuse = if args.reuse_slots {
         SlotReuse::AfterOther
     } else {
@@ -43,7 +44,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for file in &files {
         let text =
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        let outcome = ephem::wast::run(&engine, &file.display().to_string(), &text, reuse);
+        let outcome = ephem::wast::run(
+            &compiler,
+            &engine,
+            &file.display().to_string(),
+            &text,
+            reuse,
+        );
         println!(
             "{}: {} passed, {} failed, {} skipped",
             file.display(),

@@ -171,3 +171,36 @@ fn many_threads_share_one_pool() {
         assert!(pool.stats().slots <= 4);
     }
 }
+
+#[test]
+fn published_code_is_found_in_the_registry_until_dropped() {
+    use ephem_code_memory::registry;
+    for strategy in w_xor_x_strategies() {
+        let Some(pool) = pool_or_skip(small_config(strategy)) else {
+            continue;
+        };
+        let bytes = module(5000, &[(0, 9)]);
+        let mut slot = pool.acquire(bytes.len()).unwrap();
+        slot.bytes_mut().copy_from_slice(&bytes);
+        let code = slot.publish_tagged(0xfeed).unwrap();
+        let start = code.as_ptr() as usize;
+        assert_eq!(registry::lookup(start), Some((start, 0xfeed)), "{strategy}");
+        assert_eq!(
+            registry::lookup(start + 4999),
+            Some((start, 0xfeed)),
+            "{strategy}"
+        );
+        assert_eq!(
+            registry::lookup(start + 5000),
+            None,
+            "{strategy}: past the end"
+        );
+        assert_eq!(call(&code, 0), 9);
+        drop(code);
+        assert_eq!(
+            registry::lookup(start),
+            None,
+            "{strategy}: still registered after release"
+        );
+    }
+}

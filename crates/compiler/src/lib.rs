@@ -16,11 +16,12 @@ use std::sync::Mutex;
 
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::ExternalName;
+use cranelift_codegen::ir::LibCall as ClifLibCall;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{Context, FinalizedRelocTarget, binemit::Reloc};
 use cranelift_frontend::FunctionBuilderContext;
-use ephem_module::{CompiledModule, FuncLoc, TrapKind, VmOffsets};
+use ephem_module::{CompiledModule, FuncLoc, LibCall, Reloc as ModuleReloc, TrapKind, VmOffsets};
 
 pub use parse::features;
 
@@ -45,6 +46,12 @@ pub struct Compiler {
 impl Compiler {
     /// A compiler for the CPU this process runs on.
     pub fn new() -> Result<Compiler, CompileError> {
+        Compiler::with_isa_settings(&[])
+    }
+
+    /// A compiler for this CPU with some of its features overridden (Cranelift's ISA setting
+    /// names, e.g. `("has_sse41", "false")`), for testing code paths other CPUs take.
+    pub fn with_isa_settings(isa_settings: &[(&str, &str)]) -> Result<Compiler, CompileError> {
         let mut flags = settings::builder();
         let set = |f: &mut settings::Builder, k: &str, v: &str| {
             f.set(k, v)
@@ -62,8 +69,14 @@ impl Compiler {
         )?;
         set(&mut flags, "enable_multi_ret_implicit_sret", "true")?;
         set(&mut flags, "unwind_info", "false")?;
-        let isa = cranelift_native::builder()
-            .map_err(|e| CompileError::Codegen(e.to_string()))?
+        let mut isa_builder =
+            cranelift_native::builder().map_err(|e| CompileError::Codegen(e.to_string()))?;
+        for (k, v) in isa_settings {
+            isa_builder
+                .set(k, v)
+                .map_err(|e| CompileError::Codegen(format!("setting {k}: {e}")))?;
+        }
+        let isa = isa_builder
             .finish(settings::Flags::new(flags))
             .map_err(|e| CompileError::Codegen(e.to_string()))?;
         Ok(Compiler { isa })
@@ -159,22 +172,31 @@ impl Compiler {
             .compile(&*self.isa, &mut ControlPlane::default())
             .map_err(|e| CompileError::Codegen(format!("{:?}", e.inner)))?;
         let mut calls = Vec::new();
+        let mut libcalls = Vec::new();
         for r in code.buffer.relocs() {
-            let target = match &r.target {
-                FinalizedRelocTarget::ExternalName(ExternalName::User(name)) => names[*name].index,
-                other => {
+            match (&r.target, r.kind) {
+                (
+                    FinalizedRelocTarget::ExternalName(ExternalName::User(name)),
+                    Reloc::X86CallPCRel4 | Reloc::X86PCRel4,
+                ) => {
+                    calls.push((r.offset, names[*name].index, r.addend));
+                }
+                (FinalizedRelocTarget::ExternalName(ExternalName::LibCall(lc)), Reloc::Abs8) => {
+                    let target = libcall(*lc).ok_or_else(|| {
+                        CompileError::Unsupported(format!("runtime function {lc:?}"))
+                    })?;
+                    libcalls.push(ModuleReloc {
+                        offset: r.offset,
+                        target,
+                        addend: r.addend,
+                    });
+                }
+                (target, kind) => {
                     return Err(CompileError::Unsupported(format!(
-                        "relocation to {other:?}"
+                        "relocation {kind:?} to {target:?}"
                     )));
                 }
-            };
-            if r.kind != Reloc::X86CallPCRel4 && r.kind != Reloc::X86PCRel4 {
-                return Err(CompileError::Unsupported(format!(
-                    "relocation kind {:?}",
-                    r.kind
-                )));
             }
-            calls.push((r.offset, target, r.addend));
         }
         let mut traps = Vec::new();
         for t in code.buffer.traps() {
@@ -186,6 +208,7 @@ impl Compiler {
         Ok(Compiled {
             code: code.code_buffer().to_vec(),
             calls,
+            libcalls,
             traps,
         })
     }
@@ -195,6 +218,7 @@ struct Compiled {
     code: Vec<u8>,
     /// (offset in this code, callee function index, addend) of PC-relative calls.
     calls: Vec<(u32, u32, i64)>,
+    libcalls: Vec<ModuleReloc>,
     traps: Vec<(u32, TrapKind)>,
 }
 
@@ -214,7 +238,12 @@ fn link(
         text.extend_from_slice(&unit.code);
     }
     let mut traps = Vec::new();
+    let mut relocs = Vec::new();
     for (unit, &start) in units.iter().zip(&offsets) {
+        relocs.extend(unit.libcalls.iter().map(|r| ModuleReloc {
+            offset: start + r.offset,
+            ..*r
+        }));
         for &(at, callee, addend) in &unit.calls {
             let defined_index = callee - info.imported_funcs;
             let target = offsets[defined_index as usize] as i64;
@@ -235,11 +264,26 @@ fn link(
     Ok(CompiledModule {
         info,
         text,
+        relocs,
         funcs,
         trampolines: offsets[defined..defined + types].to_vec(),
         host_adapters: offsets[defined + types..].to_vec(),
         traps,
         data,
+    })
+}
+
+fn libcall(lc: ClifLibCall) -> Option<LibCall> {
+    Some(match lc {
+        ClifLibCall::CeilF32 => LibCall::CeilF32,
+        ClifLibCall::CeilF64 => LibCall::CeilF64,
+        ClifLibCall::FloorF32 => LibCall::FloorF32,
+        ClifLibCall::FloorF64 => LibCall::FloorF64,
+        ClifLibCall::TruncF32 => LibCall::TruncF32,
+        ClifLibCall::TruncF64 => LibCall::TruncF64,
+        ClifLibCall::NearestF32 => LibCall::NearestF32,
+        ClifLibCall::NearestF64 => LibCall::NearestF64,
+        _ => return None,
     })
 }
 

@@ -7,7 +7,7 @@
 
 pub mod wast;
 
-pub use ephem_compiler::CompileError;
+pub use ephem_compiler::{CompileError, Compiler};
 pub use ephem_runtime::*;
 
 /// Anything that can go wrong between bytes and results.
@@ -19,7 +19,16 @@ pub enum EphemError {
     Runtime(#[from] Error),
 }
 
-/// Validates and compiles wasm (binary or text) for `engine`.
+/// Validates and compiles wasm (binary or text) for `engine`, for this CPU.
 pub fn compile(engine: &Engine, bytes: &[u8]) -> Result<Module, CompileError> {
-    Ok(Module::new(engine, ephem_compiler::compile(bytes)?))
+    compile_with(&Compiler::new()?, engine, bytes)
+}
+
+/// As [`compile`], with a given compiler.
+pub fn compile_with(
+    compiler: &Compiler,
+    engine: &Engine,
+    bytes: &[u8],
+) -> Result<Module, CompileError> {
+    Ok(Module::new(engine, compiler.compile(bytes)?))
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use anyhow::{Context, anyhow, bail};
+use ephem_compiler::Compiler;
 use ephem_runtime::{
     Engine, Error, Extern, Func, FuncType, Global, GlobalType, Instance, Linker, Memory,
     MemoryType, Module, Table, TableType, TrapKind, Val, ValType,
@@ -41,9 +42,15 @@ pub enum SlotReuse {
     AfterOther,
 }
 
-/// Runs the script `text` (named `name` in messages).
-pub fn run(engine: &Engine, name: &str, text: &str, reuse: SlotReuse) -> Outcome {
-    let mut runner = Runner::new(engine, reuse);
+/// Runs the script `text` (named `name` in messages), compiling its modules with `compiler`.
+pub fn run(
+    compiler: &Compiler,
+    engine: &Engine,
+    name: &str,
+    text: &str,
+    reuse: SlotReuse,
+) -> Outcome {
+    let mut runner = Runner::new(compiler, engine, reuse);
     let mut outcome = Outcome::default();
     // The spec tests deliberately use bidirectional and other "confusing" characters in names.
     let mut lexer = wast::lexer::Lexer::new(text);
@@ -92,7 +99,8 @@ enum Step {
     Skipped(&'static str),
 }
 
-struct Runner {
+struct Runner<'c> {
+    compiler: &'c Compiler,
     engine: Engine,
     linker: Linker,
     named: HashMap<String, Instance>,
@@ -166,9 +174,10 @@ fn spectest(engine: &Engine) -> anyhow::Result<Linker> {
     Ok(linker)
 }
 
-impl Runner {
-    fn new(engine: &Engine, reuse: SlotReuse) -> Runner {
+impl<'c> Runner<'c> {
+    fn new(compiler: &'c Compiler, engine: &Engine, reuse: SlotReuse) -> Runner<'c> {
         Runner {
+            compiler,
             engine: engine.clone(),
             linker: spectest(engine).expect("spectest module"),
             named: HashMap::new(),
@@ -180,14 +189,15 @@ impl Runner {
     }
 
     fn compile(&mut self, bytes: &[u8]) -> anyhow::Result<Module> {
-        Ok(crate::compile(&self.engine, bytes)?)
+        Ok(crate::compile_with(self.compiler, &self.engine, bytes)?)
     }
 
     fn instantiate(&mut self, module: &Module) -> Result<Instance, Error> {
         if self.reuse == SlotReuse::AfterOther {
             let filler = self.filler.get_or_insert_with(|| {
                 let wat = br#"(module (func (export "f") (result i32) i32.const 7))"#;
-                crate::compile(&self.engine, wat).expect("filler module compiles")
+                crate::compile_with(self.compiler, &self.engine, wat)
+                    .expect("filler module compiles")
             });
             let other = Instance::new(filler, &[])?;
             drop(other);

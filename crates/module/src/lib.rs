@@ -199,12 +199,37 @@ pub struct FuncLoc {
     pub len: u32,
 }
 
+/// A runtime function that generated code calls by absolute address (Cranelift emits these
+/// for float rounding when the CPU lacks SSE4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LibCall {
+    CeilF32,
+    CeilF64,
+    FloorF32,
+    FloorF64,
+    TruncF32,
+    TruncF64,
+    NearestF32,
+    NearestF64,
+}
+
+/// A place in the text that the loader must patch: the 8-byte absolute address of `target`
+/// plus `addend`, at `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reloc {
+    pub offset: u32,
+    pub target: LibCall,
+    pub addend: i64,
+}
+
 /// A module compiled to machine code: everything the runtime needs to load and instantiate it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CompiledModule {
     pub info: ModuleInfo,
     /// All code, position-independent: intra-module calls are resolved.
     pub text: Vec<u8>,
+    /// Patches the loader applies (usually none).
+    pub relocs: Vec<Reloc>,
     /// One per defined function.
     pub funcs: Vec<FuncLoc>,
     /// Entry trampoline offset, one per type.

@@ -234,6 +234,11 @@ impl Instance {
         let bytes = slot.bytes_mut();
         bytes[..text.len()].copy_from_slice(text);
         bytes[text.len()..].fill(ephem_code_memory::TRAP_FILL);
+        for r in &m.compiled.relocs {
+            let at = r.offset as usize;
+            let value = (crate::libcalls::address(r.target) as i64).wrapping_add(r.addend);
+            bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        }
         let code = slot.publish_tagged(Arc::as_ptr(&module.inner) as usize)?;
         let text_base = code.as_ptr();
 

@@ -14,6 +14,7 @@
 
 mod engine;
 mod instance;
+mod libcalls;
 mod linker;
 mod memory;
 mod signals;

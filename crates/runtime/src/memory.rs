@@ -112,6 +112,7 @@ impl Memory {
     ///
     /// # Safety
     /// No wasm code may run on this memory while the slice is alive.
+    #[allow(clippy::mut_from_ref)] // Exclusivity is the documented caller contract.
     pub unsafe fn bytes(&self) -> &mut [u8] {
         // SAFETY: `[base, base + len)` is mapped read+write; exclusivity per the contract.
         unsafe { std::slice::from_raw_parts_mut(self.base(), self.len()) }

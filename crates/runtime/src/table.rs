@@ -98,6 +98,7 @@ impl Table {
 
     /// # Safety
     /// No other reference to the elements may be alive.
+    #[allow(clippy::mut_from_ref)] // Exclusivity is the documented caller contract.
     pub unsafe fn elements(&self) -> &mut [usize] {
         // SAFETY: per the contract.
         unsafe { &mut *self.elements.get() }

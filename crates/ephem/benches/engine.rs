@@ -1,0 +1,41 @@
+//! Baselines for the engine: compile time, and one full invocation of a small module (load its
+//! code into the pool, link, instantiate with a data segment, call, tear down).
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use ephem::{Compiler, Engine, Linker, Val};
+
+const SMALL: &[u8] = include_bytes!("../../../examples/fib.wat");
+
+fn engine(c: &mut Criterion) {
+    let compiler = Compiler::new().unwrap();
+    let wasm = wat::parse_bytes(SMALL).unwrap().into_owned();
+    c.bench_function("compile/fib.wat", |b| {
+        b.iter(|| compiler.compile(&wasm).unwrap())
+    });
+    if let Ok(zstd) = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/corpus/zstd.wasm"
+    )) {
+        let mut group = c.benchmark_group("compile");
+        group.sample_size(10);
+        group.bench_function("zstd.wasm", |b| b.iter(|| compiler.compile(&zstd).unwrap()));
+        group.finish();
+    }
+
+    let engine = Engine::default();
+    let module = ephem::compile_with(&compiler, &engine, &wasm).unwrap();
+    c.bench_function("invocation/fib.wat load+instantiate+call+teardown", |b| {
+        b.iter(|| {
+            let instance = Linker::new().instantiate(&module).unwrap();
+            let r = instance
+                .get_func("fib")
+                .unwrap()
+                .call(&engine, &[Val::I32(20)])
+                .unwrap();
+            assert!(matches!(r[..], [Val::I64(6765)]));
+        })
+    });
+}
+
+criterion_group!(benches, engine);
+criterion_main!(benches);
