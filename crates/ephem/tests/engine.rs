@@ -351,3 +351,49 @@ fn real_world_modules_compile_and_instantiate() {
         assert!(!inst.exports().is_empty(), "{name} exports nothing");
     }
 }
+
+#[test]
+fn typed_calls_check_the_signature_once_and_call_directly() {
+    let engine = Engine::default();
+    let inst = instantiate(
+        &engine,
+        r#"(module (memory (export "mem") 1)
+             (func (export "mix") (param i32 i64 f32 f64) (result f64 i32)
+               (f64.add (f64.convert_i64_s (local.get 1)) (f64.add (f64.promote_f32 (local.get 2)) (local.get 3)))
+               (local.get 0))
+             (func (export "store") (param i32 i32) (i32.store (local.get 0) (local.get 1))))"#,
+    );
+    let mix = inst
+        .get_func("mix")
+        .unwrap()
+        .typed::<(i32, i64, f32, f64), (f64, i32)>()
+        .unwrap();
+    assert_eq!(mix.call(&engine, (7, 10, 0.5, 0.25)).unwrap(), (10.75, 7));
+    assert!(
+        inst.get_func("mix")
+            .unwrap()
+            .typed::<(i32,), i32>()
+            .is_err()
+    );
+    let store = inst
+        .get_func("store")
+        .unwrap()
+        .typed::<(i32, i32), ()>()
+        .unwrap();
+    store.call(&engine, (8, 0x01020304)).unwrap();
+    let Some(Extern::Memory(mem)) = inst.get_export("mem") else {
+        panic!("no memory")
+    };
+    let mut buf = [0u8; 4];
+    mem.read(8, &mut buf).unwrap();
+    assert_eq!(buf, [4, 3, 2, 1]);
+    mem.write(8, &[9, 0, 0, 0]).unwrap();
+    assert!(
+        mem.read(65535, &mut buf).is_err(),
+        "reads past the end are refused"
+    );
+    assert_eq!(
+        trap_kind(store.call(&engine, (65534, 1)).map(|()| vec![])),
+        TrapKind::MemoryOutOfBounds
+    );
+}

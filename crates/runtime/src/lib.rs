@@ -19,6 +19,7 @@ mod linker;
 mod memory;
 mod signals;
 mod table;
+mod typed;
 mod values;
 
 use std::rc::Rc;
@@ -30,6 +31,7 @@ pub use instance::{Instance, Module};
 pub use linker::Linker;
 pub use memory::Memory;
 pub use table::{Global, Table};
+pub use typed::{TypedFunc, WasmParams, WasmResults, WasmTy};
 pub use values::{Func, HostError, Val};
 
 /// Something an instance imports or exports.

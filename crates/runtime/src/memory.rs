@@ -108,6 +108,34 @@ impl Memory {
         Some(old)
     }
 
+    /// Copies `buf.len()` bytes at `offset` out of the memory.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), crate::Error> {
+        let end = offset.checked_add(buf.len()).filter(|&e| e <= self.len());
+        let end = end.ok_or_else(|| {
+            crate::Error::Resource(format!(
+                "read of {} bytes at {offset} is out of bounds",
+                buf.len()
+            ))
+        })?;
+        // SAFETY: bounds checked; the embedder is not running wasm while it holds `&self` here.
+        buf.copy_from_slice(unsafe { &self.bytes()[offset..end] });
+        Ok(())
+    }
+
+    /// Copies `data` into the memory at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), crate::Error> {
+        let end = offset.checked_add(data.len()).filter(|&e| e <= self.len());
+        let end = end.ok_or_else(|| {
+            crate::Error::Resource(format!(
+                "write of {} bytes at {offset} is out of bounds",
+                data.len()
+            ))
+        })?;
+        // SAFETY: as above.
+        unsafe { self.bytes()[offset..end].copy_from_slice(data) };
+        Ok(())
+    }
+
     /// The accessible bytes.
     ///
     /// # Safety

@@ -231,32 +231,54 @@ impl Func {
                 self.ty.params
             )));
         }
-        let fr = match &self.kind {
-            FuncKind::Host(h) => {
-                return (h.f)(args).map_err(|e| Error::Trap(Trap::host(e.to_string())));
-            }
-            FuncKind::Wasm { funcref, .. } => {
-                // SAFETY: as above.
-                unsafe { **funcref }
-            }
-        };
         let mut values = vec![0 as ValRaw; self.ty.params.len().max(self.ty.results.len()).max(1)];
         for (slot, a) in values.iter_mut().zip(args) {
             *slot = a.to_raw();
         }
+        self.call_raw(&mut values)?;
+        Ok(self
+            .ty
+            .results
+            .iter()
+            .zip(values)
+            .map(|(&t, r)| Val::from_raw(engine, t, r))
+            .collect())
+    }
+
+    /// Calls with arguments and results as raw values, already checked against the type;
+    /// `values` holds max(params, results) values.
+    pub(crate) fn call_raw(&self, values: &mut [ValRaw]) -> Result<(), Error> {
+        debug_assert!(values.len() >= self.ty.params.len().max(self.ty.results.len()));
+        let fr = match &self.kind {
+            FuncKind::Host(h) => {
+                let args: Vec<Val> = self
+                    .ty
+                    .params
+                    .iter()
+                    .zip(values.iter())
+                    .map(|(&t, &r)| Val::from_raw(&h.engine, t, r))
+                    .collect();
+                let results = (h.f)(&args).map_err(|e| Error::Trap(Trap::host(e.to_string())))?;
+                let types: Vec<ValType> = results.iter().map(Val::ty).collect();
+                if types != self.ty.results {
+                    let msg = format!(
+                        "host function returned {types:?}, expected {:?}",
+                        self.ty.results
+                    );
+                    return Err(Error::Trap(Trap::host(msg)));
+                }
+                for (slot, v) in values.iter_mut().zip(&results) {
+                    *slot = v.to_raw();
+                }
+                return Ok(());
+            }
+            // SAFETY: as above.
+            FuncKind::Wasm { funcref, .. } => unsafe { **funcref },
+        };
         // SAFETY: the funcref's trampoline matches its type, its vmctx is its instance's (kept
         // alive by the owner), and `values` holds max(params, results) values.
         let outcome =
             unsafe { crate::signals::call(fr.trampoline, fr.vmctx, fr.code, values.as_mut_ptr()) };
-        match outcome {
-            Ok(()) => Ok(self
-                .ty
-                .results
-                .iter()
-                .zip(values)
-                .map(|(&t, r)| Val::from_raw(engine, t, r))
-                .collect()),
-            Err(site) => Err(Error::Trap(Trap::from_site(site))),
-        }
+        outcome.map_err(|site| Error::Trap(Trap::from_site(site)))
     }
 }
