@@ -64,6 +64,7 @@ macro_rules! tuples {
         impl<$($t: WasmTy),*> WasmResults for ($($t,)*) {
             fn types() -> Vec<ValType> { vec![$($t::TY),*] }
             #[allow(unused_variables)]
+            #[allow(clippy::unused_unit)]
             fn load(values: &[ValRaw]) -> Self { ($($t::from_raw(values[$n]),)*) }
         }
     };
