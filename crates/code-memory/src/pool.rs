@@ -11,10 +11,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use std::os::fd::BorrowedFd;
+
 use crossbeam_queue::ArrayQueue;
 
 use crate::registry;
 use crate::slot::SlotMem;
+use crate::sys::{Mapping, Prot};
 use crate::{Error, PoolConfig, Strategy};
 
 /// A pool of code slots under one [`Strategy`]. Cheap to clone; clones share the slots.
@@ -234,8 +237,10 @@ impl CodeSlot {
             Ok(ptr) => {
                 registry::set(slot.entry, ptr as usize, ptr as usize + self.len, tag);
                 Ok(LoadedCode {
-                    pool: self.pool.clone(),
-                    slot: Some(slot),
+                    backing: Backing::Slot {
+                        pool: self.pool.clone(),
+                        slot: Some(slot),
+                    },
                     ptr,
                     len: self.len,
                 })
@@ -265,21 +270,62 @@ impl fmt::Debug for CodeSlot {
     }
 }
 
-/// Published, executable code. Dropping it returns the slot to its pool.
+/// Published, executable code. Dropping it returns the slot to its pool (or unmaps the file).
 pub struct LoadedCode {
-    pool: Arc<Inner>,
-    slot: Option<Slot>,
+    backing: Backing,
     ptr: *const u8,
     len: usize,
 }
 
-// SAFETY: the code is immutable while published and the slot memory is owned by this value;
+enum Backing {
+    Slot {
+        pool: Arc<Inner>,
+        slot: Option<Slot>,
+    },
+    File {
+        _map: Mapping,
+        entry: usize,
+    },
+}
+
+// SAFETY: the code is immutable while published and its memory is owned by this value;
 // the raw pointer is only an address into that memory.
 unsafe impl Send for LoadedCode {}
 // SAFETY: as above; shared access only reads the address.
 unsafe impl Sync for LoadedCode {}
 
 impl LoadedCode {
+    /// Maps `len` bytes of `file` at `offset` (page-aligned) read+execute, private, straight
+    /// from the page cache: zero copy, and the pages are shared with every other process that
+    /// maps the same file. Registered in the [`registry`] with `tag`, like published slots.
+    ///
+    /// This is the loading path for code too large to copy cheaply; it makes system calls
+    /// (`mmap` now, `munmap` on drop) and takes page faults on first execution of each page.
+    /// The file must not be modified while mapped (ephem only ever replaces files by rename).
+    pub fn map_file(
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        tag: usize,
+    ) -> Result<LoadedCode, Error> {
+        let map = Mapping::private_file(file, offset, len.max(1), Prot::Rx).map_err(|source| {
+            Error::Io {
+                op: "map code from file",
+                source,
+            }
+        })?;
+        let entry = registry::take().ok_or(Error::Exhausted {
+            max_slots: registry::CAPACITY,
+        })?;
+        let ptr = map.as_ptr() as *const u8;
+        registry::set(entry, ptr as usize, ptr as usize + len, tag);
+        Ok(LoadedCode {
+            backing: Backing::File { _map: map, entry },
+            ptr,
+            len,
+        })
+    }
+
     /// Address of the first byte of code in the executable view.
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr
@@ -298,8 +344,14 @@ impl LoadedCode {
 
 impl Drop for LoadedCode {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            self.pool.give_back(slot);
+        match &mut self.backing {
+            Backing::Slot { pool, slot } => {
+                if let Some(slot) = slot.take() {
+                    pool.give_back(slot);
+                }
+            }
+            // The registry entry goes before the mapping (dropped after this) is unmapped.
+            Backing::File { entry, .. } => registry::give_back(*entry),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! maintenance step after code is written.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::{self, NonNull};
 
 use rustix::fs::{MemfdFlags, ftruncate, memfd_create};
@@ -39,6 +39,7 @@ pub fn round_up(n: usize, align: usize) -> usize {
 /// Access a mapping grants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prot {
+    Read,
     Rw,
     Rx,
     /// Only for the opt-in `rwx` baseline.
@@ -48,6 +49,7 @@ pub enum Prot {
 impl Prot {
     fn map_flags(self) -> ProtFlags {
         match self {
+            Prot::Read => ProtFlags::READ,
             Prot::Rw => ProtFlags::READ | ProtFlags::WRITE,
             Prot::Rx => ProtFlags::READ | ProtFlags::EXEC,
             Prot::Rwx => ProtFlags::READ | ProtFlags::WRITE | ProtFlags::EXEC,
@@ -55,6 +57,7 @@ impl Prot {
     }
     fn mprotect_flags(self) -> MprotectFlags {
         match self {
+            Prot::Read => MprotectFlags::READ,
             Prot::Rw => MprotectFlags::READ | MprotectFlags::WRITE,
             Prot::Rx => MprotectFlags::READ | MprotectFlags::EXEC,
             Prot::Rwx => MprotectFlags::READ | MprotectFlags::WRITE | MprotectFlags::EXEC,
@@ -123,6 +126,29 @@ impl Mapping {
         Ok(Mapping::from_raw(ptr, len))
     }
 
+    /// Maps `len` bytes of `file` from `offset` (page-aligned) as a private view: pages come
+    /// from the page cache, shared with every other mapping of the file, until written
+    /// (`Prot::Rw` gives a copy-on-write view; `Prot::Read` and `Prot::Rx` are never written).
+    pub fn private_file(
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        prot: Prot,
+    ) -> io::Result<Mapping> {
+        // SAFETY: the kernel chooses a free range; no existing mapping is replaced.
+        let ptr = unsafe {
+            mmap(
+                ptr::null_mut(),
+                len,
+                prot.map_flags(),
+                MapFlags::PRIVATE,
+                file,
+                offset,
+            )?
+        };
+        Ok(Mapping::from_raw(ptr, len))
+    }
+
     fn from_raw(ptr: *mut core::ffi::c_void, len: usize) -> Mapping {
         Mapping {
             ptr: NonNull::new(ptr.cast()).expect("mmap returned null on success"),
@@ -143,7 +169,7 @@ impl Mapping {
     /// The caller guarantees that no Rust reference into the range outlives a change that
     /// removes write access; in this crate, writable slices are borrowed from an owner that the
     /// flip to read+execute consumes.
-    pub fn protect(&self, len: usize, prot: Prot) -> io::Result<()> {
+    pub(crate) fn protect(&self, len: usize, prot: Prot) -> io::Result<()> {
         assert!(len <= self.len);
         // SAFETY: the range lies inside this mapping, which we own; see the caller contract above.
         unsafe { mprotect(self.ptr.as_ptr().cast(), len, prot.mprotect_flags())? };
@@ -155,7 +181,7 @@ impl Mapping {
     /// # Safety
     /// The range `[0, len)` must currently be mapped writable and no other reference to it may
     /// exist for the returned lifetime.
-    pub unsafe fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+    pub(crate) unsafe fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
         assert!(len <= self.len);
         // SAFETY: in bounds of a live mapping; writability and exclusivity per the contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), len) }

@@ -21,7 +21,9 @@ use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{Context, FinalizedRelocTarget, binemit::Reloc};
 use cranelift_frontend::FunctionBuilderContext;
-use ephem_module::{CompiledModule, FuncLoc, LibCall, Reloc as ModuleReloc, TrapKind, VmOffsets};
+use ephem_module::{
+    CompiledModule, FuncLoc, LibCall, Reloc as ModuleReloc, Target, TrapKind, VmOffsets,
+};
 
 pub use parse::features;
 
@@ -97,6 +99,22 @@ impl Compiler {
         )
     }
 
+    /// What code from this compiler assumes about the machine: the architecture, the CPU
+    /// features it may use (enabled `has_*` settings) and the fingerprint.
+    pub fn target(&self) -> Target {
+        Target {
+            arch: self.isa.triple().architecture.to_string(),
+            cpu_features: self
+                .isa
+                .isa_flags()
+                .iter()
+                .filter(|f| f.name.starts_with("has_") && f.as_bool() == Some(true))
+                .map(|f| f.name.to_owned())
+                .collect(),
+            fingerprint: self.fingerprint(),
+        }
+    }
+
     /// Compiles wasm (binary, or text accepted by the `wat` crate).
     pub fn compile(&self, bytes: &[u8]) -> Result<CompiledModule, CompileError> {
         let bytes = wat::parse_bytes(bytes)?;
@@ -141,7 +159,9 @@ impl Compiler {
             .into_iter()
             .map(|m| m.into_inner().unwrap().expect("every unit compiled"))
             .collect::<Result<_, _>>()?;
-        link(parsed.info, compiled, defined, types, parsed.data)
+        let mut module = link(parsed.info, compiled, defined, types, parsed.data)?;
+        module.target = self.target();
+        Ok(module)
     }
 
     fn compile_unit(
@@ -263,6 +283,7 @@ fn link(
         .collect();
     Ok(CompiledModule {
         info,
+        target: Target::default(),
         text,
         relocs,
         funcs,

@@ -19,8 +19,14 @@ pub enum EphemError {
     Runtime(#[from] Error),
 }
 
+impl From<ephem_artifact::Error> for EphemError {
+    fn from(e: ephem_artifact::Error) -> Self {
+        EphemError::Runtime(e.into())
+    }
+}
+
 /// Validates and compiles wasm (binary or text) for `engine`, for this CPU.
-pub fn compile(engine: &Engine, bytes: &[u8]) -> Result<Module, CompileError> {
+pub fn compile(engine: &Engine, bytes: &[u8]) -> Result<Module, EphemError> {
     compile_with(&Compiler::new()?, engine, bytes)
 }
 
@@ -29,6 +35,21 @@ pub fn compile_with(
     compiler: &Compiler,
     engine: &Engine,
     bytes: &[u8],
-) -> Result<Module, CompileError> {
-    Ok(Module::new(engine, compiler.compile(bytes)?))
+) -> Result<Module, EphemError> {
+    Ok(Module::new(engine, &compiler.compile(bytes)?)?)
+}
+
+/// The module for `wasm`, through `cache`: opened if cached, else compiled and stored. The
+/// [`Outcome`] says which, and why the cache could not be used if it could not.
+pub fn compile_cached(
+    compiler: &Compiler,
+    engine: &Engine,
+    cache: &Cache,
+    wasm: &[u8],
+) -> Result<(Module, Outcome), EphemError> {
+    let key = Cache::key(wasm, &compiler.fingerprint());
+    let (artifact, outcome) = cache.get_or_compile(&key, || -> Result<_, EphemError> {
+        Ok(compiler.compile(wasm)?)
+    })?;
+    Ok((Module::from_artifact(engine, artifact), outcome))
 }

@@ -239,7 +239,9 @@ fn bad_input_gets_precise_errors() {
         assert!(
             matches!(
                 e,
-                ephem::CompileError::Invalid(_) | ephem::CompileError::Text(_)
+                ephem::EphemError::Compile(
+                    ephem::CompileError::Invalid(_) | ephem::CompileError::Text(_)
+                )
             ),
             "{e}"
         );

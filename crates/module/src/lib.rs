@@ -14,10 +14,12 @@
 
 mod vmctx;
 
+use serde::{Deserialize, Serialize};
+
 pub use vmctx::*;
 
 /// A WebAssembly value type (WebAssembly 2.0, without SIMD).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ValType {
     I32,
     I64,
@@ -34,13 +36,13 @@ impl ValType {
 }
 
 /// A function signature.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct FuncType {
     pub params: Vec<ValType>,
     pub results: Vec<ValType>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableType {
     pub elem: ValType,
     pub min: u32,
@@ -48,20 +50,20 @@ pub struct TableType {
 }
 
 /// Limits in 64 KiB pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryType {
     pub min: u32,
     pub max: Option<u32>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GlobalType {
     pub ty: ValType,
     pub mutable: bool,
 }
 
 /// A constant expression (WebAssembly 2.0 allows exactly one of these per initialiser).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ConstExpr {
     I32(i32),
     I64(i64),
@@ -72,7 +74,7 @@ pub enum ConstExpr {
     RefFunc(u32),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ImportKind {
     Func(u32),
     Table(TableType),
@@ -80,7 +82,7 @@ pub enum ImportKind {
     Global(GlobalType),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Import {
     pub module: String,
     pub name: String,
@@ -88,7 +90,7 @@ pub struct Import {
 }
 
 /// Something a module exports or imports, by its index in the module's index space.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EntityIndex {
     Func(u32),
     Table(u32),
@@ -96,13 +98,13 @@ pub enum EntityIndex {
     Global(u32),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Export {
     pub name: String,
     pub index: EntityIndex,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SegmentMode {
     Active { index: u32, offset: ConstExpr },
     Passive,
@@ -110,13 +112,13 @@ pub enum SegmentMode {
 }
 
 /// A data segment; its bytes are `data[range]` of [`CompiledModule::data`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataSegment {
     pub mode: SegmentMode,
     pub range: std::ops::Range<u32>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ElemSegment {
     pub mode: SegmentMode,
     pub ty: ValType,
@@ -124,7 +126,7 @@ pub struct ElemSegment {
 }
 
 /// The WebAssembly-level description of a module. Index spaces put imports first.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModuleInfo {
     pub types: Vec<FuncType>,
     pub imports: Vec<Import>,
@@ -155,7 +157,7 @@ impl ModuleInfo {
 }
 
 /// Why generated code trapped. Each trapping instruction in the text is listed with its kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TrapKind {
     Unreachable,
     MemoryOutOfBounds,
@@ -174,6 +176,30 @@ pub enum TrapKind {
 }
 
 impl TrapKind {
+    /// Every kind, in the order of their stable codes ([`TrapKind::code`]).
+    pub const ALL: [TrapKind; 11] = [
+        TrapKind::Unreachable,
+        TrapKind::MemoryOutOfBounds,
+        TrapKind::TableOutOfBounds,
+        TrapKind::UndefinedElement,
+        TrapKind::IndirectCallToNull,
+        TrapKind::BadSignature,
+        TrapKind::IntegerOverflow,
+        TrapKind::IntegerDivisionByZero,
+        TrapKind::BadConversionToInteger,
+        TrapKind::StackOverflow,
+        TrapKind::HostError,
+    ];
+
+    /// A number for this kind that stays the same across builds (used in artifact files).
+    pub fn code(self) -> u32 {
+        Self::ALL.iter().position(|&k| k == self).expect("listed") as u32
+    }
+
+    pub fn from_code(code: u32) -> Option<TrapKind> {
+        Self::ALL.get(code as usize).copied()
+    }
+
     /// The message the WebAssembly specification's tests expect.
     pub fn message(self) -> &'static str {
         match self {
@@ -193,7 +219,7 @@ impl TrapKind {
 }
 
 /// Where one defined function's code is in the text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FuncLoc {
     pub offset: u32,
     pub len: u32,
@@ -201,7 +227,7 @@ pub struct FuncLoc {
 
 /// A runtime function that generated code calls by absolute address (Cranelift emits these
 /// for float rounding when the CPU lacks SSE4.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum LibCall {
     CeilF32,
     CeilF64,
@@ -215,17 +241,31 @@ pub enum LibCall {
 
 /// A place in the text that the loader must patch: the 8-byte absolute address of `target`
 /// plus `addend`, at `offset`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reloc {
     pub offset: u32,
     pub target: LibCall,
     pub addend: i64,
 }
 
+/// What generated code assumes about the machine that runs it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// The architecture (`x86_64`).
+    pub arch: String,
+    /// CPU features the code may use, by Cranelift setting name (`has_avx2`, ...).
+    pub cpu_features: Vec<String>,
+    /// Everything else that changed the code: target triple and every compiler setting. Equal
+    /// fingerprints mean equal code for equal input.
+    pub fingerprint: String,
+}
+
 /// A module compiled to machine code: everything the runtime needs to load and instantiate it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CompiledModule {
     pub info: ModuleInfo,
+    /// What the code was generated for.
+    pub target: Target,
     /// All code, position-independent: intra-module calls are resolved.
     pub text: Vec<u8>,
     /// Patches the loader applies (usually none).

@@ -1,11 +1,29 @@
-//! The engine: the code pool every module loads into, and the registry of canonical function
-//! type ids that `call_indirect` and import checks compare.
+//! The engine: the code pool every module loads into, the pool of linear-memory slots, and the
+//! registry of canonical function type ids that `call_indirect` and import checks compare.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ephem_code_memory::{CodePool, PoolConfig};
 use ephem_module::FuncType;
+
+use crate::memory::{MemoryConfig, MemoryPool};
+
+/// How an engine loads code and makes memories. The defaults come from the benchmarks in
+/// BENCHMARKS.md.
+#[derive(Clone, Debug, Default)]
+pub struct EngineConfig {
+    /// The code pool (strategy, slot sizes).
+    pub code: PoolConfig,
+    /// Texts of at least this many bytes are mapped read+execute straight from the artifact
+    /// file instead of copied into a code slot (0: always map; `usize::MAX`: always copy).
+    /// Texts with relocations are always copied.
+    pub map_text_at: Option<usize>,
+    pub memory: MemoryConfig,
+}
+
+/// Default for [`EngineConfig::map_text_at`].
+pub const DEFAULT_MAP_TEXT_AT: usize = 4 << 20;
 
 /// Shared by every module and instance made with it; cheap to clone and `Send + Sync`.
 #[derive(Clone)]
@@ -15,6 +33,8 @@ pub struct Engine {
 
 struct EngineInner {
     pool: CodePool,
+    memories: Arc<MemoryPool>,
+    map_text_at: usize,
     types: Mutex<Types>,
 }
 
@@ -25,14 +45,33 @@ struct Types {
 }
 
 impl Engine {
-    /// An engine whose code pool is built from `config` (the default: `dual`).
+    /// An engine whose code pool is built from `config` (the default: `dual`), otherwise
+    /// configured by default.
     pub fn new(config: PoolConfig) -> Result<Engine, crate::Error> {
+        Engine::with_config(EngineConfig {
+            code: config,
+            ..EngineConfig::default()
+        })
+    }
+
+    pub fn with_config(config: EngineConfig) -> Result<Engine, crate::Error> {
         Ok(Engine {
             inner: Arc::new(EngineInner {
-                pool: CodePool::new(config)?,
+                pool: CodePool::new(config.code)?,
+                memories: Arc::new(MemoryPool::new(config.memory)),
+                map_text_at: config.map_text_at.unwrap_or(DEFAULT_MAP_TEXT_AT),
                 types: Mutex::default(),
             }),
         })
+    }
+
+    pub(crate) fn memory_pool(&self) -> &Arc<MemoryPool> {
+        &self.inner.memories
+    }
+
+    /// Whether a text of `len` bytes is mapped from its file rather than copied.
+    pub(crate) fn maps_text(&self, len: usize) -> bool {
+        len >= self.inner.map_text_at
     }
 
     pub fn code_pool(&self) -> &CodePool {

@@ -1,7 +1,13 @@
 //! Loading a compiled module and instantiating it.
 //!
-//! Loading copies the module's text into a slot of the engine's code pool and publishes it
-//! (tagged with the module, so a trap can be traced back to its trap table). Instantiating builds
+//! A [`Module`] is an open [`Artifact`]: from a file, or made in memory from a freshly compiled
+//! module (the same format in a memory file), so there is one loading path.
+//!
+//! Loading copies the module's text into a slot of the engine's code pool and publishes it, or,
+//! for texts over the engine's threshold, maps it read+execute straight from the artifact file;
+//! either way it is registered with the module as tag, so a trap can be traced back to its trap
+//! table. Memories the module defines come from the engine's memory pool, initialised from the
+//! artifact's images. Instantiating builds
 //! the vmctx (see `ephem_module::vmctx`), then applies element segments, data segments and the
 //! start function, in the order the specification gives. Nothing is shared between instances
 //! but what they import from each other.
@@ -10,6 +16,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use ephem_artifact::Artifact;
 use ephem_code_memory::LoadedCode;
 use ephem_module::{
     Builtin, CompiledModule, ConstExpr, EntityIndex, Import, ImportKind, SegmentMode, TrapKind,
@@ -29,25 +36,35 @@ pub struct Module {
 
 struct ModuleInner {
     engine: Engine,
-    compiled: CompiledModule,
+    artifact: Artifact,
     offsets: VmOffsets,
     type_ids: Vec<u32>,
 }
 
 impl Module {
-    /// Prepares `compiled` for instantiation with `engine`.
-    pub fn new(engine: &Engine, compiled: CompiledModule) -> Module {
-        let type_ids = compiled
-            .info
-            .types
-            .iter()
-            .map(|t| engine.type_id(t))
-            .collect();
-        let offsets = VmOffsets::new(&compiled.info);
+    /// Prepares a freshly compiled module for instantiation with `engine` (through an artifact
+    /// in a memory file: see the module documentation).
+    pub fn new(engine: &Engine, compiled: &CompiledModule) -> Result<Module, Error> {
+        Ok(Module::from_artifact(
+            engine,
+            Artifact::from_compiled(compiled)?,
+        ))
+    }
+
+    /// Opens the artifact at `path` (see [`Artifact::open`] for what is checked).
+    pub fn from_file(engine: &Engine, path: &std::path::Path) -> Result<Module, Error> {
+        Ok(Module::from_artifact(engine, Artifact::open(path)?))
+    }
+
+    /// Prepares an open artifact for instantiation with `engine`.
+    pub fn from_artifact(engine: &Engine, artifact: Artifact) -> Module {
+        let info = artifact.info();
+        let type_ids = info.types.iter().map(|t| engine.type_id(t)).collect();
+        let offsets = VmOffsets::new(info);
         Module {
             inner: Arc::new(ModuleInner {
                 engine: engine.clone(),
-                compiled,
+                artifact,
                 offsets,
                 type_ids,
             }),
@@ -58,23 +75,23 @@ impl Module {
         &self.inner.engine
     }
 
-    pub fn compiled(&self) -> &CompiledModule {
-        &self.inner.compiled
+    pub fn artifact(&self) -> &Artifact {
+        &self.inner.artifact
     }
 
     pub fn imports(&self) -> &[Import] {
-        &self.inner.compiled.info.imports
+        &self.inner.artifact.info().imports
     }
 }
 
 impl std::fmt::Debug for Module {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let info = &self.inner.compiled.info;
+        let info = self.inner.artifact.info();
         f.debug_struct("Module")
             .field("functions", &info.funcs.len())
             .field("imports", &info.imports.len())
             .field("exports", &info.exports.len())
-            .field("text_bytes", &self.inner.compiled.text.len())
+            .field("text_bytes", &self.inner.artifact.text().len())
             .finish()
     }
 }
@@ -163,7 +180,8 @@ impl Instance {
     /// Loads `module`'s code and instantiates it with `imports` (in the module's import order).
     pub fn new(module: &Module, imports: &[Extern]) -> Result<Instance, Error> {
         let m = &*module.inner;
-        let info = &m.compiled.info;
+        let artifact = &m.artifact;
+        let info = artifact.info();
         if imports.len() != info.imports.len() {
             return Err(Error::Link(format!(
                 "expected {} imports, got {}",
@@ -229,22 +247,37 @@ impl Instance {
         }
 
         // Load the code.
-        let text = &m.compiled.text;
-        let mut slot = m.engine.code_pool().acquire(text.len().max(1))?;
-        let bytes = slot.bytes_mut();
-        bytes[..text.len()].copy_from_slice(text);
-        bytes[text.len()..].fill(ephem_code_memory::TRAP_FILL);
-        for r in &m.compiled.relocs {
-            let at = r.offset as usize;
-            let value = (crate::libcalls::address(r.target) as i64).wrapping_add(r.addend);
-            bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
-        }
-        let code = slot.publish_tagged(Arc::as_ptr(&module.inner) as usize)?;
+        let text = artifact.text();
+        let tag = Arc::as_ptr(&module.inner) as usize;
+        let code = if artifact.relocs().is_empty() && m.engine.maps_text(text.len()) {
+            LoadedCode::map_file(
+                artifact.file(),
+                artifact.text_file_offset(),
+                text.len(),
+                tag,
+            )?
+        } else {
+            let mut slot = m.engine.code_pool().acquire(text.len().max(1))?;
+            let bytes = slot.bytes_mut();
+            bytes[..text.len()].copy_from_slice(text);
+            bytes[text.len()..].fill(ephem_code_memory::TRAP_FILL);
+            for r in artifact.relocs() {
+                let at = r.offset as usize;
+                let value = (crate::libcalls::address(r.target) as i64).wrapping_add(r.addend);
+                bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            }
+            slot.publish_tagged(tag)?
+        };
         let text_base = code.as_ptr();
 
-        // Defined memories, tables and globals.
-        for ty in &info.memories[info.imported_memories as usize..] {
-            memories.push(Rc::new(Memory::new(*ty)?));
+        // Defined memories (from the engine's pool, with their images), tables and globals.
+        for (i, ty) in info.memories.iter().enumerate() {
+            let i = i as u32;
+            if i >= info.imported_memories {
+                let image = artifact.image(i).map(|image| (artifact, image));
+                let memory = Memory::pooled(m.engine.memory_pool(), *ty, image)?;
+                memories.push(Rc::new(memory));
+            }
         }
         for ty in &info.tables[info.imported_tables as usize..] {
             tables.push(Rc::new(Table::new(*ty, 0)?));
@@ -272,22 +305,23 @@ impl Instance {
                 let ty = info.funcs[i] as usize;
                 let fr = match f.host() {
                     Some(host) => VmFuncRef {
-                        code: text_base.add(m.compiled.host_adapters[ty] as usize),
+                        code: text_base.add(artifact.host_adapters()[ty] as usize),
                         vmctx: Rc::as_ptr(host) as *mut u8,
-                        trampoline: text_base.add(m.compiled.trampolines[ty] as usize),
+                        trampoline: text_base.add(artifact.trampolines()[ty] as usize),
                         type_id: m.type_ids[ty],
                     },
                     None => f.funcref().expect("wasm function"),
                 };
                 vmctx.write(o.funcref(i as u32), fr);
             }
-            for (k, loc) in m.compiled.funcs.iter().enumerate() {
+            for k in 0..info.defined_funcs() {
+                let loc = artifact.func(k);
                 let i = info.imported_funcs as usize + k;
                 let ty = info.funcs[i] as usize;
                 let fr = VmFuncRef {
                     code: text_base.add(loc.offset as usize),
                     vmctx: vm,
-                    trampoline: text_base.add(m.compiled.trampolines[ty] as usize),
+                    trampoline: text_base.add(artifact.trampolines()[ty] as usize),
                     type_id: m.type_ids[ty],
                 };
                 vmctx.write(o.funcref(i as u32), fr);
@@ -336,7 +370,8 @@ impl Instance {
     /// Element segments, data segments, start function.
     fn initialise(&self) -> Result<(), Error> {
         let inner = &*self.inner;
-        let info = &inner.module.inner.compiled.info;
+        let artifact = &inner.module.inner.artifact;
+        let info = artifact.info();
         for (i, seg) in info.elems.iter().enumerate() {
             match &seg.mode {
                 SegmentMode::Active { index, offset } => {
@@ -352,9 +387,12 @@ impl Instance {
         }
         for (i, seg) in info.datas.iter().enumerate() {
             if let SegmentMode::Active { index, offset } = &seg.mode {
-                let dst = self.eval_offset(offset);
-                if !inner.memory_init(*index, i as u32, dst, 0, seg.range.len() as u32) {
-                    return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));
+                // The memory's image already holds every active segment for it.
+                if artifact.image(*index).is_none() {
+                    let dst = self.eval_offset(offset);
+                    if !inner.memory_init(*index, i as u32, dst, 0, seg.range.len() as u32) {
+                        return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));
+                    }
                 }
                 inner.dropped_datas.borrow_mut()[i] = true;
             }
@@ -381,7 +419,7 @@ impl Instance {
         Func::wasm(
             ptr,
             self.clone(),
-            inner.module.inner.compiled.info.func_type(index).clone(),
+            inner.module.inner.artifact.info().func_type(index).clone(),
         )
     }
 
@@ -397,14 +435,14 @@ impl Instance {
 
     /// The export named `name`.
     pub fn get_export(&self, name: &str) -> Option<Extern> {
-        let info = &self.inner.module.inner.compiled.info;
+        let info = self.inner.module.inner.artifact.info();
         let e = info.exports.iter().find(|e| e.name == name)?;
         Some(self.export(e.index))
     }
 
     /// Every export, in the module's order.
     pub fn exports(&self) -> Vec<(String, Extern)> {
-        let info = &self.inner.module.inner.compiled.info;
+        let info = self.inner.module.inner.artifact.info();
         info.exports
             .iter()
             .map(|e| (e.name.clone(), self.export(e.index)))
@@ -439,7 +477,7 @@ impl InstanceInner {
     }
 
     fn table_init(&self, table: u32, elem: u32, dst: u32, src: u32, len: u32) -> bool {
-        let seg = &self.module.inner.compiled.info.elems[elem as usize];
+        let seg = &self.module.inner.artifact.info().elems[elem as usize];
         let items: &[ConstExpr] = if self.dropped_elems.borrow()[elem as usize] {
             &[]
         } else {
@@ -460,12 +498,12 @@ impl InstanceInner {
     }
 
     fn memory_init(&self, mem: u32, data: u32, dst: u32, src: u32, len: u32) -> bool {
-        let compiled = &self.module.inner.compiled;
-        let seg = &compiled.info.datas[data as usize];
+        let artifact = &self.module.inner.artifact;
+        let seg = &artifact.info().datas[data as usize];
         let bytes: &[u8] = if self.dropped_datas.borrow()[data as usize] {
             &[]
         } else {
-            &compiled.data[seg.range.start as usize..seg.range.end as usize]
+            &artifact.data()[seg.range.start as usize..seg.range.end as usize]
         };
         let memory = &self.memories[mem as usize];
         let (Some(src_end), Some(dst_end)) = (src.checked_add(len), dst.checked_add(len)) else {
@@ -490,8 +528,8 @@ impl Trap {
         // instance is still alive (the caller holds it, or an instance that imports it).
         let module = unsafe { &*(site.tag as *const ModuleInner) };
         let offset = (site.pc - site.code_start) as u32;
-        let compiled = &module.compiled;
-        let kind = compiled.trap_at(offset).unwrap_or(match site.signal {
+        let artifact = &module.artifact;
+        let kind = artifact.trap_at(offset).unwrap_or(match site.signal {
             libc::SIGSEGV | libc::SIGBUS => TrapKind::MemoryOutOfBounds,
             libc::SIGFPE => TrapKind::IntegerDivisionByZero,
             _ => TrapKind::Unreachable,
@@ -501,7 +539,7 @@ impl Trap {
         } else {
             None
         };
-        let (func, offset) = compiled
+        let (func, offset) = artifact
             .func_at(offset)
             .map_or((None, None), |(f, o)| (Some(f), Some(o)));
         Trap {

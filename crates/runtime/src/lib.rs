@@ -1,8 +1,8 @@
 //! ephem's runtime: loads compiled modules through the code pool, instantiates them, runs them,
 //! and turns faults in generated code into [`Trap`]s.
 //!
-//! It needs no compiler: it takes an [`ephem_module::CompiledModule`] (from the compiler, or
-//! from an artifact on disk). The embedder's view is the usual one: an [`Engine`], a [`Module`]
+//! It needs no compiler: it loads an [`Artifact`] (a file written by the compiler's side, or one
+//! made in memory from an [`ephem_module::CompiledModule`]). The embedder's view is the usual one: an [`Engine`], a [`Module`]
 //! loaded into it, an [`Instance`] made from the module and its imports ([`Extern`]s, resolved by
 //! name with a [`Linker`]), and [`Func`]s called with [`Val`]s.
 //!
@@ -24,12 +24,13 @@ mod values;
 
 use std::rc::Rc;
 
-pub use engine::Engine;
+pub use engine::{DEFAULT_MAP_TEXT_AT, Engine, EngineConfig};
+pub use ephem_artifact::{Artifact, Cache, Outcome};
 pub use ephem_code_memory::{PoolConfig, Strategy};
 pub use ephem_module::{FuncType, GlobalType, MemoryType, TableType, TrapKind, ValType};
 pub use instance::{Instance, Module};
 pub use linker::Linker;
-pub use memory::Memory;
+pub use memory::{Memory, MemoryConfig};
 pub use table::{Global, Table};
 pub use typed::{TypedFunc, WasmParams, WasmResults, WasmTy};
 pub use values::{Func, HostError, Val};
@@ -110,6 +111,8 @@ pub enum Error {
     NoExport(String),
     #[error(transparent)]
     CodeMemory(#[from] ephem_code_memory::Error),
+    #[error(transparent)]
+    Artifact(#[from] ephem_artifact::Error),
 }
 
 impl Error {

@@ -43,7 +43,7 @@ impl Linker {
             }
             let ext = match &import.kind {
                 ImportKind::Func(t) => {
-                    let ty = module.compiled().info.types[*t as usize].clone();
+                    let ty = module.artifact().info().types[*t as usize].clone();
                     let what = format!("`{}`.`{}`", import.module, import.name);
                     Extern::Func(Func::new(module.engine(), ty, move |_| {
                         Err(format!("unprovided import {what} was called").into())
@@ -71,7 +71,7 @@ impl Linker {
                 self.get(&i.module, &i.name).cloned().ok_or_else(|| {
                     let what = match &i.kind {
                         ImportKind::Func(t) => {
-                            format!("func {:?}", module.compiled().info.types[*t as usize])
+                            format!("func {:?}", module.artifact().info().types[*t as usize])
                         }
                         other => format!("{other:?}"),
                     };

@@ -1,15 +1,40 @@
-//! Linear memories.
+//! Linear memories and the pool of address-space reservations they live in.
 //!
 //! Each memory reserves [`RESERVATION`] bytes of address space, inaccessible except for its
 //! current pages. Generated code adds a 32-bit address and a 32-bit offset to the base without
 //! a bounds check: any such access lands inside the reservation, so an out-of-bounds one
 //! faults and the fault becomes a trap. The base never moves, so growing is a protection change.
+//!
+//! # Invariant
+//! Exactly `[base, base + length)` is readable and writable; the rest of the reservation is
+//! inaccessible. Every path below (new slot, reused slot, growth) keeps this true before any
+//! wasm runs.
+//!
+//! # Pooled slots and images
+//! Memories that instances define come from the engine's [`MemoryPool`]: a reservation is taken
+//! from a lock-free queue, sized with one `mprotect` when its accessible length differs from
+//! the new memory's, and given its initial contents from the module's image, either
+//!
+//! - **mapped**: the artifact's image pages are mapped private (copy-on-write) over the slot
+//!   with `MAP_FIXED`; pages the instance only reads stay shared in the page cache, or
+//! - **copied** into the slot, for images below [`MemoryConfig::map_image_at`], where one
+//!   `memcpy` into pages that are already resident beats a system call and page faults.
+//!
+//! When the memory is dropped its slot is reset before anything else can take it, so nothing
+//! one instance wrote is visible to the next: a slot that had an image mapped gets fresh
+//! anonymous pages over its whole accessible range (one `mmap`, which also drops the file
+//! pages); otherwise its first [`MemoryConfig::keep_resident`] bytes are zeroed in place (they
+//! stay resident for the next instance) and the rest discarded with `madvise(MADV_DONTNEED)`,
+//! which makes them read as zeros on next touch.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::ptr::null_mut;
+use std::sync::Arc;
 
+use crossbeam_queue::ArrayQueue;
+use ephem_artifact::{Artifact, MemoryImage};
 use ephem_module::{MemoryType, VmMemory};
-use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+use rustix::mm::{Advice, MapFlags, MprotectFlags, ProtFlags};
 
 pub const PAGE: u64 = 65536;
 /// Most pages a 32-bit memory can have.
@@ -18,15 +43,40 @@ pub const MAX_PAGES: u32 = 65536;
 /// page for the widest access.
 pub const RESERVATION: usize = (8 << 30) + PAGE as usize;
 
-/// A linear memory, shared by the instance defining it and every importer.
-pub struct Memory {
-    def: Box<UnsafeCell<VmMemory>>,
-    ty: MemoryType,
+/// How instances' memories are pooled and initialised. The defaults come from
+/// `ephem bench memory` (see BENCHMARKS.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryConfig {
+    /// Reset slots kept for reuse; more are unmapped when freed.
+    pub max_idle_slots: usize,
+    /// Bytes at the start of a slot zeroed in place (kept resident) rather than discarded.
+    pub keep_resident: usize,
+    /// Images of at least this many bytes are mapped from the artifact; smaller ones copied.
+    pub map_image_at: usize,
 }
 
-impl Memory {
-    /// Reserves the address space and makes the first `ty.min` pages accessible (zeroed).
-    pub fn new(ty: MemoryType) -> Result<Memory, crate::Error> {
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            max_idle_slots: 128,
+            keep_resident: 64 << 10,
+            map_image_at: 64 << 10,
+        }
+    }
+}
+
+/// One reservation: `[base, base + accessible)` is read+write, the rest inaccessible.
+struct Slot {
+    base: *mut u8,
+    accessible: usize,
+}
+
+// SAFETY: a slot is plain address space owned by whoever holds it (the pool's queue or one
+// memory); the pointer is never shared while owned.
+unsafe impl Send for Slot {}
+
+impl Slot {
+    fn reserve() -> Result<Slot, crate::Error> {
         // SAFETY: a fresh private mapping the kernel places; nothing else is affected.
         let base = unsafe {
             rustix::mm::mmap_anonymous(
@@ -37,20 +87,193 @@ impl Memory {
             )
         }
         .map_err(|e| crate::Error::Resource(format!("cannot reserve linear memory: {e}")))?;
-        let memory = Memory {
-            def: Box::new(UnsafeCell::new(VmMemory {
-                base: base.cast(),
-                length: 0,
-            })),
-            ty,
+        Ok(Slot {
+            base: base.cast(),
+            accessible: 0,
+        })
+    }
+
+    /// Makes exactly `[0, len)` accessible.
+    fn set_accessible(&mut self, len: usize) -> rustix::io::Result<()> {
+        let (from, to, flags) = match len.cmp(&self.accessible) {
+            std::cmp::Ordering::Equal => return Ok(()),
+            std::cmp::Ordering::Greater => (
+                self.accessible,
+                len,
+                MprotectFlags::READ | MprotectFlags::WRITE,
+            ),
+            std::cmp::Ordering::Less => (len, self.accessible, MprotectFlags::empty()),
         };
-        if memory.grow(ty.min).is_none() {
+        // SAFETY: the range lies inside this slot's reservation, which we own; no Rust
+        // reference into it is alive (memories hand out slices only under `bytes`' contract).
+        unsafe { rustix::mm::mprotect(self.base.add(from).cast(), to - from, flags)? };
+        self.accessible = len;
+        Ok(())
+    }
+
+    /// Maps `len` bytes of the artifact's file at `file_offset` copy-on-write at `offset`.
+    fn map_image(&mut self, artifact: &Artifact, image: &MemoryImage) -> rustix::io::Result<()> {
+        debug_assert!((image.offset + image.len) as usize <= self.accessible);
+        // SAFETY: the target range is inside the accessible part of our reservation (the
+        // artifact checked the image against the memory's minimum size), so MAP_FIXED only
+        // replaces pages of this slot.
+        unsafe {
+            rustix::mm::mmap(
+                self.base.add(image.offset as usize).cast(),
+                image.len as usize,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED,
+                artifact.file(),
+                artifact.image_file_offset(image),
+            )?
+        };
+        Ok(())
+    }
+
+    /// Makes the slot read as zeros again (see the module documentation).
+    fn reset(&mut self, file_mapped: bool, keep_resident: usize) -> rustix::io::Result<()> {
+        let len = self.accessible;
+        if file_mapped {
+            // SAFETY: replaces only the accessible range of our own reservation.
+            unsafe {
+                rustix::mm::mmap_anonymous(
+                    self.base.cast(),
+                    len,
+                    ProtFlags::READ | ProtFlags::WRITE,
+                    MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
+                )?
+            };
+            return Ok(());
+        }
+        let keep = len.min(keep_resident);
+        // SAFETY: `[0, keep)` is accessible and nothing else references it (the memory that
+        // used it is being dropped).
+        unsafe { std::ptr::write_bytes(self.base, 0, keep) };
+        if len > keep {
+            // SAFETY: private anonymous pages of our own reservation; discarding them makes
+            // them read as zeros, which is the point.
+            unsafe {
+                rustix::mm::madvise(
+                    self.base.add(keep).cast(),
+                    len - keep,
+                    Advice::LinuxDontNeed,
+                )?
+            };
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // SAFETY: we own the reservation and nothing references it any more.
+        let _ = unsafe { rustix::mm::munmap(self.base.cast(), RESERVATION) };
+    }
+}
+
+/// Reset reservations ready for new memories; shared by an engine's instances.
+pub(crate) struct MemoryPool {
+    config: MemoryConfig,
+    idle: ArrayQueue<Slot>,
+}
+
+impl MemoryPool {
+    pub fn new(config: MemoryConfig) -> MemoryPool {
+        MemoryPool {
+            config,
+            idle: ArrayQueue::new(config.max_idle_slots.max(1)),
+        }
+    }
+
+    fn take(&self) -> Result<Slot, crate::Error> {
+        match self.idle.pop() {
+            Some(slot) => Ok(slot),
+            None => Slot::reserve(),
+        }
+    }
+
+    fn give_back(&self, mut slot: Slot, file_mapped: bool) {
+        if self.config.max_idle_slots == 0 {
+            return;
+        }
+        // A slot that cannot be reset is dropped (unmapped), never reused.
+        if slot.reset(file_mapped, self.config.keep_resident).is_ok() {
+            let _ = self.idle.push(slot);
+        }
+    }
+}
+
+/// A linear memory, shared by the instance defining it and every importer.
+pub struct Memory {
+    def: Box<UnsafeCell<VmMemory>>,
+    ty: MemoryType,
+    slot: Option<Slot>,
+    /// Where the slot goes when the memory is dropped (`None`: unmapped).
+    pool: Option<Arc<MemoryPool>>,
+    /// Whether an image was mapped from a file into the slot (decides how it is reset).
+    file_mapped: Cell<bool>,
+}
+
+impl Memory {
+    /// A memory of its own reservation (not pooled), its first `ty.min` pages zeroed.
+    pub fn new(ty: MemoryType) -> Result<Memory, crate::Error> {
+        Memory::with_slot(ty, Slot::reserve()?, None)
+    }
+
+    /// A memory in a slot of `pool`, initialised from `image` (of `artifact`) if given.
+    pub(crate) fn pooled(
+        pool: &Arc<MemoryPool>,
+        ty: MemoryType,
+        image: Option<(&Artifact, &MemoryImage)>,
+    ) -> Result<Memory, crate::Error> {
+        let mut memory = Memory::with_slot(ty, pool.take()?, Some(pool.clone()))?;
+        if let Some((artifact, image)) = image {
+            if image.len as usize >= pool.config.map_image_at {
+                // Set first: if mapping fails half-way, the reset still replaces the range.
+                memory.file_mapped.set(true);
+                let slot = memory.slot.as_mut().expect("a live memory has its slot");
+                slot.map_image(artifact, image)
+                    .map_err(|e| crate::Error::Resource(format!("cannot map memory image: {e}")))?;
+            } else {
+                let at = image.offset as usize;
+                // SAFETY: the image lies within the minimum size, now accessible; no wasm runs.
+                unsafe {
+                    memory.bytes()[at..at + image.len as usize]
+                        .copy_from_slice(artifact.image_bytes(image))
+                };
+            }
+        }
+        Ok(memory)
+    }
+
+    fn with_slot(
+        ty: MemoryType,
+        mut slot: Slot,
+        pool: Option<Arc<MemoryPool>>,
+    ) -> Result<Memory, crate::Error> {
+        if ty.min > ty.max.unwrap_or(MAX_PAGES).min(MAX_PAGES) {
             return Err(crate::Error::Resource(format!(
                 "cannot allocate {} pages of linear memory",
                 ty.min
             )));
         }
-        Ok(memory)
+        let len = ty.min as usize * PAGE as usize;
+        slot.set_accessible(len).map_err(|e| {
+            crate::Error::Resource(format!(
+                "cannot allocate {} pages of linear memory: {e}",
+                ty.min
+            ))
+        })?;
+        Ok(Memory {
+            def: Box::new(UnsafeCell::new(VmMemory {
+                base: slot.base,
+                length: len as u64,
+            })),
+            ty,
+            slot: Some(slot),
+            pool,
+            file_mapped: Cell::new(false),
+        })
     }
 
     pub fn ty(&self) -> MemoryType {
@@ -149,7 +372,14 @@ impl Memory {
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        // SAFETY: we own the reservation; no instance using it remains (they hold an Rc).
-        let _ = unsafe { rustix::mm::munmap(self.base().cast(), RESERVATION) };
+        let Some(mut slot) = self.slot.take() else {
+            return;
+        };
+        // Growth changed the accessible length behind the slot's back; record it.
+        slot.accessible = self.len();
+        match &self.pool {
+            Some(pool) => pool.give_back(slot, self.file_mapped.get()),
+            None => drop(slot),
+        }
     }
 }

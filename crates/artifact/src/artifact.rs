@@ -1,0 +1,368 @@
+//! An open artifact: the file mapped read-only, its header checked, its metadata decoded.
+//!
+//! Opening costs a few system calls (`open`, `fstat`, `mmap`) and decoding the metadata, which
+//! grows with the module's declarations (types, imports, exports, segments), never with its
+//! code or data: function locations and the trap table are read in place, the text and memory
+//! images are only touched when loaded.
+//!
+//! # Verification
+//! The header is checked on every open (magic, format, ephem version, length, section bounds);
+//! the checksum over the rest of the file is verified once per file identity (device, inode,
+//! size, modification time) per process, and the identity remembered. Hashing a multi-megabyte
+//! artifact on every invocation would cost more than everything else in the fresh path; hashing
+//! it once catches truncation, partial writes and corruption that happened before this process
+//! saw the file, which is what a cache on disk suffers. Files are replaced (rename), never
+//! rewritten in place: a new file is a new identity and is verified again. Artifacts made in
+//! memory by this process ([`Artifact::from_compiled`]) are not hashed at all.
+//!
+//! An artifact is native code: opening one from a directory an attacker can write is as unsafe
+//! as running an executable from there. The checks make *accidental* damage safe, not hostile
+//! files.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::ops::Range;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::{LazyLock, Mutex};
+
+use ephem_code_memory::{Mapping, Prot};
+use ephem_module::{CompiledModule, FuncLoc, ModuleInfo, Reloc, Target, TrapKind};
+use rustix::fs::{Mode, OFlags};
+
+use crate::format::{
+    EPHEM_VERSION, FILE_PAGE, FORMAT_VERSION, HEADER_SIZE, MAGIC, MemoryImage, Meta, Section, off,
+};
+use crate::{Error, cpu};
+
+/// A compiled module in a file (or a memory file), ready to load.
+pub struct Artifact {
+    file: OwnedFd,
+    map: Mapping,
+    meta: Meta,
+    sections: [Range<usize>; 6],
+    /// Last access time (seconds) when opened, for the cache's eviction order.
+    pub(crate) accessed: i64,
+}
+
+impl std::fmt::Debug for Artifact {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Artifact")
+            .field("bytes", &self.map.size())
+            .field("text", &self.text().len())
+            .field("images", &self.meta.images.len())
+            .finish()
+    }
+}
+
+/// What identifies a file's contents well enough to remember that its checksum was verified.
+#[derive(Clone, Copy, Hash, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: i64,
+    mtime: i64,
+    mtime_ns: i64,
+}
+
+static VERIFIED: LazyLock<Mutex<HashSet<Identity>>> = LazyLock::new(Mutex::default);
+
+fn damaged(why: impl Into<String>) -> Error {
+    Error::Damaged(why.into())
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Whether `bytes` start like an artifact (to tell one from a wasm file).
+pub fn is_artifact(bytes: &[u8]) -> bool {
+    bytes.starts_with(&MAGIC)
+}
+
+impl Artifact {
+    /// Opens the artifact at `path`.
+    pub fn open(path: &Path) -> Result<Artifact, Error> {
+        let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(std::io::Error::from)?;
+        Artifact::from_fd(fd, true)
+    }
+
+    /// Serialises `compiled` into an anonymous memory file and opens that: a module compiled
+    /// in this process takes exactly the path of one read from disk (its memory images are
+    /// mapped copy-on-write from the memory file).
+    pub fn from_compiled(compiled: &CompiledModule) -> Result<Artifact, Error> {
+        Artifact::in_memory(&crate::to_bytes(compiled))
+    }
+
+    /// Opens artifact bytes this process wrote, through a memory file (not hashed: see the
+    /// module documentation).
+    pub(crate) fn in_memory(bytes: &[u8]) -> Result<Artifact, Error> {
+        let fd = rustix::fs::memfd_create("ephem-artifact", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(std::io::Error::from)?;
+        // SAFETY: `fd` is a fresh descriptor we own; the File takes ownership and gives it back.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd.into_raw_fd()) };
+        file.write_all(bytes)?;
+        Artifact::from_fd(file.into(), false)
+    }
+
+    /// Opens the artifact in `file`; with `verify`, its checksum is checked unless this file
+    /// identity was verified before.
+    fn from_fd(file: OwnedFd, verify: bool) -> Result<Artifact, Error> {
+        let stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
+        let len = usize::try_from(stat.st_size).map_err(|_| damaged("impossible file size"))?;
+        if len < HEADER_SIZE {
+            let mut head = [0u8; MAGIC.len()];
+            let n = rustix::io::pread(&file, &mut head, 0).map_err(std::io::Error::from)?;
+            return Err(if n > 0 && MAGIC.starts_with(&head[..n]) {
+                damaged(format!("truncated to {len} bytes"))
+            } else {
+                Error::NotArtifact
+            });
+        }
+        let map = Mapping::private_file(file.as_fd(), 0, len, Prot::Read)?;
+        // SAFETY: a read-only mapping of `len` bytes that lives as long as this slice's owner
+        // (the Artifact). Files are never modified in place (see the module documentation).
+        let bytes = unsafe { std::slice::from_raw_parts(map.as_ptr(), len) };
+
+        let h = &bytes[..HEADER_SIZE];
+        if h[off::MAGIC..off::MAGIC + 8] != MAGIC {
+            return Err(Error::NotArtifact);
+        }
+        let format = u32_at(h, off::FORMAT);
+        if format != FORMAT_VERSION {
+            return Err(Error::Format { found: format });
+        }
+        let version = &h[off::VERSION..off::VERSION + off::VERSION_LEN];
+        let version = &version[..version
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(version.len())];
+        if version != EPHEM_VERSION.as_bytes() {
+            return Err(Error::Version {
+                found: String::from_utf8_lossy(version).into_owned(),
+            });
+        }
+        let file_len = u64_at(h, off::FILE_LEN);
+        if file_len != len as u64 {
+            return Err(damaged(format!(
+                "{len} bytes on disk, the header says {file_len}"
+            )));
+        }
+        let mut sections: [Range<usize>; 6] = Default::default();
+        for (i, s) in Section::ALL.iter().enumerate() {
+            let at = off::SECTIONS + i * 16;
+            let (start, size) = (u64_at(h, at), u64_at(h, at + 8));
+            let end = start.checked_add(size).filter(|&e| e <= file_len);
+            let aligned =
+                !matches!(s, Section::Text | Section::Images) || start % FILE_PAGE as u64 == 0;
+            match end {
+                Some(end) if start >= HEADER_SIZE as u64 && aligned => {
+                    sections[i] = start as usize..end as usize;
+                }
+                _ => return Err(damaged(format!("{s:?} section out of bounds"))),
+            }
+        }
+
+        if verify {
+            let id = Identity {
+                dev: stat.st_dev,
+                ino: stat.st_ino,
+                size: stat.st_size,
+                mtime: stat.st_mtime,
+                mtime_ns: stat.st_mtime_nsec as i64,
+            };
+            let known = VERIFIED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&id);
+            if !known {
+                let sum = blake3::hash(&bytes[HEADER_SIZE..]);
+                if sum.as_bytes()[..] != h[off::CHECKSUM..off::CHECKSUM + 32] {
+                    return Err(damaged("checksum mismatch"));
+                }
+                VERIFIED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id);
+            }
+        }
+
+        let meta: Meta = postcard::from_bytes(&bytes[sections[Section::Meta as usize].clone()])
+            .map_err(|e| damaged(format!("metadata: {e}")))?;
+        cpu::check(&meta.target, cpu::host_has)?;
+        let artifact = Artifact {
+            file,
+            map,
+            meta,
+            sections,
+            accessed: stat.st_atime,
+        };
+        artifact.check_consistency()?;
+        Ok(artifact)
+    }
+
+    /// Cross-checks the metadata against the sections, so that nothing read later indexes out
+    /// of bounds. Proportional to the metadata, like decoding it.
+    fn check_consistency(&self) -> Result<(), Error> {
+        let m = &self.meta;
+        let info = &m.info;
+        let text = self.text().len();
+        let sec = |s: Section| self.sections[s as usize].len();
+        let types = info.types.len();
+        let ok = sec(Section::Funcs) == 8 * info.defined_funcs()
+            && sec(Section::Traps) % 8 == 0
+            && m.trampolines.len() == types
+            && m.host_adapters.len() == types
+            && m.trampolines
+                .iter()
+                .chain(&m.host_adapters)
+                .all(|&o| (o as usize) < text)
+            && m.relocs
+                .iter()
+                .all(|r| (r.offset as usize).saturating_add(8) <= text)
+            && info.funcs.iter().all(|&t| (t as usize) < types)
+            && info.datas.iter().all(|d| {
+                d.range.start <= d.range.end && d.range.end as usize <= sec(Section::Data)
+            })
+            && m.images.iter().all(|i| {
+                let defined =
+                    i.memory >= info.imported_memories && (i.memory as usize) < info.memories.len();
+                defined
+                    && i.offset % FILE_PAGE as u64 == 0
+                    && i.section_offset % FILE_PAGE as u64 == 0
+                    && i.section_offset.saturating_add(i.len) <= sec(Section::Images) as u64
+                    && i.offset.saturating_add(i.len)
+                        <= u64::from(info.memories[i.memory as usize].min) * 65536
+            });
+        if ok {
+            Ok(())
+        } else {
+            Err(damaged("metadata does not match the sections"))
+        }
+    }
+
+    fn section(&self, s: Section) -> &[u8] {
+        // SAFETY: see `from_fd`; the mapping lives as long as `self`.
+        let bytes = unsafe { std::slice::from_raw_parts(self.map.as_ptr(), self.map.size()) };
+        &bytes[self.sections[s as usize].clone()]
+    }
+
+    /// The file (for mapping its text or images).
+    pub fn file(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// Size of the whole file.
+    pub fn file_len(&self) -> usize {
+        self.map.size()
+    }
+
+    pub fn info(&self) -> &ModuleInfo {
+        &self.meta.info
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.meta.target
+    }
+
+    /// The machine code.
+    pub fn text(&self) -> &[u8] {
+        self.section(Section::Text)
+    }
+
+    /// Where the text starts in the file (page-aligned); the rest of its last page is `int3`.
+    pub fn text_file_offset(&self) -> u64 {
+        self.sections[Section::Text as usize].start as u64
+    }
+
+    /// The bytes of every data segment ([`ephem_module::DataSegment::range`] indexes them).
+    pub fn data(&self) -> &[u8] {
+        self.section(Section::Data)
+    }
+
+    pub fn relocs(&self) -> &[Reloc] {
+        &self.meta.relocs
+    }
+
+    /// Entry trampoline offset, per type.
+    pub fn trampolines(&self) -> &[u32] {
+        &self.meta.trampolines
+    }
+
+    /// Host adapter offset, per type.
+    pub fn host_adapters(&self) -> &[u32] {
+        &self.meta.host_adapters
+    }
+
+    /// Where defined function `i` (0 = the first defined one) is in the text.
+    pub fn func(&self, i: usize) -> FuncLoc {
+        let f = self.section(Section::Funcs);
+        FuncLoc {
+            offset: u32_at(f, i * 8),
+            len: u32_at(f, i * 8 + 4),
+        }
+    }
+
+    /// The defined function whose code contains text `offset` (module index), and the
+    /// offset within it.
+    pub fn func_at(&self, offset: u32) -> Option<(u32, u32)> {
+        let n = self.meta.info.defined_funcs();
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.func(mid).offset <= offset {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let f = self.func(lo.checked_sub(1)?);
+        (offset < f.offset.saturating_add(f.len)).then(|| {
+            (
+                self.meta.info.imported_funcs + lo as u32 - 1,
+                offset - f.offset,
+            )
+        })
+    }
+
+    /// The kind of trap raised by the instruction at text `offset`, if it is a trapping one.
+    pub fn trap_at(&self, offset: u32) -> Option<TrapKind> {
+        let t = self.section(Section::Traps);
+        let (mut lo, mut hi) = (0, t.len() / 8);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match u32_at(t, mid * 8).cmp(&offset) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return TrapKind::from_code(u32_at(t, mid * 8 + 4)),
+            }
+        }
+        None
+    }
+
+    /// The memory images, at most one per defined memory.
+    pub fn images(&self) -> &[MemoryImage] {
+        &self.meta.images
+    }
+
+    /// The image of memory `memory` (module index), if it has one.
+    pub fn image(&self, memory: u32) -> Option<&MemoryImage> {
+        self.meta.images.iter().find(|i| i.memory == memory)
+    }
+
+    /// An image's bytes.
+    pub fn image_bytes(&self, image: &MemoryImage) -> &[u8] {
+        let at = image.section_offset as usize;
+        &self.section(Section::Images)[at..at + image.len as usize]
+    }
+
+    /// Where an image starts in the file (page-aligned).
+    pub fn image_file_offset(&self, image: &MemoryImage) -> u64 {
+        self.sections[Section::Images as usize].start as u64 + image.section_offset
+    }
+}

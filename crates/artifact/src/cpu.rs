@@ -1,0 +1,105 @@
+//! Whether this machine can run code compiled for a [`Target`].
+//!
+//! The compiler records the CPU features it let Cranelift use, by Cranelift's setting names. A
+//! feature this machine lacks, or a name this ephem does not know (a newer Cranelift's), makes
+//! the artifact unusable here: running it could hit an illegal instruction.
+
+use ephem_module::Target;
+
+use crate::Error;
+
+/// Whether this CPU has the feature Cranelift calls `name`; `None` for an unknown name.
+pub fn host_has(name: &str) -> Option<bool> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        Some(match name {
+            "has_sse3" => std::arch::is_x86_feature_detected!("sse3"),
+            "has_ssse3" => std::arch::is_x86_feature_detected!("ssse3"),
+            "has_cmpxchg16b" => std::arch::is_x86_feature_detected!("cmpxchg16b"),
+            "has_sse41" => std::arch::is_x86_feature_detected!("sse4.1"),
+            "has_sse42" => std::arch::is_x86_feature_detected!("sse4.2"),
+            "has_avx" => std::arch::is_x86_feature_detected!("avx"),
+            "has_avx2" => std::arch::is_x86_feature_detected!("avx2"),
+            "has_fma" => std::arch::is_x86_feature_detected!("fma"),
+            "has_avx_vnni" => std::arch::is_x86_feature_detected!("avxvnni"),
+            "has_avx512bitalg" => std::arch::is_x86_feature_detected!("avx512bitalg"),
+            "has_avx512dq" => std::arch::is_x86_feature_detected!("avx512dq"),
+            "has_avx512vl" => std::arch::is_x86_feature_detected!("avx512vl"),
+            "has_avx512vbmi" => std::arch::is_x86_feature_detected!("avx512vbmi"),
+            "has_avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
+            "has_avx512vnni" => std::arch::is_x86_feature_detected!("avx512vnni"),
+            "has_popcnt" => std::arch::is_x86_feature_detected!("popcnt"),
+            "has_bmi1" => std::arch::is_x86_feature_detected!("bmi1"),
+            "has_bmi2" => std::arch::is_x86_feature_detected!("bmi2"),
+            "has_lzcnt" => std::arch::is_x86_feature_detected!("lzcnt"),
+            _ => return None,
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = name;
+        None
+    }
+}
+
+/// Checks `target` against a machine whose features `has` reports (see [`host_has`]).
+pub fn check(target: &Target, has: impl Fn(&str) -> Option<bool>) -> Result<(), Error> {
+    if target.arch != std::env::consts::ARCH {
+        return Err(Error::Arch {
+            found: target.arch.clone(),
+        });
+    }
+    for feature in &target.cpu_features {
+        match has(feature) {
+            Some(true) => {}
+            Some(false) => return Err(Error::CpuFeature(feature.clone())),
+            None => return Err(Error::UnknownCpuFeature(feature.clone())),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(features: &[&str]) -> Target {
+        Target {
+            arch: std::env::consts::ARCH.into(),
+            cpu_features: features.iter().map(|s| s.to_string()).collect(),
+            fingerprint: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_missing_feature_is_refused() {
+        let lacks_avx2 = |f: &str| Some(f != "has_avx2");
+        assert!(check(&target(&["has_sse3"]), lacks_avx2).is_ok());
+        assert!(matches!(
+            check(&target(&["has_sse3", "has_avx2"]), lacks_avx2),
+            Err(Error::CpuFeature(f)) if f == "has_avx2"
+        ));
+    }
+
+    #[test]
+    fn unknown_features_and_other_architectures_are_refused() {
+        assert!(matches!(
+            check(&target(&["has_quantum"]), host_has),
+            Err(Error::UnknownCpuFeature(_))
+        ));
+        let mut t = target(&[]);
+        t.arch = "riscv64".into();
+        assert!(matches!(check(&t, host_has), Err(Error::Arch { .. })));
+    }
+
+    #[test]
+    fn the_host_has_what_the_host_compiler_uses() {
+        let compiler = ephem_compiler::Compiler::new().unwrap();
+        let t = compiler.target();
+        assert!(
+            !t.cpu_features.is_empty(),
+            "x86_64 always has sse2+ features"
+        );
+        check(&t, host_has).unwrap();
+    }
+}

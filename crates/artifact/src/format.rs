@@ -1,0 +1,235 @@
+//! The file layout, and the writer.
+//!
+//! ```text
+//! 0      header (HEADER_SIZE bytes, fixed layout, little-endian)
+//!        meta     postcard: target, module info, relocations, trampolines, memory images
+//!        funcs    per defined function: code offset u32, code length u32
+//!        traps    per trapping instruction, sorted: code offset u32, kind u32
+//!        data     the bytes of every data segment
+//! page → text     the machine code; the rest of its last page is `int3`
+//! page → images   one per memory image, each starting on a page
+//! ```
+//!
+//! The header names every section by (offset, length) and carries a checksum of everything
+//! after it. Only `meta` is decoded on open; `funcs` and `traps` are read in place, `text` is
+//! copied or mapped, images are mapped or copied into linear memory.
+
+use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Reloc, SegmentMode, Target};
+use serde::{Deserialize, Serialize};
+
+/// The first bytes of every artifact.
+pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
+/// Bumped whenever the layout or the meaning of any field changes.
+pub const FORMAT_VERSION: u32 = 1;
+/// The ephem release that writes and reads artifacts; code from another release is refused.
+pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const HEADER_SIZE: usize = 256;
+/// Alignment of the text and of memory images in the file: the host page size on every target
+/// ephem supports (4 KiB; a 16 KiB-page aarch64 host would need this raised).
+pub const FILE_PAGE: usize = 4096;
+/// An image is not built for a memory whose initialised span exceeds this: a sparse layout
+/// would bloat the file with zeros, and the segments are applied by copying instead.
+pub const MAX_IMAGE_BYTES: u64 = 64 << 20;
+
+/// Byte that fills the text's last page after the code: `int3`.
+const TEXT_FILL: u8 = 0xCC;
+
+pub(crate) mod off {
+    pub const MAGIC: usize = 0;
+    pub const FORMAT: usize = 8;
+    pub const VERSION: usize = 16;
+    pub const VERSION_LEN: usize = 32;
+    pub const CHECKSUM: usize = 48;
+    pub const FILE_LEN: usize = 80;
+    pub const SECTIONS: usize = 88;
+}
+
+/// The sections the header locates, in file order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Section {
+    Meta,
+    Funcs,
+    Traps,
+    Data,
+    Text,
+    Images,
+}
+
+impl Section {
+    pub const ALL: [Section; 6] = [
+        Section::Meta,
+        Section::Funcs,
+        Section::Traps,
+        Section::Data,
+        Section::Text,
+        Section::Images,
+    ];
+}
+
+/// A linear memory's initial contents, as laid out in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryImage {
+    /// The memory (module index space; always a defined memory).
+    pub memory: u32,
+    /// Where the image starts in linear memory (page-aligned).
+    pub offset: u64,
+    /// Length in bytes (a whole number of pages, within the memory's minimum size).
+    pub len: u64,
+    /// Where the image starts in the images section (page-aligned, as the section is).
+    pub section_offset: u64,
+}
+
+/// Everything decoded when an artifact is opened.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Meta {
+    pub target: Target,
+    pub info: ModuleInfo,
+    pub relocs: Vec<Reloc>,
+    pub trampolines: Vec<u32>,
+    pub host_adapters: Vec<u32>,
+    pub images: Vec<MemoryImage>,
+}
+
+/// The image of defined memory `memory`, if its active segments allow one: every segment that
+/// targets it has a constant offset and lies within its minimum size (so instantiation cannot
+/// trap on it), and the initialised span is at most [`MAX_IMAGE_BYTES`]. Later segments
+/// overwrite earlier ones, as applying them in order would. Returns (offset in memory, bytes).
+fn plan_image(compiled: &CompiledModule, memory: u32) -> Option<(u64, Vec<u8>)> {
+    let info = &compiled.info;
+    let min_bytes = u64::from(info.memories[memory as usize].min) * 65536;
+    let mut spans = Vec::new();
+    for seg in &info.datas {
+        let SegmentMode::Active { index, offset } = &seg.mode else {
+            continue;
+        };
+        if *index != memory {
+            continue;
+        }
+        let ConstExpr::I32(at) = *offset else {
+            return None;
+        };
+        let start = u64::from(at as u32);
+        let end = start + u64::from(seg.range.end - seg.range.start);
+        if end > min_bytes {
+            return None;
+        }
+        if end > start {
+            spans.push((start, seg.range.clone()));
+        }
+    }
+    let lo = spans.iter().map(|s| s.0).min()? & !(FILE_PAGE as u64 - 1);
+    let hi = spans
+        .iter()
+        .map(|(start, r)| start + u64::from(r.end - r.start))
+        .max()?
+        .next_multiple_of(FILE_PAGE as u64);
+    if hi - lo > MAX_IMAGE_BYTES {
+        return None;
+    }
+    let mut bytes = vec![0; (hi - lo) as usize];
+    for (start, r) in spans {
+        let at = (start - lo) as usize;
+        let src = &compiled.data[r.start as usize..r.end as usize];
+        bytes[at..at + src.len()].copy_from_slice(src);
+    }
+    Some((lo, bytes))
+}
+
+fn pad_to(out: &mut Vec<u8>, align: usize, fill: u8) {
+    out.resize(out.len().next_multiple_of(align), fill);
+}
+
+/// Serialises `compiled` into artifact bytes.
+pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
+    let info = &compiled.info;
+    let planned: Vec<(u32, u64, Vec<u8>)> = (info.imported_memories..info.memories.len() as u32)
+        .filter_map(|m| plan_image(compiled, m).map(|(at, bytes)| (m, at, bytes)))
+        .collect();
+
+    let mut out = vec![0u8; HEADER_SIZE];
+    let mut sections = [(0u64, 0u64); 6];
+    let mut section = |out: &mut Vec<u8>, s: Section, start: usize| {
+        sections[s as usize] = (start as u64, (out.len() - start) as u64);
+    };
+
+    let mut at = 0u64;
+    let images: Vec<MemoryImage> = planned
+        .iter()
+        .map(|(m, offset, bytes)| {
+            let image = MemoryImage {
+                memory: *m,
+                offset: *offset,
+                len: bytes.len() as u64,
+                section_offset: at,
+            };
+            at += bytes.len() as u64;
+            image
+        })
+        .collect();
+    let meta = Meta {
+        target: compiled.target.clone(),
+        info: info.clone(),
+        relocs: compiled.relocs.clone(),
+        trampolines: compiled.trampolines.clone(),
+        host_adapters: compiled.host_adapters.clone(),
+        images,
+    };
+    let meta_bytes = postcard::to_stdvec(&meta).expect("module metadata always encodes");
+
+    let start = out.len();
+    out.extend_from_slice(&meta_bytes);
+    section(&mut out, Section::Meta, start);
+    let start = out.len();
+    for f in &compiled.funcs {
+        out.extend_from_slice(&f.offset.to_le_bytes());
+        out.extend_from_slice(&f.len.to_le_bytes());
+    }
+    section(&mut out, Section::Funcs, start);
+    let start = out.len();
+    for &(at, kind) in &compiled.traps {
+        out.extend_from_slice(&at.to_le_bytes());
+        out.extend_from_slice(&kind.code().to_le_bytes());
+    }
+    section(&mut out, Section::Traps, start);
+    let start = out.len();
+    out.extend_from_slice(&compiled.data);
+    section(&mut out, Section::Data, start);
+
+    pad_to(&mut out, FILE_PAGE, 0);
+    let start = out.len();
+    out.extend_from_slice(&compiled.text);
+    section(&mut out, Section::Text, start);
+    pad_to(&mut out, FILE_PAGE, TEXT_FILL);
+
+    let start = out.len();
+    for (_, _, bytes) in &planned {
+        out.extend_from_slice(bytes);
+    }
+    section(&mut out, Section::Images, start);
+
+    // Header last: it covers the final length and the checksum of everything after it.
+    let file_len = out.len() as u64;
+    let checksum = blake3::hash(&out[HEADER_SIZE..]);
+    let h = &mut out[..HEADER_SIZE];
+    h[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
+    h[off::FORMAT..off::FORMAT + 4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    let v = EPHEM_VERSION.as_bytes();
+    h[off::VERSION..off::VERSION + v.len().min(off::VERSION_LEN)]
+        .copy_from_slice(&v[..v.len().min(off::VERSION_LEN)]);
+    h[off::CHECKSUM..off::CHECKSUM + 32].copy_from_slice(checksum.as_bytes());
+    h[off::FILE_LEN..off::FILE_LEN + 8].copy_from_slice(&file_len.to_le_bytes());
+    for (i, (offset, len)) in sections.iter().enumerate() {
+        let at = off::SECTIONS + i * 16;
+        h[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        h[at + 8..at + 16].copy_from_slice(&len.to_le_bytes());
+    }
+    out
+}
+
+/// Recomputes the header checksum of artifact bytes after they were edited (for tests that
+/// build artifacts which are intact but wrong in one specific way).
+#[doc(hidden)]
+pub fn reseal(bytes: &mut [u8]) {
+    let checksum = blake3::hash(&bytes[HEADER_SIZE..]);
+    bytes[off::CHECKSUM..off::CHECKSUM + 32].copy_from_slice(checksum.as_bytes());
+}

@@ -1,0 +1,48 @@
+//! Compiled modules on disk: the artifact format, opening and verifying artifacts, linear
+//! memory images, and the compile cache.
+//!
+//! An artifact is what the compiler produced ([`ephem_module::CompiledModule`]) laid out for
+//! loading without deserialising: a fixed header, decoded metadata, tables read in place, the
+//! text on its own pages (so it can be mapped executable straight from the file) and one
+//! page-aligned image per initialised linear memory (so an instance's memory can be a private
+//! copy-on-write mapping of the file). See [`format`] for the layout and [`Artifact`] for how
+//! opening checks it. The runtime loads an [`Artifact`]; nothing here needs the compiler.
+//!
+//! The [`Cache`] stores artifacts by the hash of the wasm they came from and the compiler's
+//! fingerprint.
+
+mod artifact;
+mod cache;
+pub mod cpu;
+pub mod format;
+
+pub use artifact::{Artifact, is_artifact};
+pub use cache::{Cache, CacheStats, DEFAULT_MAX_BYTES, Outcome, write_atomic};
+pub use format::{MemoryImage, reseal, to_bytes};
+
+/// Why an artifact cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("not an ephem artifact")]
+    NotArtifact,
+    #[error(
+        "artifact format {found} is not the one this ephem reads ({})",
+        format::FORMAT_VERSION
+    )]
+    Format { found: u32 },
+    #[error(
+        "artifact was written by ephem {found:?}; this is ephem {}",
+        format::EPHEM_VERSION
+    )]
+    Version { found: String },
+    #[error("artifact is damaged: {0}")]
+    Damaged(String),
+    #[error("artifact is for {found}; this machine is {}", std::env::consts::ARCH)]
+    Arch { found: String },
+    #[error("artifact needs CPU feature `{0}`, which this machine lacks")]
+    CpuFeature(String),
+    #[error("artifact needs CPU feature `{0}`, which this ephem does not know")]
+    UnknownCpuFeature(String),
+}
