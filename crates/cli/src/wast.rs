@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use ephem::wast::{Outcome, SlotReuse};
+use ephem::wast::{Loading, Outcome};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -36,9 +36,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let engine = ephem::Engine::default();
     let compiler = ephem::Compiler::new()?;
     let reuse = if args.reuse_slots {
-        SlotReuse::AfterOther
+        Loading::AfterOther
     } else {
-        SlotReuse::Normal
+        Loading::Normal
     };
     let mut total = Outcome::default();
     for file in &files {

@@ -33,13 +33,15 @@ impl Outcome {
 
 /// How modules are loaded while running a script.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SlotReuse {
-    /// As the pool gives slots.
+pub enum Loading {
+    /// Compiled in memory, loaded as the pool gives slots.
     #[default]
     Normal,
     /// Before every module, another module is loaded and dropped, so that the module goes
     /// into a slot that just held other code: stale state in reused slots would show.
     AfterOther,
+    /// Every module is compiled, written to an artifact file, and opened from that file.
+    ThroughFiles,
 }
 
 /// Runs the script `text` (named `name` in messages), compiling its modules with `compiler`.
@@ -48,7 +50,7 @@ pub fn run(
     engine: &Engine,
     name: &str,
     text: &str,
-    reuse: SlotReuse,
+    reuse: Loading,
 ) -> Outcome {
     let mut runner = Runner::new(compiler, engine, reuse);
     let mut outcome = Outcome::default();
@@ -106,7 +108,7 @@ struct Runner<'c> {
     named: HashMap<String, Instance>,
     definitions: HashMap<String, Module>,
     current: Option<Instance>,
-    reuse: SlotReuse,
+    reuse: Loading,
     filler: Option<Module>,
 }
 
@@ -175,7 +177,7 @@ fn spectest(engine: &Engine) -> anyhow::Result<Linker> {
 }
 
 impl<'c> Runner<'c> {
-    fn new(compiler: &'c Compiler, engine: &Engine, reuse: SlotReuse) -> Runner<'c> {
+    fn new(compiler: &'c Compiler, engine: &Engine, reuse: Loading) -> Runner<'c> {
         Runner {
             compiler,
             engine: engine.clone(),
@@ -189,11 +191,23 @@ impl<'c> Runner<'c> {
     }
 
     fn compile(&mut self, bytes: &[u8]) -> anyhow::Result<Module> {
-        Ok(crate::compile_with(self.compiler, &self.engine, bytes)?)
+        if self.reuse != Loading::ThroughFiles {
+            return Ok(crate::compile_with(self.compiler, &self.engine, bytes)?);
+        }
+        let compiled = self.compiler.compile(bytes)?;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("ephem-wast-{}-{n}.ephem", std::process::id()));
+        ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled))?;
+        let module = Module::from_file(&self.engine, &path);
+        // The open artifact keeps the file's pages; the name is not needed any more.
+        let _ = std::fs::remove_file(&path);
+        Ok(module?)
     }
 
     fn instantiate(&mut self, module: &Module) -> Result<Instance, Error> {
-        if self.reuse == SlotReuse::AfterOther {
+        if self.reuse == Loading::AfterOther {
             let filler = self.filler.get_or_insert_with(|| {
                 let wat = br#"(module (func (export "f") (result i32) i32.const 7))"#;
                 crate::compile_with(self.compiler, &self.engine, wat)

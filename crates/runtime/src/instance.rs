@@ -363,7 +363,17 @@ impl Instance {
         // SAFETY: the instance pointer field; the Rc allocation does not move.
         unsafe { inner.vmctx.write(VmOffsets::INSTANCE, Rc::as_ptr(&inner)) };
         let instance = Instance { inner };
-        instance.initialise()?;
+        if let Err(e) = instance.initialise() {
+            // Element segments applied before the failure may have put this instance's
+            // functions into imported tables, where other instances can still call them. Nothing
+            // can tell when those entries go away, so such an instance is never freed: a leak
+            // bounded by failed instantiations of modules that import tables, instead of code
+            // and a vmctx freed under a live table entry.
+            if info.imported_tables > 0 {
+                std::mem::forget(instance);
+            }
+            return Err(e);
+        }
         Ok(instance)
     }
 
