@@ -7,7 +7,7 @@
 //!
 //! # Verification
 //! The header is checked on every open (magic, format, ephem version, length, section bounds);
-//! the checksum over the rest of the file is verified once per file identity (device, inode,
+//! the checksum over the whole file is verified once per file identity (device, inode,
 //! size, modification time) per process, and the identity remembered. Hashing a multi-megabyte
 //! artifact on every invocation would cost more than everything else in the fresh path; hashing
 //! it once catches truncation, partial writes and corruption that happened before this process
@@ -181,8 +181,7 @@ impl Artifact {
                 .unwrap_or_else(|e| e.into_inner())
                 .contains(&id);
             if !known {
-                let sum = blake3::hash(&bytes[HEADER_SIZE..]);
-                if sum.as_bytes()[..] != h[off::CHECKSUM..off::CHECKSUM + 32] {
+                if crate::format::checksum(bytes)[..] != h[off::CHECKSUM..off::CHECKSUM + 32] {
                     return Err(damaged("checksum mismatch"));
                 }
                 VERIFIED

@@ -8,38 +8,64 @@ use ephem_module::Target;
 
 use crate::Error;
 
+/// Cranelift's x86_64 feature settings and how to detect each on this CPU.
+type Detect = fn() -> bool;
+
+#[cfg(target_arch = "x86_64")]
+const FEATURES: &[(&str, Detect)] = &[
+    ("has_sse3", || std::arch::is_x86_feature_detected!("sse3")),
+    ("has_ssse3", || std::arch::is_x86_feature_detected!("ssse3")),
+    ("has_cmpxchg16b", || {
+        std::arch::is_x86_feature_detected!("cmpxchg16b")
+    }),
+    ("has_sse41", || {
+        std::arch::is_x86_feature_detected!("sse4.1")
+    }),
+    ("has_sse42", || {
+        std::arch::is_x86_feature_detected!("sse4.2")
+    }),
+    ("has_avx", || std::arch::is_x86_feature_detected!("avx")),
+    ("has_avx2", || std::arch::is_x86_feature_detected!("avx2")),
+    ("has_fma", || std::arch::is_x86_feature_detected!("fma")),
+    ("has_avx_vnni", || {
+        std::arch::is_x86_feature_detected!("avxvnni")
+    }),
+    ("has_avx512bitalg", || {
+        std::arch::is_x86_feature_detected!("avx512bitalg")
+    }),
+    ("has_avx512dq", || {
+        std::arch::is_x86_feature_detected!("avx512dq")
+    }),
+    ("has_avx512vl", || {
+        std::arch::is_x86_feature_detected!("avx512vl")
+    }),
+    ("has_avx512vbmi", || {
+        std::arch::is_x86_feature_detected!("avx512vbmi")
+    }),
+    ("has_avx512f", || {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }),
+    ("has_avx512vnni", || {
+        std::arch::is_x86_feature_detected!("avx512vnni")
+    }),
+    ("has_popcnt", || {
+        std::arch::is_x86_feature_detected!("popcnt")
+    }),
+    ("has_bmi1", || std::arch::is_x86_feature_detected!("bmi1")),
+    ("has_bmi2", || std::arch::is_x86_feature_detected!("bmi2")),
+    ("has_lzcnt", || std::arch::is_x86_feature_detected!("lzcnt")),
+];
+#[cfg(not(target_arch = "x86_64"))]
+const FEATURES: &[(&str, Detect)] = &[];
+
+/// The feature names this ephem knows.
+pub fn known_features() -> impl Iterator<Item = &'static str> {
+    FEATURES.iter().map(|f| f.0)
+}
+
 /// Whether this CPU has the feature Cranelift calls `name`; `None` for an unknown name.
 pub fn host_has(name: &str) -> Option<bool> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        Some(match name {
-            "has_sse3" => std::arch::is_x86_feature_detected!("sse3"),
-            "has_ssse3" => std::arch::is_x86_feature_detected!("ssse3"),
-            "has_cmpxchg16b" => std::arch::is_x86_feature_detected!("cmpxchg16b"),
-            "has_sse41" => std::arch::is_x86_feature_detected!("sse4.1"),
-            "has_sse42" => std::arch::is_x86_feature_detected!("sse4.2"),
-            "has_avx" => std::arch::is_x86_feature_detected!("avx"),
-            "has_avx2" => std::arch::is_x86_feature_detected!("avx2"),
-            "has_fma" => std::arch::is_x86_feature_detected!("fma"),
-            "has_avx_vnni" => std::arch::is_x86_feature_detected!("avxvnni"),
-            "has_avx512bitalg" => std::arch::is_x86_feature_detected!("avx512bitalg"),
-            "has_avx512dq" => std::arch::is_x86_feature_detected!("avx512dq"),
-            "has_avx512vl" => std::arch::is_x86_feature_detected!("avx512vl"),
-            "has_avx512vbmi" => std::arch::is_x86_feature_detected!("avx512vbmi"),
-            "has_avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
-            "has_avx512vnni" => std::arch::is_x86_feature_detected!("avx512vnni"),
-            "has_popcnt" => std::arch::is_x86_feature_detected!("popcnt"),
-            "has_bmi1" => std::arch::is_x86_feature_detected!("bmi1"),
-            "has_bmi2" => std::arch::is_x86_feature_detected!("bmi2"),
-            "has_lzcnt" => std::arch::is_x86_feature_detected!("lzcnt"),
-            _ => return None,
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = name;
-        None
-    }
+    FEATURES.iter().find(|f| f.0 == name).map(|f| (f.1)())
 }
 
 /// Checks `target` against a machine whose features `has` reports (see [`host_has`]).
@@ -90,6 +116,14 @@ mod tests {
         let mut t = target(&[]);
         t.arch = "riscv64".into();
         assert!(matches!(check(&t, host_has), Err(Error::Arch { .. })));
+    }
+
+    #[test]
+    fn every_known_feature_can_be_detected() {
+        assert!(known_features().count() >= 19);
+        for f in known_features() {
+            assert!(host_has(f).is_some(), "{f}");
+        }
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! page → images   one per memory image, each starting on a page
 //! ```
 //!
-//! The header names every section by (offset, length) and carries a checksum of everything
-//! after it. Only `meta` is decoded on open; `funcs` and `traps` are read in place, `text` is
+//! The header names every section by (offset, length) and carries a checksum of the whole file
+//! (taken with the checksum field as zeros). Only `meta` is decoded on open; `funcs` and `traps` are read in place, `text` is
 //! copied or mapped, images are mapped or copied into linear memory.
 
 use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Reloc, SegmentMode, Target};
@@ -207,29 +207,30 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
     }
     section(&mut out, Section::Images, start);
 
-    // Header last: it covers the final length and the checksum of everything after it.
+    // Header last: it holds the final length, then the checksum of the whole file.
     let file_len = out.len() as u64;
-    let checksum = blake3::hash(&out[HEADER_SIZE..]);
     let h = &mut out[..HEADER_SIZE];
     h[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
     h[off::FORMAT..off::FORMAT + 4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     let v = EPHEM_VERSION.as_bytes();
     h[off::VERSION..off::VERSION + v.len().min(off::VERSION_LEN)]
         .copy_from_slice(&v[..v.len().min(off::VERSION_LEN)]);
-    h[off::CHECKSUM..off::CHECKSUM + 32].copy_from_slice(checksum.as_bytes());
     h[off::FILE_LEN..off::FILE_LEN + 8].copy_from_slice(&file_len.to_le_bytes());
     for (i, (offset, len)) in sections.iter().enumerate() {
         let at = off::SECTIONS + i * 16;
         h[at..at + 8].copy_from_slice(&offset.to_le_bytes());
         h[at + 8..at + 16].copy_from_slice(&len.to_le_bytes());
     }
+    let sum = checksum(&out);
+    out[off::CHECKSUM..off::CHECKSUM + 32].copy_from_slice(&sum);
     out
 }
 
-/// Recomputes the header checksum of artifact bytes after they were edited (for tests that
-/// build artifacts which are intact but wrong in one specific way).
-#[doc(hidden)]
-pub fn reseal(bytes: &mut [u8]) {
-    let checksum = blake3::hash(&bytes[HEADER_SIZE..]);
-    bytes[off::CHECKSUM..off::CHECKSUM + 32].copy_from_slice(checksum.as_bytes());
+/// The checksum of a whole artifact: BLAKE3 of every byte, with the checksum field as zeros.
+pub(crate) fn checksum(file: &[u8]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    h.update(&file[..off::CHECKSUM]);
+    h.update(&[0; 32]);
+    h.update(&file[off::CHECKSUM + 32..]);
+    *h.finalize().as_bytes()
 }

@@ -1,6 +1,7 @@
 //! The `ephem` command line.
 
 mod bench_load;
+mod cache;
 mod chart;
 mod run;
 mod wast;
@@ -20,8 +21,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Runs a module (.wasm or .wat): calls an export and prints its results, one per line.
+    /// Runs a module (.wasm, .wat or artifact): calls an export and prints its results, one
+    /// per line.
     Run(run::Args),
+    /// Compiles a module into an artifact file.
+    Compile(cache::CompileArgs),
+    /// The compile cache.
+    #[command(subcommand)]
+    Cache(cache::CacheCommand),
     /// Runs WebAssembly script (.wast) files or directories of them.
     Wast(wast::Args),
     /// Benchmarks, printed as tables of ratios.
@@ -38,6 +45,8 @@ enum Bench {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => run::run(args),
+        Command::Compile(args) => cache::compile(args),
+        Command::Cache(cmd) => cache::command(cmd),
         Command::Wast(args) => wast::run(args),
         Command::Bench(Bench::Load(args)) => bench_load::run(args),
     }

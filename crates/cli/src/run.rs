@@ -7,8 +7,13 @@ use ephem::{Engine, Linker, Val, ValType};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A .wasm or .wat module.
+    /// A .wasm or .wat module, or an artifact from `ephem compile`.
     file: PathBuf,
+    /// Compile in memory instead of through the compile cache.
+    #[arg(long)]
+    no_cache: bool,
+    #[command(flatten)]
+    cache: crate::cache::CacheArgs,
     /// The export to call (default: `_start`, or `main`, or the start function alone).
     #[arg(long)]
     invoke: Option<String>,
@@ -56,11 +61,14 @@ fn show(v: &Val) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let bytes =
-        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    crate::cache::check_no_cache(args.no_cache, &args.cache)?;
     let engine = Engine::default();
-    let module = ephem::compile(&engine, &bytes)
-        .with_context(|| format!("compiling {}", args.file.display()))?;
+    let cache = if args.no_cache {
+        None
+    } else {
+        Some(args.cache.cache()?)
+    };
+    let module = crate::cache::load(&engine, &args.file, cache.as_ref())?;
     // Imports a module needs from its home platform are stubs that trap when called.
     let instance = Linker::new()
         .define_unknown_imports_as_traps(&module)?

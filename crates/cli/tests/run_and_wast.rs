@@ -3,8 +3,10 @@
 use std::process::Command;
 
 fn ephem(args: &[&str]) -> std::process::Output {
+    let cache = std::env::temp_dir().join(format!("ephem-cli-cache-{}", std::process::id()));
     Command::new(env!("CARGO_BIN_EXE_ephem"))
         .args(args)
+        .env("EPHEM_CACHE_DIR", cache)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .output()
         .unwrap()

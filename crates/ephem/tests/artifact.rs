@@ -1,0 +1,345 @@
+//! Artifacts on disk: damaged, foreign and wrong-CPU files are refused before anything runs;
+//! memory images initialise instances, pooled memory slots never leak one instance's data to
+//! the next, and memories grow past their images.
+
+use std::path::PathBuf;
+
+use ephem::{
+    Artifact, Compiler, Engine, EngineConfig, Instance, MemoryConfig, Module, PoolConfig, Val,
+};
+use ephem_artifact::{Error, format};
+
+/// A module with a memory image: "image" at 65536 + 16, and functions to read and write bytes.
+const WAT: &str = r#"
+(module
+  (memory (export "mem") 2 8)
+  (data (i32.const 65552) "image")
+  (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0)))
+  (func (export "store") (param i32 i32) (i32.store8 (local.get 0) (local.get 1)))
+  (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0)))
+  (func (export "trap") (result i32) (i32.load (i32.const -1))))
+"#;
+const IMAGE_AT: i32 = 65552;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ephem-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn artifact_bytes(wat: &str) -> Vec<u8> {
+    ephem_artifact::to_bytes(&Compiler::new().unwrap().compile(wat.as_bytes()).unwrap())
+}
+
+/// Writes `bytes` to a fresh file (a fresh identity, so its checksum is verified) and opens it.
+fn open(dir: &std::path::Path, name: &str, bytes: &[u8]) -> Result<Artifact, Error> {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    Artifact::open(&path)
+}
+
+fn call(instance: &Instance, engine: &Engine, name: &str, args: &[Val]) -> Vec<Val> {
+    instance
+        .get_func(name)
+        .unwrap()
+        .call(engine, args)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn load(instance: &Instance, engine: &Engine, at: i32) -> i32 {
+    match call(instance, engine, "load", &[Val::I32(at)])[..] {
+        [Val::I32(v)] => v,
+        ref other => panic!("{other:?}"),
+    }
+}
+
+fn grow(instance: &Instance, engine: &Engine, pages: i32) -> i32 {
+    match call(instance, engine, "grow", &[Val::I32(pages)])[..] {
+        [Val::I32(v)] => v,
+        ref other => panic!("{other:?}"),
+    }
+}
+
+fn read_image(instance: &Instance, engine: &Engine) -> Vec<u8> {
+    (0..5)
+        .map(|i| load(instance, engine, IMAGE_AT + i) as u8)
+        .collect()
+}
+
+#[test]
+fn an_artifact_file_runs_and_has_an_image() {
+    let dir = temp_dir("roundtrip");
+    let bytes = artifact_bytes(WAT);
+    assert!(ephem_artifact::is_artifact(&bytes));
+    let artifact = open(&dir, "a.ephem", &bytes).unwrap();
+    assert_eq!(
+        artifact.images().len(),
+        1,
+        "constant in-bounds segments make an image"
+    );
+    let image = artifact.images()[0];
+    assert_eq!(image.offset % 4096, 0);
+    assert_eq!(artifact.image_file_offset(&image) % 4096, 0);
+    assert_eq!(artifact.text_file_offset() % 4096, 0);
+
+    let engine = Engine::default();
+    let module = Module::from_artifact(&engine, artifact);
+    let instance = Instance::new(&module, &[]).unwrap();
+    assert_eq!(read_image(&instance, &engine), b"image");
+    let trap = instance
+        .get_func("trap")
+        .unwrap()
+        .call(&engine, &[])
+        .unwrap_err();
+    assert_eq!(
+        trap.trap().unwrap().kind,
+        ephem::TrapKind::MemoryOutOfBounds
+    );
+}
+
+#[test]
+fn damaged_artifacts_are_refused() {
+    let dir = temp_dir("damaged");
+    let bytes = artifact_bytes(WAT);
+    let len = bytes.len();
+
+    // Truncated anywhere: inside the header, after it, one byte short.
+    for (i, cut) in [0, 5, 100, format::HEADER_SIZE + 10, len / 2, len - 1]
+        .into_iter()
+        .enumerate()
+    {
+        let e = open(&dir, &format!("cut{i}"), &bytes[..cut]).unwrap_err();
+        match e {
+            Error::Damaged(_) => {}
+            Error::NotArtifact if cut == 0 => {}
+            other => panic!("cut at {cut}: {other}"),
+        }
+    }
+
+    // One flipped bit anywhere after the header: metadata, text, image, last byte.
+    for (i, at) in [
+        format::HEADER_SIZE,
+        format::HEADER_SIZE + 40,
+        len / 2,
+        len - 1,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut b = bytes.clone();
+        b[at] ^= 0x10;
+        let e = open(&dir, &format!("flip{i}"), &b).unwrap_err();
+        assert!(
+            matches!(e, Error::Damaged(ref w) if w.contains("checksum")),
+            "{e}"
+        );
+    }
+
+    // Damaged header fields.
+    let mut b = bytes.clone();
+    b[0] ^= 1;
+    assert!(matches!(open(&dir, "magic", &b), Err(Error::NotArtifact)));
+    let mut b = bytes.clone();
+    b[80] ^= 1; // file length
+    assert!(matches!(open(&dir, "len", &b), Err(Error::Damaged(_))));
+    let mut b = bytes.clone();
+    b[88 + 8] = 0xff; // length of the first section
+    assert!(matches!(open(&dir, "section", &b), Err(Error::Damaged(_))));
+    // Not an artifact at all.
+    assert!(matches!(
+        open(&dir, "wasm", b"\0asm\x01\0\0\0"),
+        Err(Error::NotArtifact)
+    ));
+
+    // The intact file still opens: the refusals were about the damage.
+    open(&dir, "intact", &bytes).unwrap();
+}
+
+#[test]
+fn artifacts_from_other_versions_and_formats_are_refused() {
+    let dir = temp_dir("version");
+    let bytes = artifact_bytes(WAT);
+
+    let mut b = bytes.clone();
+    b[16..48].fill(0);
+    b[16..22].copy_from_slice(b"0.0.0x");
+    let e = open(&dir, "version", &b).unwrap_err();
+    assert!(
+        matches!(e, Error::Version { ref found } if found == "0.0.0x"),
+        "{e}"
+    );
+    assert!(e.to_string().contains(format::EPHEM_VERSION));
+
+    let mut b = bytes.clone();
+    b[8..12].copy_from_slice(&(format::FORMAT_VERSION + 1).to_le_bytes());
+    assert!(matches!(
+        open(&dir, "format", &b),
+        Err(Error::Format { found }) if found == format::FORMAT_VERSION + 1
+    ));
+}
+
+#[test]
+fn artifacts_for_another_cpu_are_refused() {
+    let dir = temp_dir("cpu");
+    let compiled = |edit: &dyn Fn(&mut ephem_module::Target)| {
+        let mut c = Compiler::new().unwrap().compile(WAT.as_bytes()).unwrap();
+        edit(&mut c.target);
+        ephem_artifact::to_bytes(&c)
+    };
+    // Intact files (valid checksums) that claim what this machine cannot run.
+    let unknown = compiled(&|t| t.cpu_features.push("has_teleport".into()));
+    assert!(matches!(
+        open(&dir, "unknown", &unknown),
+        Err(Error::UnknownCpuFeature(f)) if f == "has_teleport"
+    ));
+    let arch = compiled(&|t| t.arch = "riscv64".into());
+    assert!(matches!(open(&dir, "arch", &arch), Err(Error::Arch { .. })));
+    // A known feature this CPU lacks, if there is one (the check itself is unit-tested with a
+    // fake CPU in ephem-artifact).
+    let missing = ephem_artifact::cpu::known_features()
+        .find(|f| ephem_artifact::cpu::host_has(f) == Some(false));
+    if let Some(f) = missing {
+        let b = compiled(&|t| t.cpu_features.push(f.into()));
+        assert!(matches!(open(&dir, "missing", &b), Err(Error::CpuFeature(g)) if g == f));
+    }
+}
+
+fn engine_with(map_image_at: usize, keep_resident: usize) -> Engine {
+    Engine::with_config(EngineConfig {
+        code: PoolConfig::default(),
+        map_text_at: None,
+        memory: MemoryConfig {
+            max_idle_slots: 4,
+            keep_resident,
+            map_image_at,
+        },
+    })
+    .unwrap()
+}
+
+/// An instance writes secrets inside the image, beyond it, and in grown pages; the next instance
+/// in the same slot sees its own image and zeros. Under every way of initialising and resetting.
+#[test]
+fn reused_memory_slots_never_show_the_previous_instance() {
+    let compiler = Compiler::new().unwrap();
+    let other_wat = r#"(module (memory 1 8)
+        (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0))))"#;
+    for (map_image_at, keep_resident) in
+        [(0, 0), (0, 1 << 20), (usize::MAX, 0), (usize::MAX, 1 << 20)]
+    {
+        let engine = engine_with(map_image_at, keep_resident);
+        let module = ephem::compile_with(&compiler, &engine, WAT.as_bytes()).unwrap();
+        let other = ephem::compile_with(&compiler, &engine, other_wat.as_bytes()).unwrap();
+        let secrets = [IMAGE_AT, IMAGE_AT + 3, 16, 65536 * 2 - 1, 65536 * 2 + 7];
+
+        let first = Instance::new(&module, &[]).unwrap();
+        let base = first.get_export("mem").map(|e| match e {
+            ephem::Extern::Memory(m) => m.base(),
+            _ => unreachable!(),
+        });
+        assert_eq!(grow(&first, &engine, 1), 2);
+        for &at in &secrets {
+            call(&first, &engine, "store", &[Val::I32(at), Val::I32(0x5e)]);
+        }
+        assert_eq!(load(&first, &engine, IMAGE_AT), 0x5e);
+        drop(first);
+
+        let second = Instance::new(&module, &[]).unwrap();
+        let base2 = second.get_export("mem").map(|e| match e {
+            ephem::Extern::Memory(m) => m.base(),
+            _ => unreachable!(),
+        });
+        assert_eq!(base, base2, "the slot was reused");
+        assert_eq!(
+            read_image(&second, &engine),
+            b"image",
+            "{map_image_at} {keep_resident}"
+        );
+        for at in [16, 65536 * 2 - 1] {
+            assert_eq!(load(&second, &engine, at), 0, "byte {at} leaked");
+        }
+        // The grown page is gone: the memory is back at its minimum size.
+        let oob = second
+            .get_func("load")
+            .unwrap()
+            .call(&engine, &[Val::I32(65536 * 2 + 7)]);
+        assert!(oob.is_err(), "memory did not shrink back to its minimum");
+        for &at in &secrets {
+            call(
+                &second,
+                &engine,
+                "store",
+                &[Val::I32(at % (65536 * 2)), Val::I32(0x77)],
+            );
+        }
+        drop(second);
+
+        // Another module in the same slot sees zeros everywhere.
+        let third = Instance::new(&other, &[]).unwrap();
+        for at in [16, IMAGE_AT - 65536, 65535] {
+            assert_eq!(load(&third, &engine, at), 0);
+        }
+        assert!(
+            third
+                .get_func("load")
+                .unwrap()
+                .call(&engine, &[Val::I32(65536)])
+                .is_err(),
+            "one page only"
+        );
+    }
+}
+
+#[test]
+fn memories_grow_beyond_their_image() {
+    for map_image_at in [0, usize::MAX] {
+        let engine = engine_with(map_image_at, 64 << 10);
+        let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+        let instance = Instance::new(&module, &[]).unwrap();
+        assert_eq!(grow(&instance, &engine, 3), 2);
+        let top = 5 * 65536 - 1;
+        assert_eq!(load(&instance, &engine, top), 0);
+        call(&instance, &engine, "store", &[Val::I32(top), Val::I32(9)]);
+        call(
+            &instance,
+            &engine,
+            "store",
+            &[Val::I32(IMAGE_AT), Val::I32(b'I' as i32)],
+        );
+        assert_eq!(load(&instance, &engine, top), 9);
+        let image = read_image(&instance, &engine);
+        assert_eq!(image, b"Image");
+        // Past the maximum (8 pages) growth fails and nothing changes.
+        assert_eq!(grow(&instance, &engine, 4), -1);
+        assert_eq!(load(&instance, &engine, top), 9);
+    }
+}
+
+/// Code mapped straight from the artifact file runs, traps, and is refused nothing.
+#[test]
+fn text_mapped_from_the_file_runs_and_traps() {
+    let dir = temp_dir("mapped");
+    let engine = Engine::with_config(EngineConfig {
+        code: PoolConfig {
+            prefault_slots: 0,
+            ..PoolConfig::default()
+        },
+        map_text_at: Some(0),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let artifact = open(&dir, "m.ephem", &artifact_bytes(WAT)).unwrap();
+    let module = Module::from_artifact(&engine, artifact);
+    for _ in 0..3 {
+        let instance = Instance::new(&module, &[]).unwrap();
+        assert_eq!(read_image(&instance, &engine), b"image");
+        let e = instance
+            .get_func("trap")
+            .unwrap()
+            .call(&engine, &[])
+            .unwrap_err();
+        assert_eq!(e.trap().unwrap().kind, ephem::TrapKind::MemoryOutOfBounds);
+    }
+    assert_eq!(engine.code_pool().stats().slots, 0, "nothing was copied");
+}
