@@ -1,9 +1,11 @@
-//! An open artifact: the file mapped read-only, its header checked, its metadata decoded.
+//! An open artifact: its header checked, its metadata decoded, the rest left in the file.
 //!
-//! Opening costs a few system calls (`open`, `fstat`, `mmap`) and decoding the metadata, which
-//! grows with the module's declarations (types, imports, exports, segments), never with its
-//! code or data: function locations and the trap table are read in place, the text and memory
-//! images are only touched when loaded.
+//! Opening reads the header, the metadata and the function table with one or two `pread`s and
+//! decodes the metadata, which grows with the module's declarations (types, imports, exports,
+//! segments), never with its code or data. The text is read straight into a code slot or
+//! mapped from the file, memory images are mapped or read straight into linear memory, the
+//! trap table is read on the first trap, the segment data on first use. No mapping of the whole
+//! file is made: mapping and unmapping it, and faulting its pages in, cost more than the reads.
 //!
 //! # Verification
 //! The header is checked on every open (magic, format, ephem version, length, section bounds);
@@ -20,27 +22,37 @@
 //! files.
 
 use std::collections::HashSet;
+use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex, OnceLock};
 
-use ephem_code_memory::{Mapping, Prot};
 use ephem_module::{CompiledModule, FuncLoc, ModuleInfo, Reloc, Target, TrapKind};
-use rustix::fs::{Mode, OFlags};
 
 use crate::format::{
     EPHEM_VERSION, FILE_PAGE, FORMAT_VERSION, HEADER_SIZE, MAGIC, MemoryImage, Meta, Section, off,
 };
 use crate::{Error, cpu};
 
+/// How much of the file the first read takes: the header and, for most modules, the metadata
+/// and function table behind it.
+const FIRST_READ: usize = 4 << 10;
+
 /// A compiled module in a file (or a memory file), ready to load.
 pub struct Artifact {
-    file: OwnedFd,
-    map: Mapping,
+    file: File,
+    file_len: u64,
     meta: Meta,
-    sections: [Range<usize>; 6],
+    sections: [Range<u64>; 6],
+    /// The function table, read at open.
+    funcs: Vec<u8>,
+    /// The trap table, read on first use.
+    traps: OnceLock<Vec<u8>>,
+    /// The segment data, read on first use.
+    data: OnceLock<Vec<u8>>,
     /// Last access time (seconds) when opened, for the cache's eviction order.
     pub(crate) accessed: i64,
 }
@@ -48,8 +60,8 @@ pub struct Artifact {
 impl std::fmt::Debug for Artifact {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Artifact")
-            .field("bytes", &self.map.size())
-            .field("text", &self.text().len())
+            .field("bytes", &self.file_len)
+            .field("text", &self.text_len())
             .field("images", &self.meta.images.len())
             .finish()
     }
@@ -84,12 +96,17 @@ pub fn is_artifact(bytes: &[u8]) -> bool {
     bytes.starts_with(&MAGIC)
 }
 
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), Error> {
+    file.read_exact_at(buf, offset).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => damaged("shorter than its header says"),
+        _ => Error::Io(e),
+    })
+}
+
 impl Artifact {
     /// Opens the artifact at `path`.
     pub fn open(path: &Path) -> Result<Artifact, Error> {
-        let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(std::io::Error::from)?;
-        Artifact::from_fd(fd, true)
+        Artifact::from_file(File::open(path)?, true)
     }
 
     /// Serialises `compiled` into an anonymous memory file and opens that: a module compiled
@@ -104,32 +121,30 @@ impl Artifact {
     pub(crate) fn in_memory(bytes: &[u8]) -> Result<Artifact, Error> {
         let fd = rustix::fs::memfd_create("ephem-artifact", rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(std::io::Error::from)?;
-        // SAFETY: `fd` is a fresh descriptor we own; the File takes ownership and gives it back.
-        let mut file = unsafe { std::fs::File::from_raw_fd(fd.into_raw_fd()) };
+        // SAFETY: `fd` is a fresh descriptor we own; the File takes ownership of it.
+        let mut file = unsafe { File::from_raw_fd(fd.into_raw_fd()) };
         file.write_all(bytes)?;
-        Artifact::from_fd(file.into(), false)
+        Artifact::from_file(file, false)
     }
 
     /// Opens the artifact in `file`; with `verify`, its checksum is checked unless this file
     /// identity was verified before.
-    fn from_fd(file: OwnedFd, verify: bool) -> Result<Artifact, Error> {
+    fn from_file(file: File, verify: bool) -> Result<Artifact, Error> {
         let stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
-        let len = usize::try_from(stat.st_size).map_err(|_| damaged("impossible file size"))?;
-        if len < HEADER_SIZE {
-            let mut head = [0u8; MAGIC.len()];
-            let n = rustix::io::pread(&file, &mut head, 0).map_err(std::io::Error::from)?;
-            return Err(if n > 0 && MAGIC.starts_with(&head[..n]) {
-                damaged(format!("truncated to {len} bytes"))
-            } else {
-                Error::NotArtifact
-            });
+        let file_len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
+        let mut front = vec![0u8; FIRST_READ.min(file_len as usize)];
+        read_at(&file, &mut front, 0)?;
+        if front.len() < HEADER_SIZE {
+            return Err(
+                if !front.is_empty() && MAGIC.starts_with(&front[..front.len().min(8)]) {
+                    damaged(format!("truncated to {file_len} bytes"))
+                } else {
+                    Error::NotArtifact
+                },
+            );
         }
-        let map = Mapping::private_file(file.as_fd(), 0, len, Prot::Read)?;
-        // SAFETY: a read-only mapping of `len` bytes that lives as long as this slice's owner
-        // (the Artifact). Files are never modified in place (see the module documentation).
-        let bytes = unsafe { std::slice::from_raw_parts(map.as_ptr(), len) };
 
-        let h = &bytes[..HEADER_SIZE];
+        let h = &front[..HEADER_SIZE];
         if h[off::MAGIC..off::MAGIC + 8] != MAGIC {
             return Err(Error::NotArtifact);
         }
@@ -147,13 +162,13 @@ impl Artifact {
                 found: String::from_utf8_lossy(version).into_owned(),
             });
         }
-        let file_len = u64_at(h, off::FILE_LEN);
-        if file_len != len as u64 {
+        let header_len = u64_at(h, off::FILE_LEN);
+        if header_len != file_len {
             return Err(damaged(format!(
-                "{len} bytes on disk, the header says {file_len}"
+                "{file_len} bytes on disk, the header says {header_len}"
             )));
         }
-        let mut sections: [Range<usize>; 6] = Default::default();
+        let mut sections: [Range<u64>; 6] = Default::default();
         for (i, s) in Section::ALL.iter().enumerate() {
             let at = off::SECTIONS + i * 16;
             let (start, size) = (u64_at(h, at), u64_at(h, at + 8));
@@ -161,9 +176,7 @@ impl Artifact {
             let aligned =
                 !matches!(s, Section::Text | Section::Images) || start % FILE_PAGE as u64 == 0;
             match end {
-                Some(end) if start >= HEADER_SIZE as u64 && aligned => {
-                    sections[i] = start as usize..end as usize;
-                }
+                Some(end) if start >= HEADER_SIZE as u64 && aligned => sections[i] = start..end,
                 _ => return Err(damaged(format!("{s:?} section out of bounds"))),
             }
         }
@@ -181,7 +194,9 @@ impl Artifact {
                 .unwrap_or_else(|e| e.into_inner())
                 .contains(&id);
             if !known {
-                if crate::format::checksum(bytes)[..] != h[off::CHECKSUM..off::CHECKSUM + 32] {
+                let mut whole = vec![0u8; file_len as usize];
+                read_at(&file, &mut whole, 0)?;
+                if crate::format::checksum(&whole)[..] != h[off::CHECKSUM..off::CHECKSUM + 32] {
                     return Err(damaged("checksum mismatch"));
                 }
                 VERIFIED
@@ -191,14 +206,28 @@ impl Artifact {
             }
         }
 
-        let meta: Meta = postcard::from_bytes(&bytes[sections[Section::Meta as usize].clone()])
+        // Header, metadata and function table, in that order at the front of the file.
+        let funcs = sections[Section::Funcs as usize].clone();
+        let meta = sections[Section::Meta as usize].clone();
+        let need = funcs.end.max(meta.end) as usize;
+        if need > front.len() {
+            let got = front.len();
+            front.resize(need, 0);
+            read_at(&file, &mut front[got..], got as u64)?;
+        }
+        let meta: Meta = postcard::from_bytes(&front[meta.start as usize..meta.end as usize])
             .map_err(|e| damaged(format!("metadata: {e}")))?;
         cpu::check(&meta.target, cpu::host_has)?;
+        front.drain(..funcs.start as usize);
+        front.truncate((funcs.end - funcs.start) as usize);
         let artifact = Artifact {
             file,
-            map,
+            file_len,
             meta,
             sections,
+            funcs: front,
+            traps: OnceLock::new(),
+            data: OnceLock::new(),
             accessed: stat.st_atime,
         };
         artifact.check_consistency()?;
@@ -210,8 +239,8 @@ impl Artifact {
     fn check_consistency(&self) -> Result<(), Error> {
         let m = &self.meta;
         let info = &m.info;
-        let text = self.text().len();
-        let sec = |s: Section| self.sections[s as usize].len();
+        let text = self.text_len();
+        let sec = |s: Section| self.section_len(s);
         let types = info.types.len();
         let ok = sec(Section::Funcs) == 8 * info.defined_funcs()
             && sec(Section::Traps) % 8 == 0
@@ -245,10 +274,19 @@ impl Artifact {
         }
     }
 
-    fn section(&self, s: Section) -> &[u8] {
-        // SAFETY: see `from_fd`; the mapping lives as long as `self`.
-        let bytes = unsafe { std::slice::from_raw_parts(self.map.as_ptr(), self.map.size()) };
-        &bytes[self.sections[s as usize].clone()]
+    fn section_len(&self, s: Section) -> usize {
+        let r = &self.sections[s as usize];
+        (r.end - r.start) as usize
+    }
+
+    /// Reads a whole section (once, on first use).
+    fn lazy_section<'a>(&self, cell: &'a OnceLock<Vec<u8>>, s: Section) -> Result<&'a [u8], Error> {
+        if let Some(bytes) = cell.get() {
+            return Ok(bytes);
+        }
+        let mut bytes = vec![0; self.section_len(s)];
+        read_at(&self.file, &mut bytes, self.sections[s as usize].start)?;
+        Ok(cell.get_or_init(|| bytes))
     }
 
     /// The file (for mapping its text or images).
@@ -257,8 +295,8 @@ impl Artifact {
     }
 
     /// Size of the whole file.
-    pub fn file_len(&self) -> usize {
-        self.map.size()
+    pub fn file_len(&self) -> u64 {
+        self.file_len
     }
 
     pub fn info(&self) -> &ModuleInfo {
@@ -269,19 +307,25 @@ impl Artifact {
         &self.meta.target
     }
 
-    /// The machine code.
-    pub fn text(&self) -> &[u8] {
-        self.section(Section::Text)
+    /// Length of the machine code.
+    pub fn text_len(&self) -> usize {
+        self.section_len(Section::Text)
+    }
+
+    /// Reads the machine code into `dst` (`text_len` bytes).
+    pub fn read_text(&self, dst: &mut [u8]) -> Result<(), Error> {
+        read_at(&self.file, dst, self.text_file_offset())
     }
 
     /// Where the text starts in the file (page-aligned); the rest of its last page is `int3`.
     pub fn text_file_offset(&self) -> u64 {
-        self.sections[Section::Text as usize].start as u64
+        self.sections[Section::Text as usize].start
     }
 
-    /// The bytes of every data segment ([`ephem_module::DataSegment::range`] indexes them).
-    pub fn data(&self) -> &[u8] {
-        self.section(Section::Data)
+    /// The bytes of every data segment ([`ephem_module::DataSegment::range`] indexes them),
+    /// read from the file on first use.
+    pub fn data(&self) -> Result<&[u8], Error> {
+        self.lazy_section(&self.data, Section::Data)
     }
 
     pub fn relocs(&self) -> &[Reloc] {
@@ -300,7 +344,7 @@ impl Artifact {
 
     /// Where defined function `i` (0 = the first defined one) is in the text.
     pub fn func(&self, i: usize) -> FuncLoc {
-        let f = self.section(Section::Funcs);
+        let f = &self.funcs;
         FuncLoc {
             offset: u32_at(f, i * 8),
             len: u32_at(f, i * 8 + 4),
@@ -329,9 +373,10 @@ impl Artifact {
         })
     }
 
-    /// The kind of trap raised by the instruction at text `offset`, if it is a trapping one.
+    /// The kind of trap raised by the instruction at text `offset`, if it is a trapping one
+    /// (`None` also when the trap table cannot be read).
     pub fn trap_at(&self, offset: u32) -> Option<TrapKind> {
-        let t = self.section(Section::Traps);
+        let t = self.lazy_section(&self.traps, Section::Traps).ok()?;
         let (mut lo, mut hi) = (0, t.len() / 8);
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -354,14 +399,13 @@ impl Artifact {
         self.meta.images.iter().find(|i| i.memory == memory)
     }
 
-    /// An image's bytes.
-    pub fn image_bytes(&self, image: &MemoryImage) -> &[u8] {
-        let at = image.section_offset as usize;
-        &self.section(Section::Images)[at..at + image.len as usize]
+    /// Reads an image into `dst` (`image.len` bytes).
+    pub fn read_image(&self, image: &MemoryImage, dst: &mut [u8]) -> Result<(), Error> {
+        read_at(&self.file, dst, self.image_file_offset(image))
     }
 
     /// Where an image starts in the file (page-aligned).
     pub fn image_file_offset(&self, image: &MemoryImage) -> u64 {
-        self.sections[Section::Images as usize].start as u64 + image.section_offset
+        self.sections[Section::Images as usize].start + image.section_offset
     }
 }

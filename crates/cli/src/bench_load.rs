@@ -32,7 +32,7 @@ pub struct Args {
     svg: Option<PathBuf>,
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
+pub fn parse_size(s: &str) -> Result<usize, String> {
     let lower = s.to_ascii_lowercase();
     let (digits, unit) = match lower.strip_suffix('k') {
         Some(d) => (d, 1 << 10),

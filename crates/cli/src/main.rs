@@ -1,5 +1,6 @@
 //! The `ephem` command line.
 
+mod bench_fresh;
 mod bench_load;
 mod cache;
 mod chart;
@@ -40,6 +41,8 @@ enum Command {
 enum Bench {
     /// Time per load of every code-memory strategy beside a plain memcpy.
     Load(bench_load::Args),
+    /// The real workload: a fresh instance of a randomly picked cached module per invocation.
+    Fresh(bench_fresh::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,5 +52,6 @@ fn main() -> anyhow::Result<()> {
         Command::Cache(cmd) => cache::command(cmd),
         Command::Wast(args) => wast::run(args),
         Command::Bench(Bench::Load(args)) => bench_load::run(args),
+        Command::Bench(Bench::Fresh(args)) => bench_fresh::run(args),
     }
 }

@@ -47,7 +47,7 @@ use std::io;
 use std::str::FromStr;
 
 pub use pool::{CodePool, CodeSlot, LoadedCode, PoolStats};
-pub use sys::{Mapping, Prot, TRAP_FILL, page_size};
+pub use sys::{TRAP_FILL, page_size};
 
 /// How code memory is made executable. See the crate documentation for what each does.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -39,7 +39,6 @@ pub fn round_up(n: usize, align: usize) -> usize {
 /// Access a mapping grants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prot {
-    Read,
     Rw,
     Rx,
     /// Only for the opt-in `rwx` baseline.
@@ -49,7 +48,6 @@ pub enum Prot {
 impl Prot {
     fn map_flags(self) -> ProtFlags {
         match self {
-            Prot::Read => ProtFlags::READ,
             Prot::Rw => ProtFlags::READ | ProtFlags::WRITE,
             Prot::Rx => ProtFlags::READ | ProtFlags::EXEC,
             Prot::Rwx => ProtFlags::READ | ProtFlags::WRITE | ProtFlags::EXEC,
@@ -57,7 +55,6 @@ impl Prot {
     }
     fn mprotect_flags(self) -> MprotectFlags {
         match self {
-            Prot::Read => MprotectFlags::READ,
             Prot::Rw => MprotectFlags::READ | MprotectFlags::WRITE,
             Prot::Rx => MprotectFlags::READ | MprotectFlags::EXEC,
             Prot::Rwx => MprotectFlags::READ | MprotectFlags::WRITE | MprotectFlags::EXEC,
@@ -128,7 +125,7 @@ impl Mapping {
 
     /// Maps `len` bytes of `file` from `offset` (page-aligned) as a private view: pages come
     /// from the page cache, shared with every other mapping of the file, until written
-    /// (`Prot::Rw` gives a copy-on-write view; `Prot::Read` and `Prot::Rx` are never written).
+    /// (`Prot::Rx` views are never written).
     pub fn private_file(
         file: BorrowedFd<'_>,
         offset: u64,

@@ -5,6 +5,7 @@
 //! [`Module`]. A deployment that only runs precompiled modules uses the runtime alone.
 //! [`wast`] runs WebAssembly script files (the official spec tests).
 
+pub mod fresh;
 pub mod wast;
 
 pub use ephem_compiler::{CompileError, Compiler};

@@ -80,14 +80,24 @@ impl Engine {
 
     /// The canonical id of `ty`, the same for equal types across all modules of this engine.
     pub fn type_id(&self, ty: &FuncType) -> u32 {
-        let mut types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&id) = types.ids.get(ty) {
-            return id;
-        }
-        let id = types.list.len() as u32;
-        types.list.push(ty.clone());
-        types.ids.insert(ty.clone(), id);
-        id
+        self.type_ids(std::slice::from_ref(ty))[0]
+    }
+
+    /// The canonical ids of `types` (one lock for all of them).
+    pub fn type_ids(&self, types: &[FuncType]) -> Vec<u32> {
+        let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        types
+            .iter()
+            .map(|ty| {
+                if let Some(&id) = reg.ids.get(ty) {
+                    return id;
+                }
+                let id = reg.list.len() as u32;
+                reg.list.push(ty.clone());
+                reg.ids.insert(ty.clone(), id);
+                id
+            })
+            .collect()
     }
 
     /// The type with canonical id `id`.

@@ -59,7 +59,7 @@ impl Module {
     /// Prepares an open artifact for instantiation with `engine`.
     pub fn from_artifact(engine: &Engine, artifact: Artifact) -> Module {
         let info = artifact.info();
-        let type_ids = info.types.iter().map(|t| engine.type_id(t)).collect();
+        let type_ids = engine.type_ids(&info.types);
         let offsets = VmOffsets::new(info);
         Module {
             inner: Arc::new(ModuleInner {
@@ -91,7 +91,7 @@ impl std::fmt::Debug for Module {
             .field("functions", &info.funcs.len())
             .field("imports", &info.imports.len())
             .field("exports", &info.exports.len())
-            .field("text_bytes", &self.inner.artifact.text().len())
+            .field("text_bytes", &self.inner.artifact.text_len())
             .finish()
     }
 }
@@ -102,6 +102,19 @@ impl std::fmt::Debug for Instance {
             .field("module", &self.inner.module)
             .finish()
     }
+}
+
+/// Where instantiation spent its time ([`Instance::new_timed`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InstantiateTimings {
+    /// Checking the imports against the module's types.
+    pub check_imports: std::time::Duration,
+    /// Copying (or mapping) the text, relocating, publishing.
+    pub load_code: std::time::Duration,
+    /// Making the defined memories: pooled slots, images.
+    pub memories: std::time::Duration,
+    /// Everything else: tables, globals, the vmctx, segments and the start function.
+    pub initialise: std::time::Duration,
 }
 
 /// An instance of a module. Cheap to clone; not `Send` (see the crate documentation).
@@ -179,6 +192,32 @@ fn limits_match(actual_min: u32, actual_max: Option<u32>, min: u32, max: Option<
 impl Instance {
     /// Loads `module`'s code and instantiates it with `imports` (in the module's import order).
     pub fn new(module: &Module, imports: &[Extern]) -> Result<Instance, Error> {
+        Instance::instantiate(module, imports, None)
+    }
+
+    /// As [`Instance::new`], and reports how long each part took (for benchmarks).
+    pub fn new_timed(
+        module: &Module,
+        imports: &[Extern],
+    ) -> Result<(Instance, InstantiateTimings), Error> {
+        let mut timings = InstantiateTimings::default();
+        let instance = Instance::instantiate(module, imports, Some(&mut timings))?;
+        Ok((instance, timings))
+    }
+
+    fn instantiate(
+        module: &Module,
+        imports: &[Extern],
+        mut timings: Option<&mut InstantiateTimings>,
+    ) -> Result<Instance, Error> {
+        let mut clock = timings.as_ref().map(|_| std::time::Instant::now());
+        let mut lap = |field: fn(&mut InstantiateTimings) -> &mut std::time::Duration| {
+            if let (Some(t), Some(c)) = (timings.as_deref_mut(), clock.as_mut()) {
+                let now = std::time::Instant::now();
+                *field(t) = now - *c;
+                *c = now;
+            }
+        };
         let m = &*module.inner;
         let artifact = &m.artifact;
         let info = artifact.info();
@@ -246,21 +285,18 @@ impl Instance {
             }
         }
 
+        lap(|t| &mut t.check_imports);
         // Load the code.
-        let text = artifact.text();
+        let text_len = artifact.text_len();
         let tag = Arc::as_ptr(&module.inner) as usize;
-        let code = if artifact.relocs().is_empty() && m.engine.maps_text(text.len()) {
-            LoadedCode::map_file(
-                artifact.file(),
-                artifact.text_file_offset(),
-                text.len(),
-                tag,
-            )?
+        let code = if artifact.relocs().is_empty() && m.engine.maps_text(text_len) {
+            LoadedCode::map_file(artifact.file(), artifact.text_file_offset(), text_len, tag)?
         } else {
-            let mut slot = m.engine.code_pool().acquire(text.len().max(1))?;
+            let mut slot = m.engine.code_pool().acquire(text_len.max(1))?;
             let bytes = slot.bytes_mut();
-            bytes[..text.len()].copy_from_slice(text);
-            bytes[text.len()..].fill(ephem_code_memory::TRAP_FILL);
+            // Straight from the file into the slot's write view: one copy, no mapping.
+            artifact.read_text(&mut bytes[..text_len])?;
+            bytes[text_len..].fill(ephem_code_memory::TRAP_FILL);
             for r in artifact.relocs() {
                 let at = r.offset as usize;
                 let value = (crate::libcalls::address(r.target) as i64).wrapping_add(r.addend);
@@ -270,6 +306,7 @@ impl Instance {
         };
         let text_base = code.as_ptr();
 
+        lap(|t| &mut t.load_code);
         // Defined memories (from the engine's pool, with their images), tables and globals.
         for (i, ty) in info.memories.iter().enumerate() {
             let i = i as u32;
@@ -279,6 +316,16 @@ impl Instance {
                 memories.push(Rc::new(memory));
             }
         }
+        // Segment data that instantiation or `memory.init` may copy, read now so that builtins
+        // never meet an I/O error.
+        let needs_data = info.datas.iter().any(|d| match &d.mode {
+            SegmentMode::Active { index, .. } => artifact.image(*index).is_none(),
+            _ => true,
+        });
+        if needs_data {
+            artifact.data()?;
+        }
+        lap(|t| &mut t.memories);
         for ty in &info.tables[info.imported_tables as usize..] {
             tables.push(Rc::new(Table::new(*ty, 0)?));
         }
@@ -363,7 +410,9 @@ impl Instance {
         // SAFETY: the instance pointer field; the Rc allocation does not move.
         unsafe { inner.vmctx.write(VmOffsets::INSTANCE, Rc::as_ptr(&inner)) };
         let instance = Instance { inner };
-        if let Err(e) = instance.initialise() {
+        let initialised = instance.initialise();
+        lap(|t| &mut t.initialise);
+        if let Err(e) = initialised {
             // Element segments applied before the failure may have put this instance's
             // functions into imported tables, where other instances can still call them. Nothing
             // can tell when those entries go away, so such an instance is never freed: a leak
@@ -510,10 +559,12 @@ impl InstanceInner {
     fn memory_init(&self, mem: u32, data: u32, dst: u32, src: u32, len: u32) -> bool {
         let artifact = &self.module.inner.artifact;
         let seg = &artifact.info().datas[data as usize];
-        let bytes: &[u8] = if self.dropped_datas.borrow()[data as usize] {
-            &[]
-        } else {
-            &artifact.data()[seg.range.start as usize..seg.range.end as usize]
+        // Loaded at instantiation whenever a segment may need it (see `instantiate`).
+        let bytes: &[u8] = match artifact.data() {
+            Ok(all) if !self.dropped_datas.borrow()[data as usize] => {
+                &all[seg.range.start as usize..seg.range.end as usize]
+            }
+            _ => &[],
         };
         let memory = &self.memories[mem as usize];
         let (Some(src_end), Some(dst_end)) = (src.checked_add(len), dst.checked_add(len)) else {

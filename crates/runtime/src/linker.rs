@@ -11,7 +11,8 @@ use crate::{Error, Extern, Func, Global, Instance, Memory, Module, Table};
 /// Named externs that instantiation draws imports from.
 #[derive(Clone, Default)]
 pub struct Linker {
-    defs: HashMap<(String, String), Extern>,
+    /// By module name, then name (looked up by `&str` without allocating).
+    defs: HashMap<String, HashMap<String, Extern>>,
 }
 
 impl Linker {
@@ -21,7 +22,10 @@ impl Linker {
 
     /// Defines `module`.`name`.
     pub fn define(&mut self, module: &str, name: &str, ext: Extern) -> &mut Self {
-        self.defs.insert((module.to_owned(), name.to_owned()), ext);
+        self.defs
+            .entry(module.to_owned())
+            .or_default()
+            .insert(name.to_owned(), ext);
         self
     }
 
@@ -37,34 +41,63 @@ impl Linker {
     /// with a message naming the import, and fresh memories, tables and globals (zero) of the
     /// declared types. Lets a module with foreign imports be instantiated and benchmarked.
     pub fn define_unknown_imports_as_traps(&mut self, module: &Module) -> Result<&mut Self, Error> {
+        self.define_unknown_funcs_as_traps(module);
         for import in module.imports() {
-            if self.get(&import.module, &import.name).is_some() {
-                continue;
+            if self.get(&import.module, &import.name).is_none() {
+                let ext = fresh_extern(module, &import.kind)?.expect("functions are defined");
+                self.define(&import.module, &import.name, ext);
             }
-            let ext = match &import.kind {
-                ImportKind::Func(t) => {
-                    let ty = module.artifact().info().types[*t as usize].clone();
-                    let what = format!("`{}`.`{}`", import.module, import.name);
-                    Extern::Func(Func::new(module.engine(), ty, move |_| {
-                        Err(format!("unprovided import {what} was called").into())
-                    }))
-                }
-                ImportKind::Memory(ty) => Extern::Memory(Rc::new(Memory::new(*ty)?)),
-                ImportKind::Table(ty) => Extern::Table(Rc::new(Table::new(*ty, 0)?)),
-                ImportKind::Global(ty) => Extern::Global(Rc::new(Global::new(*ty, 0))),
-            };
-            self.define(&import.module, &import.name, ext);
         }
         Ok(self)
     }
 
+    /// Defines every function `module` imports that is not yet defined as a stub that traps
+    /// with a message naming the import.
+    pub fn define_unknown_funcs_as_traps(&mut self, module: &Module) -> &mut Self {
+        for import in module.imports() {
+            let ImportKind::Func(t) = import.kind else {
+                continue;
+            };
+            if self.get(&import.module, &import.name).is_none() {
+                let ty = module.artifact().info().types[t as usize].clone();
+                let what = format!("`{}`.`{}`", import.module, import.name);
+                let stub = Func::new(module.engine(), ty, move |_| {
+                    Err(format!("unprovided import {what} was called").into())
+                });
+                self.define(&import.module, &import.name, Extern::Func(stub));
+            }
+        }
+        self
+    }
+
+    /// The externs `module` imports: functions from this linker, and fresh memories, tables and
+    /// globals (zero) of the declared types for those it does not define. What an embedder that
+    /// gives every instance its own memory does on each instantiation.
+    pub fn resolve_with_fresh_state(&self, module: &Module) -> Result<Vec<Extern>, Error> {
+        module
+            .imports()
+            .iter()
+            .map(|i| match self.get(&i.module, &i.name) {
+                Some(ext) => Ok(ext.clone()),
+                None => fresh_extern(module, &i.kind)?.ok_or_else(|| {
+                    Error::Link(format!("unknown import `{}`.`{}`", i.module, i.name))
+                }),
+            })
+            .collect()
+    }
+
     pub fn get(&self, module: &str, name: &str) -> Option<&Extern> {
-        self.defs.get(&(module.to_owned(), name.to_owned()))
+        self.defs.get(module)?.get(name)
     }
 
     /// Instantiates `module` with its imports taken from this linker.
     pub fn instantiate(&self, module: &Module) -> Result<Instance, Error> {
-        let imports = module
+        Instance::new(module, &self.resolve(module)?)
+    }
+
+    /// The externs `module` imports, in its import order.
+    pub fn resolve(&self, module: &Module) -> Result<Vec<Extern>, Error> {
+        module
             .imports()
             .iter()
             .map(|i| {
@@ -81,7 +114,17 @@ impl Linker {
                     ))
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        Instance::new(module, &imports)
+            .collect()
     }
+}
+
+/// A fresh memory (from the engine's pool), table or global (zero) of an import's type; `None`
+/// for a function.
+fn fresh_extern(module: &Module, kind: &ImportKind) -> Result<Option<Extern>, Error> {
+    Ok(Some(match kind {
+        ImportKind::Func(_) => return Ok(None),
+        ImportKind::Memory(ty) => Extern::Memory(Rc::new(Memory::in_pool(module.engine(), *ty)?)),
+        ImportKind::Table(ty) => Extern::Table(Rc::new(Table::new(*ty, 0)?)),
+        ImportKind::Global(ty) => Extern::Global(Rc::new(Global::new(*ty, 0))),
+    }))
 }

@@ -29,9 +29,8 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::ptr::null_mut;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crossbeam_queue::ArrayQueue;
 use ephem_artifact::{Artifact, MemoryImage};
 use ephem_module::{MemoryType, VmMemory};
 use rustix::mm::{Advice, MapFlags, MprotectFlags, ProtFlags};
@@ -172,33 +171,49 @@ impl Drop for Slot {
 }
 
 /// Reset reservations ready for new memories; shared by an engine's instances.
+///
+/// Idle slots are kept in a short list under a lock (held for a scan of at most
+/// `max_idle_slots` entries, never across a system call), so that a new memory can take a slot
+/// whose accessible size already matches and skip the `mprotect`.
 pub(crate) struct MemoryPool {
     config: MemoryConfig,
-    idle: ArrayQueue<Slot>,
+    idle: Mutex<Vec<Slot>>,
 }
 
 impl MemoryPool {
     pub fn new(config: MemoryConfig) -> MemoryPool {
         MemoryPool {
             config,
-            idle: ArrayQueue::new(config.max_idle_slots.max(1)),
+            idle: Mutex::new(Vec::with_capacity(config.max_idle_slots)),
         }
     }
 
-    fn take(&self) -> Result<Slot, crate::Error> {
-        match self.idle.pop() {
+    /// An idle slot, preferably one already `len` bytes accessible; else a new reservation.
+    fn take(&self, len: usize) -> Result<Slot, crate::Error> {
+        let slot = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            match idle.iter().rposition(|s| s.accessible == len) {
+                Some(i) => Some(idle.swap_remove(i)),
+                None => idle.pop(),
+            }
+        };
+        match slot {
             Some(slot) => Ok(slot),
             None => Slot::reserve(),
         }
     }
 
     fn give_back(&self, mut slot: Slot, file_mapped: bool) {
-        if self.config.max_idle_slots == 0 {
+        let full = || self.idle.lock().unwrap_or_else(|e| e.into_inner()).len();
+        // Beyond the bound, or if it cannot be reset, the slot is dropped (unmapped).
+        if full() >= self.config.max_idle_slots
+            || slot.reset(file_mapped, self.config.keep_resident).is_err()
+        {
             return;
         }
-        // A slot that cannot be reset is dropped (unmapped), never reused.
-        if slot.reset(file_mapped, self.config.keep_resident).is_ok() {
-            let _ = self.idle.push(slot);
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < self.config.max_idle_slots {
+            idle.push(slot);
         }
     }
 }
@@ -220,13 +235,20 @@ impl Memory {
         Memory::with_slot(ty, Slot::reserve()?, None)
     }
 
+    /// A zeroed memory in a slot of `engine`'s memory pool (as instances get theirs): for
+    /// memories the embedder makes for every instance, such as imported ones.
+    pub fn in_pool(engine: &crate::Engine, ty: MemoryType) -> Result<Memory, crate::Error> {
+        Memory::pooled(engine.memory_pool(), ty, None)
+    }
+
     /// A memory in a slot of `pool`, initialised from `image` (of `artifact`) if given.
     pub(crate) fn pooled(
         pool: &Arc<MemoryPool>,
         ty: MemoryType,
         image: Option<(&Artifact, &MemoryImage)>,
     ) -> Result<Memory, crate::Error> {
-        let mut memory = Memory::with_slot(ty, pool.take()?, Some(pool.clone()))?;
+        let len = ty.min as usize * PAGE as usize;
+        let mut memory = Memory::with_slot(ty, pool.take(len)?, Some(pool.clone()))?;
         if let Some((artifact, image)) = image {
             if image.len as usize >= pool.config.map_image_at {
                 // Set first: if mapping fails half-way, the reset still replaces the range.
@@ -237,10 +259,8 @@ impl Memory {
             } else {
                 let at = image.offset as usize;
                 // SAFETY: the image lies within the minimum size, now accessible; no wasm runs.
-                unsafe {
-                    memory.bytes()[at..at + image.len as usize]
-                        .copy_from_slice(artifact.image_bytes(image))
-                };
+                let dst = unsafe { &mut memory.bytes()[at..at + image.len as usize] };
+                artifact.read_image(image, dst)?;
             }
         }
         Ok(memory)

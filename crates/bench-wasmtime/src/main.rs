@@ -1,0 +1,221 @@
+//! `fresh-vs-wasmtime`: the fresh-instance workload (`ephem::fresh`) on ephem and on wasmtime,
+//! in one run, over the same modules, with the ratio per module.
+//!
+//! wasmtime is set up as its documentation recommends for many short-lived instances: the
+//! pooling instance allocator (copy-on-write memory images, pooled memories and tables), and
+//! modules precompiled to files once, then `Module::deserialize_file` on every invocation, since
+//! the workload has too many modules to keep them loaded. Each invocation: deserialize, link
+//! (unknown function imports trap, imported memories and tables are created), instantiate, call
+//! the export if named, drop the store and module.
+//!
+//! wasmtime's compiled files go to a directory of their own, beside ephem's cache.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use ephem::fresh::{self, Picker};
+
+#[derive(Parser)]
+#[command(about = "The fresh-instance workload on ephem and on wasmtime, side by side")]
+struct Args {
+    /// Modules (.wasm or .wat).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Export to call with zero arguments in every invocation (default: instantiate only).
+    #[arg(long)]
+    invoke: Option<String>,
+    /// Invocations per module and runtime.
+    #[arg(long, default_value_t = 2000)]
+    invocations: usize,
+    /// Directory for ephem's cache and wasmtime's compiled files (default: a fresh temporary one).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// One JSON object per line per module and runtime, then one per module with the ratio.
+    #[arg(long)]
+    json: bool,
+}
+
+/// wasmtime's time per invocation, by part.
+#[derive(Clone, Copy, Default)]
+struct WtSample {
+    deserialize: Duration,
+    link: Duration,
+    instantiate: Duration,
+    call: Duration,
+    teardown: Duration,
+}
+
+impl WtSample {
+    fn total(&self) -> Duration {
+        self.deserialize + self.link + self.instantiate + self.call + self.teardown
+    }
+}
+
+fn wasmtime_engine() -> anyhow::Result<wasmtime::Engine> {
+    let mut pool = wasmtime::PoolingAllocationConfig::default();
+    pool.total_memories(64)
+        .total_tables(64)
+        .total_core_instances(64);
+    let mut config = wasmtime::Config::new();
+    config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    Ok(wasmtime::Engine::new(&config)?)
+}
+
+/// The embedder's host functions for the module at `path`, defined once: stubs that trap.
+fn wasmtime_host(engine: &wasmtime::Engine, path: &Path) -> anyhow::Result<wasmtime::Linker<()>> {
+    // SAFETY: as in `wasmtime_invoke`.
+    let module = unsafe { wasmtime::Module::deserialize_file(engine, path)? };
+    let mut linker = wasmtime::Linker::new(engine);
+    linker.define_unknown_imports_as_traps(&module)?;
+    Ok(linker)
+}
+
+fn wasmtime_invoke(
+    engine: &wasmtime::Engine,
+    path: &Path,
+    host: &wasmtime::Linker<()>,
+    export: Option<&str>,
+) -> anyhow::Result<WtSample> {
+    let mut s = WtSample::default();
+    let t0 = Instant::now();
+    // SAFETY: the file was written by `precompile_module` of this engine's configuration in this
+    // run, and nothing modifies it while the benchmark runs.
+    let module = unsafe { wasmtime::Module::deserialize_file(engine, path)? };
+    let t1 = Instant::now();
+    s.deserialize = t1 - t0;
+    let mut store = wasmtime::Store::new(engine, ());
+    // Fresh memories and tables for this instance; the host functions are the embedder's.
+    let mut linker = host.clone();
+    linker.allow_shadowing(true);
+    for import in module.imports() {
+        let ext: wasmtime::Extern = match import.ty() {
+            wasmtime::ExternType::Memory(ty) => wasmtime::Memory::new(&mut store, ty)?.into(),
+            wasmtime::ExternType::Table(ty) => {
+                wasmtime::Table::new(&mut store, ty, wasmtime::Ref::Func(None))?.into()
+            }
+            _ => continue,
+        };
+        linker.define(&store, import.module(), import.name(), ext)?;
+    }
+    let t2 = Instant::now();
+    s.link = t2 - t1;
+    let instance = linker.instantiate(&mut store, &module)?;
+    let t3 = Instant::now();
+    s.instantiate = t3 - t2;
+    if let Some(name) = export {
+        let func = instance
+            .get_func(&mut store, name)
+            .with_context(|| format!("no export `{name}`"))?;
+        let ty = func.ty(&store);
+        let params: Vec<wasmtime::Val> = ty
+            .params()
+            .map(|t| wasmtime::Val::default_for_ty(&t).unwrap_or(wasmtime::Val::I32(0)))
+            .collect();
+        let mut results = vec![wasmtime::Val::I32(0); ty.results().len()];
+        // A trap ends the invocation, as in ephem's workload.
+        let _ = func.call(&mut store, &params, &mut results);
+    }
+    let t4 = Instant::now();
+    s.call = t4 - t3;
+    drop(store);
+    drop(module);
+    s.teardown = t4.elapsed();
+    Ok(s)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1}", d.as_nanos() as f64 / 1000.0)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(args.invocations > 0, "--invocations must be at least 1");
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("ephem-vs-wasmtime-{}", std::process::id()))
+    });
+
+    // ephem.
+    let engine = ephem::Engine::default();
+    let cache = ephem::Cache::new(dir.join("ephem"), u64::MAX);
+    let ours = fresh::measure(
+        &engine,
+        &cache,
+        &args.files,
+        args.invoke.as_deref(),
+        args.invocations,
+    )?;
+
+    // wasmtime, over the same modules, in the same random order.
+    let wt = wasmtime_engine()?;
+    std::fs::create_dir_all(dir.join("wasmtime"))?;
+    let mut paths = Vec::new();
+    for (file, subject) in args.files.iter().zip(&ours.subjects) {
+        let wasm = wat::parse_file(file).with_context(|| format!("reading {}", file.display()))?;
+        let path = dir.join("wasmtime").join(format!("{}.cwasm", subject.key));
+        std::fs::write(&path, wt.precompile_module(&wasm)?)?;
+        let host = wasmtime_host(&wt, &path)?;
+        wasmtime_invoke(&wt, &path, &host, args.invoke.as_deref())?;
+        paths.push((path, host));
+    }
+    let mut theirs = vec![Vec::with_capacity(args.invocations); paths.len()];
+    let mut picker = Picker::new(0x5eed);
+    for _ in 0..args.invocations * paths.len() {
+        let i = picker.pick(paths.len());
+        let (path, host) = &paths[i];
+        theirs[i].push(wasmtime_invoke(&wt, path, host, args.invoke.as_deref())?);
+    }
+
+    if !args.json {
+        println!(
+            "{:<16} {:>12} {:>12} {:>14} {:>14} {:>8}",
+            "module", "ephem med µs", "ephem p90 µs", "wasmtime med µs", "wasmtime p90 µs", "ratio"
+        );
+    }
+    for (i, subject) in ours.subjects.iter().enumerate() {
+        let mut e: Vec<Duration> = ours.samples[i].iter().map(|s| s.total()).collect();
+        let mut w: Vec<Duration> = theirs[i].iter().map(WtSample::total).collect();
+        let (em, ep) = fresh::median_p90(&mut e);
+        let (wm, wp) = fresh::median_p90(&mut w);
+        let ratio = wm.as_nanos() as f64 / em.as_nanos().max(1) as f64;
+        if args.json {
+            let part = |f: fn(&WtSample) -> Duration| {
+                let mut v: Vec<Duration> = theirs[i].iter().map(f).collect();
+                fresh::median_p90(&mut v).0.as_nanos() as u64
+            };
+            println!(
+                "{}",
+                serde_json::json!({"runtime": "ephem", "module": subject.name,
+                    "median_ns": em.as_nanos() as u64, "p90_ns": ep.as_nanos() as u64})
+            );
+            println!(
+                "{}",
+                serde_json::json!({"runtime": "wasmtime", "module": subject.name,
+                    "median_ns": wm.as_nanos() as u64, "p90_ns": wp.as_nanos() as u64,
+                    "parts_median_ns": {
+                        "deserialize": part(|s| s.deserialize), "link": part(|s| s.link),
+                        "instantiate": part(|s| s.instantiate), "call": part(|s| s.call),
+                        "teardown": part(|s| s.teardown)}})
+            );
+            println!(
+                "{}",
+                serde_json::json!({"module": subject.name, "wasmtime_over_ephem": ratio})
+            );
+        } else {
+            println!(
+                "{:<16} {:>12} {:>12} {:>14} {:>14} {:>7.1}×",
+                subject.name,
+                us(em),
+                us(ep),
+                us(wm),
+                us(wp),
+                ratio
+            );
+        }
+    }
+    if args.dir.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
