@@ -30,10 +30,15 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{LazyLock, Mutex, OnceLock};
 
-use ephem_module::{CompiledModule, FuncLoc, ModuleInfo, Reloc, Target, TrapKind};
+use ephem_module::{
+    ArchivedModuleInfo, ArchivedReloc, ArchivedTarget, CompiledModule, FuncLoc, TrapKind,
+};
+use rkyv::rend::u32_le;
+use rkyv::util::AlignedVec;
 
 use crate::format::{
-    EPHEM_VERSION, FILE_PAGE, FORMAT_VERSION, HEADER_SIZE, MAGIC, MemoryImage, Meta, Section, off,
+    ArchivedMemoryImage, ArchivedMeta, EPHEM_VERSION, FILE_PAGE, FORMAT_VERSION, HEADER_SIZE,
+    MAGIC, Section, off,
 };
 use crate::{Error, cpu};
 
@@ -45,10 +50,9 @@ const FIRST_READ: usize = 4 << 10;
 pub struct Artifact {
     file: File,
     file_len: u64,
-    meta: Meta,
     sections: [Range<u64>; 6],
-    /// The function table, read at open.
-    funcs: Vec<u8>,
+    /// The file's first bytes: header, metadata (an archive, read in place) and function table.
+    front: AlignedVec<16>,
     /// The trap table, read on first use.
     traps: OnceLock<Vec<u8>>,
     /// The segment data, read on first use.
@@ -62,7 +66,7 @@ impl std::fmt::Debug for Artifact {
         f.debug_struct("Artifact")
             .field("bytes", &self.file_len)
             .field("text", &self.text_len())
-            .field("images", &self.meta.images.len())
+            .field("images", &self.meta().images.len())
             .finish()
     }
 }
@@ -132,7 +136,8 @@ impl Artifact {
     fn from_file(file: File, verify: bool) -> Result<Artifact, Error> {
         let stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
         let file_len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
-        let mut front = vec![0u8; FIRST_READ.min(file_len as usize)];
+        let mut front = AlignedVec::<16>::new();
+        front.resize(FIRST_READ.min(file_len as usize), 0);
         read_at(&file, &mut front, 0)?;
         if front.len() < HEADER_SIZE {
             return Err(
@@ -181,31 +186,6 @@ impl Artifact {
             }
         }
 
-        if verify {
-            let id = Identity {
-                dev: stat.st_dev,
-                ino: stat.st_ino,
-                size: stat.st_size,
-                mtime: stat.st_mtime,
-                mtime_ns: stat.st_mtime_nsec as i64,
-            };
-            let known = VERIFIED
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&id);
-            if !known {
-                let mut whole = vec![0u8; file_len as usize];
-                read_at(&file, &mut whole, 0)?;
-                if crate::format::checksum(&whole)[..] != h[off::CHECKSUM..off::CHECKSUM + 32] {
-                    return Err(damaged("checksum mismatch"));
-                }
-                VERIFIED
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id);
-            }
-        }
-
         // Header, metadata and function table, in that order at the front of the file.
         let funcs = sections[Section::Funcs as usize].clone();
         let meta = sections[Section::Meta as usize].clone();
@@ -215,57 +195,113 @@ impl Artifact {
             front.resize(need, 0);
             read_at(&file, &mut front[got..], got as u64)?;
         }
-        let meta: Meta = postcard::from_bytes(&front[meta.start as usize..meta.end as usize])
-            .map_err(|e| damaged(format!("metadata: {e}")))?;
-        cpu::check(&meta.target, cpu::host_has)?;
-        front.drain(..funcs.start as usize);
-        front.truncate((funcs.end - funcs.start) as usize);
         let artifact = Artifact {
             file,
             file_len,
-            meta,
             sections,
-            funcs: front,
+            front,
             traps: OnceLock::new(),
             data: OnceLock::new(),
             accessed: stat.st_atime,
         };
-        artifact.check_consistency()?;
+
+        // Everything that is proportional to the file or to the metadata is done once per file
+        // identity (see the module documentation); artifacts this process wrote are trusted.
+        let id = Identity {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: stat.st_size,
+            mtime: stat.st_mtime,
+            mtime_ns: stat.st_mtime_nsec as i64,
+        };
+        let known = || {
+            VERIFIED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&id)
+        };
+        if (verify && !known()) || (!verify && cfg!(debug_assertions)) {
+            if verify {
+                let mut whole = vec![0u8; file_len as usize];
+                read_at(&artifact.file, &mut whole, 0)?;
+                let h = &artifact.front[..HEADER_SIZE];
+                if crate::format::checksum(&whole)[..] != h[off::CHECKSUM..off::CHECKSUM + 32] {
+                    return Err(damaged("checksum mismatch"));
+                }
+            }
+            rkyv::access::<ArchivedMeta, rkyv::rancor::Error>(artifact.meta_bytes())
+                .map_err(|e| damaged(format!("metadata: {e}")))?;
+            artifact.check_consistency()?;
+            if verify {
+                VERIFIED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id);
+            }
+        }
+        let target = &artifact.meta().target;
+        cpu::check(
+            &target.arch,
+            target.cpu_features.iter().map(|f| f.as_str()),
+            cpu::host_has,
+        )?;
         Ok(artifact)
+    }
+
+    fn meta_bytes(&self) -> &[u8] {
+        let r = &self.sections[Section::Meta as usize];
+        &self.front[r.start as usize..r.end as usize]
+    }
+
+    /// The metadata, in place.
+    fn meta(&self) -> &ArchivedMeta {
+        // SAFETY: `meta_bytes` were validated as an `ArchivedMeta` when this file identity was
+        // first opened (or were written by this process), and `front` is owned and immutable.
+        unsafe { rkyv::access_unchecked::<ArchivedMeta>(self.meta_bytes()) }
     }
 
     /// Cross-checks the metadata against the sections, so that nothing read later indexes out
     /// of bounds. Proportional to the metadata, like decoding it.
     fn check_consistency(&self) -> Result<(), Error> {
-        let m = &self.meta;
+        let m = self.meta();
         let info = &m.info;
         let text = self.text_len();
         let sec = |s: Section| self.section_len(s);
         let types = info.types.len();
-        let ok = sec(Section::Funcs) == 8 * info.defined_funcs()
+        let funcs_in_front =
+            self.sections[Section::Funcs as usize].end as usize <= self.front.len();
+        let ok = funcs_in_front
+            && sec(Section::Funcs) == 8 * info.defined_funcs()
             && sec(Section::Traps) % 8 == 0
             && m.trampolines.len() == types
             && m.host_adapters.len() == types
             && m.trampolines
                 .iter()
-                .chain(&m.host_adapters)
-                .all(|&o| (o as usize) < text)
+                .chain(m.host_adapters.iter())
+                .all(|o| (o.to_native() as usize) < text)
             && m.relocs
                 .iter()
-                .all(|r| (r.offset as usize).saturating_add(8) <= text)
-            && info.funcs.iter().all(|&t| (t as usize) < types)
+                .all(|r| (r.offset.to_native() as usize).saturating_add(8) <= text)
+            && info.funcs.iter().all(|t| (t.to_native() as usize) < types)
             && info.datas.iter().all(|d| {
-                d.range.start <= d.range.end && d.range.end as usize <= sec(Section::Data)
+                d.range.start <= d.range.end
+                    && d.range.end.to_native() as usize <= sec(Section::Data)
             })
             && m.images.iter().all(|i| {
-                let defined =
-                    i.memory >= info.imported_memories && (i.memory as usize) < info.memories.len();
+                let (memory, offset, len) = (
+                    i.memory.to_native(),
+                    i.offset.to_native(),
+                    i.len.to_native(),
+                );
+                let defined = memory >= info.imported_memories.to_native()
+                    && (memory as usize) < info.memories.len();
+                let section_offset = i.section_offset.to_native();
                 defined
-                    && i.offset % FILE_PAGE as u64 == 0
-                    && i.section_offset % FILE_PAGE as u64 == 0
-                    && i.section_offset.saturating_add(i.len) <= sec(Section::Images) as u64
-                    && i.offset.saturating_add(i.len)
-                        <= u64::from(info.memories[i.memory as usize].min) * 65536
+                    && offset % FILE_PAGE as u64 == 0
+                    && section_offset % FILE_PAGE as u64 == 0
+                    && section_offset.saturating_add(len) <= sec(Section::Images) as u64
+                    && offset.saturating_add(len)
+                        <= u64::from(info.memories[memory as usize].min.to_native()) * 65536
             });
         if ok {
             Ok(())
@@ -299,12 +335,13 @@ impl Artifact {
         self.file_len
     }
 
-    pub fn info(&self) -> &ModuleInfo {
-        &self.meta.info
+    /// The module's description, read in place.
+    pub fn info(&self) -> &ArchivedModuleInfo {
+        &self.meta().info
     }
 
-    pub fn target(&self) -> &Target {
-        &self.meta.target
+    pub fn target(&self) -> &ArchivedTarget {
+        &self.meta().target
     }
 
     /// Length of the machine code.
@@ -328,23 +365,24 @@ impl Artifact {
         self.lazy_section(&self.data, Section::Data)
     }
 
-    pub fn relocs(&self) -> &[Reloc] {
-        &self.meta.relocs
+    pub fn relocs(&self) -> &[ArchivedReloc] {
+        &self.meta().relocs
     }
 
     /// Entry trampoline offset, per type.
-    pub fn trampolines(&self) -> &[u32] {
-        &self.meta.trampolines
+    pub fn trampolines(&self) -> &[u32_le] {
+        &self.meta().trampolines
     }
 
     /// Host adapter offset, per type.
-    pub fn host_adapters(&self) -> &[u32] {
-        &self.meta.host_adapters
+    pub fn host_adapters(&self) -> &[u32_le] {
+        &self.meta().host_adapters
     }
 
     /// Where defined function `i` (0 = the first defined one) is in the text.
     pub fn func(&self, i: usize) -> FuncLoc {
-        let f = &self.funcs;
+        let r = &self.sections[Section::Funcs as usize];
+        let f = &self.front[r.start as usize..r.end as usize];
         FuncLoc {
             offset: u32_at(f, i * 8),
             len: u32_at(f, i * 8 + 4),
@@ -354,7 +392,7 @@ impl Artifact {
     /// The defined function whose code contains text `offset` (module index), and the
     /// offset within it.
     pub fn func_at(&self, offset: u32) -> Option<(u32, u32)> {
-        let n = self.meta.info.defined_funcs();
+        let n = self.info().defined_funcs();
         let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -367,7 +405,7 @@ impl Artifact {
         let f = self.func(lo.checked_sub(1)?);
         (offset < f.offset.saturating_add(f.len)).then(|| {
             (
-                self.meta.info.imported_funcs + lo as u32 - 1,
+                self.info().imported_funcs.to_native() + lo as u32 - 1,
                 offset - f.offset,
             )
         })
@@ -390,22 +428,22 @@ impl Artifact {
     }
 
     /// The memory images, at most one per defined memory.
-    pub fn images(&self) -> &[MemoryImage] {
-        &self.meta.images
+    pub fn images(&self) -> &[ArchivedMemoryImage] {
+        &self.meta().images
     }
 
     /// The image of memory `memory` (module index), if it has one.
-    pub fn image(&self, memory: u32) -> Option<&MemoryImage> {
-        self.meta.images.iter().find(|i| i.memory == memory)
+    pub fn image(&self, memory: u32) -> Option<&ArchivedMemoryImage> {
+        self.meta().images.iter().find(|i| i.memory == memory)
     }
 
     /// Reads an image into `dst` (`image.len` bytes).
-    pub fn read_image(&self, image: &MemoryImage, dst: &mut [u8]) -> Result<(), Error> {
+    pub fn read_image(&self, image: &ArchivedMemoryImage, dst: &mut [u8]) -> Result<(), Error> {
         read_at(&self.file, dst, self.image_file_offset(image))
     }
 
     /// Where an image starts in the file (page-aligned).
-    pub fn image_file_offset(&self, image: &MemoryImage) -> u64 {
-        self.sections[Section::Images as usize].start + image.section_offset
+    pub fn image_file_offset(&self, image: &ArchivedMemoryImage) -> u64 {
+        self.sections[Section::Images as usize].start + image.section_offset.to_native()
     }
 }

@@ -4,8 +4,6 @@
 //! feature this machine lacks, or a name this ephem does not know (a newer Cranelift's), makes
 //! the artifact unusable here: running it could hit an illegal instruction.
 
-use ephem_module::Target;
-
 use crate::Error;
 
 /// Cranelift's x86_64 feature settings and how to detect each on this CPU.
@@ -68,18 +66,23 @@ pub fn host_has(name: &str) -> Option<bool> {
     FEATURES.iter().find(|f| f.0 == name).map(|f| (f.1)())
 }
 
-/// Checks `target` against a machine whose features `has` reports (see [`host_has`]).
-pub fn check(target: &Target, has: impl Fn(&str) -> Option<bool>) -> Result<(), Error> {
-    if target.arch != std::env::consts::ARCH {
+/// Checks code for `arch` using `features` against a machine whose features `has` reports
+/// (see [`host_has`]).
+pub fn check<'a>(
+    arch: &str,
+    features: impl IntoIterator<Item = &'a str>,
+    has: impl Fn(&str) -> Option<bool>,
+) -> Result<(), Error> {
+    if arch != std::env::consts::ARCH {
         return Err(Error::Arch {
-            found: target.arch.clone(),
+            found: arch.to_owned(),
         });
     }
-    for feature in &target.cpu_features {
+    for feature in features {
         match has(feature) {
             Some(true) => {}
-            Some(false) => return Err(Error::CpuFeature(feature.clone())),
-            None => return Err(Error::UnknownCpuFeature(feature.clone())),
+            Some(false) => return Err(Error::CpuFeature(feature.to_owned())),
+            None => return Err(Error::UnknownCpuFeature(feature.to_owned())),
         }
     }
     Ok(())
@@ -89,20 +92,14 @@ pub fn check(target: &Target, has: impl Fn(&str) -> Option<bool>) -> Result<(), 
 mod tests {
     use super::*;
 
-    fn target(features: &[&str]) -> Target {
-        Target {
-            arch: std::env::consts::ARCH.into(),
-            cpu_features: features.iter().map(|s| s.to_string()).collect(),
-            fingerprint: String::new(),
-        }
-    }
+    const ARCH: &str = std::env::consts::ARCH;
 
     #[test]
     fn a_missing_feature_is_refused() {
         let lacks_avx2 = |f: &str| Some(f != "has_avx2");
-        assert!(check(&target(&["has_sse3"]), lacks_avx2).is_ok());
+        assert!(check(ARCH, ["has_sse3"], lacks_avx2).is_ok());
         assert!(matches!(
-            check(&target(&["has_sse3", "has_avx2"]), lacks_avx2),
+            check(ARCH, ["has_sse3", "has_avx2"], lacks_avx2),
             Err(Error::CpuFeature(f)) if f == "has_avx2"
         ));
     }
@@ -110,12 +107,13 @@ mod tests {
     #[test]
     fn unknown_features_and_other_architectures_are_refused() {
         assert!(matches!(
-            check(&target(&["has_quantum"]), host_has),
+            check(ARCH, ["has_quantum"], host_has),
             Err(Error::UnknownCpuFeature(_))
         ));
-        let mut t = target(&[]);
-        t.arch = "riscv64".into();
-        assert!(matches!(check(&t, host_has), Err(Error::Arch { .. })));
+        assert!(matches!(
+            check("riscv64", [], host_has),
+            Err(Error::Arch { .. })
+        ));
     }
 
     #[test]
@@ -134,6 +132,6 @@ mod tests {
             !t.cpu_features.is_empty(),
             "x86_64 always has sse2+ features"
         );
-        check(&t, host_has).unwrap();
+        check(&t.arch, t.cpu_features.iter().map(|f| f.as_str()), host_has).unwrap();
     }
 }

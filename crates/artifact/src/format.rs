@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! 0      header (HEADER_SIZE bytes, fixed layout, little-endian)
-//!        meta     postcard: target, module info, relocations, trampolines, memory images
+//!        meta     rkyv archive: target, module info, relocations, trampolines, memory images
 //!        funcs    per defined function: code offset u32, code length u32
 //!        traps    per trapping instruction, sorted: code offset u32, kind u32
 //!        data     the bytes of every data segment
@@ -11,16 +11,17 @@
 //! ```
 //!
 //! The header names every section by (offset, length) and carries a checksum of the whole file
-//! (taken with the checksum field as zeros). Only `meta` is decoded on open; `funcs` and `traps` are read in place, `text` is
-//! copied or mapped, images are mapped or copied into linear memory.
+//! (taken with the checksum field as zeros). `meta` is validated on open and then read in
+//! place, like `funcs` and `traps`; `text` is copied or mapped, images are mapped or copied into
+//! linear memory.
 
 use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Reloc, SegmentMode, Target};
-use serde::{Deserialize, Serialize};
+use rkyv::{Archive, Serialize};
 
 /// The first bytes of every artifact.
 pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -67,7 +68,7 @@ impl Section {
 }
 
 /// A linear memory's initial contents, as laid out in the file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize)]
 pub struct MemoryImage {
     /// The memory (module index space; always a defined memory).
     pub memory: u32,
@@ -79,8 +80,9 @@ pub struct MemoryImage {
     pub section_offset: u64,
 }
 
-/// Everything decoded when an artifact is opened.
-#[derive(Debug, Serialize, Deserialize)]
+/// The metadata: validated when an artifact is opened, then read in place (archived, with
+/// `rkyv`), never decoded into owned structures.
+#[derive(Debug, Archive, Serialize)]
 pub(crate) struct Meta {
     pub target: Target,
     pub info: ModuleInfo,
@@ -146,6 +148,8 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
         .filter_map(|m| plan_image(compiled, m).map(|(at, bytes)| (m, at, bytes)))
         .collect();
 
+    // The metadata goes right after the header: HEADER_SIZE keeps it aligned for reading in
+    // place from a buffer that holds the file's first bytes.
     let mut out = vec![0u8; HEADER_SIZE];
     let mut sections = [(0u64, 0u64); 6];
     let mut section = |out: &mut Vec<u8>, s: Section, start: usize| {
@@ -174,7 +178,7 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
         host_adapters: compiled.host_adapters.clone(),
         images,
     };
-    let meta_bytes = postcard::to_stdvec(&meta).expect("module metadata always encodes");
+    let meta_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&meta).expect("metadata always encodes");
 
     let start = out.len();
     out.extend_from_slice(&meta_bytes);

@@ -18,7 +18,7 @@ pub mod format;
 
 pub use artifact::{Artifact, is_artifact};
 pub use cache::{Cache, CacheStats, DEFAULT_MAX_BYTES, Outcome, write_atomic};
-pub use format::{MemoryImage, to_bytes};
+pub use format::{ArchivedMemoryImage, MemoryImage, to_bytes};
 
 /// Why an artifact cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -78,9 +78,9 @@ fn an_artifact_file_runs_and_has_an_image() {
         1,
         "constant in-bounds segments make an image"
     );
-    let image = artifact.images()[0];
-    assert_eq!(image.offset % 4096, 0);
-    assert_eq!(artifact.image_file_offset(&image) % 4096, 0);
+    let image = &artifact.images()[0];
+    assert_eq!(image.offset.to_native() % 4096, 0);
+    assert_eq!(artifact.image_file_offset(image) % 4096, 0);
     assert_eq!(artifact.text_file_offset() % 4096, 0);
 
     let engine = Engine::default();

@@ -14,12 +14,12 @@
 
 mod vmctx;
 
-use serde::{Deserialize, Serialize};
+use rkyv::{Archive, Deserialize, Serialize};
 
 pub use vmctx::*;
 
 /// A WebAssembly value type (WebAssembly 2.0, without SIMD).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
 pub enum ValType {
     I32,
     I64,
@@ -35,14 +35,80 @@ impl ValType {
     }
 }
 
+/// The native value of an archived one (see [`ArchivedModuleInfo`]).
+///
+/// For the plain data in module metadata this cannot fail: the archive was validated when the
+/// artifact was opened, and these types own no resources.
+pub fn native<T, A>(archived: &A) -> T
+where
+    A: Deserialize<T, rkyv::rancor::Strategy<rkyv::de::Pool, rkyv::rancor::Error>>,
+{
+    rkyv::deserialize::<T, rkyv::rancor::Error>(archived)
+        .expect("validated plain data always deserializes")
+}
+
+impl ArchivedValType {
+    pub fn native(&self) -> ValType {
+        match self {
+            ArchivedValType::I32 => ValType::I32,
+            ArchivedValType::I64 => ValType::I64,
+            ArchivedValType::F32 => ValType::F32,
+            ArchivedValType::F64 => ValType::F64,
+            ArchivedValType::FuncRef => ValType::FuncRef,
+            ArchivedValType::ExternRef => ValType::ExternRef,
+        }
+    }
+}
+
+/// Writes the bytes that identify a signature (equal for equal signatures, native or archived):
+/// the parameter count, then one byte per parameter and result type.
+fn signature_key(
+    params: impl ExactSizeIterator<Item = ValType>,
+    results: impl Iterator<Item = ValType>,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    out.extend_from_slice(&(params.len() as u32).to_le_bytes());
+    out.extend(params.chain(results).map(|t| t as u8));
+}
+
+impl FuncType {
+    /// See [`ArchivedFuncType::key`].
+    pub fn key(&self, out: &mut Vec<u8>) {
+        signature_key(
+            self.params.iter().copied(),
+            self.results.iter().copied(),
+            out,
+        )
+    }
+}
+
+impl ArchivedFuncType {
+    /// Bytes that identify this signature, equal to [`FuncType::key`] of the native one.
+    pub fn key(&self, out: &mut Vec<u8>) {
+        signature_key(
+            self.params.iter().map(ArchivedValType::native),
+            self.results.iter().map(ArchivedValType::native),
+            out,
+        )
+    }
+
+    pub fn native(&self) -> FuncType {
+        FuncType {
+            params: self.params.iter().map(ArchivedValType::native).collect(),
+            results: self.results.iter().map(ArchivedValType::native).collect(),
+        }
+    }
+}
+
 /// A function signature.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Archive, Serialize, Deserialize)]
 pub struct FuncType {
     pub params: Vec<ValType>,
     pub results: Vec<ValType>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct TableType {
     pub elem: ValType,
     pub min: u32,
@@ -50,20 +116,20 @@ pub struct TableType {
 }
 
 /// Limits in 64 KiB pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct MemoryType {
     pub min: u32,
     pub max: Option<u32>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct GlobalType {
     pub ty: ValType,
     pub mutable: bool,
 }
 
 /// A constant expression (WebAssembly 2.0 allows exactly one of these per initialiser).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum ConstExpr {
     I32(i32),
     I64(i64),
@@ -74,7 +140,7 @@ pub enum ConstExpr {
     RefFunc(u32),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum ImportKind {
     Func(u32),
     Table(TableType),
@@ -82,7 +148,7 @@ pub enum ImportKind {
     Global(GlobalType),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct Import {
     pub module: String,
     pub name: String,
@@ -90,7 +156,7 @@ pub struct Import {
 }
 
 /// Something a module exports or imports, by its index in the module's index space.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum EntityIndex {
     Func(u32),
     Table(u32),
@@ -98,13 +164,13 @@ pub enum EntityIndex {
     Global(u32),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct Export {
     pub name: String,
     pub index: EntityIndex,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum SegmentMode {
     Active { index: u32, offset: ConstExpr },
     Passive,
@@ -112,13 +178,13 @@ pub enum SegmentMode {
 }
 
 /// A data segment; its bytes are `data[range]` of [`CompiledModule::data`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct DataSegment {
     pub mode: SegmentMode,
     pub range: std::ops::Range<u32>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct ElemSegment {
     pub mode: SegmentMode,
     pub ty: ValType,
@@ -126,7 +192,7 @@ pub struct ElemSegment {
 }
 
 /// The WebAssembly-level description of a module. Index spaces put imports first.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct ModuleInfo {
     pub types: Vec<FuncType>,
     pub imports: Vec<Import>,
@@ -156,8 +222,18 @@ impl ModuleInfo {
     }
 }
 
+/// The archived form is what the runtime reads, in place, from an artifact.
+impl ArchivedModuleInfo {
+    pub fn func_type(&self, func: u32) -> &ArchivedFuncType {
+        &self.types[self.funcs[func as usize].to_native() as usize]
+    }
+    pub fn defined_funcs(&self) -> usize {
+        self.funcs.len() - self.imported_funcs.to_native() as usize
+    }
+}
+
 /// Why generated code trapped. Each trapping instruction in the text is listed with its kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TrapKind {
     Unreachable,
     MemoryOutOfBounds,
@@ -219,7 +295,7 @@ impl TrapKind {
 }
 
 /// Where one defined function's code is in the text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FuncLoc {
     pub offset: u32,
     pub len: u32,
@@ -227,7 +303,7 @@ pub struct FuncLoc {
 
 /// A runtime function that generated code calls by absolute address (Cranelift emits these
 /// for float rounding when the CPU lacks SSE4.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
 pub enum LibCall {
     CeilF32,
     CeilF64,
@@ -241,7 +317,7 @@ pub enum LibCall {
 
 /// A place in the text that the loader must patch: the 8-byte absolute address of `target`
 /// plus `addend`, at `offset`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct Reloc {
     pub offset: u32,
     pub target: LibCall,
@@ -249,7 +325,7 @@ pub struct Reloc {
 }
 
 /// What generated code assumes about the machine that runs it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct Target {
     /// The architecture (`x86_64`).
     pub arch: String,

@@ -118,13 +118,44 @@ impl VmOffsets {
     pub const TABLE_LENGTH: u32 = 8;
 
     pub fn new(info: &ModuleInfo) -> VmOffsets {
+        let n = |len: usize| len as u32;
+        VmOffsets::from_counts(
+            n(info.memories.len()),
+            n(info.tables.len()),
+            n(info.globals.len()),
+            n(info.types.len()),
+            n(info.funcs.len()),
+        )
+    }
+
+    /// As [`VmOffsets::new`], for an archived module.
+    pub fn for_archived(info: &crate::ArchivedModuleInfo) -> VmOffsets {
+        let n = |len: usize| len as u32;
+        VmOffsets::from_counts(
+            n(info.memories.len()),
+            n(info.tables.len()),
+            n(info.globals.len()),
+            n(info.types.len()),
+            n(info.funcs.len()),
+        )
+    }
+
+    /// The layout for a module with these numbers of memories, tables, globals, types and
+    /// functions (imported ones included).
+    pub fn from_counts(
+        memory_count: u32,
+        table_count: u32,
+        global_count: u32,
+        type_count: u32,
+        func_count: u32,
+    ) -> VmOffsets {
         let memories = 24;
-        let memory_defs = memories + PTR * info.memories.len() as u32;
-        let tables = memory_defs + PTR * info.memories.len() as u32;
-        let globals = tables + PTR * info.tables.len() as u32;
-        let type_ids = globals + PTR * info.globals.len() as u32;
-        let funcrefs = (type_ids + 4 * info.types.len() as u32).next_multiple_of(16);
-        let size = funcrefs + Self::FUNCREF_SIZE * info.funcs.len() as u32;
+        let memory_defs = memories + PTR * memory_count;
+        let tables = memory_defs + PTR * memory_count;
+        let globals = tables + PTR * table_count;
+        let type_ids = globals + PTR * global_count;
+        let funcrefs = (type_ids + 4 * type_count).next_multiple_of(16);
+        let size = funcrefs + Self::FUNCREF_SIZE * func_count;
         VmOffsets {
             memories,
             memory_defs,

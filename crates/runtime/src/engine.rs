@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ephem_code_memory::{CodePool, PoolConfig};
-use ephem_module::FuncType;
+use ephem_module::{ArchivedFuncType, FuncType};
 
 use crate::memory::{MemoryConfig, MemoryPool};
 
@@ -38,10 +38,24 @@ struct EngineInner {
     types: Mutex<Types>,
 }
 
+/// Canonical ids, keyed by the bytes that identify a signature (`FuncType::key`), so that a
+/// module's archived types are looked up without building owned ones.
 #[derive(Default)]
 struct Types {
-    ids: HashMap<FuncType, u32>,
+    ids: HashMap<Box<[u8]>, u32>,
     list: Vec<FuncType>,
+}
+
+impl Types {
+    fn id(&mut self, key: &[u8], ty: impl FnOnce() -> FuncType) -> u32 {
+        if let Some(&id) = self.ids.get(key) {
+            return id;
+        }
+        let id = self.list.len() as u32;
+        self.list.push(ty());
+        self.ids.insert(key.into(), id);
+        id
+    }
 }
 
 impl Engine {
@@ -80,22 +94,21 @@ impl Engine {
 
     /// The canonical id of `ty`, the same for equal types across all modules of this engine.
     pub fn type_id(&self, ty: &FuncType) -> u32 {
-        self.type_ids(std::slice::from_ref(ty))[0]
+        let mut key = Vec::new();
+        ty.key(&mut key);
+        let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        reg.id(&key, || ty.clone())
     }
 
-    /// The canonical ids of `types` (one lock for all of them).
-    pub fn type_ids(&self, types: &[FuncType]) -> Vec<u32> {
+    /// The canonical ids of a module's `types` (one lock for all of them).
+    pub(crate) fn type_ids(&self, types: &[ArchivedFuncType]) -> Vec<u32> {
+        let mut key = Vec::new();
         let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
         types
             .iter()
             .map(|ty| {
-                if let Some(&id) = reg.ids.get(ty) {
-                    return id;
-                }
-                let id = reg.list.len() as u32;
-                reg.list.push(ty.clone());
-                reg.ids.insert(ty.clone(), id);
-                id
+                ty.key(&mut key);
+                reg.id(&key, || ty.native())
             })
             .collect()
     }

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use ephem_artifact::Artifact;
 use ephem_code_memory::LoadedCode;
 use ephem_module::{
-    Builtin, CompiledModule, ConstExpr, EntityIndex, Import, ImportKind, SegmentMode, TrapKind,
-    ValRaw, VmFuncRef, VmOffsets,
+    ArchivedConstExpr, ArchivedSegmentMode, Builtin, CompiledModule, ConstExpr, EntityIndex,
+    ImportKind, Reloc, SegmentMode, TrapKind, ValRaw, VmFuncRef, VmOffsets, native,
 };
 
 use crate::memory::Memory;
@@ -60,7 +60,7 @@ impl Module {
     pub fn from_artifact(engine: &Engine, artifact: Artifact) -> Module {
         let info = artifact.info();
         let type_ids = engine.type_ids(&info.types);
-        let offsets = VmOffsets::new(info);
+        let offsets = VmOffsets::for_archived(info);
         Module {
             inner: Arc::new(ModuleInner {
                 engine: engine.clone(),
@@ -79,8 +79,18 @@ impl Module {
         &self.inner.artifact
     }
 
-    pub fn imports(&self) -> &[Import] {
-        &self.inner.artifact.info().imports
+    /// The module's imports, in order.
+    pub fn imports(&self) -> impl ExactSizeIterator<Item = ImportRef<'_>> {
+        self.inner
+            .artifact
+            .info()
+            .imports
+            .iter()
+            .map(|i| ImportRef {
+                module: i.module.as_str(),
+                name: i.name.as_str(),
+                kind: native(&i.kind),
+            })
     }
 }
 
@@ -102,6 +112,14 @@ impl std::fmt::Debug for Instance {
             .field("module", &self.inner.module)
             .finish()
     }
+}
+
+/// One import of a module: what it is called and what it must be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportRef<'a> {
+    pub module: &'a str,
+    pub name: &'a str,
+    pub kind: ImportKind,
 }
 
 /// Where instantiation spent its time ([`Instance::new_timed`]).
@@ -174,7 +192,7 @@ static BUILTINS: Builtins = Builtins([
     elem_drop as *const (),
 ]);
 
-fn link_error(import: &Import, why: &str) -> Error {
+fn link_error(import: &ImportRef<'_>, why: &str) -> Error {
     Error::Link(format!(
         "incompatible import type for `{}`.`{}`: {why}",
         import.module, import.name
@@ -234,13 +252,14 @@ impl Instance {
         let mut memories = Vec::new();
         let mut tables = Vec::new();
         let mut globals = Vec::new();
-        for (import, ext) in info.imports.iter().zip(imports) {
+        for (import, ext) in module.imports().zip(imports) {
             match (&import.kind, ext) {
                 (ImportKind::Func(t), Extern::Func(f)) => {
                     if f.type_id() != m.type_ids[*t as usize] {
+                        let expected = info.types[*t as usize].native();
                         return Err(link_error(
-                            import,
-                            &format!("expected {:?}, got {:?}", info.types[*t as usize], f.ty()),
+                            &import,
+                            &format!("expected {expected:?}, got {:?}", f.ty()),
                         ));
                     }
                     funcs.push(f.clone());
@@ -249,7 +268,7 @@ impl Instance {
                     let actual = mem.ty();
                     if !limits_match(actual.min, actual.max, ty.min, ty.max) {
                         return Err(link_error(
-                            import,
+                            &import,
                             &format!("expected {ty:?}, got {actual:?}"),
                         ));
                     }
@@ -261,7 +280,7 @@ impl Instance {
                         || !limits_match(actual.min, actual.max, ty.min, ty.max)
                     {
                         return Err(link_error(
-                            import,
+                            &import,
                             &format!("expected {ty:?}, got {actual:?}"),
                         ));
                     }
@@ -270,7 +289,7 @@ impl Instance {
                 (ImportKind::Global(ty), Extern::Global(g)) => {
                     if g.ty != *ty {
                         return Err(link_error(
-                            import,
+                            &import,
                             &format!("expected {ty:?}, got {:?}", g.ty),
                         ));
                     }
@@ -278,7 +297,7 @@ impl Instance {
                 }
                 (kind, ext) => {
                     return Err(link_error(
-                        import,
+                        &import,
                         &format!("expected {kind:?}, got {ext:?}"),
                     ));
                 }
@@ -298,6 +317,7 @@ impl Instance {
             artifact.read_text(&mut bytes[..text_len])?;
             bytes[text_len..].fill(ephem_code_memory::TRAP_FILL);
             for r in artifact.relocs() {
+                let r: Reloc = native(r);
                 let at = r.offset as usize;
                 let value = (crate::libcalls::address(r.target) as i64).wrapping_add(r.addend);
                 bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
@@ -310,24 +330,26 @@ impl Instance {
         // Defined memories (from the engine's pool, with their images), tables and globals.
         for (i, ty) in info.memories.iter().enumerate() {
             let i = i as u32;
-            if i >= info.imported_memories {
+            if i >= info.imported_memories.to_native() {
                 let image = artifact.image(i).map(|image| (artifact, image));
-                let memory = Memory::pooled(m.engine.memory_pool(), *ty, image)?;
+                let memory = Memory::pooled(m.engine.memory_pool(), native(ty), image)?;
                 memories.push(Rc::new(memory));
             }
         }
         // Segment data that instantiation or `memory.init` may copy, read now so that builtins
         // never meet an I/O error.
         let needs_data = info.datas.iter().any(|d| match &d.mode {
-            SegmentMode::Active { index, .. } => artifact.image(*index).is_none(),
+            ArchivedSegmentMode::Active { index, .. } => {
+                artifact.image(index.to_native()).is_none()
+            }
             _ => true,
         });
         if needs_data {
             artifact.data()?;
         }
         lap(|t| &mut t.memories);
-        for ty in &info.tables[info.imported_tables as usize..] {
-            tables.push(Rc::new(Table::new(*ty, 0)?));
+        for ty in &info.tables[info.imported_tables.to_native() as usize..] {
+            tables.push(Rc::new(Table::new(native(ty), 0)?));
         }
 
         let o = &m.offsets;
@@ -348,27 +370,29 @@ impl Instance {
             for (i, id) in m.type_ids.iter().enumerate() {
                 vmctx.write(o.type_id(i as u32), *id);
             }
+            let trampolines = artifact.trampolines();
             for (i, f) in funcs.iter().enumerate() {
-                let ty = info.funcs[i] as usize;
+                let ty = info.funcs[i].to_native() as usize;
                 let fr = match f.host() {
                     Some(host) => VmFuncRef {
-                        code: text_base.add(artifact.host_adapters()[ty] as usize),
+                        code: text_base.add(artifact.host_adapters()[ty].to_native() as usize),
                         vmctx: Rc::as_ptr(host) as *mut u8,
-                        trampoline: text_base.add(artifact.trampolines()[ty] as usize),
+                        trampoline: text_base.add(trampolines[ty].to_native() as usize),
                         type_id: m.type_ids[ty],
                     },
                     None => f.funcref().expect("wasm function"),
                 };
                 vmctx.write(o.funcref(i as u32), fr);
             }
+            let imported = info.imported_funcs.to_native() as usize;
             for k in 0..info.defined_funcs() {
                 let loc = artifact.func(k);
-                let i = info.imported_funcs as usize + k;
-                let ty = info.funcs[i] as usize;
+                let i = imported + k;
+                let ty = info.funcs[i].to_native() as usize;
                 let fr = VmFuncRef {
                     code: text_base.add(loc.offset as usize),
                     vmctx: vm,
-                    trampoline: text_base.add(artifact.trampolines()[ty] as usize),
+                    trampoline: text_base.add(trampolines[ty].to_native() as usize),
                     type_id: m.type_ids[ty],
                 };
                 vmctx.write(o.funcref(i as u32), fr);
@@ -387,8 +411,8 @@ impl Instance {
             }
         };
         for (k, init) in info.global_inits.iter().enumerate() {
-            let ty = info.globals[info.imported_globals as usize + k];
-            let value = eval(init, &globals);
+            let ty = native(&info.globals[info.imported_globals.to_native() as usize + k]);
+            let value = eval(&native(init), &globals);
             globals.push(Rc::new(Global::new(ty, value)));
         }
         for (i, g) in globals.iter().enumerate() {
@@ -418,7 +442,7 @@ impl Instance {
             // can tell when those entries go away, so such an instance is never freed: a leak
             // bounded by failed instantiations of modules that import tables, instead of code
             // and a vmctx freed under a live table entry.
-            if info.imported_tables > 0 {
+            if info.imported_tables.to_native() > 0 {
                 std::mem::forget(instance);
             }
             return Err(e);
@@ -432,10 +456,10 @@ impl Instance {
         let artifact = &inner.module.inner.artifact;
         let info = artifact.info();
         for (i, seg) in info.elems.iter().enumerate() {
-            match &seg.mode {
+            match native(&seg.mode) {
                 SegmentMode::Active { index, offset } => {
-                    let dst = self.eval_offset(offset);
-                    if !inner.table_init(*index, i as u32, dst, 0, seg.items.len() as u32) {
+                    let dst = self.eval_offset(&offset);
+                    if !inner.table_init(index, i as u32, dst, 0, seg.items.len() as u32) {
                         return Err(Error::Trap(Trap::new(TrapKind::TableOutOfBounds)));
                     }
                     inner.dropped_elems.borrow_mut()[i] = true;
@@ -445,19 +469,20 @@ impl Instance {
             }
         }
         for (i, seg) in info.datas.iter().enumerate() {
-            if let SegmentMode::Active { index, offset } = &seg.mode {
+            if let SegmentMode::Active { index, offset } = native(&seg.mode) {
                 // The memory's image already holds every active segment for it.
-                if artifact.image(*index).is_none() {
-                    let dst = self.eval_offset(offset);
-                    if !inner.memory_init(*index, i as u32, dst, 0, seg.range.len() as u32) {
+                if artifact.image(index).is_none() {
+                    let dst = self.eval_offset(&offset);
+                    let len = seg.range.end.to_native() - seg.range.start.to_native();
+                    if !inner.memory_init(index, i as u32, dst, 0, len) {
                         return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));
                     }
                 }
                 inner.dropped_datas.borrow_mut()[i] = true;
             }
         }
-        if let Some(start) = info.start {
-            let f = self.func(start);
+        if let Some(start) = info.start.as_ref() {
+            let f = self.func(start.to_native());
             f.call(&inner.module.inner.engine, &[])?;
         }
         Ok(())
@@ -478,7 +503,7 @@ impl Instance {
         Func::wasm(
             ptr,
             self.clone(),
-            inner.module.inner.artifact.info().func_type(index).clone(),
+            inner.module.inner.artifact.info().func_type(index).native(),
         )
     }
 
@@ -496,7 +521,7 @@ impl Instance {
     pub fn get_export(&self, name: &str) -> Option<Extern> {
         let info = self.inner.module.inner.artifact.info();
         let e = info.exports.iter().find(|e| e.name == name)?;
-        Some(self.export(e.index))
+        Some(self.export(native(&e.index)))
     }
 
     /// Every export, in the module's order.
@@ -504,7 +529,7 @@ impl Instance {
         let info = self.inner.module.inner.artifact.info();
         info.exports
             .iter()
-            .map(|e| (e.name.clone(), self.export(e.index)))
+            .map(|e| (e.name.to_string(), self.export(native(&e.index))))
             .collect()
     }
 
@@ -537,7 +562,7 @@ impl InstanceInner {
 
     fn table_init(&self, table: u32, elem: u32, dst: u32, src: u32, len: u32) -> bool {
         let seg = &self.module.inner.artifact.info().elems[elem as usize];
-        let items: &[ConstExpr] = if self.dropped_elems.borrow()[elem as usize] {
+        let items: &[ArchivedConstExpr] = if self.dropped_elems.borrow()[elem as usize] {
             &[]
         } else {
             &seg.items
@@ -551,7 +576,7 @@ impl InstanceInner {
         };
         let _ = s;
         for (k, i) in d.enumerate() {
-            table.set(i as u32, self.elem_item(&items[src as usize + k]));
+            table.set(i as u32, self.elem_item(&native(&items[src as usize + k])));
         }
         true
     }
@@ -562,7 +587,7 @@ impl InstanceInner {
         // Loaded at instantiation whenever a segment may need it (see `instantiate`).
         let bytes: &[u8] = match artifact.data() {
             Ok(all) if !self.dropped_datas.borrow()[data as usize] => {
-                &all[seg.range.start as usize..seg.range.end as usize]
+                &all[seg.range.start.to_native() as usize..seg.range.end.to_native() as usize]
             }
             _ => &[],
         };

@@ -28,7 +28,7 @@ pub use engine::{DEFAULT_MAP_TEXT_AT, Engine, EngineConfig};
 pub use ephem_artifact::{Artifact, Cache, Outcome};
 pub use ephem_code_memory::{PoolConfig, Strategy};
 pub use ephem_module::{FuncType, GlobalType, MemoryType, TableType, TrapKind, ValType};
-pub use instance::{Instance, InstantiateTimings, Module};
+pub use instance::{ImportRef, Instance, InstantiateTimings, Module};
 pub use linker::Linker;
 pub use memory::{Memory, MemoryConfig};
 pub use table::{Global, Table};

@@ -43,9 +43,9 @@ impl Linker {
     pub fn define_unknown_imports_as_traps(&mut self, module: &Module) -> Result<&mut Self, Error> {
         self.define_unknown_funcs_as_traps(module);
         for import in module.imports() {
-            if self.get(&import.module, &import.name).is_none() {
+            if self.get(import.module, import.name).is_none() {
                 let ext = fresh_extern(module, &import.kind)?.expect("functions are defined");
-                self.define(&import.module, &import.name, ext);
+                self.define(import.module, import.name, ext);
             }
         }
         Ok(self)
@@ -58,13 +58,13 @@ impl Linker {
             let ImportKind::Func(t) = import.kind else {
                 continue;
             };
-            if self.get(&import.module, &import.name).is_none() {
-                let ty = module.artifact().info().types[t as usize].clone();
+            if self.get(import.module, import.name).is_none() {
+                let ty = module.artifact().info().types[t as usize].native();
                 let what = format!("`{}`.`{}`", import.module, import.name);
                 let stub = Func::new(module.engine(), ty, move |_| {
                     Err(format!("unprovided import {what} was called").into())
                 });
-                self.define(&import.module, &import.name, Extern::Func(stub));
+                self.define(import.module, import.name, Extern::Func(stub));
             }
         }
         self
@@ -76,8 +76,7 @@ impl Linker {
     pub fn resolve_with_fresh_state(&self, module: &Module) -> Result<Vec<Extern>, Error> {
         module
             .imports()
-            .iter()
-            .map(|i| match self.get(&i.module, &i.name) {
+            .map(|i| match self.get(i.module, i.name) {
                 Some(ext) => Ok(ext.clone()),
                 None => fresh_extern(module, &i.kind)?.ok_or_else(|| {
                     Error::Link(format!("unknown import `{}`.`{}`", i.module, i.name))
@@ -99,12 +98,14 @@ impl Linker {
     pub fn resolve(&self, module: &Module) -> Result<Vec<Extern>, Error> {
         module
             .imports()
-            .iter()
             .map(|i| {
-                self.get(&i.module, &i.name).cloned().ok_or_else(|| {
+                self.get(i.module, i.name).cloned().ok_or_else(|| {
                     let what = match &i.kind {
                         ImportKind::Func(t) => {
-                            format!("func {:?}", module.artifact().info().types[*t as usize])
+                            format!(
+                                "func {:?}",
+                                module.artifact().info().types[*t as usize].native()
+                            )
                         }
                         other => format!("{other:?}"),
                     };

@@ -31,7 +31,8 @@ use std::cell::{Cell, UnsafeCell};
 use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};
 
-use ephem_artifact::{Artifact, MemoryImage};
+use ephem_artifact::Artifact;
+use ephem_artifact::format::ArchivedMemoryImage;
 use ephem_module::{MemoryType, VmMemory};
 use rustix::mm::{Advice, MapFlags, MprotectFlags, ProtFlags};
 
@@ -111,15 +112,20 @@ impl Slot {
     }
 
     /// Maps `len` bytes of the artifact's file at `file_offset` copy-on-write at `offset`.
-    fn map_image(&mut self, artifact: &Artifact, image: &MemoryImage) -> rustix::io::Result<()> {
-        debug_assert!((image.offset + image.len) as usize <= self.accessible);
+    fn map_image(
+        &mut self,
+        artifact: &Artifact,
+        image: &ArchivedMemoryImage,
+    ) -> rustix::io::Result<()> {
+        let (offset, len) = (image.offset.to_native(), image.len.to_native());
+        debug_assert!((offset + len) as usize <= self.accessible);
         // SAFETY: the target range is inside the accessible part of our reservation (the
         // artifact checked the image against the memory's minimum size), so MAP_FIXED only
         // replaces pages of this slot.
         unsafe {
             rustix::mm::mmap(
-                self.base.add(image.offset as usize).cast(),
-                image.len as usize,
+                self.base.add(offset as usize).cast(),
+                len as usize,
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::PRIVATE | MapFlags::FIXED,
                 artifact.file(),
@@ -245,21 +251,22 @@ impl Memory {
     pub(crate) fn pooled(
         pool: &Arc<MemoryPool>,
         ty: MemoryType,
-        image: Option<(&Artifact, &MemoryImage)>,
+        image: Option<(&Artifact, &ArchivedMemoryImage)>,
     ) -> Result<Memory, crate::Error> {
         let len = ty.min as usize * PAGE as usize;
         let mut memory = Memory::with_slot(ty, pool.take(len)?, Some(pool.clone()))?;
         if let Some((artifact, image)) = image {
-            if image.len as usize >= pool.config.map_image_at {
+            let (offset, len) = (image.offset.to_native(), image.len.to_native());
+            if len as usize >= pool.config.map_image_at {
                 // Set first: if mapping fails half-way, the reset still replaces the range.
                 memory.file_mapped.set(true);
                 let slot = memory.slot.as_mut().expect("a live memory has its slot");
                 slot.map_image(artifact, image)
                     .map_err(|e| crate::Error::Resource(format!("cannot map memory image: {e}")))?;
             } else {
-                let at = image.offset as usize;
+                let at = offset as usize;
                 // SAFETY: the image lies within the minimum size, now accessible; no wasm runs.
-                let dst = unsafe { &mut memory.bytes()[at..at + image.len as usize] };
+                let dst = unsafe { &mut memory.bytes()[at..at + len as usize] };
                 artifact.read_image(image, dst)?;
             }
         }
