@@ -2,6 +2,7 @@
 
 mod bench_fresh;
 mod bench_load;
+mod bench_thresholds;
 mod cache;
 mod chart;
 mod run;
@@ -43,6 +44,8 @@ enum Bench {
     Load(bench_load::Args),
     /// The real workload: a fresh instance of a randomly picked cached module per invocation.
     Fresh(bench_fresh::Args),
+    /// Copying against mapping text and memory images, across sizes.
+    Thresholds(bench_thresholds::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,5 +56,6 @@ fn main() -> anyhow::Result<()> {
         Command::Wast(args) => wast::run(args),
         Command::Bench(Bench::Load(args)) => bench_load::run(args),
         Command::Bench(Bench::Fresh(args)) => bench_fresh::run(args),
+        Command::Bench(Bench::Thresholds(args)) => bench_thresholds::run(args),
     }
 }

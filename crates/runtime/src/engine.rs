@@ -22,8 +22,9 @@ pub struct EngineConfig {
     pub memory: MemoryConfig,
 }
 
-/// Default for [`EngineConfig::map_text_at`].
-pub const DEFAULT_MAP_TEXT_AT: usize = 4 << 20;
+/// Default for [`EngineConfig::map_text_at`]: where mapping starts to beat reading into a code
+/// slot (`ephem bench thresholds`: equal within noise from 128 to 160 KiB; see BENCHMARKS.md).
+pub const DEFAULT_MAP_TEXT_AT: usize = 160 << 10;
 
 /// Shared by every module and instance made with it; cheap to clone and `Send + Sync`.
 #[derive(Clone)]

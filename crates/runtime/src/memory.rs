@@ -17,8 +17,8 @@
 //!
 //! - **mapped**: the artifact's image pages are mapped private (copy-on-write) over the slot
 //!   with `MAP_FIXED`; pages the instance only reads stay shared in the page cache, or
-//! - **copied** into the slot, for images below [`MemoryConfig::map_image_at`], where one
-//!   `memcpy` into pages that are already resident beats a system call and page faults.
+//! - **copied** into the slot, for images below [`MemoryConfig::map_image_at`] that lie in the
+//!   slot's resident first pages, where one copy beats a system call and page faults.
 //!
 //! When the memory is dropped its slot is reset before anything else can take it, so nothing
 //! one instance wrote is visible to the next: a slot that had an image mapped gets fresh
@@ -51,7 +51,10 @@ pub struct MemoryConfig {
     pub max_idle_slots: usize,
     /// Bytes at the start of a slot zeroed in place (kept resident) rather than discarded.
     pub keep_resident: usize,
-    /// Images of at least this many bytes are mapped from the artifact; smaller ones copied.
+    /// Images of at least this many bytes are mapped from the artifact. Smaller ones are
+    /// copied if they lie within the first `keep_resident` bytes, where the slot's pages are
+    /// resident; copying into pages that must first be faulted in is slower than mapping at
+    /// every size measured (`ephem bench thresholds`).
     pub map_image_at: usize,
 }
 
@@ -257,7 +260,8 @@ impl Memory {
         let mut memory = Memory::with_slot(ty, pool.take(len)?, Some(pool.clone()))?;
         if let Some((artifact, image)) = image {
             let (offset, len) = (image.offset.to_native(), image.len.to_native());
-            if len as usize >= pool.config.map_image_at {
+            let resident = (offset + len) as usize <= pool.config.keep_resident;
+            if len as usize >= pool.config.map_image_at || !resident {
                 // Set first: if mapping fails half-way, the reset still replaces the range.
                 memory.file_mapped.set(true);
                 let slot = memory.slot.as_mut().expect("a live memory has its slot");

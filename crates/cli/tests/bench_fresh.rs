@@ -1,0 +1,86 @@
+//! `ephem bench fresh --json` and `ephem bench thresholds --json`: the output contract.
+
+use std::process::Command;
+
+#[test]
+fn bench_fresh_prints_one_json_object_per_module() {
+    let dir = std::env::temp_dir().join(format!("ephem-bench-fresh-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = dir.join("a.wat");
+    let b = dir.join("b.wat");
+    std::fs::write(&a, r#"(module (memory 1) (data (i32.const 0) "a") (func (export "run") (result i32) i32.const 1))"#).unwrap();
+    std::fs::write(&b, r#"(module (func (export "run") unreachable))"#).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ephem"))
+        .args([
+            "bench",
+            "fresh",
+            "--json",
+            "--invoke",
+            "run",
+            "--invocations",
+            "20",
+        ])
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for (line, name) in lines.iter().zip(["a.wat", "b.wat"]) {
+        assert_eq!(line["module"], name);
+        let median = line["median_ns"].as_u64().unwrap();
+        let p90 = line["p90_ns"].as_u64().unwrap();
+        assert!(median > 0 && p90 >= median, "{line}");
+        assert!(line["invocations"].as_u64().unwrap() > 0);
+        assert!(line["parts"]["open"]["median_ns"].as_u64().is_some());
+    }
+}
+
+#[test]
+fn bench_thresholds_measures_both_ways_at_each_size() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ephem"))
+        .args([
+            "bench",
+            "thresholds",
+            "--json",
+            "--sizes",
+            "4k,64k",
+            "--repeat",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "text and image, two sizes each");
+    for line in &lines {
+        let values: Vec<u64> = line
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.contains(','))
+            .map(|(_, v)| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(values.len(), 4, "{line}");
+        assert!(values.iter().all(|&ns| ns > 0), "{line}");
+    }
+}
