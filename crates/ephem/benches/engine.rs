@@ -1,8 +1,9 @@
-//! Baselines for the engine: compile time, and one full invocation of a small module (load its
-//! code into the pool, link, instantiate with a data segment, call, tear down).
+//! Baselines for the engine: compile time; one invocation of a loaded module (load its code into
+//! the pool, link, instantiate with a data segment, call, tear down); and the fresh path, where
+//! the module is also opened from the compile cache every time.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ephem::{Compiler, Engine, Linker, Val};
+use ephem::{Cache, Compiler, Engine, Linker, Module, Val};
 
 const SMALL: &[u8] = include_bytes!("../../../examples/fib.wat");
 
@@ -35,6 +36,25 @@ fn engine(c: &mut Criterion) {
             assert!(matches!(r[..], [Val::I64(6765)]));
         })
     });
+
+    let dir = std::env::temp_dir().join(format!("ephem-bench-engine-{}", std::process::id()));
+    let cache = Cache::new(&dir, u64::MAX);
+    let key = Cache::key(&wasm, &compiler.fingerprint());
+    ephem::compile_cached(&compiler, &engine, &cache, &wasm).unwrap();
+    c.bench_function("fresh/fib.wat open+load+instantiate+call+teardown", |b| {
+        b.iter(|| {
+            let artifact = cache.open(&key).unwrap().unwrap();
+            let module = Module::from_artifact(&engine, artifact);
+            let instance = Linker::new().instantiate(&module).unwrap();
+            let r = instance
+                .get_func("fib")
+                .unwrap()
+                .call(&engine, &[Val::I32(20)])
+                .unwrap();
+            assert!(matches!(r[..], [Val::I64(6765)]));
+        })
+    });
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 criterion_group!(benches, engine);
