@@ -2,8 +2,8 @@
 //! memory images, and the compile cache.
 //!
 //! An artifact is what the compiler produced ([`ephem_module::CompiledModule`]) laid out for
-//! loading without deserialising: a fixed header, decoded metadata, tables read in place, the
-//! text on its own pages (so it can be mapped executable straight from the file) and one
+//! loading without deserialising: a fixed header, metadata and tables read in place (the
+//! metadata is an `rkyv` archive, validated once per file), the text on its own pages (so it can be mapped executable straight from the file) and one
 //! page-aligned image per initialised linear memory (so an instance's memory can be a private
 //! copy-on-write mapping of the file). See [`format`] for the layout and [`Artifact`] for how
 //! opening checks it. The runtime loads an [`Artifact`]; nothing here needs the compiler.

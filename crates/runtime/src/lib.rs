@@ -2,8 +2,8 @@
 //! and turns faults in generated code into [`Trap`]s.
 //!
 //! It needs no compiler: it loads an [`Artifact`] (a file written by the compiler's side, or one
-//! made in memory from an [`ephem_module::CompiledModule`]). The embedder's view is the usual one: an [`Engine`], a [`Module`]
-//! loaded into it, an [`Instance`] made from the module and its imports ([`Extern`]s, resolved by
+//! made in memory from an [`ephem_module::CompiledModule`]). The embedder's view is the usual
+//! one: an [`Engine`] (code pool, memory pool, type registry), a [`Module`] loaded into it, an [`Instance`] made from the module and its imports ([`Extern`]s, resolved by
 //! name with a [`Linker`]), and [`Func`]s called with [`Val`]s.
 //!
 //! Instances are deliberately not `Send`: everything about one lives on the thread that made it

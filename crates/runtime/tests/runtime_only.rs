@@ -1,0 +1,38 @@
+//! A deployment that only runs precompiled artifacts builds the runtime alone: it must not pull in
+//! the compiler (Cranelift, the wasm parser) through any dependency.
+
+use std::process::Command;
+
+#[test]
+fn the_runtime_does_not_depend_on_the_compiler() {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "-p",
+            "ephem-runtime",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        tree.contains("ephem-artifact"),
+        "not a dependency tree:\n{tree}"
+    );
+    for compiler_part in ["ephem-compiler", "cranelift", "wasmparser", "wat "] {
+        assert!(
+            !tree.contains(compiler_part),
+            "the runtime depends on {compiler_part}:\n{tree}"
+        );
+    }
+}
