@@ -1,0 +1,56 @@
+//! `fresh-vs-wasmtime --json`: both runtimes measured over the same module, and the ratio.
+
+use std::process::Command;
+
+#[test]
+fn both_runtimes_are_measured_and_compared() {
+    let dir = std::env::temp_dir().join(format!("ephem-vs-wasmtime-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let module = dir.join("m.wat");
+    std::fs::write(
+        &module,
+        r#"(module (import "env" "f" (func)) (memory (import "env" "mem") 1)
+                   (data (i32.const 0) "x") (func (export "run") (result i32) i32.const 7))"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fresh-vs-wasmtime"))
+        .args(["--json", "--invoke", "run", "--invocations", "10", "--dir"])
+        .arg(dir.join("work"))
+        .arg(&module)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |runtime: &str| {
+        lines
+            .iter()
+            .find(|l| l["runtime"] == runtime)
+            .unwrap_or_else(|| panic!("no {runtime} line in {lines:?}"))
+    };
+    for runtime in ["ephem", "wasmtime"] {
+        let line = of(runtime);
+        assert_eq!(line["module"], "m.wat");
+        assert!(line["median_ns"].as_u64().unwrap() > 0);
+        assert!(line["p90_ns"].as_u64().unwrap() >= line["median_ns"].as_u64().unwrap());
+    }
+    let ratio = lines
+        .iter()
+        .find_map(|l| l["wasmtime_over_ephem"].as_f64())
+        .unwrap();
+    let expected =
+        of("wasmtime")["median_ns"].as_f64().unwrap() / of("ephem")["median_ns"].as_f64().unwrap();
+    assert!(
+        (ratio - expected).abs() < 1e-9 * expected.max(1.0),
+        "{ratio} vs {expected}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
