@@ -59,6 +59,7 @@ pub struct Artifact {
     data: OnceLock<Vec<u8>>,
     /// Last access time (seconds) when opened, for the cache's eviction order.
     pub(crate) accessed: i64,
+    identity: Identity,
 }
 
 impl std::fmt::Debug for Artifact {
@@ -71,9 +72,11 @@ impl std::fmt::Debug for Artifact {
     }
 }
 
-/// What identifies a file's contents well enough to remember that its checksum was verified.
-#[derive(Clone, Copy, Hash, PartialEq, Eq)]
-struct Identity {
+/// What identifies a file's contents: device, inode, size and modification time. Used to
+/// remember that a file's checksum was verified, and by the runtime to recognise a memory image
+/// it already has mapped (a live mapping keeps its inode from being reused).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Identity {
     dev: u64,
     ino: u64,
     size: i64,
@@ -203,17 +206,18 @@ impl Artifact {
             traps: OnceLock::new(),
             data: OnceLock::new(),
             accessed: stat.st_atime,
+            identity: Identity {
+                dev: stat.st_dev,
+                ino: stat.st_ino,
+                size: stat.st_size,
+                mtime: stat.st_mtime,
+                mtime_ns: stat.st_mtime_nsec as i64,
+            },
         };
 
         // Everything that is proportional to the file or to the metadata is done once per file
         // identity (see the module documentation); artifacts this process wrote are trusted.
-        let id = Identity {
-            dev: stat.st_dev,
-            ino: stat.st_ino,
-            size: stat.st_size,
-            mtime: stat.st_mtime,
-            mtime_ns: stat.st_mtime_nsec as i64,
-        };
+        let id = artifact.identity;
         let known = || {
             VERIFIED
                 .lock()
@@ -323,6 +327,11 @@ impl Artifact {
         let mut bytes = vec![0; self.section_len(s)];
         read_at(&self.file, &mut bytes, self.sections[s as usize].start)?;
         Ok(cell.get_or_init(|| bytes))
+    }
+
+    /// What identifies the file's contents (see [`Identity`]).
+    pub fn identity(&self) -> Identity {
+        self.identity
     }
 
     /// The file (for mapping its text or images).

@@ -31,6 +31,10 @@ pub struct Args {
     /// Map memory images of at least this many bytes instead of copying them.
     #[arg(long, value_parser = crate::bench_load::parse_size)]
     map_image_at: Option<usize>,
+    /// Do not let idle memory slots keep their images mapped for the same module: what a
+    /// workload whose modules never repeat pays.
+    #[arg(long)]
+    no_image_reuse: bool,
     /// Bytes of each memory slot zeroed in place (kept resident) on reset.
     #[arg(long, value_parser = crate::bench_load::parse_size)]
     keep_resident: Option<usize>,
@@ -51,6 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(at) = args.map_image_at {
         config.memory.map_image_at = at;
     }
+    config.memory.reuse_images = !args.no_image_reuse;
     if let Some(keep) = args.keep_resident {
         config.memory.keep_resident = keep;
     }

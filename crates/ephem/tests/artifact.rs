@@ -205,12 +205,14 @@ fn artifacts_for_another_cpu_are_refused() {
     }
 }
 
-fn engine_with(map_image_at: usize, keep_resident: usize) -> Engine {
+/// One idle memory slot at most, so that every memory reuses the same one.
+fn engine_with(map_image_at: usize, keep_resident: usize, reuse_images: bool) -> Engine {
     Engine::with_config(EngineConfig {
         code: PoolConfig::default(),
         map_text_at: None,
         memory: MemoryConfig {
-            max_idle_slots: 4,
+            max_idle_slots: 1,
+            reuse_images,
             keep_resident,
             map_image_at,
         },
@@ -219,16 +221,18 @@ fn engine_with(map_image_at: usize, keep_resident: usize) -> Engine {
 }
 
 /// An instance writes secrets inside the image, beyond it, and in grown pages; the next instance
-/// in the same slot sees its own image and zeros. Under every way of initialising and resetting.
+/// in the same slot sees its own image and zeros, and so does another module after it. Under
+/// every way of initialising and resetting, with and without slots keeping their images.
 #[test]
 fn reused_memory_slots_never_show_the_previous_instance() {
     let compiler = Compiler::new().unwrap();
-    let other_wat = r#"(module (memory 1 8)
+    let other_wat = r#"(module (memory (export "mem") 2 8)
         (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0))))"#;
-    for (map_image_at, keep_resident) in
-        [(0, 0), (0, 1 << 20), (usize::MAX, 0), (usize::MAX, 1 << 20)]
+    let settings = [(0, 0), (0, 1 << 20), (usize::MAX, 0), (usize::MAX, 1 << 20)];
+    for ((map_image_at, keep_resident), reuse_images) in
+        settings.into_iter().flat_map(|s| [(s, true), (s, false)])
     {
-        let engine = engine_with(map_image_at, keep_resident);
+        let engine = engine_with(map_image_at, keep_resident, reuse_images);
         let module = ephem::compile_with(&compiler, &engine, WAT.as_bytes()).unwrap();
         let other = ephem::compile_with(&compiler, &engine, other_wat.as_bytes()).unwrap();
         let secrets = [IMAGE_AT, IMAGE_AT + 3, 16, 65536 * 2 - 1, 65536 * 2 + 7];
@@ -275,26 +279,37 @@ fn reused_memory_slots_never_show_the_previous_instance() {
         }
         drop(second);
 
-        // Another module in the same slot sees zeros everywhere.
+        // Another module in the same slot (same size, no image) sees zeros everywhere,
+        // including where the first module's image was.
         let third = Instance::new(&other, &[]).unwrap();
-        for at in [16, IMAGE_AT - 65536, 65535] {
-            assert_eq!(load(&third, &engine, at), 0);
+        let base3 = third.get_export("mem").map(|e| match e {
+            ephem::Extern::Memory(m) => m.base(),
+            _ => unreachable!(),
+        });
+        assert_eq!(base, base3, "the slot was reused");
+        for at in [16, IMAGE_AT, IMAGE_AT + 4, 65536 * 2 - 1] {
+            assert_eq!(load(&third, &engine, at), 0, "byte {at} leaked");
         }
         assert!(
             third
                 .get_func("load")
                 .unwrap()
-                .call(&engine, &[Val::I32(65536)])
+                .call(&engine, &[Val::I32(65536 * 2)])
                 .is_err(),
-            "one page only"
+            "two pages only"
         );
+        drop(third);
+        // And the image comes back for its own module after that.
+        let fourth = Instance::new(&module, &[]).unwrap();
+        assert_eq!(read_image(&fourth, &engine), b"image");
+        assert_eq!(load(&fourth, &engine, 16), 0);
     }
 }
 
 #[test]
 fn memories_grow_beyond_their_image() {
     for map_image_at in [0, usize::MAX] {
-        let engine = engine_with(map_image_at, 64 << 10);
+        let engine = engine_with(map_image_at, 64 << 10, true);
         let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
         let instance = Instance::new(&module, &[]).unwrap();
         assert_eq!(grow(&instance, &engine, 3), 2);
@@ -342,4 +357,26 @@ fn text_mapped_from_the_file_runs_and_traps() {
         assert_eq!(e.trap().unwrap().kind, ephem::TrapKind::MemoryOutOfBounds);
     }
     assert_eq!(engine.code_pool().stats().slots, 0, "nothing was copied");
+}
+
+/// With room in the pool, each kind of memory keeps slots of its own: alternating modules do not
+/// take each other's slot (which would cost a resize and an image swap every time).
+#[test]
+fn alternating_modules_keep_their_own_memory_slots() {
+    let engine = Engine::default();
+    let a = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+    let b = ephem::compile(&engine, br#"(module (memory (export "mem") 3))"#).unwrap();
+    let base = |m: &Module| {
+        let instance = Instance::new(m, &[]).unwrap();
+        match instance.get_export("mem") {
+            Some(ephem::Extern::Memory(mem)) => mem.base() as usize,
+            _ => unreachable!(),
+        }
+    };
+    let (a0, b0) = (base(&a), base(&b));
+    assert_ne!(a0, b0);
+    for _ in 0..3 {
+        assert_eq!(base(&a), a0);
+        assert_eq!(base(&b), b0);
+    }
 }

@@ -21,18 +21,20 @@
 //!   slot's resident first pages, where one copy beats a system call and page faults.
 //!
 //! When the memory is dropped its slot is reset before anything else can take it, so nothing
-//! one instance wrote is visible to the next: a slot that had an image mapped gets fresh
-//! anonymous pages over its whole accessible range (one `mmap`, which also drops the file
-//! pages); otherwise its first [`MemoryConfig::keep_resident`] bytes are zeroed in place (they
-//! stay resident for the next instance) and the rest discarded with `madvise(MADV_DONTNEED)`,
-//! which makes them read as zeros on next touch.
+//! one instance wrote is visible to the next: the first [`MemoryConfig::keep_resident`] bytes of
+//! a slot without a mapped image are zeroed in place (they stay resident for the next instance),
+//! and everything else is discarded with `madvise(MADV_DONTNEED)`, after which anonymous pages
+//! read as zeros and the pages of a mapped image read as the file again. A slot keeps its image
+//! mapped while idle: the next memory of the same artifact file and size that takes it needs no
+//! system call at all (the pool prefers such a slot), and any other memory first replaces the
+//! image with zero pages.
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};
 
-use ephem_artifact::Artifact;
 use ephem_artifact::format::ArchivedMemoryImage;
+use ephem_artifact::{Artifact, Identity};
 use ephem_module::{MemoryType, VmMemory};
 use rustix::mm::{Advice, MapFlags, MprotectFlags, ProtFlags};
 
@@ -51,6 +53,10 @@ pub struct MemoryConfig {
     pub max_idle_slots: usize,
     /// Bytes at the start of a slot zeroed in place (kept resident) rather than discarded.
     pub keep_resident: usize,
+    /// Whether an idle slot keeps its mapped image for the next memory of the same artifact
+    /// (see the module documentation). Off, every reset replaces the image with zero pages: the
+    /// cost of a workload whose modules never repeat.
+    pub reuse_images: bool,
     /// Images of at least this many bytes are mapped from the artifact. Smaller ones are
     /// copied if they lie within the first `keep_resident` bytes, where the slot's pages are
     /// resident; copying into pages that must first be faulted in is slower than mapping at
@@ -62,19 +68,32 @@ impl Default for MemoryConfig {
     fn default() -> Self {
         MemoryConfig {
             max_idle_slots: 128,
+            reuse_images: true,
             keep_resident: 64 << 10,
             map_image_at: 64 << 10,
         }
     }
 }
 
-/// One reservation: `[base, base + accessible)` is read+write, the rest inaccessible.
+/// A memory image mapped (private, copy-on-write) from an artifact file into a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct MappedImage {
+    file: Identity,
+    file_offset: u64,
+    offset: usize,
+    len: usize,
+}
+
+/// One reservation: `[base, base + accessible)` is read+write, the rest inaccessible. Where
+/// `image` says, the accessible pages are a private mapping of an artifact's image; everywhere
+/// else they are anonymous.
 struct Slot {
     base: *mut u8,
     accessible: usize,
+    image: Option<MappedImage>,
 }
 
-// SAFETY: a slot is plain address space owned by whoever holds it (the pool's queue or one
+// SAFETY: a slot is plain address space owned by whoever holds it (the pool's list or one
 // memory); the pointer is never shared while owned.
 unsafe impl Send for Slot {}
 
@@ -93,6 +112,7 @@ impl Slot {
         Ok(Slot {
             base: base.cast(),
             accessible: 0,
+            image: None,
         })
     }
 
@@ -114,52 +134,63 @@ impl Slot {
         Ok(())
     }
 
-    /// Maps `len` bytes of the artifact's file at `file_offset` copy-on-write at `offset`.
-    fn map_image(
-        &mut self,
-        artifact: &Artifact,
-        image: &ArchivedMemoryImage,
-    ) -> rustix::io::Result<()> {
-        let (offset, len) = (image.offset.to_native(), image.len.to_native());
-        debug_assert!((offset + len) as usize <= self.accessible);
+    /// Replaces the mapped image, if any, with zero pages. Must run before the accessible
+    /// size changes (the image lies within it).
+    fn unmap_image(&mut self) -> rustix::io::Result<()> {
+        if let Some(image) = self.image.take() {
+            // SAFETY: replaces only the image's range, which lies in our accessible pages.
+            unsafe {
+                rustix::mm::mmap_anonymous(
+                    self.base.add(image.offset).cast(),
+                    image.len,
+                    ProtFlags::READ | ProtFlags::WRITE,
+                    MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
+                )?
+            };
+        }
+        Ok(())
+    }
+
+    /// Maps `want` from `artifact`'s file; nothing to do if the slot already has it (a reset
+    /// slot's image pages read as the file again).
+    fn map_image(&mut self, artifact: &Artifact, want: MappedImage) -> rustix::io::Result<()> {
+        if self.image == Some(want) {
+            return Ok(());
+        }
+        self.unmap_image()?;
+        debug_assert!(want.offset + want.len <= self.accessible);
         // SAFETY: the target range is inside the accessible part of our reservation (the
         // artifact checked the image against the memory's minimum size), so MAP_FIXED only
         // replaces pages of this slot.
         unsafe {
             rustix::mm::mmap(
-                self.base.add(offset as usize).cast(),
-                len as usize,
+                self.base.add(want.offset).cast(),
+                want.len,
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::PRIVATE | MapFlags::FIXED,
                 artifact.file(),
-                artifact.image_file_offset(image),
+                want.file_offset,
             )?
         };
+        self.image = Some(want);
         Ok(())
     }
 
-    /// Makes the slot read as zeros again (see the module documentation).
-    fn reset(&mut self, file_mapped: bool, keep_resident: usize) -> rustix::io::Result<()> {
+    /// Makes everything an instance wrote disappear (see the module documentation): anonymous
+    /// pages read as zeros again, a mapped image's pages as the file again.
+    fn reset(&mut self, keep_resident: usize) -> rustix::io::Result<()> {
         let len = self.accessible;
-        if file_mapped {
-            // SAFETY: replaces only the accessible range of our own reservation.
-            unsafe {
-                rustix::mm::mmap_anonymous(
-                    self.base.cast(),
-                    len,
-                    ProtFlags::READ | ProtFlags::WRITE,
-                    MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
-                )?
-            };
-            return Ok(());
-        }
-        let keep = len.min(keep_resident);
-        // SAFETY: `[0, keep)` is accessible and nothing else references it (the memory that
-        // used it is being dropped).
+        let keep = if self.image.is_some() {
+            0
+        } else {
+            len.min(keep_resident)
+        };
+        // SAFETY: `[0, keep)` is accessible anonymous memory and nothing else references it
+        // (the memory that used it is being dropped).
         unsafe { std::ptr::write_bytes(self.base, 0, keep) };
         if len > keep {
-            // SAFETY: private anonymous pages of our own reservation; discarding them makes
-            // them read as zeros, which is the point.
+            // SAFETY: private pages of our own reservation. Discarding them makes anonymous
+            // pages read as zeros and private file pages as the file, which is the point.
             unsafe {
                 rustix::mm::madvise(
                     self.base.add(keep).cast(),
@@ -182,8 +213,10 @@ impl Drop for Slot {
 /// Reset reservations ready for new memories; shared by an engine's instances.
 ///
 /// Idle slots are kept in a short list under a lock (held for a scan of at most
-/// `max_idle_slots` entries, never across a system call), so that a new memory can take a slot
-/// whose accessible size already matches and skip the `mprotect`.
+/// `max_idle_slots` entries, never across a system call), oldest first. A new memory takes a
+/// slot that already has its size and its image mapped (no system call at all); failing that, a
+/// new reservation while the list has room, so that each kind of memory in the working set keeps
+/// slots of its own; and when it is full, an idle slot of its size (no `mprotect`) or the oldest.
 pub(crate) struct MemoryPool {
     config: MemoryConfig,
     idle: Mutex<Vec<Slot>>,
@@ -197,14 +230,21 @@ impl MemoryPool {
         }
     }
 
-    /// An idle slot, preferably one already `len` bytes accessible; else a new reservation.
-    fn take(&self, len: usize) -> Result<Slot, crate::Error> {
+    fn take(&self, len: usize, image: Option<MappedImage>) -> Result<Slot, crate::Error> {
         let slot = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            match idle.iter().rposition(|s| s.accessible == len) {
-                Some(i) => Some(idle.swap_remove(i)),
-                None => idle.pop(),
-            }
+            let exact = idle
+                .iter()
+                .rposition(|s| s.accessible == len && s.image == image);
+            let pick = match exact {
+                Some(i) => Some(i),
+                // Room to keep every kind of slot: make a new one rather than repurpose one
+                // that another module would find ready.
+                None if idle.len() < self.config.max_idle_slots => None,
+                // Full: repurpose one of the right size, else the least recently returned.
+                None => Some(idle.iter().rposition(|s| s.accessible == len).unwrap_or(0)),
+            };
+            pick.map(|i| idle.remove(i))
         };
         match slot {
             Some(slot) => Ok(slot),
@@ -212,12 +252,16 @@ impl MemoryPool {
         }
     }
 
-    fn give_back(&self, mut slot: Slot, file_mapped: bool) {
+    fn give_back(&self, mut slot: Slot) {
         let full = || self.idle.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let reset = |slot: &mut Slot| {
+            if !self.config.reuse_images {
+                slot.unmap_image()?;
+            }
+            slot.reset(self.config.keep_resident)
+        };
         // Beyond the bound, or if it cannot be reset, the slot is dropped (unmapped).
-        if full() >= self.config.max_idle_slots
-            || slot.reset(file_mapped, self.config.keep_resident).is_err()
-        {
+        if full() >= self.config.max_idle_slots || reset(&mut slot).is_err() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
@@ -234,8 +278,6 @@ pub struct Memory {
     slot: Option<Slot>,
     /// Where the slot goes when the memory is dropped (`None`: unmapped).
     pool: Option<Arc<MemoryPool>>,
-    /// Whether an image was mapped from a file into the slot (decides how it is reset).
-    file_mapped: Cell<bool>,
 }
 
 impl Memory {
@@ -257,22 +299,42 @@ impl Memory {
         image: Option<(&Artifact, &ArchivedMemoryImage)>,
     ) -> Result<Memory, crate::Error> {
         let len = ty.min as usize * PAGE as usize;
-        let mut memory = Memory::with_slot(ty, pool.take(len)?, Some(pool.clone()))?;
-        if let Some((artifact, image)) = image {
-            let (offset, len) = (image.offset.to_native(), image.len.to_native());
-            let resident = (offset + len) as usize <= pool.config.keep_resident;
-            if len as usize >= pool.config.map_image_at || !resident {
-                // Set first: if mapping fails half-way, the reset still replaces the range.
-                memory.file_mapped.set(true);
+        // How the image gets in: mapped (`Some`), copied or absent (`None`).
+        let mapped = image.and_then(|(artifact, image)| {
+            let (offset, size) = (
+                image.offset.to_native() as usize,
+                image.len.to_native() as usize,
+            );
+            let resident = offset + size <= pool.config.keep_resident;
+            (size >= pool.config.map_image_at || !resident).then(|| MappedImage {
+                file: artifact.identity(),
+                file_offset: artifact.image_file_offset(image),
+                offset,
+                len: size,
+            })
+        });
+        let mut slot = pool.take(len, mapped)?;
+        let kept = slot.image.is_some() && slot.image == mapped;
+        if !kept && let Err(e) = slot.unmap_image() {
+            return Err(crate::Error::Resource(format!(
+                "cannot reset a memory slot: {e}"
+            )));
+        }
+        let mut memory = Memory::with_slot(ty, slot, Some(pool.clone()))?;
+        match (image, mapped) {
+            (Some((artifact, _)), Some(want)) => {
                 let slot = memory.slot.as_mut().expect("a live memory has its slot");
-                slot.map_image(artifact, image)
+                slot.map_image(artifact, want)
                     .map_err(|e| crate::Error::Resource(format!("cannot map memory image: {e}")))?;
-            } else {
-                let at = offset as usize;
+            }
+            (Some((artifact, image)), None) => {
+                let at = image.offset.to_native() as usize;
+                let size = image.len.to_native() as usize;
                 // SAFETY: the image lies within the minimum size, now accessible; no wasm runs.
-                let dst = unsafe { &mut memory.bytes()[at..at + len as usize] };
+                let dst = unsafe { &mut memory.bytes()[at..at + size] };
                 artifact.read_image(image, dst)?;
             }
+            (None, _) => {}
         }
         Ok(memory)
     }
@@ -303,7 +365,6 @@ impl Memory {
             ty,
             slot: Some(slot),
             pool,
-            file_mapped: Cell::new(false),
         })
     }
 
@@ -409,7 +470,7 @@ impl Drop for Memory {
         // Growth changed the accessible length behind the slot's back; record it.
         slot.accessible = self.len();
         match &self.pool {
-            Some(pool) => pool.give_back(slot, self.file_mapped.get()),
+            Some(pool) => pool.give_back(slot),
             None => drop(slot),
         }
     }
