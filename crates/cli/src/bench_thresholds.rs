@@ -7,7 +7,8 @@
 //! - **image**: a fresh instance of a module whose memory image has the size, with the image
 //!   copied into its pooled memory slot (whose pages are kept resident, and zeroed in place when
 //!   the slot is reset) against mapped copy-on-write from the artifact; then reading no page or
-//!   every page of the image from the host; then dropping.
+//!   every page of the image from the host; then dropping. Slots do not keep images between
+//!   instances (`MemoryConfig::reuse_images` off): each instance pays for its image.
 //!
 //! Each row is the median of many repetitions, both ways measured in the same run.
 
@@ -108,11 +109,14 @@ fn image_row(
     let path = dir.join(format!("image-{size}.ephem"));
     ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled))?;
 
+    // Slots do not keep their images between instances here: every instance pays for its
+    // image, as one of a module that was not run just before would.
     let engine = |map_image_at, keep_resident| {
         Engine::with_config(EngineConfig {
             memory: MemoryConfig {
                 map_image_at,
                 keep_resident,
+                reuse_images: false,
                 ..MemoryConfig::default()
             },
             ..EngineConfig::default()

@@ -177,14 +177,20 @@ impl Slot {
     }
 
     /// Makes everything an instance wrote disappear (see the module documentation): anonymous
-    /// pages read as zeros again, a mapped image's pages as the file again.
-    fn reset(&mut self, keep_resident: usize) -> rustix::io::Result<()> {
+    /// pages read as zeros again, a mapped image's pages as the file again (or, with
+    /// `drop_image`, as zeros).
+    fn reset(&mut self, keep_resident: usize, drop_image: bool) -> rustix::io::Result<()> {
         let len = self.accessible;
+        // Zeroing in place only pays where the pages are anonymous and resident, which they
+        // are not in a slot that held an image.
         let keep = if self.image.is_some() {
             0
         } else {
             len.min(keep_resident)
         };
+        if drop_image {
+            self.unmap_image()?;
+        }
         // SAFETY: `[0, keep)` is accessible anonymous memory and nothing else references it
         // (the memory that used it is being dropped).
         unsafe { std::ptr::write_bytes(self.base, 0, keep) };
@@ -233,6 +239,8 @@ impl MemoryPool {
     fn take(&self, len: usize, image: Option<MappedImage>) -> Result<Slot, crate::Error> {
         let slot = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            // Without image reuse, idle slots never hold an image: any of the size fits.
+            let image = image.filter(|_| self.config.reuse_images);
             let exact = idle
                 .iter()
                 .rposition(|s| s.accessible == len && s.image == image);
@@ -254,14 +262,12 @@ impl MemoryPool {
 
     fn give_back(&self, mut slot: Slot) {
         let full = || self.idle.lock().unwrap_or_else(|e| e.into_inner()).len();
-        let reset = |slot: &mut Slot| {
-            if !self.config.reuse_images {
-                slot.unmap_image()?;
-            }
-            slot.reset(self.config.keep_resident)
-        };
         // Beyond the bound, or if it cannot be reset, the slot is dropped (unmapped).
-        if full() >= self.config.max_idle_slots || reset(&mut slot).is_err() {
+        if full() >= self.config.max_idle_slots
+            || slot
+                .reset(self.config.keep_resident, !self.config.reuse_images)
+                .is_err()
+        {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
