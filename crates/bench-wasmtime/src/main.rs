@@ -35,6 +35,10 @@ struct Args {
     /// One JSON object per line per module and runtime, then one per module with the ratio.
     #[arg(long)]
     json: bool,
+    /// ephem's memory slots do not keep images for the next instance of the same module (what a
+    /// workload whose modules never repeat pays; wasmtime's pool keeps its module affinity).
+    #[arg(long)]
+    no_image_reuse: bool,
 }
 
 /// wasmtime's time per invocation, by part.
@@ -137,7 +141,9 @@ fn main() -> anyhow::Result<()> {
     });
 
     // ephem.
-    let engine = ephem::Engine::default();
+    let mut config = ephem::EngineConfig::default();
+    config.memory.reuse_images = !args.no_image_reuse;
+    let engine = ephem::Engine::with_config(config)?;
     let cache = ephem::Cache::new(dir.join("ephem"), u64::MAX);
     let ours = fresh::measure(
         &engine,
