@@ -11,9 +11,10 @@
 //! wasm runs.
 //!
 //! # Pooled slots and images
-//! Memories that instances define come from the engine's [`MemoryPool`]: a reservation is taken
-//! from a lock-free queue, sized with one `mprotect` when its accessible length differs from
-//! the new memory's, and given its initial contents from the module's image, either
+//! Memories that instances define (and those the embedder makes with [`Memory::in_pool`]) come
+//! from the engine's [`MemoryPool`]: an idle reservation is taken (see the pool for which),
+//! sized with one `mprotect` when its accessible length differs from the new memory's, and
+//! given its initial contents from the module's image, either
 //!
 //! - **mapped**: the artifact's image pages are mapped private (copy-on-write) over the slot
 //!   with `MAP_FIXED`; pages the instance only reads stay shared in the page cache, or
@@ -27,7 +28,7 @@
 //! read as zeros and the pages of a mapped image read as the file again. A slot keeps its image
 //! mapped while idle: the next memory of the same artifact file and size that takes it needs no
 //! system call at all (the pool prefers such a slot), and any other memory first replaces the
-//! image with zero pages.
+//! image with zero pages ([`MemoryConfig::reuse_images`] turns the keeping off).
 
 use std::cell::UnsafeCell;
 use std::ptr::null_mut;
