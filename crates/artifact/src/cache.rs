@@ -133,7 +133,7 @@ impl Cache {
         };
         let bytes = crate::to_bytes(&compile()?);
         let path = self.path(key);
-        let stored = self.store(&path, &bytes).and_then(|()| {
+        let stored = write_atomic(&path, &bytes).and_then(|()| {
             let _ = self.evict(&path);
             Artifact::open(&path).map_err(|e| std::io::Error::other(e.to_string()))
         });
@@ -144,11 +144,6 @@ impl Cache {
                 Ok((Artifact::in_memory(&bytes)?, Outcome::Uncached { why }))
             }
         }
-    }
-
-    /// Writes `bytes` to `path` atomically (temporary file, flush, rename).
-    pub fn store(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        write_atomic(path, bytes)
     }
 
     /// Sets the access time of a hit that was last recorded long ago (see the module docs).
