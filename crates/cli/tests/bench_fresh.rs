@@ -2,6 +2,21 @@
 
 use std::process::Command;
 
+/// Runs `cmd`, which must succeed, and parses each line of its output as JSON.
+fn json_lines(cmd: &mut Command) -> Vec<serde_json::Value> {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn bench_fresh_prints_one_json_object_per_module() {
     let dir = std::env::temp_dir().join(format!("ephem-bench-fresh-{}", std::process::id()));
@@ -11,31 +26,21 @@ fn bench_fresh_prints_one_json_object_per_module() {
     let b = dir.join("b.wat");
     std::fs::write(&a, r#"(module (memory 1) (data (i32.const 0) "a") (func (export "run") (result i32) i32.const 1))"#).unwrap();
     std::fs::write(&b, r#"(module (func (export "run") unreachable))"#).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ephem"))
-        .args([
-            "bench",
-            "fresh",
-            "--json",
-            "--invoke",
-            "run",
-            "--invocations",
-            "20",
-        ])
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .args([&a, &b])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let lines = json_lines(
+        Command::new(env!("CARGO_BIN_EXE_ephem"))
+            .args([
+                "bench",
+                "fresh",
+                "--json",
+                "--invoke",
+                "run",
+                "--invocations",
+                "20",
+            ])
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .args([&a, &b]),
     );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     assert_eq!(lines.len(), 2);
     for (line, name) in lines.iter().zip(["a.wat", "b.wat"]) {
         assert_eq!(line["module"], name);
@@ -49,28 +54,15 @@ fn bench_fresh_prints_one_json_object_per_module() {
 
 #[test]
 fn bench_thresholds_measures_both_ways_at_each_size() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ephem"))
-        .args([
-            "bench",
-            "thresholds",
-            "--json",
-            "--sizes",
-            "4k,64k",
-            "--repeat",
-            "3",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(Command::new(env!("CARGO_BIN_EXE_ephem")).args([
+        "bench",
+        "thresholds",
+        "--json",
+        "--sizes",
+        "4k,64k",
+        "--repeat",
+        "3",
+    ]));
     assert_eq!(lines.len(), 4, "text and image, two sizes each");
     for line in &lines {
         let values: Vec<u64> = line

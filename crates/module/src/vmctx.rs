@@ -118,36 +118,40 @@ impl VmOffsets {
     pub const TABLE_LENGTH: u32 = 8;
 
     pub fn new(info: &ModuleInfo) -> VmOffsets {
-        let n = |len: usize| len as u32;
-        VmOffsets::from_counts(
-            n(info.memories.len()),
-            n(info.tables.len()),
-            n(info.globals.len()),
-            n(info.types.len()),
-            n(info.funcs.len()),
-        )
+        let i = info;
+        let counts = [
+            i.memories.len(),
+            i.tables.len(),
+            i.globals.len(),
+            i.types.len(),
+            i.funcs.len(),
+        ];
+        VmOffsets::from_counts(counts.map(|n| n as u32))
     }
 
     /// As [`VmOffsets::new`], for an archived module.
     pub fn for_archived(info: &crate::ArchivedModuleInfo) -> VmOffsets {
-        let n = |len: usize| len as u32;
-        VmOffsets::from_counts(
-            n(info.memories.len()),
-            n(info.tables.len()),
-            n(info.globals.len()),
-            n(info.types.len()),
-            n(info.funcs.len()),
-        )
+        let i = info;
+        let counts = [
+            i.memories.len(),
+            i.tables.len(),
+            i.globals.len(),
+            i.types.len(),
+            i.funcs.len(),
+        ];
+        VmOffsets::from_counts(counts.map(|n| n as u32))
     }
 
     /// The layout for a module with these numbers of memories, tables, globals, types and
     /// functions (imported ones included).
-    pub fn from_counts(
-        memory_count: u32,
-        table_count: u32,
-        global_count: u32,
-        type_count: u32,
-        func_count: u32,
+    fn from_counts(
+        [
+            memory_count,
+            table_count,
+            global_count,
+            type_count,
+            func_count,
+        ]: [u32; 5],
     ) -> VmOffsets {
         let memories = 24;
         let memory_defs = memories + PTR * memory_count;
