@@ -79,6 +79,7 @@ fn concurrent_processes_fill_the_cache_with_one_whole_entry() {
     );
     let cleared = ok(ephem(&cache, &["cache", "clear"]).output().unwrap());
     assert!(cleared.contains("removed 1"), "{cleared}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -124,6 +125,7 @@ fn compile_writes_an_artifact_that_run_accepts() {
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("damaged"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -156,4 +158,5 @@ fn an_unusable_cache_warns_once_and_runs() {
     .unwrap();
     assert!(out.stderr.is_empty());
     assert_eq!(ok(out), "441\n");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -96,6 +96,7 @@ fn an_artifact_file_runs_and_has_an_image() {
         trap.trap().unwrap().kind,
         ephem::TrapKind::MemoryOutOfBounds
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -154,6 +155,7 @@ fn damaged_artifacts_are_refused() {
 
     // The intact file still opens: the refusals were about the damage.
     open(&dir, "intact", &bytes).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -177,6 +179,7 @@ fn artifacts_from_other_versions_and_formats_are_refused() {
         open(&dir, "format", &b),
         Err(Error::Format { found }) if found == format::FORMAT_VERSION + 1
     ));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -203,6 +206,7 @@ fn artifacts_for_another_cpu_are_refused() {
         let b = compiled(&|t| t.cpu_features.push(f.into()));
         assert!(matches!(open(&dir, "missing", &b), Err(Error::CpuFeature(g)) if g == f));
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// One idle memory slot at most, so that every memory reuses the same one.
@@ -357,6 +361,7 @@ fn text_mapped_from_the_file_runs_and_traps() {
         assert_eq!(e.trap().unwrap().kind, ephem::TrapKind::MemoryOutOfBounds);
     }
     assert_eq!(engine.code_pool().stats().slots, 0, "nothing was copied");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With room in the pool, each kind of memory keeps slots of its own: alternating modules do not

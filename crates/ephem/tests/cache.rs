@@ -107,6 +107,7 @@ fn least_recently_used_entries_are_evicted() {
     assert_eq!(outcome, Outcome::Hit);
     ephem::compile_cached(&compiler, &engine, &cache, wat(4).as_bytes()).unwrap();
     assert!(path(1).exists() && path(4).exists() && !path(3).exists());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
