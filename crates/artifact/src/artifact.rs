@@ -324,8 +324,13 @@ impl Artifact {
         if let Some(bytes) = cell.get() {
             return Ok(bytes);
         }
-        // Read into spare capacity: zeroing a buffer that is about to be overwritten costs as
-        // much as a third of the read.
+        let bytes = self.read_section(s)?;
+        Ok(cell.get_or_init(|| bytes))
+    }
+
+    /// A section's bytes, read into spare capacity: zeroing a buffer that is about to be
+    /// overwritten costs as much as a third of the read.
+    fn read_section(&self, s: Section) -> Result<Vec<u8>, Error> {
         let (len, start) = (self.section_len(s), self.sections[s as usize].start);
         let mut bytes = Vec::with_capacity(len);
         while bytes.len() < len {
@@ -336,7 +341,7 @@ impl Artifact {
                 return Err(damaged("shorter than its header says"));
             }
         }
-        Ok(cell.get_or_init(|| bytes))
+        Ok(bytes)
     }
 
     /// What identifies the file's contents (see [`Identity`]).
@@ -406,6 +411,17 @@ impl Artifact {
             offset: u32_at(f, i * 8),
             len: u32_at(f, i * 8 + 4),
         }
+    }
+
+    /// Where every defined function is in the text, in order.
+    pub fn funcs(&self) -> impl ExactSizeIterator<Item = FuncLoc> + '_ {
+        let r = &self.sections[Section::Funcs as usize];
+        self.front[r.start as usize..r.end as usize]
+            .chunks_exact(8)
+            .map(|f| FuncLoc {
+                offset: u32_at(f, 0),
+                len: u32_at(f, 4),
+            })
     }
 
     /// The defined function whose code contains text `offset` (module index), and the

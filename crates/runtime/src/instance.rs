@@ -385,10 +385,10 @@ impl Instance {
                 vmctx.write(o.funcref(i as u32), fr);
             }
             let imported = info.imported_funcs.to_native() as usize;
-            for k in 0..info.defined_funcs() {
-                let loc = artifact.func(k);
+            let types = &info.funcs[imported..];
+            for (k, (loc, ty)) in artifact.funcs().zip(types).enumerate() {
                 let i = imported + k;
-                let ty = info.funcs[i].to_native() as usize;
+                let ty = ty.to_native() as usize;
                 let fr = VmFuncRef {
                     code: text_base.add(loc.offset as usize),
                     vmctx: vm,
@@ -468,19 +468,29 @@ impl Instance {
                 SegmentMode::Passive => {}
             }
         }
+        let mut dropped = inner.dropped_datas.borrow_mut();
         for (i, seg) in info.datas.iter().enumerate() {
-            if let SegmentMode::Active { index, offset } = native(&seg.mode) {
-                // The memory's image already holds every active segment for it.
-                if artifact.image(index).is_none() {
-                    let dst = self.eval_offset(&offset);
-                    let len = seg.range.end.to_native() - seg.range.start.to_native();
-                    if !inner.memory_init(index, i as u32, dst, 0, len) {
-                        return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));
-                    }
-                }
-                inner.dropped_datas.borrow_mut()[i] = true;
+            let ArchivedSegmentMode::Active { index, offset } = &seg.mode else {
+                continue;
+            };
+            let index = index.to_native();
+            // The memory's image already holds every active segment for it.
+            if artifact.image(index).is_none() {
+                // Loaded at instantiation (see `instantiate`).
+                let data = artifact.data()?;
+                let src = seg.range.start.to_native() as usize..seg.range.end.to_native() as usize;
+                let dst = self.eval_offset(&native(offset)) as usize;
+                let memory = &inner.memories[index as usize];
+                let Some(dst_end) = dst.checked_add(src.len()).filter(|&e| e <= memory.len())
+                else {
+                    return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));
+                };
+                // SAFETY: bounds checked; no wasm runs while we copy.
+                unsafe { memory.bytes()[dst..dst_end].copy_from_slice(&data[src]) };
             }
+            dropped[i] = true;
         }
+        drop(dropped);
         if let Some(start) = info.start.as_ref() {
             let f = self.func(start.to_native());
             f.call(&inner.module.inner.engine, &[])?;
