@@ -41,9 +41,13 @@ struct EngineInner {
 
 /// Canonical ids, keyed by the bytes that identify a signature (`FuncType::key`), so that a
 /// module's archived types are looked up without building owned ones.
+///
+/// Hashed with foldhash's seeded hasher: with the standard SipHash, hashing was about a tenth
+/// of png's fresh path in a profile (foldhash: 0.3 µs less for png, 1 µs for quickjs's 105
+/// types), and the random per-process seed keeps crafted signatures from colliding on purpose.
 #[derive(Default)]
 struct Types {
-    ids: HashMap<Box<[u8]>, u32>,
+    ids: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
     list: Vec<FuncType>,
 }
 
