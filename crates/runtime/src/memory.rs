@@ -52,7 +52,10 @@ pub const RESERVATION: usize = (8 << 30) + PAGE as usize;
 pub struct MemoryConfig {
     /// Reset slots kept for reuse; more are unmapped when freed.
     pub max_idle_slots: usize,
-    /// Bytes at the start of a slot zeroed in place (kept resident) rather than discarded.
+    /// Bytes at the start of a slot zeroed in place (kept resident) rather than discarded. Each
+    /// reset zeroes this much; each page of it that an instance touches saves a page fault.
+    /// 128 KiB measured best on the corpus mix (`ephem bench fresh --keep-resident`, see
+    /// BENCHMARKS.md): quickjs's 85 KiB of data segments land there.
     pub keep_resident: usize,
     /// Whether an idle slot keeps its mapped image for the next memory of the same artifact
     /// (see the module documentation). Off, every reset replaces the image with zero pages: the
@@ -70,7 +73,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             max_idle_slots: 128,
             reuse_images: true,
-            keep_resident: 64 << 10,
+            keep_resident: 128 << 10,
             map_image_at: 64 << 10,
         }
     }
