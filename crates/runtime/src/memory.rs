@@ -19,7 +19,7 @@
 //! - **mapped**: the artifact's image pages are mapped private (copy-on-write) over the slot
 //!   with `MAP_FIXED`; pages the instance only reads stay shared in the page cache, or
 //! - **copied** into the slot, for images below [`MemoryConfig::map_image_at`] that lie in the
-//!   slot's resident first pages, where one copy beats a system call and page faults.
+//!   slot's resident first pages (none by default: see that setting).
 //!
 //! When the memory is dropped its slot is reset before anything else can take it, so nothing
 //! one instance wrote is visible to the next: the first [`MemoryConfig::keep_resident`] bytes of
@@ -64,7 +64,10 @@ pub struct MemoryConfig {
     /// Images of at least this many bytes are mapped from the artifact. Smaller ones are
     /// copied if they lie within the first `keep_resident` bytes, where the slot's pages are
     /// resident; copying into pages that must first be faulted in is slower than mapping at
-    /// every size measured (`ephem bench thresholds`).
+    /// every size measured (`ephem bench thresholds`). The default, 0, maps every image: alone,
+    /// copying an image under 64 KiB is faster, but in the fresh workload a copied image's slot
+    /// pays for zeroing its resident pages on every reset while a mapped one keeps its image,
+    /// and mapping won (zstd's 9 KiB image; see BENCHMARKS.md).
     pub map_image_at: usize,
 }
 
@@ -74,7 +77,7 @@ impl Default for MemoryConfig {
             max_idle_slots: 128,
             reuse_images: true,
             keep_resident: 128 << 10,
-            map_image_at: 64 << 10,
+            map_image_at: 0,
         }
     }
 }
