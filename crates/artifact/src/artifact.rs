@@ -274,7 +274,12 @@ impl Artifact {
         let types = info.types.len();
         let funcs_in_front =
             self.sections[Section::Funcs as usize].end as usize <= self.front.len();
+        let imports_fit = info.imported_funcs.to_native() as usize <= info.funcs.len()
+            && info.imported_memories.to_native() as usize <= info.memories.len()
+            && info.imported_tables.to_native() as usize <= info.tables.len()
+            && info.imported_globals.to_native() as usize <= info.globals.len();
         let ok = funcs_in_front
+            && imports_fit
             && sec(Section::Funcs) == 8 * info.defined_funcs()
             && sec(Section::Traps) % 8 == 0
             && m.trampolines.len() == types

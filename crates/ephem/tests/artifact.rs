@@ -385,3 +385,21 @@ fn alternating_modules_keep_their_own_memory_slots() {
         assert_eq!(base(&b), b0);
     }
 }
+
+/// A pool that keeps no idle slot still makes memories (each a fresh reservation).
+#[test]
+fn a_pool_without_idle_slots_works() {
+    let engine = Engine::with_config(EngineConfig {
+        memory: MemoryConfig {
+            max_idle_slots: 0,
+            ..MemoryConfig::default()
+        },
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+    for _ in 0..3 {
+        let instance = Instance::new(&module, &[]).unwrap();
+        assert_eq!(read_image(&instance, &engine), b"image");
+    }
+}

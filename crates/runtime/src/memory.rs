@@ -253,9 +253,9 @@ impl MemoryPool {
                 .rposition(|s| s.accessible == len && s.image == image);
             let pick = match exact {
                 Some(i) => Some(i),
-                // Room to keep every kind of slot: make a new one rather than repurpose one
-                // that another module would find ready.
-                None if idle.len() < self.config.max_idle_slots => None,
+                // Room to keep every kind of slot (or none idle): make a new one rather than
+                // repurpose one that another module would find ready.
+                None if idle.is_empty() || idle.len() < self.config.max_idle_slots => None,
                 // Full: repurpose one of the right size, else the least recently returned.
                 None => Some(idle.iter().rposition(|s| s.accessible == len).unwrap_or(0)),
             };
