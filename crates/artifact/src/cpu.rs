@@ -1,4 +1,4 @@
-//! Whether this machine can run code compiled for a [`Target`].
+//! Whether this machine can run code compiled for an [`ephem_module::Target`].
 //!
 //! The compiler records the CPU features it let Cranelift use, by Cranelift's setting names. A
 //! feature this machine lacks, or a name this ephem does not know (a newer Cranelift's), makes

@@ -5,7 +5,7 @@
 //! loading without deserialising: a fixed header, metadata and tables read in place (the
 //! metadata is an `rkyv` archive, validated once per file), the text on its own pages (so it can be mapped executable straight from the file) and one
 //! page-aligned image per initialised linear memory (so an instance's memory can be a private
-//! copy-on-write mapping of the file). See [`format`] for the layout and [`Artifact`] for how
+//! copy-on-write mapping of the file). See [`mod@format`] for the layout and [`Artifact`] for how
 //! opening checks it. The runtime loads an [`Artifact`]; nothing here needs the compiler.
 //!
 //! The [`Cache`] stores artifacts by the hash of the wasm they came from and the compiler's

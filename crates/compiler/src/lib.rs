@@ -1,7 +1,7 @@
 //! ephem's compiler: WebAssembly 2.0 (without SIMD) to native code through Cranelift.
 //!
 //! [`compile`] validates and parses a module (`wasmparser`), translates every function body to
-//! Cranelift IR (our own translator, [`translate`]), compiles the functions in parallel, and
+//! Cranelift IR (our own translator, `translate`), compiles the functions in parallel, and
 //! links them into one position-independent text with per-type entry trampolines and host
 //! adapters. Intra-module calls are resolved here; everything that differs per process or per
 //! instance is reached through the instance context, so the text needs no relocation at load.

@@ -60,7 +60,7 @@ pub struct HostFuncHeader {
 }
 
 /// The runtime functions generated code calls, through the table at
-/// [`VmOffsets::builtins`]; index = position in this list. All take `vmctx` first and return
+/// [`VmOffsets::BUILTINS`]; index = position in this list. All take `vmctx` first and return
 /// a status or value as documented in the runtime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
