@@ -42,6 +42,11 @@ use crate::format::{
 };
 use crate::{Error, cpu};
 
+/// Files whose text ends within this many bytes are read up to the end of the text on open.
+/// The default threshold for mapping text instead of copying it is 160 KiB, and a small module's
+/// metadata, tables and data come before the text.
+const READ_WHOLE_FRONT_UP_TO: usize = 256 << 10;
+
 /// How much of the file the first read takes: the header and, for most modules, the metadata
 /// and function table behind it.
 const FIRST_READ: usize = 4 << 10;
@@ -189,10 +194,17 @@ impl Artifact {
             }
         }
 
-        // Header, metadata and function table, in that order at the front of the file.
+        // Header, metadata and function table, in that order at the front of the file; and for
+        // a small module everything up to the end of its text, so that loading its code into a
+        // code slot is a copy from memory, with no system call of its own.
         let funcs = sections[Section::Funcs as usize].clone();
         let meta = sections[Section::Meta as usize].clone();
-        let need = funcs.end.max(meta.end) as usize;
+        let text = &sections[Section::Text as usize];
+        let need = if text.end <= READ_WHOLE_FRONT_UP_TO as u64 {
+            text.end.max(funcs.end).max(meta.end) as usize
+        } else {
+            funcs.end.max(meta.end) as usize
+        };
         if need > front.len() {
             let got = front.len();
             front.resize(need, 0);
@@ -324,8 +336,17 @@ impl Artifact {
         (r.end - r.start) as usize
     }
 
-    /// Reads a whole section (once, on first use).
-    fn lazy_section<'a>(&self, cell: &'a OnceLock<Vec<u8>>, s: Section) -> Result<&'a [u8], Error> {
+    /// A whole section: from the bytes read on open if it lies there, else read once, on first
+    /// use.
+    fn lazy_section<'a>(
+        &'a self,
+        cell: &'a OnceLock<Vec<u8>>,
+        s: Section,
+    ) -> Result<&'a [u8], Error> {
+        let r = &self.sections[s as usize];
+        if let Some(bytes) = self.front.get(r.start as usize..r.end as usize) {
+            return Ok(bytes);
+        }
         if let Some(bytes) = cell.get() {
             return Ok(bytes);
         }
@@ -378,9 +399,17 @@ impl Artifact {
         self.section_len(Section::Text)
     }
 
-    /// Reads the machine code into `dst` (`text_len` bytes).
+    /// Copies the machine code into `dst` (`text_len` bytes): from memory when opening read it
+    /// (small modules), else from the file.
     pub fn read_text(&self, dst: &mut [u8]) -> Result<(), Error> {
-        read_at(&self.file, dst, self.text_file_offset())
+        let text = &self.sections[Section::Text as usize];
+        match self.front.get(text.start as usize..text.end as usize) {
+            Some(bytes) if bytes.len() == dst.len() => {
+                dst.copy_from_slice(bytes);
+                Ok(())
+            }
+            _ => read_at(&self.file, dst, text.start),
+        }
     }
 
     /// Where the text starts in the file (page-aligned); the rest of its last page is `int3`.

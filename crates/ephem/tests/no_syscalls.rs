@@ -1,0 +1,59 @@
+//! The steady-state fresh path for a small module makes no system call: once its artifact is
+//! open, loading its code into a `dual` slot (copied from the bytes read on open), instantiating
+//! (a pooled memory slot of the right size), calling and tearing down all run under seccomp's
+//! strict mode, where any system call but read, write and exit kills the process. (Opening a
+//! file, mapping large texts or memory images, and discarding pages beyond a slot's resident
+//! part do make system calls; this is the part that must not.) Its own test binary: it forks.
+
+use ephem::{Compiler, Engine, Instance, Module, Val};
+
+#[test]
+fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
+    // A memory within the slots' resident first pages (reset by zeroing in place, no madvise)
+    // and without an image (an image is mapped, and reset with a madvise).
+    let wat = r#"(module
+        (memory 1) (table 2 funcref) (elem (i32.const 0) $f $g) (global (mut i32) (i32.const 5))
+        (func $f (result i32) (i32.store (i32.const 100) (i32.const 40)) (i32.load (i32.const 100)))
+        (func $g (export "g") (result i32) (i32.add (call $f) (i32.const 2))))"#;
+    let compiled = Compiler::new().unwrap().compile(wat.as_bytes()).unwrap();
+    let path = std::env::temp_dir().join(format!("ephem-nosys-{}.ephem", std::process::id()));
+    ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled)).unwrap();
+    let engine = Engine::default();
+    let module = Module::from_file(&engine, &path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let run = || -> bool {
+        let instance = Instance::new(&module, &[]).unwrap();
+        let result = instance.get_func("g").unwrap().call(&engine, &[]).unwrap();
+        matches!(result[..], [Val::I32(42)])
+    };
+    // Warm up in this thread: signal handlers, the thread's stack bounds, code slots, the heap.
+    for _ in 0..100 {
+        assert!(run());
+    }
+
+    // SAFETY: this test binary runs only this test, so the child is a copy of the one thread
+    // there is; it leaves with a raw exit and never returns into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: prctl and exit are plain system calls; nothing here unwinds past them.
+        unsafe {
+            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) != 0 {
+                libc::syscall(libc::SYS_exit, 3);
+            }
+        }
+        let ok = (0..1000).all(|_| run());
+        // SAFETY: as above.
+        unsafe { libc::syscall(libc::SYS_exit, if ok { 0 } else { 1 }) };
+        unreachable!();
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status),
+        "the child made a system call (killed by signal {})",
+        libc::WTERMSIG(status)
+    );
+    assert_eq!(libc::WEXITSTATUS(status), 0, "wrong results");
+}
