@@ -42,10 +42,14 @@ use crate::format::{
 };
 use crate::{Error, cpu};
 
-/// Files whose text ends within this many bytes are read up to the end of the text on open.
-/// The default threshold for mapping text instead of copying it is 160 KiB, and a small module's
-/// metadata, tables and data come before the text.
+/// Files whose text is shorter than [`SMALL_TEXT`] and ends within this many bytes are read up
+/// to the end of the text on open (a small module's metadata, tables and data come before it).
 const READ_WHOLE_FRONT_UP_TO: usize = 256 << 10;
+
+/// Texts shorter than this are copied into code slots rather than mapped, by default: the
+/// crossover measured by `ephem bench thresholds` (see BENCHMARKS.md). Opening reads such a text
+/// with the metadata when the file is small enough (its first 256 KiB hold the whole text).
+pub const SMALL_TEXT: usize = 160 << 10;
 
 /// How much of the file the first read takes: the header and, for most modules, the metadata
 /// and function table behind it.
@@ -200,7 +204,8 @@ impl Artifact {
         let funcs = sections[Section::Funcs as usize].clone();
         let meta = sections[Section::Meta as usize].clone();
         let text = &sections[Section::Text as usize];
-        let need = if text.end <= READ_WHOLE_FRONT_UP_TO as u64 {
+        let small = text.end - text.start < SMALL_TEXT as u64;
+        let need = if small && text.end <= READ_WHOLE_FRONT_UP_TO as u64 {
             text.end.max(funcs.end).max(meta.end) as usize
         } else {
             funcs.end.max(meta.end) as usize

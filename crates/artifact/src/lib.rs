@@ -16,7 +16,7 @@ mod cache;
 pub mod cpu;
 pub mod format;
 
-pub use artifact::{Artifact, Identity, is_artifact};
+pub use artifact::{Artifact, Identity, SMALL_TEXT, is_artifact};
 pub use cache::{Cache, CacheStats, DEFAULT_MAX_BYTES, Outcome, write_atomic};
 pub use format::{ArchivedMemoryImage, MemoryImage, to_bytes};
 

@@ -24,7 +24,8 @@ pub struct EngineConfig {
 
 /// Default for [`EngineConfig::map_text_at`]: where mapping starts to beat reading into a code
 /// slot (`ephem bench thresholds`: equal within noise from 128 to 160 KiB; see BENCHMARKS.md).
-pub const DEFAULT_MAP_TEXT_AT: usize = 160 << 10;
+/// Artifacts read texts below it when they are opened, so copying them makes no system call.
+pub const DEFAULT_MAP_TEXT_AT: usize = ephem_artifact::SMALL_TEXT;
 
 /// Shared by every module and instance made with it; cheap to clone and `Send + Sync`.
 #[derive(Clone)]
