@@ -91,21 +91,19 @@ fn wasmtime_invoke(
     s.deserialize = t1 - t0;
     let mut store = wasmtime::Store::new(engine, ());
     // Fresh memories and tables for this instance; the host functions are the embedder's.
-    let mut linker = host.clone();
-    linker.allow_shadowing(true);
+    let mut imports = Vec::with_capacity(module.imports().len());
     for import in module.imports() {
-        let ext: wasmtime::Extern = match import.ty() {
+        imports.push(match import.ty() {
             wasmtime::ExternType::Memory(ty) => wasmtime::Memory::new(&mut store, ty)?.into(),
             wasmtime::ExternType::Table(ty) => {
                 wasmtime::Table::new(&mut store, ty, wasmtime::Ref::Func(None))?.into()
             }
-            _ => continue,
-        };
-        linker.define(&store, import.module(), import.name(), ext)?;
+            _ => host.get(&mut store, import.module(), import.name())?,
+        });
     }
     let t2 = Instant::now();
     s.link = t2 - t1;
-    let instance = linker.instantiate(&mut store, &module)?;
+    let instance = wasmtime::Instance::new(&mut store, &module, &imports)?;
     let t3 = Instant::now();
     s.instantiate = t3 - t2;
     if let Some(name) = export {
