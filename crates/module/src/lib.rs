@@ -60,6 +60,22 @@ impl ArchivedValType {
     }
 }
 
+impl ArchivedConstExpr {
+    /// The native expression (a plain match: element items are read one by one at
+    /// instantiation, where the general [`native`] costs more than the copy).
+    pub fn native(&self) -> ConstExpr {
+        match self {
+            ArchivedConstExpr::I32(v) => ConstExpr::I32(v.to_native()),
+            ArchivedConstExpr::I64(v) => ConstExpr::I64(v.to_native()),
+            ArchivedConstExpr::F32(v) => ConstExpr::F32(v.to_native()),
+            ArchivedConstExpr::F64(v) => ConstExpr::F64(v.to_native()),
+            ArchivedConstExpr::GlobalGet(g) => ConstExpr::GlobalGet(g.to_native()),
+            ArchivedConstExpr::RefNull => ConstExpr::RefNull,
+            ArchivedConstExpr::RefFunc(f) => ConstExpr::RefFunc(f.to_native()),
+        }
+    }
+}
+
 /// Writes the bytes that identify a signature (equal for equal signatures, native or archived):
 /// the parameter count, then one byte per parameter and result type.
 fn signature_key(

@@ -412,7 +412,7 @@ impl Instance {
         };
         for (k, init) in info.global_inits.iter().enumerate() {
             let ty = native(&info.globals[info.imported_globals.to_native() as usize + k]);
-            let value = eval(&native(init), &globals);
+            let value = eval(&init.native(), &globals);
             globals.push(Rc::new(Global::new(ty, value)));
         }
         for (i, g) in globals.iter().enumerate() {
@@ -479,7 +479,7 @@ impl Instance {
                 // Loaded at instantiation (see `instantiate`).
                 let data = artifact.data()?;
                 let src = seg.range.start.to_native() as usize..seg.range.end.to_native() as usize;
-                let dst = self.eval_offset(&native(offset)) as usize;
+                let dst = self.eval_offset(&offset.native()) as usize;
                 let memory = &inner.memories[index as usize];
                 let Some(dst_end) = dst.checked_add(src.len()).filter(|&e| e <= memory.len())
                 else {
@@ -586,7 +586,7 @@ impl InstanceInner {
         };
         let _ = s;
         for (k, i) in d.enumerate() {
-            table.set(i as u32, self.elem_item(&native(&items[src as usize + k])));
+            table.set(i as u32, self.elem_item(&items[src as usize + k].native()));
         }
         true
     }
