@@ -11,9 +11,12 @@ use crate::{Error, Extern, Func, Global, Instance, Memory, Module, Table};
 /// Named externs that instantiation draws imports from.
 #[derive(Clone, Default)]
 pub struct Linker {
-    /// By module name, then name (looked up by `&str` without allocating).
-    defs: HashMap<String, HashMap<String, Extern>>,
+    /// By module name, then name (looked up by `&str` without allocating). Seeded foldhash, as
+    /// in the engine's type registry: names come from untrusted modules.
+    defs: HashMap<String, HashMap<String, Extern, Hasher>, Hasher>,
 }
+
+type Hasher = foldhash::fast::RandomState;
 
 impl Linker {
     pub fn new() -> Linker {
