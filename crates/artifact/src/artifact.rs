@@ -60,7 +60,8 @@ pub struct Artifact {
     file: File,
     file_len: u64,
     sections: [Range<u64>; 6],
-    /// The file's first bytes: header, metadata (an archive, read in place) and function table.
+    /// The file's first bytes: header, metadata (an archive, read in place), function table,
+    /// segment data.
     front: AlignedVec<16>,
     /// The trap table, read on first use.
     traps: OnceLock<Vec<u8>>,
@@ -198,18 +199,19 @@ impl Artifact {
             }
         }
 
-        // Header, metadata and function table, in that order at the front of the file; and for
-        // a small module everything up to the end of its text, so that loading its code into a
-        // code slot is a copy from memory, with no system call of its own.
-        let funcs = sections[Section::Funcs as usize].clone();
-        let meta = sections[Section::Meta as usize].clone();
+        // Header, metadata, function table and segment data, in that order at the front of the
+        // file; and for a small module everything up to the end of its text, so that loading its
+        // code into a code slot is a copy from memory, with no system call of its own.
+        let sec = |s: Section| sections[s as usize].end;
         let text = &sections[Section::Text as usize];
         let small = text.end - text.start < SMALL_TEXT as u64;
-        let need = if small && text.end <= READ_WHOLE_FRONT_UP_TO as u64 {
-            text.end.max(funcs.end).max(meta.end) as usize
-        } else {
-            funcs.end.max(meta.end) as usize
-        };
+        let mut need = sec(Section::Meta)
+            .max(sec(Section::Funcs))
+            .max(sec(Section::Data));
+        if small && text.end <= READ_WHOLE_FRONT_UP_TO as u64 {
+            need = need.max(text.end);
+        }
+        let need = need as usize;
         if need > front.len() {
             let got = front.len();
             front.resize(need, 0);

@@ -4,16 +4,17 @@
 //! 0      header (HEADER_SIZE bytes, fixed layout, little-endian)
 //!        meta     rkyv archive: target, module info, relocations, trampolines, memory images
 //!        funcs    per defined function: code offset u32, code length u32
+//!        data     the bytes of every data segment that no image holds
 //!        traps    per trapping instruction, sorted: code offset u32, kind u32
-//!        data     the bytes of every data segment
 //! page → text     the machine code; the rest of its last page is `int3`
 //! page → images   one per memory image, each starting on a page
 //! ```
 //!
 //! The header names every section by (offset, length) and carries a checksum of the whole file
-//! (taken with the checksum field as zeros). `meta` is validated on open and then read in
-//! place, like `funcs` and `traps`; `text` is copied or mapped, images are mapped or copied into
-//! linear memory.
+//! (taken with the checksum field as zeros). Opening reads everything before `traps` (and, for a
+//! small module, everything up to the end of its text): `meta` is validated and then read in
+//! place, like `funcs`; `data` is what instantiation copies. `traps` is read on the first trap;
+//! `text` is copied or mapped, images are mapped or copied into linear memory.
 
 use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Reloc, SegmentMode, Target};
 use rkyv::{Archive, Serialize};
@@ -21,7 +22,7 @@ use rkyv::{Archive, Serialize};
 /// The first bytes of every artifact.
 pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -170,9 +171,23 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
             image
         })
         .collect();
+    // Segment data that an image already holds is not stored again: those segments get an
+    // empty range (instantiation drops them without reading), the others their bytes.
+    let mut info = info.clone();
+    let mut data = Vec::new();
+    for seg in &mut info.datas {
+        let covered = matches!(seg.mode, SegmentMode::Active { index, .. }
+            if planned.iter().any(|(m, _, _)| *m == index));
+        let bytes = &compiled.data[seg.range.start as usize..seg.range.end as usize];
+        let start = data.len() as u32;
+        if !covered {
+            data.extend_from_slice(bytes);
+        }
+        seg.range = start..data.len() as u32;
+    }
     let meta = Meta {
         target: compiled.target.clone(),
-        info: info.clone(),
+        info,
         relocs: compiled.relocs.clone(),
         trampolines: compiled.trampolines.clone(),
         host_adapters: compiled.host_adapters.clone(),
@@ -190,14 +205,14 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
     }
     section(&mut out, Section::Funcs, start);
     let start = out.len();
+    out.extend_from_slice(&data);
+    section(&mut out, Section::Data, start);
+    let start = out.len();
     for &(at, kind) in &compiled.traps {
         out.extend_from_slice(&at.to_le_bytes());
         out.extend_from_slice(&kind.code().to_le_bytes());
     }
     section(&mut out, Section::Traps, start);
-    let start = out.len();
-    out.extend_from_slice(&compiled.data);
-    section(&mut out, Section::Data, start);
 
     pad_to(&mut out, FILE_PAGE, 0);
     let start = out.len();
