@@ -7,6 +7,17 @@ use ephem::{Cache, Compiler, Engine, Linker, Module, Val};
 
 const SMALL: &[u8] = include_bytes!("../../../examples/fib.wat");
 
+/// Instantiates `fib.wat`, calls `fib(20)`, checks the result, drops the instance.
+fn instantiate_and_call(engine: &Engine, module: &Module) {
+    let instance = Linker::new().instantiate(module).unwrap();
+    let r = instance
+        .get_func("fib")
+        .unwrap()
+        .call(engine, &[Val::I32(20)])
+        .unwrap();
+    assert!(matches!(r[..], [Val::I64(6765)]));
+}
+
 fn engine(c: &mut Criterion) {
     let compiler = Compiler::new().unwrap();
     let wasm = wat::parse_bytes(SMALL).unwrap().into_owned();
@@ -27,13 +38,7 @@ fn engine(c: &mut Criterion) {
     let module = ephem::compile_with(&compiler, &engine, &wasm).unwrap();
     c.bench_function("invocation/fib.wat load+instantiate+call+teardown", |b| {
         b.iter(|| {
-            let instance = Linker::new().instantiate(&module).unwrap();
-            let r = instance
-                .get_func("fib")
-                .unwrap()
-                .call(&engine, &[Val::I32(20)])
-                .unwrap();
-            assert!(matches!(r[..], [Val::I64(6765)]));
+            instantiate_and_call(&engine, &module);
         })
     });
 
@@ -45,13 +50,7 @@ fn engine(c: &mut Criterion) {
         b.iter(|| {
             let artifact = cache.open(&key).unwrap().unwrap();
             let module = Module::from_artifact(&engine, artifact);
-            let instance = Linker::new().instantiate(&module).unwrap();
-            let r = instance
-                .get_func("fib")
-                .unwrap()
-                .call(&engine, &[Val::I32(20)])
-                .unwrap();
-            assert!(matches!(r[..], [Val::I64(6765)]));
+            instantiate_and_call(&engine, &module);
         })
     });
     let _ = std::fs::remove_dir_all(&dir);
