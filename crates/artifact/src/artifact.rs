@@ -65,8 +65,6 @@ pub struct Artifact {
     front: AlignedVec<16>,
     /// The trap table, read on first use.
     traps: OnceLock<Vec<u8>>,
-    /// The segment data, read on first use.
-    data: OnceLock<Vec<u8>>,
     /// Last access time (seconds) when opened, for the cache's eviction order.
     pub(crate) accessed: i64,
     identity: Identity,
@@ -102,6 +100,14 @@ fn damaged(why: impl Into<String>) -> Error {
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// One 8-byte entry of the function table.
+fn func_loc(entry: &[u8]) -> FuncLoc {
+    FuncLoc {
+        offset: u32_at(entry, 0),
+        len: u32_at(entry, 4),
+    }
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -223,7 +229,6 @@ impl Artifact {
             sections,
             front,
             traps: OnceLock::new(),
-            data: OnceLock::new(),
             accessed: stat.st_atime,
             identity: Identity {
                 dev: stat.st_dev,
@@ -271,9 +276,21 @@ impl Artifact {
         Ok(artifact)
     }
 
+    /// Section `s` as opening read it, if it did: the metadata, function table and segment
+    /// data always (`from_file` reads up to the end of the last of them), a small module's text
+    /// and trap table too.
+    fn in_front(&self, s: Section) -> Option<&[u8]> {
+        let r = &self.sections[s as usize];
+        self.front.get(r.start as usize..r.end as usize)
+    }
+
+    /// A section opening always reads (metadata, function table, segment data).
+    fn read_on_open(&self, s: Section) -> &[u8] {
+        self.in_front(s).expect("from_file reads these sections")
+    }
+
     fn meta_bytes(&self) -> &[u8] {
-        let r = &self.sections[Section::Meta as usize];
-        &self.front[r.start as usize..r.end as usize]
+        self.read_on_open(Section::Meta)
     }
 
     /// The metadata, in place.
@@ -291,14 +308,11 @@ impl Artifact {
         let text = self.text_len();
         let sec = |s: Section| self.section_len(s);
         let types = info.types.len();
-        let funcs_in_front =
-            self.sections[Section::Funcs as usize].end as usize <= self.front.len();
         let imports_fit = info.imported_funcs.to_native() as usize <= info.funcs.len()
             && info.imported_memories.to_native() as usize <= info.memories.len()
             && info.imported_tables.to_native() as usize <= info.tables.len()
             && info.imported_globals.to_native() as usize <= info.globals.len();
-        let ok = funcs_in_front
-            && imports_fit
+        let ok = imports_fit
             && sec(Section::Funcs) == 8 * info.defined_funcs()
             && sec(Section::Traps) % 8 == 0
             && m.trampolines.len() == types
@@ -350,8 +364,7 @@ impl Artifact {
         cell: &'a OnceLock<Vec<u8>>,
         s: Section,
     ) -> Result<&'a [u8], Error> {
-        let r = &self.sections[s as usize];
-        if let Some(bytes) = self.front.get(r.start as usize..r.end as usize) {
+        if let Some(bytes) = self.in_front(s) {
             return Ok(bytes);
         }
         if let Some(bytes) = cell.get() {
@@ -409,13 +422,12 @@ impl Artifact {
     /// Copies the machine code into `dst` (`text_len` bytes): from memory when opening read it
     /// (small modules), else from the file.
     pub fn read_text(&self, dst: &mut [u8]) -> Result<(), Error> {
-        let text = &self.sections[Section::Text as usize];
-        match self.front.get(text.start as usize..text.end as usize) {
+        match self.in_front(Section::Text) {
             Some(bytes) if bytes.len() == dst.len() => {
                 dst.copy_from_slice(bytes);
                 Ok(())
             }
-            _ => read_at(&self.file, dst, text.start),
+            _ => read_at(&self.file, dst, self.text_file_offset()),
         }
     }
 
@@ -424,10 +436,10 @@ impl Artifact {
         self.sections[Section::Text as usize].start
     }
 
-    /// The bytes of every data segment ([`ephem_module::DataSegment::range`] indexes them),
-    /// read from the file on first use.
-    pub fn data(&self) -> Result<&[u8], Error> {
-        self.lazy_section(&self.data, Section::Data)
+    /// The bytes of every data segment that no image holds
+    /// ([`ephem_module::DataSegment::range`] indexes them), read on open.
+    pub fn data(&self) -> &[u8] {
+        self.read_on_open(Section::Data)
     }
 
     pub fn relocs(&self) -> &[ArchivedReloc] {
@@ -446,23 +458,14 @@ impl Artifact {
 
     /// Where defined function `i` (0 = the first defined one) is in the text.
     pub fn func(&self, i: usize) -> FuncLoc {
-        let r = &self.sections[Section::Funcs as usize];
-        let f = &self.front[r.start as usize..r.end as usize];
-        FuncLoc {
-            offset: u32_at(f, i * 8),
-            len: u32_at(f, i * 8 + 4),
-        }
+        func_loc(&self.read_on_open(Section::Funcs)[i * 8..i * 8 + 8])
     }
 
     /// Where every defined function is in the text, in order.
     pub fn funcs(&self) -> impl ExactSizeIterator<Item = FuncLoc> + '_ {
-        let r = &self.sections[Section::Funcs as usize];
-        self.front[r.start as usize..r.end as usize]
+        self.read_on_open(Section::Funcs)
             .chunks_exact(8)
-            .map(|f| FuncLoc {
-                offset: u32_at(f, 0),
-                len: u32_at(f, 4),
-            })
+            .map(func_loc)
     }
 
     /// The defined function whose code contains text `offset` (module index), and the

@@ -336,17 +336,6 @@ impl Instance {
                 memories.push(Rc::new(memory));
             }
         }
-        // Segment data that instantiation or `memory.init` may copy, read now so that builtins
-        // never meet an I/O error.
-        let needs_data = info.datas.iter().any(|d| match &d.mode {
-            ArchivedSegmentMode::Active { index, .. } => {
-                artifact.image(index.to_native()).is_none()
-            }
-            _ => true,
-        });
-        if needs_data {
-            artifact.data()?;
-        }
         lap(|t| &mut t.memories);
         for ty in &info.tables[info.imported_tables.to_native() as usize..] {
             tables.push(Rc::new(Table::new(native(ty), 0)?));
@@ -468,7 +457,6 @@ impl Instance {
                 SegmentMode::Passive => {}
             }
         }
-        let mut dropped = inner.dropped_datas.borrow_mut();
         for (i, seg) in info.datas.iter().enumerate() {
             let ArchivedSegmentMode::Active { index, offset } = &seg.mode else {
                 continue;
@@ -476,21 +464,14 @@ impl Instance {
             let index = index.to_native();
             // The memory's image already holds every active segment for it.
             if artifact.image(index).is_none() {
-                // Loaded at instantiation (see `instantiate`).
-                let data = artifact.data()?;
-                let src = seg.range.start.to_native() as usize..seg.range.end.to_native() as usize;
-                let dst = self.eval_offset(&offset.native()) as usize;
-                let memory = &inner.memories[index as usize];
-                let Some(dst_end) = dst.checked_add(src.len()).filter(|&e| e <= memory.len())
-                else {
+                let dst = self.eval_offset(&offset.native());
+                let len = seg.range.end.to_native() - seg.range.start.to_native();
+                if !inner.memory_init(index, i as u32, dst, 0, len) {
                     return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));
-                };
-                // SAFETY: bounds checked; no wasm runs while we copy.
-                unsafe { memory.bytes()[dst..dst_end].copy_from_slice(&data[src]) };
+                }
             }
-            dropped[i] = true;
+            inner.dropped_datas.borrow_mut()[i] = true;
         }
-        drop(dropped);
         if let Some(start) = info.start.as_ref() {
             let f = self.func(start.to_native());
             f.call(&inner.module.inner.engine, &[])?;
@@ -594,12 +575,11 @@ impl InstanceInner {
     fn memory_init(&self, mem: u32, data: u32, dst: u32, src: u32, len: u32) -> bool {
         let artifact = &self.module.inner.artifact;
         let seg = &artifact.info().datas[data as usize];
-        // Loaded at instantiation whenever a segment may need it (see `instantiate`).
-        let bytes: &[u8] = match artifact.data() {
-            Ok(all) if !self.dropped_datas.borrow()[data as usize] => {
-                &all[seg.range.start.to_native() as usize..seg.range.end.to_native() as usize]
-            }
-            _ => &[],
+        let bytes: &[u8] = if self.dropped_datas.borrow()[data as usize] {
+            &[]
+        } else {
+            &artifact.data()
+                [seg.range.start.to_native() as usize..seg.range.end.to_native() as usize]
         };
         let memory = &self.memories[mem as usize];
         let (Some(src_end), Some(dst_end)) = (src.checked_add(len), dst.checked_add(len)) else {

@@ -159,12 +159,12 @@ impl Slot {
     }
 
     /// Maps `want` from `artifact`'s file; nothing to do if the slot already has it (a reset
-    /// slot's image pages read as the file again).
+    /// slot's image pages read as the file again). Any other image was unmapped before.
     fn map_image(&mut self, artifact: &Artifact, want: MappedImage) -> rustix::io::Result<()> {
         if self.image == Some(want) {
             return Ok(());
         }
-        self.unmap_image()?;
+        debug_assert!(self.image.is_none());
         debug_assert!(want.offset + want.len <= self.accessible);
         // SAFETY: the target range is inside the accessible part of our reservation (the
         // artifact checked the image against the memory's minimum size), so MAP_FIXED only
@@ -327,8 +327,10 @@ impl Memory {
             })
         });
         let mut slot = pool.take(len, mapped)?;
-        let kept = slot.image.is_some() && slot.image == mapped;
-        if !kept && let Err(e) = slot.unmap_image() {
+        // A different image (or one where this memory wants none) goes before the size changes.
+        if slot.image != mapped
+            && let Err(e) = slot.unmap_image()
+        {
             return Err(crate::Error::Resource(format!(
                 "cannot reset a memory slot: {e}"
             )));
