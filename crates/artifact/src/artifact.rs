@@ -325,6 +325,9 @@ impl Artifact {
                 .iter()
                 .all(|r| (r.offset.to_native() as usize).saturating_add(8) <= text)
             && info.funcs.iter().all(|t| (t.to_native() as usize) < types)
+            && m.escaping.iter().all(|f| {
+                (info.imported_funcs.to_native()..info.funcs.len() as u32).contains(&f.to_native())
+            })
             && info.datas.iter().all(|d| {
                 d.range.start <= d.range.end
                     && d.range.end.to_native() as usize <= sec(Section::Data)
@@ -335,10 +338,16 @@ impl Artifact {
                     i.offset.to_native(),
                     i.len.to_native(),
                 );
-                let defined = memory >= info.imported_memories.to_native()
-                    && (memory as usize) < info.memories.len();
                 let section_offset = i.section_offset.to_native();
-                defined
+                let mut last = offset;
+                let spans_fit = i.spans.iter().all(|[start, end]| {
+                    let (start, end) = (start.to_native(), end.to_native());
+                    let fits = last <= start && start < end && end <= offset.saturating_add(len);
+                    last = end;
+                    fits
+                });
+                (memory as usize) < info.memories.len()
+                    && spans_fit
                     && offset % FILE_PAGE as u64 == 0
                     && section_offset % FILE_PAGE as u64 == 0
                     && section_offset.saturating_add(len) <= sec(Section::Images) as u64
@@ -451,6 +460,12 @@ impl Artifact {
         &self.meta().trampolines
     }
 
+    /// The defined functions whose funcrefs instantiation must fill in (module indices,
+    /// sorted; see the format).
+    pub fn escaping(&self) -> &[u32_le] {
+        &self.meta().escaping
+    }
+
     /// Host adapter offset, per type.
     pub fn host_adapters(&self) -> &[u32_le] {
         &self.meta().host_adapters
@@ -506,7 +521,7 @@ impl Artifact {
         None
     }
 
-    /// The memory images, at most one per defined memory.
+    /// The memory images, at most one per memory.
     pub fn images(&self) -> &[ArchivedMemoryImage] {
         &self.meta().images
     }

@@ -16,13 +16,15 @@
 //! place, like `funcs`; `data` is what instantiation copies. `traps` is read on the first trap;
 //! `text` is copied or mapped, images are mapped or copied into linear memory.
 
-use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Reloc, SegmentMode, Target};
+use ephem_module::{
+    CompiledModule, ConstExpr, EntityIndex, ModuleInfo, Reloc, SegmentMode, Target,
+};
 use rkyv::{Archive, Serialize};
 
 /// The first bytes of every artifact.
 pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -69,9 +71,13 @@ impl Section {
 }
 
 /// A linear memory's initial contents, as laid out in the file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize)]
+///
+/// Imported memories get images too: a fresh memory made for the instance (still all zeros)
+/// takes the image as a defined one does, and one that may hold data already gets just the
+/// segments' bytes (`spans`) copied out of the image, as applying the segments would.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize)]
 pub struct MemoryImage {
-    /// The memory (module index space; always a defined memory).
+    /// The memory (module index space).
     pub memory: u32,
     /// Where the image starts in linear memory (page-aligned).
     pub offset: u64,
@@ -79,6 +85,9 @@ pub struct MemoryImage {
     pub len: u64,
     /// Where the image starts in the images section (page-aligned, as the section is).
     pub section_offset: u64,
+    /// The bytes the data segments write, as sorted disjoint `[start, end)` ranges in linear
+    /// memory, within `[offset, offset + len)`; the rest of the image is zeros.
+    pub spans: Vec<[u64; 2]>,
 }
 
 /// The metadata: validated when an artifact is opened, then read in place (archived, with
@@ -91,13 +100,41 @@ pub(crate) struct Meta {
     pub trampolines: Vec<u32>,
     pub host_adapters: Vec<u32>,
     pub images: Vec<MemoryImage>,
+    /// See [`escaping`].
+    pub escaping: Vec<u32>,
 }
 
-/// The image of defined memory `memory`, if its active segments allow one: every segment that
-/// targets it has a constant offset and lies within its minimum size (so instantiation cannot
-/// trap on it), and the initialised span is at most [`MAX_IMAGE_BYTES`]. Later segments
-/// overwrite earlier ones, as applying them in order would. Returns (offset in memory, bytes).
-fn plan_image(compiled: &CompiledModule, memory: u32) -> Option<(u64, Vec<u8>)> {
+/// The defined functions whose funcref anything can see (module indices, sorted): those in
+/// element segments, global initialisers and exports, and the start function. WebAssembly's
+/// `ref.func` may only name functions of the first three, and direct calls never read a
+/// funcref, so instantiation fills in only these (and the imported ones): the others are
+/// never read.
+fn escaping(info: &ModuleInfo) -> Vec<u32> {
+    let refs = info.elems.iter().flat_map(|e| &e.items);
+    let mut funcs: Vec<u32> = refs
+        .chain(&info.global_inits)
+        .filter_map(|e| match e {
+            ConstExpr::RefFunc(f) => Some(*f),
+            _ => None,
+        })
+        .chain(info.exports.iter().filter_map(|e| match e.index {
+            EntityIndex::Func(f) => Some(f),
+            _ => None,
+        }))
+        .chain(info.start)
+        .filter(|&f| f >= info.imported_funcs)
+        .collect();
+    funcs.sort_unstable();
+    funcs.dedup();
+    funcs
+}
+
+/// The image of memory `memory`, if its active segments allow one: every segment that targets
+/// it has a constant offset and lies within its minimum size (so instantiation cannot trap on
+/// it; an imported memory is at least that large), and the initialised span is at most
+/// [`MAX_IMAGE_BYTES`]. Later segments overwrite earlier ones, as applying them in order would.
+/// Returns the image (its `section_offset` still 0) and its bytes.
+fn plan_image(compiled: &CompiledModule, memory: u32) -> Option<(MemoryImage, Vec<u8>)> {
     let info = &compiled.info;
     let min_bytes = u64::from(info.memories[memory as usize].min) * 65536;
     let mut spans = Vec::new();
@@ -130,12 +167,29 @@ fn plan_image(compiled: &CompiledModule, memory: u32) -> Option<(u64, Vec<u8>)> 
         return None;
     }
     let mut bytes = vec![0; (hi - lo) as usize];
-    for (start, r) in spans {
+    let mut covered: Vec<[u64; 2]> = Vec::new();
+    for (start, r) in &spans {
         let at = (start - lo) as usize;
         let src = &compiled.data[r.start as usize..r.end as usize];
         bytes[at..at + src.len()].copy_from_slice(src);
+        covered.push([*start, start + src.len() as u64]);
     }
-    Some((lo, bytes))
+    covered.sort_unstable();
+    let mut merged: Vec<[u64; 2]> = Vec::with_capacity(covered.len());
+    for [start, end] in covered {
+        match merged.last_mut() {
+            Some(last) if start <= last[1] => last[1] = last[1].max(end),
+            _ => merged.push([start, end]),
+        }
+    }
+    let image = MemoryImage {
+        memory,
+        offset: lo,
+        len: bytes.len() as u64,
+        section_offset: 0,
+        spans: merged,
+    };
+    Some((image, bytes))
 }
 
 fn pad_to(out: &mut Vec<u8>, align: usize, fill: u8) {
@@ -145,8 +199,8 @@ fn pad_to(out: &mut Vec<u8>, align: usize, fill: u8) {
 /// Serialises `compiled` into artifact bytes.
 pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
     let info = &compiled.info;
-    let planned: Vec<(u32, u64, Vec<u8>)> = (info.imported_memories..info.memories.len() as u32)
-        .filter_map(|m| plan_image(compiled, m).map(|(at, bytes)| (m, at, bytes)))
+    let planned: Vec<(MemoryImage, Vec<u8>)> = (0..info.memories.len() as u32)
+        .filter_map(|m| plan_image(compiled, m))
         .collect();
 
     // The metadata goes right after the header: HEADER_SIZE keeps it aligned for reading in
@@ -160,15 +214,13 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
     let mut at = 0u64;
     let images: Vec<MemoryImage> = planned
         .iter()
-        .map(|(m, offset, bytes)| {
-            let image = MemoryImage {
-                memory: *m,
-                offset: *offset,
-                len: bytes.len() as u64,
+        .map(|(image, _)| {
+            let placed = MemoryImage {
                 section_offset: at,
+                ..image.clone()
             };
-            at += bytes.len() as u64;
-            image
+            at += image.len;
+            placed
         })
         .collect();
     // Segment data that an image already holds is not stored again: those segments get an
@@ -177,7 +229,7 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
     let mut data = Vec::new();
     for seg in &mut info.datas {
         let covered = matches!(seg.mode, SegmentMode::Active { index, .. }
-            if planned.iter().any(|(m, _, _)| *m == index));
+            if planned.iter().any(|(image, _)| image.memory == index));
         let bytes = &compiled.data[seg.range.start as usize..seg.range.end as usize];
         let start = data.len() as u32;
         if !covered {
@@ -192,6 +244,7 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
         trampolines: compiled.trampolines.clone(),
         host_adapters: compiled.host_adapters.clone(),
         images,
+        escaping: escaping(&compiled.info),
     };
     let meta_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&meta).expect("metadata always encodes");
 
@@ -221,7 +274,7 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
     pad_to(&mut out, FILE_PAGE, TEXT_FILL);
 
     let start = out.len();
-    for (_, _, bytes) in &planned {
+    for (_, bytes) in &planned {
         out.extend_from_slice(bytes);
     }
     section(&mut out, Section::Images, start);

@@ -403,3 +403,120 @@ fn a_pool_without_idle_slots_works() {
         assert_eq!(read_image(&instance, &engine), b"image");
     }
 }
+
+/// A module that imports its memory, with segments on both sides of a gap inside one image
+/// page, and an element segment placed by an imported global (so that instantiation can be
+/// made to fail before the data segments).
+const IMPORTS_MEMORY: &str = r#"
+(module
+  (import "env" "mem" (memory 2 8))
+  (import "env" "at" (global i32))
+  (table 1 funcref)
+  (func $f)
+  (elem (global.get 0) $f)
+  (data (i32.const 65552) "ima")
+  (data (i32.const 65556) "e")
+  (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0)))
+  (func (export "store") (param i32 i32) (i32.store8 (local.get 0) (local.get 1))))
+"#;
+
+fn memory_of(externs: &[ephem::Extern]) -> std::rc::Rc<ephem::Memory> {
+    match &externs[0] {
+        ephem::Extern::Memory(m) => m.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn bytes_at(memory: &ephem::Memory, at: usize, n: usize) -> Vec<u8> {
+    let mut buf = vec![0; n];
+    memory.read(at, &mut buf).unwrap();
+    buf
+}
+
+/// An imported memory gets the module's image when it is fresh (whatever an idle slot under it
+/// last held), only the segments' bytes when it already holds data, and nothing when
+/// instantiation fails before the data segments; a fresh memory over an idle image reads zeros.
+#[test]
+fn imported_memories_get_images_only_as_segments_would_write_them() {
+    let compiler = Compiler::new().unwrap();
+    let no_image = r#"(module (import "env" "mem" (memory 2 8))
+        (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0))))"#;
+    let settings = [(0, 0), (0, 1 << 20), (usize::MAX, 1 << 20)];
+    for ((map_image_at, keep_resident), reuse_images) in
+        settings.into_iter().flat_map(|s| [(s, true), (s, false)])
+    {
+        let what = format!("map at {map_image_at}, keep {keep_resident}, reuse {reuse_images}");
+        let engine = engine_with(map_image_at, keep_resident, reuse_images);
+        let module = ephem::compile_with(&compiler, &engine, IMPORTS_MEMORY.as_bytes()).unwrap();
+        let plain = ephem::compile_with(&compiler, &engine, no_image.as_bytes()).unwrap();
+        let image = b"ima\0e";
+        let global = |v: u32| {
+            let ty = ephem::GlobalType {
+                ty: ephem::ValType::I32,
+                mutable: false,
+            };
+            ephem::Extern::Global(std::rc::Rc::new(ephem::Global::new(ty, v as _)))
+        };
+        let mut fails = ephem::Linker::new();
+        fails.define("env", "at", global(5));
+
+        // Fresh memories, twice (the second in the slot the first left, maybe with its
+        // image): the image, and nothing the first instance wrote.
+        for round in 0..2 {
+            let externs = ephem::Linker::new()
+                .resolve_with_fresh_state(&module)
+                .unwrap();
+            let instance = Instance::new(&module, &externs).unwrap();
+            let memory = memory_of(&externs);
+            assert_eq!(bytes_at(&memory, IMAGE_AT as usize, 5), image, "{what}");
+            assert_eq!(load(&instance, &engine, 16), 0, "{what} round {round}");
+            for at in [16, IMAGE_AT, IMAGE_AT + 3] {
+                call(&instance, &engine, "store", &[Val::I32(at), Val::I32(0x5e)]);
+            }
+        }
+
+        // Instantiation fails at the element segment: the fresh memory (over the slot that
+        // kept the image, where it is kept) must not show the data segments.
+        let externs = fails.resolve_with_fresh_state(&module).unwrap();
+        assert!(Instance::new(&module, &externs).is_err());
+        let memory = memory_of(&externs);
+        assert_eq!(bytes_at(&memory, IMAGE_AT as usize, 5), [0; 5], "{what}");
+        drop((memory, externs));
+
+        // A fresh memory for a module without an image, and one the host makes: zeros.
+        let externs = ephem::Linker::new()
+            .resolve_with_fresh_state(&plain)
+            .unwrap();
+        let instance = Instance::new(&plain, &externs).unwrap();
+        assert_eq!(load(&instance, &engine, IMAGE_AT), 0, "{what}");
+        drop((instance, externs));
+        let ty = ephem::MemoryType {
+            min: 2,
+            max: Some(8),
+        };
+        let memory = ephem::Memory::in_pool(&engine, ty).unwrap();
+        assert_eq!(
+            bytes_at(&memory, IMAGE_AT as usize - 16, 32),
+            [0; 32],
+            "{what}"
+        );
+        drop(memory);
+
+        // A memory that already holds data: the segments' bytes are written, the gap between
+        // them and everything around them are left alone.
+        let memory = std::rc::Rc::new(ephem::Memory::in_pool(&engine, ty).unwrap());
+        memory.write(IMAGE_AT as usize - 1, &[0xaa; 7]).unwrap();
+        memory.write(16, &[0xbb]).unwrap();
+        let mut host = ephem::Linker::new();
+        host.define("env", "mem", ephem::Extern::Memory(memory.clone()));
+        let externs = host.resolve_with_fresh_state(&module).unwrap();
+        let instance = Instance::new(&module, &externs).unwrap();
+        let expected = [0xaa, b'i', b'm', b'a', 0xaa, b'e', 0xaa];
+        assert_eq!(
+            bytes_at(&memory, IMAGE_AT as usize - 1, 7),
+            expected,
+            "{what}"
+        );
+        assert_eq!(load(&instance, &engine, 16), 0xbb, "{what}");
+    }
+}

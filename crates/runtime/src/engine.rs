@@ -49,7 +49,8 @@ struct EngineInner {
 #[derive(Default)]
 struct Types {
     ids: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
-    list: Vec<FuncType>,
+    /// Shared with every [`crate::Func`] of the type: cloning a function allocates nothing.
+    list: Vec<Arc<FuncType>>,
 }
 
 impl Types {
@@ -58,7 +59,7 @@ impl Types {
             return id;
         }
         let id = self.list.len() as u32;
-        self.list.push(ty());
+        self.list.push(Arc::new(ty()));
         self.ids.insert(key.into(), id);
         id
     }
@@ -121,6 +122,11 @@ impl Engine {
 
     /// The type with canonical id `id`.
     pub fn func_type(&self, id: u32) -> FuncType {
+        (*self.shared_func_type(id)).clone()
+    }
+
+    /// The type with canonical id `id`, shared.
+    pub(crate) fn shared_func_type(&self, id: u32) -> Arc<FuncType> {
         let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
         types.list[id as usize].clone()
     }

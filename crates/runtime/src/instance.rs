@@ -23,7 +23,7 @@ use ephem_module::{
     ImportKind, Reloc, SegmentMode, TrapKind, ValRaw, VmFuncRef, VmOffsets, native,
 };
 
-use crate::memory::Memory;
+use crate::memory::{Claim, Memory};
 use crate::signals::TrapSite;
 use crate::table::{Global, Table};
 use crate::{Engine, Error, Extern, Func, Trap};
@@ -80,17 +80,25 @@ impl Module {
     }
 
     /// The module's imports, in order.
-    pub fn imports(&self) -> impl ExactSizeIterator<Item = ImportRef<'_>> {
-        self.inner
-            .artifact
-            .info()
-            .imports
-            .iter()
-            .map(|i| ImportRef {
+    pub fn imports(&self) -> impl Iterator<Item = ImportRef<'_>> {
+        // Imports come first in each index space: count them per kind.
+        let mut counts = [0u32; 4];
+        self.inner.artifact.info().imports.iter().map(move |i| {
+            let kind: ImportKind = native(&i.kind);
+            let count = &mut counts[match kind {
+                ImportKind::Func(_) => 0,
+                ImportKind::Memory(_) => 1,
+                ImportKind::Table(_) => 2,
+                ImportKind::Global(_) => 3,
+            }];
+            *count += 1;
+            ImportRef {
                 module: i.module.as_str(),
                 name: i.name.as_str(),
-                kind: native(&i.kind),
-            })
+                kind,
+                index: *count - 1,
+            }
+        })
     }
 }
 
@@ -120,6 +128,8 @@ pub struct ImportRef<'a> {
     pub module: &'a str,
     pub name: &'a str,
     pub kind: ImportKind,
+    /// What the import is in the module's index space of its kind.
+    pub index: u32,
 }
 
 /// Where instantiation spent its time ([`Instance::new_timed`]).
@@ -153,6 +163,18 @@ struct InstanceInner {
     _imports: Vec<Func>,
     dropped_datas: RefCell<Vec<bool>>,
     dropped_elems: RefCell<Vec<bool>>,
+}
+
+/// Memories claimed for their images ([`Memory::claim`]) and not yet given them: dropped
+/// early (instantiation failed first), it gives them back untouched.
+struct Claimed(Vec<(Rc<Memory>, Claim, u32)>);
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        for (memory, claim, _) in self.0.drain(..) {
+            memory.unclaim(claim);
+        }
+    }
 }
 
 /// The vmctx bytes, 16-aligned.
@@ -304,6 +326,15 @@ impl Instance {
             }
         }
 
+        // Imported memories this module has an image for: claimed now, before anything can
+        // expose them, so that an untouched one can take the image as it is.
+        let mut claimed = Claimed(Vec::new());
+        for (i, mem) in memories.iter().enumerate() {
+            if artifact.image(i as u32).is_some() {
+                claimed.0.push((mem.clone(), mem.claim(), i as u32));
+            }
+        }
+
         lap(|t| &mut t.check_imports);
         // Load the code.
         let text_len = artifact.text_len();
@@ -332,8 +363,11 @@ impl Instance {
             let i = i as u32;
             if i >= info.imported_memories.to_native() {
                 let image = artifact.image(i).map(|image| (artifact, image));
-                let memory = Memory::pooled(m.engine.memory_pool(), native(ty), image)?;
-                memories.push(Rc::new(memory));
+                let memory = Rc::new(Memory::pooled(m.engine.memory_pool(), native(ty), image)?);
+                if image.is_some() {
+                    claimed.0.push((memory.clone(), memory.claim(), i));
+                }
+                memories.push(memory);
             }
         }
         lap(|t| &mut t.memories);
@@ -373,18 +407,18 @@ impl Instance {
                 };
                 vmctx.write(o.funcref(i as u32), fr);
             }
-            let imported = info.imported_funcs.to_native() as usize;
-            let types = &info.funcs[imported..];
-            for (k, (loc, ty)) in artifact.funcs().zip(types).enumerate() {
-                let i = imported + k;
-                let ty = ty.to_native() as usize;
+            // Only funcrefs something can read: see `Artifact::escaping`.
+            let imported = info.imported_funcs.to_native();
+            for i in artifact.escaping() {
+                let i = i.to_native();
+                let ty = info.funcs[i as usize].to_native() as usize;
                 let fr = VmFuncRef {
-                    code: text_base.add(loc.offset as usize),
+                    code: text_base.add(artifact.func((i - imported) as usize).offset as usize),
                     vmctx: vm,
                     trampoline: text_base.add(trampolines[ty].to_native() as usize),
                     type_id: m.type_ids[ty],
                 };
-                vmctx.write(o.funcref(i as u32), fr);
+                vmctx.write(o.funcref(i), fr);
             }
         }
         // Globals: imported ones first; initialisers may read them and take funcrefs.
@@ -423,7 +457,7 @@ impl Instance {
         // SAFETY: the instance pointer field; the Rc allocation does not move.
         unsafe { inner.vmctx.write(VmOffsets::INSTANCE, Rc::as_ptr(&inner)) };
         let instance = Instance { inner };
-        let initialised = instance.initialise();
+        let initialised = instance.initialise(claimed);
         lap(|t| &mut t.initialise);
         if let Err(e) = initialised {
             // Element segments applied before the failure may have put this instance's
@@ -439,8 +473,8 @@ impl Instance {
         Ok(instance)
     }
 
-    /// Element segments, data segments, start function.
-    fn initialise(&self) -> Result<(), Error> {
+    /// Element segments, data segments (images first), start function.
+    fn initialise(&self, mut claimed: Claimed) -> Result<(), Error> {
         let inner = &*self.inner;
         let artifact = &inner.module.inner.artifact;
         let info = artifact.info();
@@ -456,6 +490,13 @@ impl Instance {
                 SegmentMode::Declared => inner.dropped_elems.borrow_mut()[i] = true,
                 SegmentMode::Passive => {}
             }
+        }
+        // No segment an image holds can trap (they lie within the minimum size), and with one
+        // memory (WebAssembly 2.0) the rest target memories without an image: applying images
+        // first leaves what applying the segments in order would.
+        while let Some((memory, claim, index)) = claimed.0.pop() {
+            let image = artifact.image(index).expect("claimed for its image");
+            memory.init_image(claim, artifact, image)?;
         }
         for (i, seg) in info.datas.iter().enumerate() {
             let ArchivedSegmentMode::Active { index, offset } = &seg.mode else {
@@ -491,11 +532,7 @@ impl Instance {
         let inner = &*self.inner;
         let o = &inner.module.inner.offsets;
         let ptr = inner.vmctx.ptr().wrapping_add(o.funcref(index) as usize) as *const VmFuncRef;
-        Func::wasm(
-            ptr,
-            self.clone(),
-            inner.module.inner.artifact.info().func_type(index).native(),
-        )
+        Func::wasm(&inner.module.inner.engine, ptr, self.clone())
     }
 
     fn export(&self, index: EntityIndex) -> Extern {

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use ephem_module::ImportKind;
 
-use crate::{Error, Extern, Func, Global, Instance, Memory, Module, Table};
+use crate::{Error, Extern, Func, Global, ImportRef, Instance, Memory, Module, Table};
 
 /// Named externs that instantiation draws imports from.
 #[derive(Clone, Default)]
@@ -47,7 +47,7 @@ impl Linker {
         self.define_unknown_funcs_as_traps(module);
         for import in module.imports() {
             if self.get(import.module, import.name).is_none() {
-                let ext = fresh_extern(module, &import.kind)?.expect("functions are defined");
+                let ext = fresh_extern(module, &import)?.expect("functions are defined");
                 self.define(import.module, import.name, ext);
             }
         }
@@ -75,13 +75,14 @@ impl Linker {
 
     /// The externs `module` imports: functions from this linker, and fresh memories, tables and
     /// globals (zero) of the declared types for those it does not define. What an embedder that
-    /// gives every instance its own memory does on each instantiation.
+    /// gives every instance its own memory does on each instantiation. A fresh memory comes
+    /// from a pool slot that may already hold the module's image for it (see [`Memory`]).
     pub fn resolve_with_fresh_state(&self, module: &Module) -> Result<Vec<Extern>, Error> {
         module
             .imports()
             .map(|i| match self.get(i.module, i.name) {
                 Some(ext) => Ok(ext.clone()),
-                None => fresh_extern(module, &i.kind)?.ok_or_else(|| {
+                None => fresh_extern(module, &i)?.ok_or_else(|| {
                     Error::Link(format!("unknown import `{}`.`{}`", i.module, i.name))
                 }),
             })
@@ -122,12 +123,17 @@ impl Linker {
     }
 }
 
-/// A fresh memory (from the engine's pool), table or global (zero) of an import's type; `None`
-/// for a function.
-fn fresh_extern(module: &Module, kind: &ImportKind) -> Result<Option<Extern>, Error> {
-    Ok(Some(match kind {
+/// A fresh memory (from the engine's pool, preferably a slot that has the module's image for
+/// it), table or global (zero) of an import's type; `None` for a function.
+fn fresh_extern(module: &Module, import: &ImportRef<'_>) -> Result<Option<Extern>, Error> {
+    Ok(Some(match &import.kind {
         ImportKind::Func(_) => return Ok(None),
-        ImportKind::Memory(ty) => Extern::Memory(Rc::new(Memory::in_pool(module.engine(), *ty)?)),
+        ImportKind::Memory(ty) => {
+            let artifact = module.artifact();
+            let image = artifact.image(import.index).map(|i| (artifact, i));
+            let pool = module.engine().memory_pool();
+            Extern::Memory(Rc::new(Memory::pooled(pool, *ty, image)?))
+        }
         ImportKind::Table(ty) => Extern::Table(Rc::new(Table::new(*ty, 0)?)),
         ImportKind::Global(ty) => Extern::Global(Rc::new(Global::new(*ty, 0))),
     }))

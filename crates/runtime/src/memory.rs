@@ -30,7 +30,7 @@
 //! system call at all (the pool prefers such a slot), and any other memory first replaces the
 //! image with zero pages ([`MemoryConfig::reuse_images`] turns the keeping off).
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};
 
@@ -71,6 +71,23 @@ pub struct MemoryConfig {
     pub map_image_at: usize,
 }
 
+impl MemoryConfig {
+    /// How `image` of `artifact` goes into a memory: mapped (`Some`), or copied (`None`).
+    fn mapping(&self, artifact: &Artifact, image: &ArchivedMemoryImage) -> Option<MappedImage> {
+        let (offset, len) = (
+            image.offset.to_native() as usize,
+            image.len.to_native() as usize,
+        );
+        let resident = offset + len <= self.keep_resident;
+        (len >= self.map_image_at || !resident).then(|| MappedImage {
+            file: artifact.identity(),
+            file_offset: artifact.image_file_offset(image),
+            offset,
+            len,
+        })
+    }
+}
+
 impl Default for MemoryConfig {
     fn default() -> Self {
         MemoryConfig {
@@ -84,7 +101,7 @@ impl Default for MemoryConfig {
 
 /// A memory image mapped (private, copy-on-write) from an artifact file into a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct MappedImage {
+pub(crate) struct MappedImage {
     file: Identity,
     file_offset: u64,
     offset: usize,
@@ -144,7 +161,7 @@ impl Slot {
     /// Replaces the mapped image, if any, with zero pages. Must run before the accessible
     /// size changes (the image lies within it).
     fn unmap_image(&mut self) -> rustix::io::Result<()> {
-        if let Some(image) = self.image.take() {
+        if let Some(image) = self.image {
             // SAFETY: replaces only the image's range, which lies in our accessible pages.
             unsafe {
                 rustix::mm::mmap_anonymous(
@@ -154,6 +171,7 @@ impl Slot {
                     MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
                 )?
             };
+            self.image = None;
         }
         Ok(())
     }
@@ -285,12 +303,31 @@ impl MemoryPool {
 }
 
 /// A linear memory, shared by the instance defining it and every importer.
+///
+/// # Untouched memories
+/// A memory is *untouched* from when it is made (all zeros) until anything can write it: an
+/// accessor hands out its bytes or its base, or an instance claims it. While untouched, its slot
+/// may still map an idle image (one of the right size, kept by the pool): those pages are
+/// replaced with zeros when the memory is first exposed, unless an instance claims the memory
+/// for that very image, in which case nothing needs doing at all. This is how a fresh memory
+/// made for an import gets the importing module's image as cheaply as a defined one.
 pub struct Memory {
     def: Box<UnsafeCell<VmMemory>>,
     ty: MemoryType,
-    slot: Option<Slot>,
+    slot: RefCell<Option<Slot>>,
     /// Where the slot goes when the memory is dropped (`None`: unmapped).
     pool: Option<Arc<MemoryPool>>,
+    untouched: Cell<bool>,
+}
+
+/// What an instance found when it claimed a memory it initialises from an image
+/// ([`Memory::claim`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Claim {
+    /// Untouched: all zeros, over the slot's idle image if it has one.
+    Untouched(Option<MappedImage>),
+    /// It may hold data: only the segments' bytes may be written.
+    Written,
 }
 
 impl Memory {
@@ -305,53 +342,25 @@ impl Memory {
         Memory::pooled(engine.memory_pool(), ty, None)
     }
 
-    /// A memory in a slot of `pool`, initialised from `image` (of `artifact`) if given.
+    /// An untouched memory in a slot of `pool`; preferably one where `image` (of `artifact`),
+    /// the image it is meant to take, is already mapped.
     pub(crate) fn pooled(
         pool: &Arc<MemoryPool>,
         ty: MemoryType,
         image: Option<(&Artifact, &ArchivedMemoryImage)>,
     ) -> Result<Memory, crate::Error> {
         let len = ty.min as usize * PAGE as usize;
-        // How the image gets in: mapped (`Some`), copied or absent (`None`).
-        let mapped = image.and_then(|(artifact, image)| {
-            let (offset, size) = (
-                image.offset.to_native() as usize,
-                image.len.to_native() as usize,
-            );
-            let resident = offset + size <= pool.config.keep_resident;
-            (size >= pool.config.map_image_at || !resident).then(|| MappedImage {
-                file: artifact.identity(),
-                file_offset: artifact.image_file_offset(image),
-                offset,
-                len: size,
-            })
-        });
-        let mut slot = pool.take(len, mapped)?;
-        // A different image (or one where this memory wants none) goes before the size changes.
-        if slot.image != mapped
+        let want = image.and_then(|(artifact, image)| pool.config.mapping(artifact, image));
+        let mut slot = pool.take(len, want)?;
+        // An image outside the new size could not be replaced later.
+        if slot.accessible != len
             && let Err(e) = slot.unmap_image()
         {
             return Err(crate::Error::Resource(format!(
                 "cannot reset a memory slot: {e}"
             )));
         }
-        let mut memory = Memory::with_slot(ty, slot, Some(pool.clone()))?;
-        match (image, mapped) {
-            (Some((artifact, _)), Some(want)) => {
-                let slot = memory.slot.as_mut().expect("a live memory has its slot");
-                slot.map_image(artifact, want)
-                    .map_err(|e| crate::Error::Resource(format!("cannot map memory image: {e}")))?;
-            }
-            (Some((artifact, image)), None) => {
-                let at = image.offset.to_native() as usize;
-                let size = image.len.to_native() as usize;
-                // SAFETY: the image lies within the minimum size, now accessible; no wasm runs.
-                let dst = unsafe { &mut memory.bytes()[at..at + size] };
-                artifact.read_image(image, dst)?;
-            }
-            (None, _) => {}
-        }
-        Ok(memory)
+        Memory::with_slot(ty, slot, Some(pool.clone()))
     }
 
     fn with_slot(
@@ -378,9 +387,106 @@ impl Memory {
                 length: len as u64,
             })),
             ty,
-            slot: Some(slot),
+            slot: RefCell::new(Some(slot)),
             pool,
+            untouched: Cell::new(true),
         })
+    }
+
+    /// Ends the untouched state before anything can read or write the bytes: an idle image
+    /// still mapped is replaced with zeros.
+    fn expose(&self) {
+        if !self.untouched.replace(false) {
+            return;
+        }
+        let mut slot = self.slot.borrow_mut();
+        let Some(slot) = slot.as_mut() else { return };
+        if let Some(image) = slot.image
+            && slot.unmap_image().is_err()
+        {
+            // Cannot replace the pages: zero them in place (private copies). The slot still
+            // maps the image, so a reset brings it back, as the pool expects.
+            // SAFETY: the image lies in the accessible pages; nothing references them yet.
+            unsafe { std::ptr::write_bytes(slot.base.add(image.offset), 0, image.len) };
+        }
+    }
+
+    /// For an instance that will give this memory `image` of its artifact: ends the untouched
+    /// state and says what the instance found. Pass the result to [`Memory::init_image`], or to
+    /// [`Memory::unclaim`] if instantiation fails before that.
+    pub(crate) fn claim(&self) -> Claim {
+        if self.untouched.replace(false) {
+            let slot = self.slot.borrow();
+            Claim::Untouched(slot.as_ref().and_then(|s| s.image))
+        } else {
+            Claim::Written
+        }
+    }
+
+    /// Gives a claimed memory its initial contents from `image`, as applying the data segments
+    /// the image holds would (none of which can trap: they lie within the minimum size).
+    /// - Untouched: the image is mapped (nothing to do if the slot still has it) or, when small
+    ///   and in resident pages (see [`MemoryConfig::map_image_at`]), copied.
+    /// - Written: only the segments' bytes are copied out of the image.
+    pub(crate) fn init_image(
+        &self,
+        claim: Claim,
+        artifact: &Artifact,
+        image: &ArchivedMemoryImage,
+    ) -> Result<(), crate::Error> {
+        let (offset, size) = (
+            image.offset.to_native() as usize,
+            image.len.to_native() as usize,
+        );
+        if offset + size > self.len() {
+            // Only a memory shrunk below its import type could get here; none can.
+            return Err(crate::Error::Resource("memory image out of bounds".into()));
+        }
+        let want = match (claim, &self.pool) {
+            (Claim::Written, _) => None,
+            (Claim::Untouched(_), Some(pool)) => pool.config.mapping(artifact, image),
+            (Claim::Untouched(_), None) => MemoryConfig::default().mapping(artifact, image),
+        };
+        if let Claim::Untouched(mapped) = claim {
+            let mut slot = self.slot.borrow_mut();
+            let slot = slot.as_mut().expect("a live memory has its slot");
+            if mapped != want {
+                slot.unmap_image().map_err(|e| {
+                    crate::Error::Resource(format!("cannot reset a memory slot: {e}"))
+                })?;
+            }
+            if let Some(want) = want {
+                return slot
+                    .map_image(artifact, want)
+                    .map_err(|e| crate::Error::Resource(format!("cannot map memory image: {e}")));
+            }
+        }
+        // SAFETY: the image lies within the accessible pages (checked above); no wasm runs.
+        let dst = unsafe { &mut self.bytes_unexposed()[offset..offset + size] };
+        match claim {
+            Claim::Untouched(_) => artifact.read_image(image, dst)?,
+            Claim::Written => {
+                let mut bytes = vec![0; size];
+                artifact.read_image(image, &mut bytes)?;
+                for span in image.spans.iter() {
+                    let (start, end) = (
+                        span[0].to_native() as usize - offset,
+                        span[1].to_native() as usize - offset,
+                    );
+                    dst[start..end].copy_from_slice(&bytes[start..end]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Undoes a claim when instantiation failed before [`Memory::init_image`]: nothing was
+    /// written, but an idle image the memory was claimed over must go.
+    pub(crate) fn unclaim(&self, claim: Claim) {
+        if let Claim::Untouched(_) = claim {
+            self.untouched.set(true);
+            self.expose();
+        }
     }
 
     pub fn ty(&self) -> MemoryType {
@@ -390,12 +496,19 @@ impl Memory {
         }
     }
 
-    /// The definition generated code reads.
+    /// The definition generated code reads (the memory is exposed: see the type's docs).
     pub fn vm(&self) -> *mut VmMemory {
+        self.expose();
         self.def.get()
     }
 
+    /// The first byte (the memory is exposed: see the type's docs).
     pub fn base(&self) -> *mut u8 {
+        self.expose();
+        self.raw_base()
+    }
+
+    fn raw_base(&self) -> *mut u8 {
         // SAFETY: plain read of our own definition.
         unsafe { (*self.def.get()).base }
     }
@@ -426,7 +539,7 @@ impl Memory {
             // SAFETY: the range lies inside our reservation, past the accessible pages.
             unsafe {
                 rustix::mm::mprotect(
-                    self.base().add(start).cast(),
+                    self.raw_base().add(start).cast(),
                     bytes,
                     MprotectFlags::READ | MprotectFlags::WRITE,
                 )
@@ -472,14 +585,25 @@ impl Memory {
     /// No wasm code may run on this memory while the slice is alive.
     #[allow(clippy::mut_from_ref)] // Exclusivity is the documented caller contract.
     pub unsafe fn bytes(&self) -> &mut [u8] {
+        self.expose();
         // SAFETY: `[base, base + len)` is mapped read+write; exclusivity per the contract.
-        unsafe { std::slice::from_raw_parts_mut(self.base(), self.len()) }
+        unsafe { self.bytes_unexposed() }
+    }
+
+    /// As [`Memory::bytes`], for the runtime's own writes that keep the untouched state right.
+    ///
+    /// # Safety
+    /// As for [`Memory::bytes`].
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn bytes_unexposed(&self) -> &mut [u8] {
+        // SAFETY: `[base, base + len)` is mapped read+write; exclusivity per the contract.
+        unsafe { std::slice::from_raw_parts_mut(self.raw_base(), self.len()) }
     }
 }
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        let Some(mut slot) = self.slot.take() else {
+        let Some(mut slot) = self.slot.get_mut().take() else {
             return;
         };
         // Growth changed the accessible length behind the slot's back; record it.

@@ -2,6 +2,7 @@
 //! functions made from Rust closures.
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use ephem_module::{FuncType, HostFuncHeader, ValRaw, ValType, VmFuncRef};
 
@@ -65,7 +66,7 @@ type HostFn = dyn Fn(&[Val]) -> Result<Vec<Val>, HostError>;
 #[repr(C)]
 pub(crate) struct HostFunc {
     header: HostFuncHeader,
-    pub(crate) ty: FuncType,
+    pub(crate) ty: Arc<FuncType>,
     pub(crate) type_id: u32,
     engine: Engine,
     f: Box<HostFn>,
@@ -75,7 +76,7 @@ pub(crate) struct HostFunc {
 #[derive(Clone)]
 pub struct Func {
     kind: FuncKind,
-    ty: FuncType,
+    ty: Arc<FuncType>,
 }
 
 #[derive(Clone)]
@@ -152,6 +153,7 @@ impl Func {
         f: impl Fn(&[Val]) -> Result<Vec<Val>, HostError> + 'static,
     ) -> Func {
         let type_id = engine.type_id(&ty);
+        let ty = Arc::new(ty);
         let host = HostFunc {
             header: HostFuncHeader { call: host_call },
             ty: ty.clone(),
@@ -165,7 +167,10 @@ impl Func {
         }
     }
 
-    pub(crate) fn wasm(funcref: *const VmFuncRef, owner: Instance, ty: FuncType) -> Func {
+    /// A function of `owner`, whose vmctx holds `funcref`.
+    pub(crate) fn wasm(engine: &Engine, funcref: *const VmFuncRef, owner: Instance) -> Func {
+        // SAFETY: the owner's vmctx holds a filled-in funcref there.
+        let ty = engine.shared_func_type(unsafe { (*funcref).type_id });
         Func {
             kind: FuncKind::Wasm {
                 funcref,
@@ -177,7 +182,7 @@ impl Func {
 
     fn from_raw(engine: &Engine, funcref: *const VmFuncRef) -> Func {
         // SAFETY: non-null funcrefs produced by generated code point at live VmFuncRefs.
-        let ty = engine.func_type(unsafe { (*funcref).type_id });
+        let ty = engine.shared_func_type(unsafe { (*funcref).type_id });
         Func {
             kind: FuncKind::Wasm {
                 funcref,
