@@ -1,16 +1,17 @@
 //! An open artifact: its header checked, its metadata decoded, the rest left in the file.
 //!
-//! Opening reads the header, the metadata and the function table with one or two `pread`s and
-//! decodes the metadata, which grows with the module's declarations (types, imports, exports,
-//! segments), never with its code or data. The text is read straight into a code slot or
-//! mapped from the file, memory images are mapped or read straight into linear memory, the
-//! trap table is read on the first trap, the segment data on first use. No mapping of the whole
+//! Opening reads the header, the metadata and the function table with one or two `pread`s (one
+//! for a file this process opened before: it remembers how much to read) and reads the
+//! metadata in place; they grow with the module's declarations (types, imports, exports,
+//! segments) and the segment data no image holds, never with its code. The text is read
+//! straight into a code slot or mapped from the file, memory images are mapped or read straight
+//! into linear memory, the trap table is read on the first trap. No mapping of the whole
 //! file is made: mapping and unmapping it, and faulting its pages in, cost more than the reads.
 //!
 //! # Verification
 //! The header is checked on every open (magic, format, ephem version, length, section bounds);
-//! the checksum over the whole file is verified once per file identity (device, inode,
-//! size, modification time) per process, and the identity remembered. Hashing a multi-megabyte
+//! the checksum over the whole file, the metadata and the CPU features are checked once per file
+//! identity (device, inode, size, modification time) per process, and the identity remembered. Hashing a multi-megabyte
 //! artifact on every invocation would cost more than everything else in the fresh path; hashing
 //! it once catches truncation, partial writes and corruption that happened before this process
 //! saw the file, which is what a cache on disk suffers. Files are replaced (rename), never
@@ -21,7 +22,7 @@
 //! as running an executable from there. The checks make *accidental* damage safe, not hostile
 //! files.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
@@ -92,7 +93,9 @@ pub struct Identity {
     mtime_ns: i64,
 }
 
-static VERIFIED: LazyLock<Mutex<HashSet<Identity>>> = LazyLock::new(Mutex::default);
+/// Files verified in this process (checksum, metadata, CPU), with how many bytes opening them
+/// reads: the next open of the same identity reads exactly that much, with one `pread`.
+static VERIFIED: LazyLock<Mutex<HashMap<Identity, usize>>> = LazyLock::new(Mutex::default);
 
 fn damaged(why: impl Into<String>) -> Error {
     Error::Damaged(why.into())
@@ -155,8 +158,21 @@ impl Artifact {
     fn from_file(file: File, verify: bool) -> Result<Artifact, Error> {
         let stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
         let file_len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
+        let identity = Identity {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: stat.st_size,
+            mtime: stat.st_mtime,
+            mtime_ns: stat.st_mtime_nsec as i64,
+        };
+        let known = verify
+            .then(|| {
+                let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
+                verified.get(&identity).copied()
+            })
+            .flatten();
         let mut front = AlignedVec::<16>::new();
-        front.resize(FIRST_READ.min(file_len as usize), 0);
+        front.resize(known.unwrap_or(FIRST_READ).min(file_len as usize), 0);
         read_at(&file, &mut front, 0)?;
         if front.len() < HEADER_SIZE {
             return Err(
@@ -230,25 +246,15 @@ impl Artifact {
             front,
             traps: OnceLock::new(),
             accessed: stat.st_atime,
-            identity: Identity {
-                dev: stat.st_dev,
-                ino: stat.st_ino,
-                size: stat.st_size,
-                mtime: stat.st_mtime,
-                mtime_ns: stat.st_mtime_nsec as i64,
-            },
+            identity,
         };
+        if known.is_some() {
+            return Ok(artifact);
+        }
 
         // Everything that is proportional to the file or to the metadata is done once per file
         // identity (see the module documentation); artifacts this process wrote are trusted.
-        let id = artifact.identity;
-        let known = || {
-            VERIFIED
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&id)
-        };
-        if (verify && !known()) || (!verify && cfg!(debug_assertions)) {
+        if verify || cfg!(debug_assertions) {
             if verify {
                 let mut whole = vec![0u8; file_len as usize];
                 read_at(&artifact.file, &mut whole, 0)?;
@@ -260,12 +266,6 @@ impl Artifact {
             rkyv::access::<ArchivedMeta, rkyv::rancor::Error>(artifact.meta_bytes())
                 .map_err(|e| damaged(format!("metadata: {e}")))?;
             artifact.check_consistency()?;
-            if verify {
-                VERIFIED
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id);
-            }
         }
         let target = &artifact.meta().target;
         cpu::check(
@@ -273,6 +273,12 @@ impl Artifact {
             target.cpu_features.iter().map(|f| f.as_str()),
             cpu::host_has,
         )?;
+        if verify {
+            VERIFIED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(identity, artifact.front.len());
+        }
         Ok(artifact)
     }
 
