@@ -36,6 +36,7 @@
 //! `reuse-shared` pool must not keep using that pool in both processes; build a fresh pool in the
 //! child (`MAP_LOCKED` pages are, in addition, not locked in the child).
 
+mod arena;
 mod pool;
 pub mod registry;
 mod slot;

@@ -15,10 +15,10 @@ use std::os::fd::BorrowedFd;
 
 use crossbeam_queue::ArrayQueue;
 
-use crate::registry;
 use crate::slot::SlotMem;
 use crate::sys::{Mapping, Prot};
 use crate::{Error, PoolConfig, Strategy};
+use crate::{arena, registry};
 
 /// A pool of code slots under one [`Strategy`]. Cheap to clone; clones share the slots.
 #[derive(Clone)]
@@ -283,9 +283,15 @@ enum Backing {
         slot: Option<Slot>,
     },
     File {
-        _map: Mapping,
+        _map: FileMap,
         entry: usize,
     },
+}
+
+/// Where a text mapped from a file lives (held for its drop: released or unmapped).
+enum FileMap {
+    Arena(#[allow(dead_code)] arena::Region),
+    Own(#[allow(dead_code)] Mapping),
 }
 
 // SAFETY: the code is immutable while published and its memory is owned by this value;
@@ -299,25 +305,34 @@ impl LoadedCode {
     /// from the page cache: zero copy, and the pages are shared with every other process that
     /// maps the same file. Registered in the [`registry`] with `tag`, like published slots.
     ///
-    /// This is the loading path for code too large to copy cheaply; it makes system calls
-    /// (`mmap` now, `munmap` on drop) and takes page faults on first execution of each page.
-    /// The file must not be modified while mapped (ephem only ever replaces files by rename).
+    /// This is the loading path for code too large to copy cheaply; it makes a system call
+    /// (`mmap`, into a region of the [`arena`](crate::arena) that the drop releases without
+    /// unmapping) and takes page faults on first execution of each page. The file must not be
+    /// modified while mapped (ephem only ever replaces files by rename).
     pub fn map_file(
         file: BorrowedFd<'_>,
         offset: u64,
         len: usize,
         tag: usize,
     ) -> Result<LoadedCode, Error> {
-        let map = Mapping::private_file(file, offset, len.max(1), Prot::Rx).map_err(|source| {
-            Error::Io {
-                op: "map code from file",
-                source,
+        let io = |source| Error::Io {
+            op: "map code from file",
+            source,
+        };
+        let (map, ptr) = match arena::place(file, offset, len).map_err(io)? {
+            Some(region) => {
+                let ptr = region.as_ptr();
+                (FileMap::Arena(region), ptr)
             }
-        })?;
+            None => {
+                let map = Mapping::private_file(file, offset, len.max(1), Prot::Rx).map_err(io)?;
+                let ptr = map.as_ptr() as *const u8;
+                (FileMap::Own(map), ptr)
+            }
+        };
         let entry = registry::take().ok_or(Error::Exhausted {
             max_slots: registry::CAPACITY,
         })?;
-        let ptr = map.as_ptr() as *const u8;
         registry::set(entry, ptr as usize, ptr as usize + len, tag);
         Ok(LoadedCode {
             backing: Backing::File { _map: map, entry },

@@ -161,6 +161,65 @@ impl Mapping {
         self.len
     }
 
+    /// Reserves `len` bytes of address space: inaccessible, not backed by memory, for
+    /// [`Mapping::place_file`] to map into.
+    pub fn reserve(len: usize) -> io::Result<Mapping> {
+        // SAFETY: as in `anonymous`: the kernel chooses an unused range.
+        let ptr = unsafe {
+            mmap_anonymous(
+                ptr::null_mut(),
+                len,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )?
+        };
+        Ok(Mapping::from_raw(ptr, len))
+    }
+
+    /// Maps `len` bytes of `file` from `offset` (page-aligned) read+execute, private, over
+    /// `[at, at + len)` of this mapping, replacing whatever was mapped there in the same call.
+    ///
+    /// The caller guarantees that nothing uses that range (no code runs in it, no reference
+    /// points into it).
+    pub(crate) fn place_file(
+        &self,
+        at: usize,
+        len: usize,
+        file: BorrowedFd<'_>,
+        offset: u64,
+    ) -> io::Result<()> {
+        assert!(at.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: MAP_FIXED replaces only pages inside this mapping, which we own; per the
+        // contract nothing uses them.
+        unsafe {
+            mmap(
+                self.ptr.as_ptr().add(at).cast(),
+                len,
+                Prot::Rx.map_flags(),
+                MapFlags::PRIVATE | MapFlags::FIXED,
+                file,
+                offset,
+            )?
+        };
+        Ok(())
+    }
+
+    /// Makes `[at, at + len)` of this mapping inaccessible, unbacked address space again. The
+    /// same contract as [`Mapping::place_file`].
+    pub(crate) fn clear(&self, at: usize, len: usize) -> io::Result<()> {
+        assert!(at.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: as in `place_file`.
+        unsafe {
+            mmap_anonymous(
+                self.ptr.as_ptr().add(at).cast(),
+                len,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
+            )?
+        };
+        Ok(())
+    }
+
     /// Changes the protection of `[0, len)` of this mapping.
     ///
     /// The caller guarantees that no Rust reference into the range outlives a change that

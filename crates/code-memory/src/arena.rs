@@ -1,0 +1,193 @@
+//! Address space for code mapped straight from files, reused without unmapping.
+//!
+//! Mapping a file's text for every load and unmapping it afterwards costs two system calls per
+//! load. Instead, texts are mapped into regions of one reserved range, by size class (powers of
+//! two from 64 KiB to 1 GiB): a load maps its text over a free region of its class with
+//! `MAP_FIXED`, which replaces what an earlier load left there within the same call, and
+//! releasing a region only puts it on its class's free list.
+//!
+//! # Invariants
+//! - While a region is owned, it shows exactly its owner's text (whose last page the file pads
+//!   with `int3`) and nothing executable after it: if an earlier text reached further, that
+//!   tail is made inaccessible first (a second system call, only then; a free region whose old
+//!   text is no longer than the new one is preferred).
+//! - A released region keeps its text mapped until the region is used again, as a released
+//!   code slot keeps its code: nothing refers to it, and the registry no longer resolves
+//!   addresses in it. Such a mapping keeps its file's pages (and a deleted file's disk space)
+//!   until then; the free regions bound how many.
+//! - Texts larger than the largest class, or loads after the range is used up, get a mapping
+//!   of their own (the caller's fallback).
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::{LazyLock, Mutex};
+
+use crate::sys::{Mapping, page_size, round_up};
+
+/// Address space reserved for regions (never backed until mapped).
+const RESERVE: usize = 64 << 30;
+const MIN_CLASS_SHIFT: u32 = 16;
+const MAX_CLASS_SHIFT: u32 = 30;
+const CLASSES: usize = (MAX_CLASS_SHIFT - MIN_CLASS_SHIFT + 1) as usize;
+
+/// A region that holds a mapped text; released (not unmapped) on drop.
+#[derive(Debug)]
+pub(crate) struct Region {
+    arena: &'static Arena,
+    free: Free,
+    class: usize,
+}
+
+/// A region's place, and how far its mapped text reaches (bytes from its start).
+#[derive(Clone, Copy, Debug)]
+struct Free {
+    at: usize,
+    extent: usize,
+}
+
+#[derive(Debug)]
+struct Arena {
+    range: Mapping,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Offset of the first region never handed out.
+    next: usize,
+    free: [Vec<Free>; CLASSES],
+}
+
+/// Reserved on first use; `None` if the reservation failed (every text then gets a mapping of
+/// its own).
+static ARENA: LazyLock<Option<Arena>> = LazyLock::new(|| {
+    Some(Arena {
+        range: Mapping::reserve(RESERVE).ok()?,
+        state: Mutex::default(),
+    })
+});
+
+/// Maps `len` bytes of `file` from `offset` (page-aligned) read+execute into a region; `None`
+/// when the arena cannot take it (see the module documentation).
+pub(crate) fn place(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<Option<Region>> {
+    let Some(arena) = ARENA.as_ref() else {
+        return Ok(None);
+    };
+    let pages = round_up(len.max(1), page_size());
+    let shift = pages
+        .next_power_of_two()
+        .trailing_zeros()
+        .max(MIN_CLASS_SHIFT);
+    if shift > MAX_CLASS_SHIFT {
+        return Ok(None);
+    }
+    let class = (shift - MIN_CLASS_SHIFT) as usize;
+    let taken = {
+        let mut state = arena.state.lock().unwrap_or_else(|e| e.into_inner());
+        let free = &mut state.free[class];
+        match free.iter().rposition(|f| f.extent <= pages) {
+            Some(i) => Some(free.swap_remove(i)),
+            None => free.pop(),
+        }
+        .or_else(|| {
+            let at = state.next;
+            (at + (1 << shift) <= RESERVE).then(|| {
+                state.next += 1 << shift;
+                Free { at, extent: 0 }
+            })
+        })
+    };
+    let Some(old) = taken else {
+        return Ok(None);
+    };
+    // From here the region is ours; it goes back to the free list on any failure, marked as
+    // possibly mapped throughout (a failed MAP_FIXED may have replaced part of it).
+    let mut region = Region {
+        arena,
+        free: Free {
+            at: old.at,
+            extent: 1 << shift,
+        },
+        class,
+    };
+    arena.range.place_file(old.at, pages, file, offset)?;
+    if old.extent > pages {
+        arena.range.clear(old.at + pages, old.extent - pages)?;
+    }
+    region.free.extent = pages;
+    Ok(Some(region))
+}
+
+impl Region {
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        self.arena.range.as_ptr().wrapping_add(self.free.at)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let mut state = self.arena.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.free[self.class].push(self.free);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    /// What `/proc/self/maps` says of the page at `addr`: its permissions.
+    fn perms(addr: usize) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            let (range, rest) = line.split_once(' ').unwrap();
+            let (lo, hi) = range.split_once('-').unwrap();
+            let (lo, hi) = (
+                usize::from_str_radix(lo, 16).unwrap(),
+                usize::from_str_radix(hi, 16).unwrap(),
+            );
+            if (lo..hi).contains(&addr) {
+                return rest[..4].to_owned();
+            }
+        }
+        panic!("{addr:#x} is not mapped")
+    }
+
+    fn file_of(pages: usize, byte: u8) -> std::fs::File {
+        let mut file = tempfile_in_memory();
+        file.write_all(&vec![byte; pages * page_size()]).unwrap();
+        file
+    }
+
+    fn tempfile_in_memory() -> std::fs::File {
+        let fd = crate::sys::memory_file(0).unwrap();
+        std::fs::File::from(fd)
+    }
+
+    /// A released region is used again for the next text of its class; a shorter text leaves
+    /// nothing of the longer one accessible after it.
+    #[test]
+    fn regions_are_reused_and_show_only_their_text() {
+        let page = page_size();
+        // 20 and 17 pages: the same class (128 KiB with 4 KiB pages), distinct from other tests.
+        let (long, short) = (file_of(20, 0xaa), file_of(17, 0xbb));
+        let first = place(long.as_fd(), 0, 20 * page).unwrap().unwrap();
+        let at = first.as_ptr() as usize;
+        assert_eq!(perms(at), "r-xp");
+        // SAFETY: the region maps 20 readable pages.
+        assert_eq!(unsafe { *first.as_ptr().add(19 * page) }, 0xaa);
+        drop(first);
+
+        let second = place(short.as_fd(), 0, 17 * page).unwrap().unwrap();
+        assert_eq!(second.as_ptr() as usize, at, "the free region is reused");
+        // SAFETY: the region maps 17 readable pages.
+        assert_eq!(unsafe { *second.as_ptr().add(16 * page) }, 0xbb);
+        assert_eq!(
+            perms(at + 17 * page),
+            "---p",
+            "the longer text's tail is gone"
+        );
+        assert_eq!(perms(at + 19 * page), "---p");
+    }
+}
