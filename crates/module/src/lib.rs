@@ -88,7 +88,60 @@ fn signature_key(
     out.extend(params.chain(results).map(|t| t as u8));
 }
 
+/// Signatures with at most this many parameters and results together have a [`small_id`].
+pub const SMALL_SIGNATURE: usize = 9;
+
+/// A signature's own number, when it is small (see [`SMALL_SIGNATURE`]): one base-8 digit per
+/// type (1 to 6), a 7 between parameters and results, least significant first. No digit is 0,
+/// so different signatures get different numbers, all below 2^30: an engine uses them as
+/// canonical type ids without registering anything.
+pub fn small_id(
+    params: impl ExactSizeIterator<Item = ValType>,
+    results: impl ExactSizeIterator<Item = ValType>,
+) -> Option<u32> {
+    if params.len() + results.len() > SMALL_SIGNATURE {
+        return None;
+    }
+    let digit = |t: ValType| t as u32 + 1;
+    let mut id = 0;
+    let mut shift = 0;
+    for d in params.map(digit).chain([7]).chain(results.map(digit)) {
+        id |= d << shift;
+        shift += 3;
+    }
+    Some(id)
+}
+
+/// The signature with [`small_id`] `id`, if `id` is one.
+pub fn from_small_id(mut id: u32) -> Option<FuncType> {
+    const TYPES: [ValType; 6] = [
+        ValType::I32,
+        ValType::I64,
+        ValType::F32,
+        ValType::F64,
+        ValType::FuncRef,
+        ValType::ExternRef,
+    ];
+    let mut ty = FuncType::default();
+    let mut in_results = false;
+    while id != 0 {
+        match id & 7 {
+            7 if !in_results => in_results = true,
+            d @ 1..=6 if in_results => ty.results.push(TYPES[d as usize - 1]),
+            d @ 1..=6 => ty.params.push(TYPES[d as usize - 1]),
+            _ => return None,
+        }
+        id >>= 3;
+    }
+    in_results.then_some(ty)
+}
+
 impl FuncType {
+    /// See [`small_id`].
+    pub fn small_id(&self) -> Option<u32> {
+        small_id(self.params.iter().copied(), self.results.iter().copied())
+    }
+
     /// See [`ArchivedFuncType::key`].
     pub fn key(&self, out: &mut Vec<u8>) {
         signature_key(
@@ -100,6 +153,14 @@ impl FuncType {
 }
 
 impl ArchivedFuncType {
+    /// See [`small_id`].
+    pub fn small_id(&self) -> Option<u32> {
+        small_id(
+            self.params.iter().map(ArchivedValType::native),
+            self.results.iter().map(ArchivedValType::native),
+        )
+    }
+
     /// Bytes that identify this signature, equal to [`FuncType::key`] of the native one.
     pub fn key(&self, out: &mut Vec<u8>) {
         signature_key(
@@ -392,5 +453,51 @@ impl CompiledModule {
         let f = self.funcs[i];
         (offset < f.offset + f.len)
             .then(|| (self.info.imported_funcs + i as u32, offset - f.offset))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every signature of up to 4 types: its small id decodes back to it, and no two share one.
+    #[test]
+    fn small_ids_are_distinct_and_decode() {
+        let all = [
+            ValType::I32,
+            ValType::I64,
+            ValType::F32,
+            ValType::F64,
+            ValType::FuncRef,
+            ValType::ExternRef,
+        ];
+        let mut seqs: Vec<Vec<ValType>> = vec![vec![]];
+        for _ in 0..4 {
+            let longer: Vec<Vec<ValType>> = seqs
+                .iter()
+                .filter(|s| s.len() == seqs.last().unwrap().len())
+                .flat_map(|s| all.iter().map(move |&t| [s.clone(), vec![t]].concat()))
+                .collect();
+            seqs.extend(longer);
+        }
+        let mut seen = std::collections::HashMap::new();
+        for s in &seqs {
+            for split in 0..=s.len() {
+                let ty = FuncType {
+                    params: s[..split].to_vec(),
+                    results: s[split..].to_vec(),
+                };
+                let id = ty.small_id().unwrap();
+                assert!(id < 1 << 30);
+                assert_eq!(from_small_id(id).as_ref(), Some(&ty));
+                assert_eq!(seen.insert(id, ty.clone()), None, "{ty:?}");
+            }
+        }
+        let wide = FuncType {
+            params: vec![ValType::I32; SMALL_SIGNATURE],
+            results: vec![ValType::I64],
+        };
+        assert_eq!(wide.small_id(), None);
+        assert!(from_small_id(0).is_none() && from_small_id(1).is_none());
     }
 }

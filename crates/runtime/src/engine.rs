@@ -40,8 +40,11 @@ struct EngineInner {
     types: Mutex<Types>,
 }
 
-/// Canonical ids, keyed by the bytes that identify a signature (`FuncType::key`), so that a
-/// module's archived types are looked up without building owned ones.
+/// Canonical type ids. A small signature (nearly all of them) is its own id
+/// ([`ephem_module::small_id`], below [`REGISTERED`]): computed without a lock or a lookup.
+/// Others are registered here, keyed by the bytes that identify a signature (`FuncType::key`),
+/// so that a module's archived types are looked up without building owned ones, and numbered
+/// from [`REGISTERED`].
 ///
 /// Hashed with foldhash's seeded hasher: with the standard SipHash, hashing was about a tenth
 /// of png's fresh path in a profile (foldhash: 0.3 µs less for png, 1 µs for quickjs's 105
@@ -49,16 +52,22 @@ struct EngineInner {
 #[derive(Default)]
 struct Types {
     ids: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
-    /// Shared with every [`crate::Func`] of the type: cloning a function allocates nothing.
+    /// By id minus [`REGISTERED`]. Shared with every [`crate::Func`] of the type: cloning a
+    /// function allocates nothing.
     list: Vec<Arc<FuncType>>,
+    /// Small signatures that functions were made with, shared likewise.
+    small: HashMap<u32, Arc<FuncType>, foldhash::fast::RandomState>,
 }
+
+/// The first id of a registered (not small) signature.
+const REGISTERED: u32 = 1 << 30;
 
 impl Types {
     fn id(&mut self, key: &[u8], ty: impl FnOnce() -> FuncType) -> u32 {
         if let Some(&id) = self.ids.get(key) {
             return id;
         }
-        let id = self.list.len() as u32;
+        let id = REGISTERED + self.list.len() as u32;
         self.list.push(Arc::new(ty()));
         self.ids.insert(key.into(), id);
         id
@@ -101,21 +110,29 @@ impl Engine {
 
     /// The canonical id of `ty`, the same for equal types across all modules of this engine.
     pub fn type_id(&self, ty: &FuncType) -> u32 {
+        if let Some(id) = ty.small_id() {
+            return id;
+        }
         let mut key = Vec::new();
         ty.key(&mut key);
         let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
         reg.id(&key, || ty.clone())
     }
 
-    /// The canonical ids of a module's `types` (one lock for all of them).
+    /// The canonical ids of a module's `types` (at most one lock for all of them).
     pub(crate) fn type_ids(&self, types: &[ArchivedFuncType]) -> Vec<u32> {
         let mut key = Vec::new();
-        let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reg = None;
         types
             .iter()
             .map(|ty| {
-                ty.key(&mut key);
-                reg.id(&key, || ty.native())
+                ty.small_id().unwrap_or_else(|| {
+                    ty.key(&mut key);
+                    reg.get_or_insert_with(|| {
+                        self.inner.types.lock().unwrap_or_else(|e| e.into_inner())
+                    })
+                    .id(&key, || ty.native())
+                })
             })
             .collect()
     }
@@ -127,8 +144,17 @@ impl Engine {
 
     /// The type with canonical id `id`, shared.
     pub(crate) fn shared_func_type(&self, id: u32) -> Arc<FuncType> {
-        let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
-        types.list[id as usize].clone()
+        let mut types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        match id.checked_sub(REGISTERED) {
+            Some(i) => types.list[i as usize].clone(),
+            None => types
+                .small
+                .entry(id)
+                .or_insert_with(|| {
+                    Arc::new(ephem_module::from_small_id(id).expect("ids come from small_id"))
+                })
+                .clone(),
+        }
     }
 }
 
