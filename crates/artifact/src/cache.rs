@@ -96,7 +96,13 @@ impl Cache {
 
     /// Where the entry for `key` lives.
     pub fn path(&self, key: &str) -> PathBuf {
-        self.dir.join(format!("{key}.{EXT}"))
+        // One allocation: this is on every invocation's path.
+        let mut path = PathBuf::with_capacity(self.dir.as_os_str().len() + key.len() + 16);
+        path.push(&self.dir);
+        path.push(key);
+        path.as_mut_os_string().push(".");
+        path.as_mut_os_string().push(EXT);
+        path
     }
 
     /// Opens the entry for `key`. `Ok(None)` when there is none; an entry that cannot be used
