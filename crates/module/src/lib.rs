@@ -30,6 +30,16 @@ pub enum ValType {
 }
 
 impl ValType {
+    /// Every value type, in declaration order.
+    pub const ALL: [ValType; 6] = [
+        ValType::I32,
+        ValType::I64,
+        ValType::F32,
+        ValType::F64,
+        ValType::FuncRef,
+        ValType::ExternRef,
+    ];
+
     pub fn is_ref(self) -> bool {
         matches!(self, ValType::FuncRef | ValType::ExternRef)
     }
@@ -114,21 +124,13 @@ pub fn small_id(
 
 /// The signature with [`small_id`] `id`, if `id` is one.
 pub fn from_small_id(mut id: u32) -> Option<FuncType> {
-    const TYPES: [ValType; 6] = [
-        ValType::I32,
-        ValType::I64,
-        ValType::F32,
-        ValType::F64,
-        ValType::FuncRef,
-        ValType::ExternRef,
-    ];
     let mut ty = FuncType::default();
     let mut in_results = false;
     while id != 0 {
         match id & 7 {
             7 if !in_results => in_results = true,
-            d @ 1..=6 if in_results => ty.results.push(TYPES[d as usize - 1]),
-            d @ 1..=6 => ty.params.push(TYPES[d as usize - 1]),
+            d @ 1..=6 if in_results => ty.results.push(ValType::ALL[d as usize - 1]),
+            d @ 1..=6 => ty.params.push(ValType::ALL[d as usize - 1]),
             _ => return None,
         }
         id >>= 3;
@@ -463,14 +465,7 @@ mod tests {
     /// Every signature of up to 4 types: its small id decodes back to it, and no two share one.
     #[test]
     fn small_ids_are_distinct_and_decode() {
-        let all = [
-            ValType::I32,
-            ValType::I64,
-            ValType::F32,
-            ValType::F64,
-            ValType::FuncRef,
-            ValType::ExternRef,
-        ];
+        let all = ValType::ALL;
         let mut seqs: Vec<Vec<ValType>> = vec![vec![]];
         for _ in 0..4 {
             let longer: Vec<Vec<ValType>> = seqs

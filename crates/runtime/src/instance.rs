@@ -6,11 +6,11 @@
 //! Loading copies the module's text into a slot of the engine's code pool and publishes it, or,
 //! for texts over the engine's threshold, maps it read+execute straight from the artifact file;
 //! either way it is registered with the module as tag, so a trap can be traced back to its trap
-//! table. Memories the module defines come from the engine's memory pool, initialised from the
-//! artifact's images. Instantiating builds
-//! the vmctx (see `ephem_module::vmctx`), then applies element segments, data segments and the
-//! start function, in the order the specification gives. Nothing is shared between instances
-//! but what they import from each other.
+//! table. Memories the module defines come from the engine's memory pool; they and imported
+//! memories take the artifact's images (see [`Memory`] on untouched memories). Instantiating
+//! builds the vmctx (see `ephem_module::vmctx`), then applies element segments, data segments
+//! and the start function, in the order the specification gives. Nothing is shared between
+//! instances but what they import from each other.
 
 use std::cell::RefCell;
 use std::rc::Rc;

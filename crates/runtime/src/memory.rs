@@ -21,6 +21,10 @@
 //! - **copied** into the slot, for images below [`MemoryConfig::map_image_at`] that lie in the
 //!   slot's resident first pages (none by default: see that setting).
 //!
+//! An instance that imports a memory its module has an image for gives it that image the same
+//! way when the memory is still untouched (see [`Memory`]); one that may hold data gets only the
+//! bytes the segments write, copied out of the image.
+//!
 //! When the memory is dropped its slot is reset before anything else can take it, so nothing
 //! one instance wrote is visible to the next: the first [`MemoryConfig::keep_resident`] bytes of
 //! a slot without a mapped image are zeroed in place (they stay resident for the next instance),
