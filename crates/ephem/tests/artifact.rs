@@ -520,3 +520,28 @@ fn imported_memories_get_images_only_as_segments_would_write_them() {
         assert_eq!(load(&instance, &engine, 16), 0xbb, "{what}");
     }
 }
+
+/// A module's image mapped over a slot that holds another, larger image of the same memory
+/// size: what the old image had outside the new one reads as zeros.
+#[test]
+fn an_image_replacing_a_larger_one_leaves_only_zeros_around_it() {
+    let wide = r#"(module (memory (export "mem") 2 2)
+        (data (i32.const 16) "AAAA") (data (i32.const 12304) "aaaa"))"#;
+    let narrow = r#"(module (memory (export "mem") 2 2) (data (i32.const 4112) "BB")
+        (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0))))"#;
+    for (map_image_at, reuse_images) in [(0, true), (0, false), (usize::MAX, true)] {
+        let engine = engine_with(map_image_at, 1 << 20, reuse_images);
+        let wide = ephem::compile(&engine, wide.as_bytes()).unwrap();
+        let narrow = ephem::compile(&engine, narrow.as_bytes()).unwrap();
+        drop(Instance::new(&wide, &[]).unwrap());
+        let instance = Instance::new(&narrow, &[]).unwrap();
+        let what = format!("map at {map_image_at}, reuse {reuse_images}");
+        for (at, byte) in [(16, 0), (12304, 0), (4112, b'B'), (4113, b'B'), (4114, 0)] {
+            assert_eq!(
+                load(&instance, &engine, at),
+                byte as i32,
+                "byte {at}: {what}"
+            );
+        }
+    }
+}

@@ -32,7 +32,8 @@
 //! read as zeros and the pages of a mapped image read as the file again. A slot keeps its image
 //! mapped while idle: the next memory of the same artifact file and size that takes it needs no
 //! system call at all (the pool prefers such a slot), and any other memory first replaces the
-//! image with zero pages ([`MemoryConfig::reuse_images`] turns the keeping off).
+//! image with zero pages, or maps its own over it ([`MemoryConfig::reuse_images`] turns the
+//! reuse off: every memory then replaces the image it finds).
 
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ptr::null_mut;
@@ -61,8 +62,8 @@ pub struct MemoryConfig {
     /// 128 KiB measured best on the corpus mix (`ephem bench fresh --keep-resident`, see
     /// BENCHMARKS.md): quickjs's 85 KiB of data segments land there.
     pub keep_resident: usize,
-    /// Whether an idle slot keeps its mapped image for the next memory of the same artifact
-    /// (see the module documentation). Off, every reset replaces the image with zero pages: the
+    /// Whether the next memory of the same artifact may take an idle slot's mapped image as it
+    /// is (see the module documentation). Off, every memory replaces the image it finds: the
     /// cost of a workload whose modules never repeat.
     pub reuse_images: bool,
     /// Images of at least this many bytes are mapped from the artifact. Smaller ones are
@@ -88,6 +89,7 @@ impl MemoryConfig {
             file_offset: artifact.image_file_offset(image),
             offset,
             len,
+            reusable: true,
         })
     }
 }
@@ -110,6 +112,10 @@ pub(crate) struct MappedImage {
     file_offset: u64,
     offset: usize,
     len: usize,
+    /// Whether the next memory of the same image may take it as it is. Without image reuse
+    /// ([`MemoryConfig::reuse_images`]), a reset slot keeps its image mapped but marked not
+    /// reusable: no memory wants it, so the next one replaces it.
+    reusable: bool,
 }
 
 /// One reservation: `[base, base + accessible)` is read+write, the rest inaccessible. Where
@@ -162,36 +168,44 @@ impl Slot {
         Ok(())
     }
 
+    /// Replaces `[offset, offset + len)`, accessible pages, with zero pages.
+    fn zero_pages(&mut self, offset: usize, len: usize) -> rustix::io::Result<()> {
+        debug_assert!(offset + len <= self.accessible);
+        // SAFETY: replaces only pages of our own reservation's accessible part.
+        unsafe {
+            rustix::mm::mmap_anonymous(
+                self.base.add(offset).cast(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
+            )?
+        };
+        Ok(())
+    }
+
     /// Replaces the mapped image, if any, with zero pages. Must run before the accessible
     /// size changes (the image lies within it).
     fn unmap_image(&mut self) -> rustix::io::Result<()> {
         if let Some(image) = self.image {
-            // SAFETY: replaces only the image's range, which lies in our accessible pages.
-            unsafe {
-                rustix::mm::mmap_anonymous(
-                    self.base.add(image.offset).cast(),
-                    image.len,
-                    ProtFlags::READ | ProtFlags::WRITE,
-                    MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
-                )?
-            };
+            self.zero_pages(image.offset, image.len)?;
             self.image = None;
         }
         Ok(())
     }
 
     /// Maps `want` from `artifact`'s file; nothing to do if the slot already has it (a reset
-    /// slot's image pages read as the file again). Any other image was unmapped before.
+    /// slot's image pages read as the file again). Another image is replaced: the new one is
+    /// mapped over it, and its pages outside the new one become zero pages (so one system call
+    /// when the new image covers the old).
     fn map_image(&mut self, artifact: &Artifact, want: MappedImage) -> rustix::io::Result<()> {
         if self.image == Some(want) {
             return Ok(());
         }
-        debug_assert!(self.image.is_none());
         debug_assert!(want.offset + want.len <= self.accessible);
         // SAFETY: the target range is inside the accessible part of our reservation (the
         // artifact checked the image against the memory's minimum size), so MAP_FIXED only
         // replaces pages of this slot.
-        unsafe {
+        let mapped = unsafe {
             rustix::mm::mmap(
                 self.base.add(want.offset).cast(),
                 want.len,
@@ -199,16 +213,34 @@ impl Slot {
                 MapFlags::PRIVATE | MapFlags::FIXED,
                 artifact.file(),
                 want.file_offset,
-            )?
+            )
         };
-        self.image = Some(want);
+        if let Err(e) = mapped {
+            // A failed MAP_FIXED may have unmapped the range: make it zeros again, and the
+            // old image with it.
+            let _ = self.zero_pages(want.offset, want.len);
+            let _ = self.unmap_image();
+            return Err(e);
+        }
+        if let Some(old) = self.image.replace(want) {
+            let (start, end) = (want.offset, want.offset + want.len);
+            let (old_start, old_end) = (old.offset, old.offset + old.len);
+            for (from, to) in [
+                (old_start, old_end.min(start)),
+                (old_start.max(end), old_end),
+            ] {
+                if from < to {
+                    self.zero_pages(from, to - from)?;
+                }
+            }
+        }
         Ok(())
     }
 
     /// Makes everything an instance wrote disappear (see the module documentation): anonymous
-    /// pages read as zeros again, a mapped image's pages as the file again (or, with
-    /// `drop_image`, as zeros).
-    fn reset(&mut self, keep_resident: usize, drop_image: bool) -> rustix::io::Result<()> {
+    /// pages read as zeros again, a mapped image's pages as the file again. Without
+    /// `reuse_image`, the image is marked as one no memory may take as it is.
+    fn reset(&mut self, keep_resident: usize, reuse_image: bool) -> rustix::io::Result<()> {
         let len = self.accessible;
         // Zeroing in place only pays where the pages are anonymous and resident, which they
         // are not in a slot that held an image.
@@ -217,8 +249,8 @@ impl Slot {
         } else {
             len.min(keep_resident)
         };
-        if drop_image {
-            self.unmap_image()?;
+        if let Some(image) = &mut self.image {
+            image.reusable &= reuse_image;
         }
         // SAFETY: `[0, keep)` is accessible anonymous memory and nothing else references it
         // (the memory that used it is being dropped).
@@ -268,11 +300,11 @@ impl MemoryPool {
     fn take(&self, len: usize, image: Option<MappedImage>) -> Result<Slot, crate::Error> {
         let slot = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            // Without image reuse, idle slots never hold an image: any of the size fits.
-            let image = image.filter(|_| self.config.reuse_images);
+            // Without image reuse, no idle slot's image is wanted: any of the size fits.
+            let reuse = self.config.reuse_images;
             let exact = idle
                 .iter()
-                .rposition(|s| s.accessible == len && s.image == image);
+                .rposition(|s| s.accessible == len && (!reuse || s.image == image));
             let pick = match exact {
                 Some(i) => Some(i),
                 // Room to keep every kind of slot (or none idle): make a new one rather than
@@ -294,7 +326,7 @@ impl MemoryPool {
         // Beyond the bound, or if it cannot be reset, the slot is dropped (unmapped).
         if full() >= self.config.max_idle_slots
             || slot
-                .reset(self.config.keep_resident, !self.config.reuse_images)
+                .reset(self.config.keep_resident, self.config.reuse_images)
                 .is_err()
         {
             return;
@@ -454,15 +486,15 @@ impl Memory {
         if let Claim::Untouched(mapped) = claim {
             let mut slot = self.slot.borrow_mut();
             let slot = slot.as_mut().expect("a live memory has its slot");
-            if mapped != want {
-                slot.unmap_image().map_err(|e| {
-                    crate::Error::Resource(format!("cannot reset a memory slot: {e}"))
-                })?;
-            }
             if let Some(want) = want {
                 return slot
                     .map_image(artifact, want)
                     .map_err(|e| crate::Error::Resource(format!("cannot map memory image: {e}")));
+            }
+            if mapped.is_some() {
+                slot.unmap_image().map_err(|e| {
+                    crate::Error::Resource(format!("cannot reset a memory slot: {e}"))
+                })?;
             }
         }
         // SAFETY: the image lies within the accessible pages (checked above); no wasm runs.
