@@ -10,6 +10,15 @@
 //! (the workload is one fresh instance per invocation per thread), which is what lets generated
 //! code find its stack limit through the instance context.
 //!
+//! # Lifetimes: a known gap
+//! A function reference stored in a table or global holds a raw pointer into its instance, and
+//! does not keep that instance alive. An embedder that shares tables or funcref globals between
+//! instances (as the spec tests' `register` does) must keep those instances alive as long as the
+//! shared tables and globals are used: calling or reading a funcref whose instance was dropped
+//! is undefined behaviour. The fresh workload (every instance with its own imports, all dropped
+//! together) is not affected. The real fix is a store that owns linked instances together, as
+//! wasmtime's does; it is not built yet.
+//!
 //! Platform: Linux on x86_64 (see `signals` for the only assembly and signal code).
 
 mod engine;
