@@ -105,6 +105,22 @@ pub struct VmOffsets {
 
 const PTR: u32 = 8;
 
+/// What the layout depends on, in [`VmOffsets::from_counts`] order, from a module's info, owned
+/// or archived (the same field names on both).
+macro_rules! counts {
+    ($info:expr) => {{
+        let i = $info;
+        [
+            i.memories.len(),
+            i.tables.len(),
+            i.globals.len(),
+            i.types.len(),
+            i.funcs.len(),
+        ]
+        .map(|n| n as u32)
+    }};
+}
+
 impl VmOffsets {
     pub const STACK_LIMIT: u32 = 0;
     pub const BUILTINS: u32 = 8;
@@ -118,28 +134,12 @@ impl VmOffsets {
     pub const TABLE_LENGTH: u32 = 8;
 
     pub fn new(info: &ModuleInfo) -> VmOffsets {
-        let i = info;
-        let counts = [
-            i.memories.len(),
-            i.tables.len(),
-            i.globals.len(),
-            i.types.len(),
-            i.funcs.len(),
-        ];
-        VmOffsets::from_counts(counts.map(|n| n as u32))
+        VmOffsets::from_counts(counts!(info))
     }
 
     /// As [`VmOffsets::new`], for an archived module.
     pub fn for_archived(info: &crate::ArchivedModuleInfo) -> VmOffsets {
-        let i = info;
-        let counts = [
-            i.memories.len(),
-            i.tables.len(),
-            i.globals.len(),
-            i.types.len(),
-            i.funcs.len(),
-        ];
-        VmOffsets::from_counts(counts.map(|n| n as u32))
+        VmOffsets::from_counts(counts!(info))
     }
 
     /// The layout for a module with these numbers of memories, tables, globals, types and
