@@ -11,12 +11,13 @@
 //! # Verification
 //! The header is checked on every open (magic, format, ephem version, length, section bounds);
 //! the checksum over the whole file, the metadata and the CPU features are checked once per file
-//! identity (device, inode, size, modification time) per process, and the identity remembered. Hashing a multi-megabyte
-//! artifact on every invocation would cost more than everything else in the fresh path; hashing
-//! it once catches truncation, partial writes and corruption that happened before this process
-//! saw the file, which is what a cache on disk suffers. Files are replaced (rename), never
-//! rewritten in place: a new file is a new identity and is verified again. Artifacts made in
-//! memory by this process ([`Artifact::from_compiled`]) are not hashed at all.
+//! identity (device, inode, size, modification time) per process, and the identity remembered.
+//! Hashing a multi-megabyte artifact on every invocation would cost more than everything else in
+//! the fresh path; hashing it once catches truncation, partial writes and corruption that
+//! happened before this process saw the file, which is what a cache on disk suffers. Files are
+//! replaced (rename), never rewritten in place: a new file is a new identity and is verified
+//! again. Artifacts made in memory by this process ([`Artifact::from_compiled`]) are not hashed
+//! at all.
 //!
 //! An artifact is native code: opening one from a directory an attacker can write is as unsafe
 //! as running an executable from there. The checks make *accidental* damage safe, not hostile

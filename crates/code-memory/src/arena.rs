@@ -34,13 +34,13 @@ const CLASSES: usize = (MAX_CLASS_SHIFT - MIN_CLASS_SHIFT + 1) as usize;
 #[derive(Debug)]
 pub(crate) struct Region {
     arena: &'static Arena,
-    free: Free,
+    place: Place,
     class: usize,
 }
 
 /// A region's place, and how far its mapped text reaches (bytes from its start).
 #[derive(Clone, Copy, Debug)]
-struct Free {
+struct Place {
     at: usize,
     extent: usize,
 }
@@ -55,7 +55,7 @@ struct Arena {
 struct State {
     /// Offset of the first region never handed out.
     next: usize,
-    free: [Vec<Free>; CLASSES],
+    free: [Vec<Place>; CLASSES],
 }
 
 /// Reserved on first use; `None` if the reservation failed (every text then gets a mapping of
@@ -93,7 +93,7 @@ pub(crate) fn place(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result
             let at = state.next;
             (at + (1 << shift) <= RESERVE).then(|| {
                 state.next += 1 << shift;
-                Free { at, extent: 0 }
+                Place { at, extent: 0 }
             })
         })
     };
@@ -104,7 +104,7 @@ pub(crate) fn place(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result
     // possibly mapped throughout (a failed MAP_FIXED may have replaced part of it).
     let mut region = Region {
         arena,
-        free: Free {
+        place: Place {
             at: old.at,
             extent: 1 << shift,
         },
@@ -114,20 +114,20 @@ pub(crate) fn place(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result
     if old.extent > pages {
         arena.range.clear(old.at + pages, old.extent - pages)?;
     }
-    region.free.extent = pages;
+    region.place.extent = pages;
     Ok(Some(region))
 }
 
 impl Region {
     pub(crate) fn as_ptr(&self) -> *const u8 {
-        self.arena.range.as_ptr().wrapping_add(self.free.at)
+        self.arena.range.as_ptr().wrapping_add(self.place.at)
     }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
         let mut state = self.arena.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.free[self.class].push(self.free);
+        state.free[self.class].push(self.place);
     }
 }
 

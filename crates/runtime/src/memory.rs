@@ -107,7 +107,7 @@ impl Default for MemoryConfig {
 
 /// A memory image mapped (private, copy-on-write) from an artifact file into a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct MappedImage {
+struct MappedImage {
     file: Identity,
     file_offset: u64,
     offset: usize,
@@ -358,10 +358,10 @@ pub struct Memory {
 
 /// What an instance found when it claimed a memory it initialises from an image
 /// ([`Memory::claim`]).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Claim {
     /// Untouched: all zeros, over the slot's idle image if it has one.
-    Untouched(Option<MappedImage>),
+    Untouched,
     /// It may hold data: only the segments' bytes may be written.
     Written,
 }
@@ -452,8 +452,7 @@ impl Memory {
     /// [`Memory::unclaim`] if instantiation fails before that.
     pub(crate) fn claim(&self) -> Claim {
         if self.untouched.replace(false) {
-            let slot = self.slot.borrow();
-            Claim::Untouched(slot.as_ref().and_then(|s| s.image))
+            Claim::Untouched
         } else {
             Claim::Written
         }
@@ -478,29 +477,27 @@ impl Memory {
             // Only a memory shrunk below its import type could get here; none can.
             return Err(crate::Error::Resource("memory image out of bounds".into()));
         }
-        let want = match (claim, &self.pool) {
-            (Claim::Written, _) => None,
-            (Claim::Untouched(_), Some(pool)) => pool.config.mapping(artifact, image),
-            (Claim::Untouched(_), None) => MemoryConfig::default().mapping(artifact, image),
-        };
-        if let Claim::Untouched(mapped) = claim {
+        if claim == Claim::Untouched {
+            let config = self
+                .pool
+                .as_ref()
+                .map_or_else(MemoryConfig::default, |p| p.config);
             let mut slot = self.slot.borrow_mut();
             let slot = slot.as_mut().expect("a live memory has its slot");
-            if let Some(want) = want {
+            // The slot's image is the one it had when the memory was claimed: nothing has
+            // changed it since.
+            if let Some(want) = config.mapping(artifact, image) {
                 return slot
                     .map_image(artifact, want)
                     .map_err(|e| crate::Error::Resource(format!("cannot map memory image: {e}")));
             }
-            if mapped.is_some() {
-                slot.unmap_image().map_err(|e| {
-                    crate::Error::Resource(format!("cannot reset a memory slot: {e}"))
-                })?;
-            }
+            slot.unmap_image()
+                .map_err(|e| crate::Error::Resource(format!("cannot reset a memory slot: {e}")))?;
         }
         // SAFETY: the image lies within the accessible pages (checked above); no wasm runs.
         let dst = unsafe { &mut self.bytes_unexposed()[offset..offset + size] };
         match claim {
-            Claim::Untouched(_) => artifact.read_image(image, dst)?,
+            Claim::Untouched => artifact.read_image(image, dst)?,
             Claim::Written => {
                 let mut bytes = vec![0; size];
                 artifact.read_image(image, &mut bytes)?;
@@ -519,7 +516,7 @@ impl Memory {
     /// Undoes a claim when instantiation failed before [`Memory::init_image`]: nothing was
     /// written, but an idle image the memory was claimed over must go.
     pub(crate) fn unclaim(&self, claim: Claim) {
-        if let Claim::Untouched(_) = claim {
+        if claim == Claim::Untouched {
             self.untouched.set(true);
             self.expose();
         }
