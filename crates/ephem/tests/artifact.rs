@@ -182,6 +182,25 @@ fn artifacts_from_other_versions_and_formats_are_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Intact files (valid checksums) whose metadata does not fit the module are refused before
+/// anything is loaded: here an export of a function the module does not have, which would put
+/// a funcref past the end of the function table.
+#[test]
+fn artifacts_whose_metadata_does_not_fit_are_refused() {
+    let dir = temp_dir("metadata");
+    let mut c = Compiler::new().unwrap().compile(WAT.as_bytes()).unwrap();
+    c.info.exports.push(ephem_module::Export {
+        name: "ghost".into(),
+        index: ephem_module::EntityIndex::Func(999),
+    });
+    let e = open(&dir, "ghost", &ephem_artifact::to_bytes(&c)).unwrap_err();
+    assert!(
+        matches!(e, Error::Damaged(ref w) if w.contains("metadata does not match")),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn artifacts_for_another_cpu_are_refused() {
     let dir = temp_dir("cpu");
