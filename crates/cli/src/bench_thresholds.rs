@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use ephem::{Compiler, Engine, EngineConfig, Instance, MemoryConfig, Module};
+use ephem::{Compiler, Engine, EngineConfig, Instance, MemoryConfig, Module, Store};
 use ephem_code_memory::{CodePool, LoadedCode, PoolConfig};
 
 #[derive(clap::Args)]
@@ -129,15 +129,16 @@ fn image_row(
     let run = |engine: &Engine, every: bool| -> anyhow::Result<Duration> {
         let module = Module::from_file(engine, &path)?;
         let t = Instant::now();
-        let instance = Instance::new(&module, &[])?;
+        let mut store = Store::new(engine, ());
+        let instance = Instance::new(&mut store, &module, &[])?;
         let mut byte = [0u8];
         if every {
-            let mem = instance_memory(&instance)?;
+            let mem = instance_memory(&mut store, instance)?;
             for at in (0..size).step_by(4096) {
-                mem.read(at, &mut byte)?;
+                mem.read(&store, at, &mut byte)?;
             }
         }
-        drop(instance);
+        drop(store);
         Ok(t.elapsed())
     };
     let mut out = [Duration::ZERO; 4];
@@ -155,14 +156,11 @@ fn image_row(
     Ok(out)
 }
 
-fn instance_memory(instance: &Instance) -> anyhow::Result<std::rc::Rc<ephem::Memory>> {
+fn instance_memory(store: &mut Store<()>, instance: Instance) -> anyhow::Result<ephem::Memory> {
     instance
-        .exports()
+        .exports(store)
         .into_iter()
-        .find_map(|(_, e)| match e {
-            ephem::Extern::Memory(m) => Some(m),
-            _ => None,
-        })
+        .find_map(|(_, e)| e.into_memory())
         .context("the module exports no memory")
 }
 

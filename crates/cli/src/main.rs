@@ -5,6 +5,7 @@ mod bench_load;
 mod bench_thresholds;
 mod cache;
 mod chart;
+mod exit;
 mod run;
 mod wast;
 
@@ -14,7 +15,8 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "ephem",
     version,
-    about = "A WebAssembly runtime for one fresh instance per call"
+    about = "A WebAssembly runtime for one fresh instance per call",
+    after_help = "Exit codes: 0 success, 1 error, 2 usage error, 134 the guest trapped."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -48,8 +50,12 @@ enum Bench {
     Thresholds(bench_thresholds::Args),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    exit::finish(dispatch(Cli::parse()))
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Run(args) => run::run(args),
         Command::Compile(args) => cache::compile(args),
         Command::Cache(cmd) => cache::command(cmd),

@@ -1,9 +1,11 @@
-//! `ephem run FILE [--invoke NAME] [ARGS…]`.
+//! `ephem run FILE [--invoke NAME] [--trap-unknown-imports] [ARGS…]`.
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
-use ephem::{Engine, Linker, Val, ValType};
+use anyhow::Context;
+use ephem::{Engine, Linker, Store, Val, ValType};
+
+use crate::exit::Usage;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,34 +19,38 @@ pub struct Args {
     /// The export to call (default: `_start`, or `main`, or the start function alone).
     #[arg(long)]
     invoke: Option<String>,
-    /// Arguments, parsed by the export's parameter types.
+    /// Satisfy imports the host does not provide: functions with stubs that trap when called,
+    /// memories, tables and globals with fresh zeroed ones. Without it, such imports are
+    /// refused, naming them.
+    #[arg(long)]
+    trap_unknown_imports: bool,
+    /// Arguments, parsed by the export's parameter types (integers signed or unsigned, in
+    /// range).
     args: Vec<String>,
 }
 
-fn parse_arg(ty: ValType, s: &str) -> anyhow::Result<Val> {
+/// An integer argument for a parameter of `bits` bits: signed or unsigned, never wrapped.
+fn parse_int(s: &str, bits: u32) -> Option<i128> {
+    let v = s.parse::<i128>().ok()?;
+    let (min, max) = (-(1i128 << (bits - 1)), (1i128 << bits) - 1);
+    (min..=max).contains(&v).then_some(v)
+}
+
+fn parse_arg(ty: ValType, s: &str) -> Result<Val, Usage> {
+    let bad = |what: &str| Usage(format!("`{s}` is not {what}"));
     Ok(match ty {
-        ValType::I32 => Val::I32(
-            s.parse::<i64>()
-                .map(|v| v as i32)
-                .with_context(|| format!("`{s}` is not an i32"))?,
-        ),
-        ValType::I64 => Val::I64(
-            s.parse::<i128>()
-                .map(|v| v as i64)
-                .with_context(|| format!("`{s}` is not an i64"))?,
-        ),
-        ValType::F32 => Val::F32(
-            s.parse::<f32>()
-                .with_context(|| format!("`{s}` is not an f32"))?
-                .to_bits(),
-        ),
-        ValType::F64 => Val::F64(
-            s.parse::<f64>()
-                .with_context(|| format!("`{s}` is not an f64"))?
-                .to_bits(),
-        ),
+        ValType::I32 => {
+            Val::I32(parse_int(s, 32).ok_or_else(|| bad("an i32 (from -2^31 to 2^32-1)"))? as i32)
+        }
+        ValType::I64 => {
+            Val::I64(parse_int(s, 64).ok_or_else(|| bad("an i64 (from -2^63 to 2^64-1)"))? as i64)
+        }
+        ValType::F32 => Val::F32(s.parse::<f32>().map_err(|_| bad("an f32"))?.to_bits()),
+        ValType::F64 => Val::F64(s.parse::<f64>().map_err(|_| bad("an f64"))?.to_bits()),
         ValType::FuncRef | ValType::ExternRef => {
-            bail!("reference arguments cannot be given on the command line")
+            return Err(Usage(
+                "reference arguments cannot be given on the command line".into(),
+            ));
         }
     })
 }
@@ -56,7 +62,7 @@ fn show(v: &Val) -> String {
         Val::F32(b) => f32::from_bits(*b).to_string(),
         Val::F64(b) => f64::from_bits(*b).to_string(),
         Val::FuncRef(f) => if f.is_some() { "funcref" } else { "null" }.to_owned(),
-        Val::ExternRef(r) => r.map_or("null".to_owned(), |r| format!("externref {r}")),
+        Val::ExternRef(r) => r.map_or("null".to_owned(), |r| format!("externref {}", r.0)),
     }
 }
 
@@ -69,37 +75,72 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(args.cache.cache()?)
     };
     let module = crate::cache::load(&engine, &args.file, cache.as_ref())?;
-    // Imports a module needs from its home platform are stubs that trap when called.
-    let instance = Linker::new()
-        .define_unknown_imports_as_traps(&module)?
-        .instantiate(&module)?;
+    let mut linker = Linker::new(&engine);
+    if args.trap_unknown_imports {
+        linker.define_unknown_imports_as_traps(&module)?;
+    }
+    let pre = linker.instantiate_pre(&module).with_context(|| {
+        format!(
+            "linking {} (`--trap-unknown-imports` stubs imports this host does not provide)",
+            args.file.display()
+        )
+    })?;
+    let mut store = Store::new(&engine, ());
+    let instance = pre.instantiate(&mut store)?;
     let name = match args.invoke {
         Some(name) => name,
         None => match ["_start", "main"]
             .into_iter()
-            .find(|n| instance.get_func(n).is_ok())
+            .find(|n| instance.get_func(&mut store, n).is_some())
         {
             Some(n) => n.to_owned(),
             None if args.args.is_empty() => return Ok(()),
-            None => bail!("no export to call: pass --invoke NAME"),
+            None => return Err(Usage("no export to call: pass --invoke NAME".into()).into()),
         },
     };
-    let func = instance.get_func(&name)?;
-    let params = func.ty().params.clone();
-    if params.len() != args.args.len() {
-        bail!(
-            "`{name}` takes {} arguments ({params:?}), {} given",
-            params.len(),
+    let func = instance
+        .get_func(&mut store, &name)
+        .ok_or_else(|| Usage(format!("the module exports no function `{name}`")))?;
+    let ty = func.ty(&store);
+    if ty.params.len() != args.args.len() {
+        return Err(Usage(format!(
+            "`{name}` takes {} arguments ({:?}), {} given",
+            ty.params.len(),
+            ty.params,
             args.args.len()
-        );
+        ))
+        .into());
     }
-    let vals = params
+    let vals = ty
+        .params
         .iter()
         .zip(&args.args)
         .map(|(&t, s)| parse_arg(t, s))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    for v in func.call(&engine, &vals)? {
-        println!("{}", show(&v));
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
+    func.call(&mut store, &vals, &mut results)?;
+    for v in &results {
+        println!("{}", show(v));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_int;
+
+    #[test]
+    fn integers_are_taken_signed_or_unsigned_and_never_wrapped() {
+        assert_eq!(parse_int("-2147483648", 32), Some(-2147483648));
+        assert_eq!(parse_int("4294967295", 32), Some(4294967295));
+        assert_eq!(parse_int("4294967296", 32), None);
+        assert_eq!(parse_int("-2147483649", 32), None);
+        assert_eq!(
+            parse_int("18446744073709551615", 64),
+            Some(u64::MAX as i128)
+        );
+        assert_eq!(parse_int("18446744073709551616", 64), None);
+        assert_eq!(parse_int("-9223372036854775809", 64), None);
+        assert_eq!(parse_int("1.5", 32), None);
+    }
 }

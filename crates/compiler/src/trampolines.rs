@@ -29,7 +29,8 @@ pub fn entry(
     b.append_block_params_for_function_params(block);
     b.switch_to_block(block);
     let [vmctx, callee, values] = b.block_params(block).try_into().unwrap();
-    let mut args = vec![vmctx];
+    let no_caller = b.ins().iconst(I64, 0);
+    let mut args = vec![vmctx, no_caller];
     for (i, &t) in ty.params.iter().enumerate() {
         args.push(
             b.ins()
@@ -49,8 +50,8 @@ pub fn entry(
 }
 
 /// A function with the wasm signature of `ty` whose `vmctx` is a host function context: it
-/// spills the arguments, calls the context's `call`, traps if that failed, and returns the
-/// results it wrote.
+/// spills the arguments, calls the context's `call` with the caller's vmctx, traps if that
+/// failed, and returns the results it wrote.
 pub fn host_adapter(
     env: &Env<'_>,
     ty: &FuncType,
@@ -63,7 +64,7 @@ pub fn host_adapter(
     b.append_block_params_for_function_params(block);
     b.switch_to_block(block);
     let params = b.block_params(block).to_vec();
-    let host_ctx = params[0];
+    let (host_ctx, caller_vmctx) = (params[0], params[1]);
     let slots = ty.params.len().max(ty.results.len()).max(1) as u32;
     let slot = b.create_sized_stack_slot(StackSlotData::new(
         StackSlotKind::ExplicitSlot,
@@ -71,18 +72,18 @@ pub fn host_adapter(
         4,
     ));
     let values = b.ins().stack_addr(I64, slot, 0);
-    for (i, &p) in params[1..].iter().enumerate() {
+    for (i, &p) in params[2..].iter().enumerate() {
         b.ins()
             .store(MemFlagsData::trusted(), p, values, i as i32 * VAL);
     }
     let mut call_sig = Signature::new(env.call_conv);
-    call_sig.params.extend([AbiParam::new(I64); 2]);
+    call_sig.params.extend([AbiParam::new(I64); 3]);
     call_sig.returns.push(AbiParam::new(I32));
     let call_sig = b.import_signature(call_sig);
     let call_fn = b.ins().load(I64, MemFlagsData::trusted(), host_ctx, 0);
     let call = b
         .ins()
-        .call_indirect(call_sig, call_fn, &[host_ctx, values]);
+        .call_indirect(call_sig, call_fn, &[host_ctx, caller_vmctx, values]);
     let status = b.inst_results(call)[0];
     b.ins().trapnz(status, code::HOST_ERROR);
     let results: Vec<_> = ty

@@ -37,11 +37,14 @@ pub fn ir_type(ty: ValType) -> Type {
     }
 }
 
-/// The native signature of a wasm function type: `vmctx` first.
+/// The native signature of a wasm function type: the callee's `vmctx` first, then the
+/// caller's (null when the host calls), then the wasm parameters. Host functions use the
+/// caller's context to tell which instance called them.
 pub fn wasm_signature(call_conv: CallConv, ty: &ephem_module::FuncType) -> Signature {
     let mut sig = Signature::new(call_conv);
     sig.params
         .push(AbiParam::special(I64, ArgumentPurpose::VMContext));
+    sig.params.push(AbiParam::new(I64));
     sig.params
         .extend(ty.params.iter().map(|&t| AbiParam::new(ir_type(t))));
     sig.returns
@@ -155,7 +158,7 @@ pub fn translate(
     let mut locals = Vec::new();
     for (i, &t) in ty.params.iter().enumerate() {
         let var = b.declare_var(ir_type(t));
-        let v = b.block_params(entry)[i + 1];
+        let v = b.block_params(entry)[i + 2];
         b.def_var(var, v);
         locals.push(var);
     }
@@ -467,7 +470,7 @@ impl Translator<'_, '_> {
             let fr = self.env.offsets.funcref(func);
             let code = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_CODE);
             let callee_vmctx = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_VMCTX);
-            let mut all = vec![callee_vmctx];
+            let mut all = vec![callee_vmctx, self.vmctx];
             all.extend(args);
             self.b.ins().call_indirect(sig, code, &all)
         } else {
@@ -484,7 +487,7 @@ impl Translator<'_, '_> {
                 colocated: true,
                 patchable: false,
             });
-            let mut all = vec![self.vmctx];
+            let mut all = vec![self.vmctx, self.vmctx];
             all.extend(args);
             self.b.ins().call(callee, &all)
         };
@@ -547,7 +550,7 @@ impl Translator<'_, '_> {
         let sig = self
             .b
             .import_signature(wasm_signature(self.env.call_conv, &ty));
-        let mut all = vec![callee_vmctx];
+        let mut all = vec![callee_vmctx, self.vmctx];
         all.extend(self.stack.split_off(self.stack.len() - ty.params.len()));
         let call = self.b.ins().call_indirect(sig, code_ptr, &all);
         let results = self.b.inst_results(call).to_vec();

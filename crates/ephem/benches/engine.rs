@@ -3,19 +3,18 @@
 //! the module is also opened from the compile cache every time.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ephem::{Cache, Compiler, Engine, Linker, Module, Val};
+use ephem::{Cache, Compiler, Engine, Linker, Module, Store};
 
 const SMALL: &[u8] = include_bytes!("../../../examples/fib.wat");
 
-/// Instantiates `fib.wat`, calls `fib(20)`, checks the result, drops the instance.
-fn instantiate_and_call(engine: &Engine, module: &Module) {
-    let instance = Linker::new().instantiate(module).unwrap();
-    let r = instance
-        .get_func("fib")
-        .unwrap()
-        .call(engine, &[Val::I32(20)])
+/// Instantiates `fib.wat` in a new store, calls `fib(20)`, checks the result, drops the store.
+fn instantiate_and_call(engine: &Engine, linker: &Linker<()>, module: &Module) {
+    let mut store = Store::new(engine, ());
+    let instance = linker.instantiate(&mut store, module).unwrap();
+    let fib = instance
+        .get_typed_func::<i32, i64>(&mut store, "fib")
         .unwrap();
-    assert!(matches!(r[..], [Val::I64(6765)]));
+    assert_eq!(fib.call(&mut store, 20).unwrap(), 6765);
 }
 
 fn engine(c: &mut Criterion) {
@@ -35,10 +34,11 @@ fn engine(c: &mut Criterion) {
     }
 
     let engine = Engine::default();
+    let linker = Linker::new(&engine);
     let module = ephem::compile_with(&compiler, &engine, &wasm).unwrap();
     c.bench_function("invocation/fib.wat load+instantiate+call+teardown", |b| {
         b.iter(|| {
-            instantiate_and_call(&engine, &module);
+            instantiate_and_call(&engine, &linker, &module);
         })
     });
 
@@ -50,7 +50,7 @@ fn engine(c: &mut Criterion) {
         b.iter(|| {
             let artifact = cache.open(&key).unwrap().unwrap();
             let module = Module::from_artifact(&engine, artifact);
-            instantiate_and_call(&engine, &module);
+            instantiate_and_call(&engine, &linker, &module);
         })
     });
     let _ = std::fs::remove_dir_all(&dir);

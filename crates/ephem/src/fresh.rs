@@ -6,15 +6,15 @@
 //! Then each invocation picks a module at random and takes the whole path with no loaded module
 //! carried over from earlier invocations: open the artifact from the cache by key, load its code,
 //! link its imports (the host functions, and fresh memories and tables of the declared types),
-//! instantiate (memories, segments, start), call the export if one is named, and tear
-//! everything down.
+//! instantiate in a new [`Store`] (memories, segments, start), call the export if one is named,
+//! and tear everything down (drop the store and the module).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::{Cache, Compiler, Engine, Instance, Linker, Module, Val, ValType};
+use crate::{Cache, Compiler, Engine, Linker, Module, Store, Val, ValType};
 
 /// A module of the workload, compiled into the cache.
 #[derive(Clone, Debug)]
@@ -113,8 +113,8 @@ pub fn measure(
     let mut hosts = Vec::new();
     for s in &subjects {
         let module = Module::from_artifact(engine, cache.open(&s.key)?.context("cached")?);
-        let mut host = Linker::new();
-        host.define_unknown_funcs_as_traps(&module);
+        let mut host = Linker::new(engine);
+        host.define_unknown_imports_as_traps(&module)?;
         invoke(engine, cache, s, &host, export)?;
         hosts.push(host);
     }
@@ -129,17 +129,7 @@ pub fn measure(
 
 /// Zero arguments of the given types.
 pub fn zero_args(types: &[ValType]) -> Vec<Val> {
-    types
-        .iter()
-        .map(|t| match t {
-            ValType::I32 => Val::I32(0),
-            ValType::I64 => Val::I64(0),
-            ValType::F32 => Val::F32(0),
-            ValType::F64 => Val::F64(0),
-            ValType::FuncRef => Val::FuncRef(None),
-            ValType::ExternRef => Val::ExternRef(None),
-        })
-        .collect()
+    types.iter().map(|&t| Val::default_for(t)).collect()
 }
 
 /// One invocation of `subject`. A trap in the called export counts as a finished call (the
@@ -148,7 +138,7 @@ pub fn invoke(
     engine: &Engine,
     cache: &Cache,
     subject: &Subject,
-    host: &Linker,
+    host: &Linker<()>,
     export: Option<&str>,
 ) -> anyhow::Result<Sample> {
     let mut s = Sample::default();
@@ -159,24 +149,29 @@ pub fn invoke(
     let module = Module::from_artifact(engine, artifact);
     let t1 = Instant::now();
     s.open = t1 - t0;
-    let imports = host.resolve_with_fresh_state(&module)?;
+    let mut store = Store::new(engine, ());
+    let pre = host.instantiate_pre(&module)?;
     let t2 = Instant::now();
     s.link = t2 - t1;
-    let (instance, timings) = Instance::new_timed(&module, &imports)
+    let (instance, timings) = pre
+        .instantiate_timed(&mut store)
         .with_context(|| format!("instantiating {}", subject.name))?;
     s.load_code = timings.load_code;
     s.memories = timings.memories;
     s.instantiate = timings.check_imports + timings.initialise;
     let t3 = Instant::now();
     if let Some(name) = export {
-        let func = instance.get_func(name)?;
-        let args = zero_args(&func.ty().params);
-        let _ = func.call(engine, &args);
+        let func = instance
+            .get_func(&mut store, name)
+            .with_context(|| format!("{} exports no function `{name}`", subject.name))?;
+        let ty = func.ty(&store);
+        let mut results = zero_args(&ty.results);
+        let _ = func.call(&mut store, &zero_args(&ty.params), &mut results);
     }
     let t4 = Instant::now();
     s.call = t4 - t3;
-    drop(instance);
-    drop(imports);
+    drop(store);
+    drop(pre);
     drop(module);
     s.teardown = t4.elapsed();
     Ok(s)

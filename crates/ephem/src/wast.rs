@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use anyhow::{Context, anyhow, bail};
 use ephem_compiler::Compiler;
 use ephem_runtime::{
-    Engine, Error, Extern, Func, FuncType, Global, GlobalType, Instance, Linker, Memory,
-    MemoryType, Module, Table, TableType, TrapKind, Val, ValType,
+    Engine, Error, Extern, ExternRef, FuncType, Global, GlobalType, Instance, Linker, Memory,
+    MemoryType, Module, Store, Table, TableType, TrapKind, Val, ValType,
 };
 use wast::core::{AbstractHeapType, HeapType, NanPattern, WastArgCore, WastRetCore};
 use wast::parser::{self, ParseBuffer};
@@ -104,7 +104,10 @@ enum Step {
 struct Runner<'c> {
     compiler: &'c Compiler,
     engine: Engine,
-    linker: Linker,
+    /// Everything the script instantiates lives here until the script ends (registered
+    /// instances' tables and funcrefs are shared, as the spec's linking tests require).
+    store: Store<()>,
+    linker: Linker<()>,
     named: HashMap<String, Instance>,
     definitions: HashMap<String, Module>,
     current: Option<Instance>,
@@ -119,13 +122,11 @@ fn func_type(params: &[ValType], results: &[ValType]) -> FuncType {
     }
 }
 
-/// The `spectest` module every script may import from.
-fn spectest(engine: &Engine) -> anyhow::Result<Linker> {
+/// The `spectest` module every script may import from, in `store`.
+fn spectest(store: &mut Store<()>) -> anyhow::Result<Linker<()>> {
     use ValType::*;
-    let mut linker = Linker::new();
-    let print = |params: &[ValType]| {
-        Extern::Func(Func::new(engine, func_type(params, &[]), |_| Ok(vec![])))
-    };
+    let mut linker = Linker::new(store.engine());
+    linker.allow_shadowing(true);
     for (name, params) in [
         ("print", &[][..]),
         ("print_i32", &[I32]),
@@ -135,53 +136,51 @@ fn spectest(engine: &Engine) -> anyhow::Result<Linker> {
         ("print_i32_f32", &[I32, F32]),
         ("print_f64_f64", &[F64, F64]),
     ] {
-        linker.define("spectest", name, print(params));
+        linker.func_new("spectest", name, func_type(params, &[]), |_, _, _| Ok(()))?;
     }
-    let global = |ty, value: u128| {
-        Extern::Global(std::rc::Rc::new(Global::new(
-            GlobalType { ty, mutable: false },
-            value,
-        )))
+    let mut global = |name: &str, value: Val| -> anyhow::Result<()> {
+        let ty = GlobalType {
+            ty: value.ty(),
+            mutable: false,
+        };
+        let g = Global::new(&mut *store, ty, value)?;
+        linker.define(&*store, "spectest", name, g)?;
+        Ok(())
     };
-    linker.define("spectest", "global_i32", global(I32, 666));
-    linker.define("spectest", "global_i64", global(I64, 666));
-    linker.define(
-        "spectest",
-        "global_f32",
-        global(F32, 666.6f32.to_bits() as u128),
-    );
-    linker.define(
-        "spectest",
-        "global_f64",
-        global(F64, 666.6f64.to_bits() as u128),
-    );
+    global("global_i32", Val::I32(666))?;
+    global("global_i64", Val::I64(666))?;
+    global("global_f32", Val::F32(666.6f32.to_bits()))?;
+    global("global_f64", Val::F64(666.6f64.to_bits()))?;
     let table = Table::new(
+        &mut *store,
         TableType {
             elem: FuncRef,
             min: 10,
             max: Some(20),
         },
-        0,
+        Val::FuncRef(None),
     )?;
-    linker.define("spectest", "table", Extern::Table(std::rc::Rc::new(table)));
-    let memory = Memory::new(MemoryType {
-        min: 1,
-        max: Some(2),
-    })?;
-    linker.define(
-        "spectest",
-        "memory",
-        Extern::Memory(std::rc::Rc::new(memory)),
-    );
+    linker.define(&*store, "spectest", "table", table)?;
+    let memory = Memory::new(
+        &mut *store,
+        MemoryType {
+            min: 1,
+            max: Some(2),
+        },
+    )?;
+    linker.define(&*store, "spectest", "memory", memory)?;
     Ok(linker)
 }
 
 impl<'c> Runner<'c> {
     fn new(compiler: &'c Compiler, engine: &Engine, reuse: Loading) -> Runner<'c> {
+        let mut store = Store::new(engine, ());
+        let linker = spectest(&mut store).expect("spectest module");
         Runner {
             compiler,
             engine: engine.clone(),
-            linker: spectest(engine).expect("spectest module"),
+            store,
+            linker,
             named: HashMap::new(),
             definitions: HashMap::new(),
             current: None,
@@ -213,10 +212,12 @@ impl<'c> Runner<'c> {
                 crate::compile_with(self.compiler, &self.engine, wat)
                     .expect("filler module compiles")
             });
-            let other = Instance::new(filler, &[])?;
-            drop(other);
+            // In a store of its own, dropped at once: its code slot is free for the module.
+            let mut scratch = Store::new(&self.engine, ());
+            Instance::new(&mut scratch, filler, &[])?;
+            drop(scratch);
         }
-        self.linker.instantiate(module)
+        self.linker.instantiate(&mut self.store, module)
     }
 
     fn wat_module(&mut self, mut wat: QuoteWat<'_>) -> anyhow::Result<(Option<String>, Module)> {
@@ -225,28 +226,32 @@ impl<'c> Runner<'c> {
         Ok((name, self.compile(&bytes)?))
     }
 
-    fn instance(&self, name: Option<wast::token::Id<'_>>) -> anyhow::Result<&Instance> {
+    fn instance(&self, name: Option<wast::token::Id<'_>>) -> anyhow::Result<Instance> {
         match name {
             Some(id) => self
                 .named
                 .get(id.name())
+                .copied()
                 .ok_or_else(|| anyhow!("no module named {}", id.name())),
-            None => self
-                .current
-                .as_ref()
-                .ok_or_else(|| anyhow!("no current module")),
+            None => self.current.ok_or_else(|| anyhow!("no current module")),
         }
     }
 
     fn invoke(&mut self, inv: &WastInvoke<'_>) -> anyhow::Result<Result<Vec<Val>, Error>> {
-        let instance = self.instance(inv.module)?.clone();
-        let func = instance.get_func(inv.name)?;
+        let instance = self.instance(inv.module)?;
+        let func = instance
+            .get_func(&mut self.store, inv.name)
+            .ok_or_else(|| anyhow!("no function named {}", inv.name))?;
         let args = inv
             .args
             .iter()
             .map(arg)
             .collect::<anyhow::Result<Vec<_>>>()?;
-        Ok(func.call(&self.engine, &args))
+        let ty = func.ty(&self.store);
+        let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
+        Ok(func
+            .call(&mut self.store, &args, &mut results)
+            .map(|()| results))
     }
 
     fn execute(&mut self, exec: WastExecute<'_>) -> anyhow::Result<Result<Vec<Val>, Error>> {
@@ -258,8 +263,8 @@ impl<'c> Runner<'c> {
             }
             WastExecute::Get { module, global, .. } => {
                 let instance = self.instance(module)?;
-                match instance.get_export(global) {
-                    Some(Extern::Global(g)) => Ok(Ok(vec![raw_to_val(g.ty.ty, g.get())])),
+                match instance.get_export(&mut self.store, global) {
+                    Some(Extern::Global(g)) => Ok(Ok(vec![g.get(&self.store)])),
                     _ => bail!("no global named {global}"),
                 }
             }
@@ -272,7 +277,7 @@ impl<'c> Runner<'c> {
                 let (name, module) = self.wat_module(wat)?;
                 let instance = self.instantiate(&module)?;
                 if let Some(name) = name {
-                    self.named.insert(name, instance.clone());
+                    self.named.insert(name, instance);
                 }
                 self.current = Some(instance);
                 Ok(Step::Done)
@@ -295,14 +300,14 @@ impl<'c> Runner<'c> {
                     .ok_or_else(|| anyhow!("no definition {}", def.name()))?;
                 let inst = self.instantiate(&module)?;
                 if let Some(name) = instance {
-                    self.named.insert(name.name().to_owned(), inst.clone());
+                    self.named.insert(name.name().to_owned(), inst);
                 }
                 self.current = Some(inst);
                 Ok(Step::Done)
             }
             WastDirective::Register { name, module, .. } => {
-                let instance = self.instance(module)?.clone();
-                self.linker.instance(name, &instance);
+                let instance = self.instance(module)?;
+                self.linker.instance(&mut self.store, name, instance)?;
                 Ok(Step::Done)
             }
             WastDirective::Invoke(inv) => {
@@ -375,17 +380,6 @@ impl<'c> Runner<'c> {
     }
 }
 
-fn raw_to_val(ty: ValType, raw: u128) -> Val {
-    match ty {
-        ValType::I32 => Val::I32(raw as u32 as i32),
-        ValType::I64 => Val::I64(raw as u64 as i64),
-        ValType::F32 => Val::F32(raw as u32),
-        ValType::F64 => Val::F64(raw as u64),
-        ValType::ExternRef => Val::ExternRef((raw != 0).then(|| (raw - 1) as u32)),
-        ValType::FuncRef => Val::I64(raw as i64),
-    }
-}
-
 fn heap_is_extern(h: &HeapType<'_>) -> bool {
     matches!(
         h,
@@ -407,7 +401,7 @@ fn arg(a: &WastArg<'_>) -> anyhow::Result<Val> {
         WastArgCore::F64(v) => Val::F64(v.bits),
         WastArgCore::RefNull(h) if heap_is_extern(h) => Val::ExternRef(None),
         WastArgCore::RefNull(_) => Val::FuncRef(None),
-        WastArgCore::RefExtern(n) => Val::ExternRef(Some(*n)),
+        WastArgCore::RefExtern(n) => Val::ExternRef(Some(ExternRef(*n))),
         other => bail!("unsupported argument {other:?}"),
     })
 }
@@ -438,7 +432,7 @@ fn matches(actual: &Val, expected: &WastRetCore<'_>) -> bool {
             h.as_ref().is_none_or(|h| !heap_is_extern(h))
         }
         (Val::ExternRef(None), WastRetCore::RefNull(h)) => h.as_ref().is_none_or(heap_is_extern),
-        (Val::ExternRef(Some(a)), WastRetCore::RefExtern(e)) => e.is_none_or(|e| e == *a),
+        (Val::ExternRef(Some(a)), WastRetCore::RefExtern(e)) => e.is_none_or(|e| e == a.0),
         (Val::FuncRef(Some(_)), WastRetCore::RefFunc(_)) => true,
         (_, WastRetCore::Either(options)) => options.iter().any(|o| matches(actual, o)),
         _ => false,

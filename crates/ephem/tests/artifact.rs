@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use ephem::{
-    Artifact, Compiler, Engine, EngineConfig, Instance, MemoryConfig, Module, PoolConfig, Val,
+    Artifact, Compiler, Engine, EngineConfig, Extern, Global, GlobalType, Instance, Linker, Memory,
+    MemoryConfig, MemoryType, Module, PoolConfig, Store, Val, ValType,
 };
 use ephem_artifact::{Error, format};
 
@@ -39,32 +40,64 @@ fn open(dir: &std::path::Path, name: &str, bytes: &[u8]) -> Result<Artifact, Err
     Artifact::open(&path)
 }
 
-fn call(instance: &Instance, engine: &Engine, name: &str, args: &[Val]) -> Vec<Val> {
-    instance
-        .get_func(name)
-        .unwrap()
-        .call(engine, args)
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
+/// An instance in a store of its own: dropping it frees its memory slot and code.
+struct Run {
+    store: Store<()>,
+    instance: Instance,
 }
 
-fn load(instance: &Instance, engine: &Engine, at: i32) -> i32 {
-    match call(instance, engine, "load", &[Val::I32(at)])[..] {
-        [Val::I32(v)] => v,
-        ref other => panic!("{other:?}"),
+impl Run {
+    fn new(module: &Module, imports: &[Extern]) -> Run {
+        let mut store = Store::new(module.engine(), ());
+        let instance = Instance::new(&mut store, module, imports).unwrap();
+        Run { store, instance }
     }
-}
 
-fn grow(instance: &Instance, engine: &Engine, pages: i32) -> i32 {
-    match call(instance, engine, "grow", &[Val::I32(pages)])[..] {
-        [Val::I32(v)] => v,
-        ref other => panic!("{other:?}"),
+    fn try_call(&mut self, name: &str, args: &[Val]) -> Result<Vec<Val>, ephem::Error> {
+        let func = self.instance.get_func(&mut self.store, name).unwrap();
+        let mut results: Vec<Val> = func
+            .ty(&self.store)
+            .results
+            .iter()
+            .map(|&t| Val::default_for(t))
+            .collect();
+        func.call(&mut self.store, args, &mut results)?;
+        Ok(results)
     }
-}
 
-fn read_image(instance: &Instance, engine: &Engine) -> Vec<u8> {
-    (0..5)
-        .map(|i| load(instance, engine, IMAGE_AT + i) as u8)
-        .collect()
+    fn call(&mut self, name: &str, args: &[Val]) -> Vec<Val> {
+        self.try_call(name, args)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    fn i32(&mut self, name: &str, args: &[Val]) -> i32 {
+        match self.call(name, args)[..] {
+            [Val::I32(v)] => v,
+            ref other => panic!("{other:?}"),
+        }
+    }
+
+    fn load(&mut self, at: i32) -> i32 {
+        self.i32("load", &[Val::I32(at)])
+    }
+
+    fn grow(&mut self, pages: i32) -> i32 {
+        self.i32("grow", &[Val::I32(pages)])
+    }
+
+    fn store(&mut self, at: i32, byte: i32) {
+        self.call("store", &[Val::I32(at), Val::I32(byte)]);
+    }
+
+    fn read_image(&mut self) -> Vec<u8> {
+        (0..5).map(|i| self.load(IMAGE_AT + i) as u8).collect()
+    }
+
+    /// The address of the exported memory `mem`: which pool slot it took.
+    fn base(&mut self) -> usize {
+        let mem = self.instance.get_memory(&mut self.store, "mem").unwrap();
+        mem.data_ptr(&self.store) as usize
+    }
 }
 
 #[test]
@@ -85,13 +118,9 @@ fn an_artifact_file_runs_and_has_an_image() {
 
     let engine = Engine::default();
     let module = Module::from_artifact(&engine, artifact);
-    let instance = Instance::new(&module, &[]).unwrap();
-    assert_eq!(read_image(&instance, &engine), b"image");
-    let trap = instance
-        .get_func("trap")
-        .unwrap()
-        .call(&engine, &[])
-        .unwrap_err();
+    let mut run = Run::new(&module, &[]);
+    assert_eq!(run.read_image(), b"image");
+    let trap = run.try_call("trap", &[]).unwrap_err();
     assert_eq!(
         trap.trap().unwrap().kind,
         ephem::TrapKind::MemoryOutOfBounds
@@ -260,72 +289,49 @@ fn reused_memory_slots_never_show_the_previous_instance() {
         let other = ephem::compile_with(&compiler, &engine, other_wat.as_bytes()).unwrap();
         let secrets = [IMAGE_AT, IMAGE_AT + 3, 16, 65536 * 2 - 1, 65536 * 2 + 7];
 
-        let first = Instance::new(&module, &[]).unwrap();
-        let base = first.get_export("mem").map(|e| match e {
-            ephem::Extern::Memory(m) => m.base(),
-            _ => unreachable!(),
-        });
-        assert_eq!(grow(&first, &engine, 1), 2);
+        let mut first = Run::new(&module, &[]);
+        let base = first.base();
+        assert_eq!(first.grow(1), 2);
         for &at in &secrets {
-            call(&first, &engine, "store", &[Val::I32(at), Val::I32(0x5e)]);
+            first.store(at, 0x5e);
         }
-        assert_eq!(load(&first, &engine, IMAGE_AT), 0x5e);
+        assert_eq!(first.load(IMAGE_AT), 0x5e);
         drop(first);
 
-        let second = Instance::new(&module, &[]).unwrap();
-        let base2 = second.get_export("mem").map(|e| match e {
-            ephem::Extern::Memory(m) => m.base(),
-            _ => unreachable!(),
-        });
-        assert_eq!(base, base2, "the slot was reused");
+        let mut second = Run::new(&module, &[]);
+        assert_eq!(base, second.base(), "the slot was reused");
         assert_eq!(
-            read_image(&second, &engine),
+            second.read_image(),
             b"image",
             "{map_image_at} {keep_resident}"
         );
         for at in [16, 65536 * 2 - 1] {
-            assert_eq!(load(&second, &engine, at), 0, "byte {at} leaked");
+            assert_eq!(second.load(at), 0, "byte {at} leaked");
         }
         // The grown page is gone: the memory is back at its minimum size.
-        let oob = second
-            .get_func("load")
-            .unwrap()
-            .call(&engine, &[Val::I32(65536 * 2 + 7)]);
+        let oob = second.try_call("load", &[Val::I32(65536 * 2 + 7)]);
         assert!(oob.is_err(), "memory did not shrink back to its minimum");
         for &at in &secrets {
-            call(
-                &second,
-                &engine,
-                "store",
-                &[Val::I32(at % (65536 * 2)), Val::I32(0x77)],
-            );
+            second.store(at % (65536 * 2), 0x77);
         }
         drop(second);
 
         // Another module in the same slot (same size, no image) sees zeros everywhere,
         // including where the first module's image was.
-        let third = Instance::new(&other, &[]).unwrap();
-        let base3 = third.get_export("mem").map(|e| match e {
-            ephem::Extern::Memory(m) => m.base(),
-            _ => unreachable!(),
-        });
-        assert_eq!(base, base3, "the slot was reused");
+        let mut third = Run::new(&other, &[]);
+        assert_eq!(base, third.base(), "the slot was reused");
         for at in [16, IMAGE_AT, IMAGE_AT + 4, 65536 * 2 - 1] {
-            assert_eq!(load(&third, &engine, at), 0, "byte {at} leaked");
+            assert_eq!(third.load(at), 0, "byte {at} leaked");
         }
         assert!(
-            third
-                .get_func("load")
-                .unwrap()
-                .call(&engine, &[Val::I32(65536 * 2)])
-                .is_err(),
+            third.try_call("load", &[Val::I32(65536 * 2)]).is_err(),
             "two pages only"
         );
         drop(third);
         // And the image comes back for its own module after that.
-        let fourth = Instance::new(&module, &[]).unwrap();
-        assert_eq!(read_image(&fourth, &engine), b"image");
-        assert_eq!(load(&fourth, &engine, 16), 0);
+        let mut fourth = Run::new(&module, &[]);
+        assert_eq!(fourth.read_image(), b"image");
+        assert_eq!(fourth.load(16), 0);
     }
 }
 
@@ -334,23 +340,17 @@ fn memories_grow_beyond_their_image() {
     for map_image_at in [0, usize::MAX] {
         let engine = engine_with(map_image_at, 64 << 10, true);
         let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
-        let instance = Instance::new(&module, &[]).unwrap();
-        assert_eq!(grow(&instance, &engine, 3), 2);
+        let mut run = Run::new(&module, &[]);
+        assert_eq!(run.grow(3), 2);
         let top = 5 * 65536 - 1;
-        assert_eq!(load(&instance, &engine, top), 0);
-        call(&instance, &engine, "store", &[Val::I32(top), Val::I32(9)]);
-        call(
-            &instance,
-            &engine,
-            "store",
-            &[Val::I32(IMAGE_AT), Val::I32(b'I' as i32)],
-        );
-        assert_eq!(load(&instance, &engine, top), 9);
-        let image = read_image(&instance, &engine);
-        assert_eq!(image, b"Image");
+        assert_eq!(run.load(top), 0);
+        run.store(top, 9);
+        run.store(IMAGE_AT, b'I' as i32);
+        assert_eq!(run.load(top), 9);
+        assert_eq!(run.read_image(), b"Image");
         // Past the maximum (8 pages) growth fails and nothing changes.
-        assert_eq!(grow(&instance, &engine, 4), -1);
-        assert_eq!(load(&instance, &engine, top), 9);
+        assert_eq!(run.grow(4), -1);
+        assert_eq!(run.load(top), 9);
     }
 }
 
@@ -370,13 +370,9 @@ fn text_mapped_from_the_file_runs_and_traps() {
     let artifact = open(&dir, "m.ephem", &artifact_bytes(WAT)).unwrap();
     let module = Module::from_artifact(&engine, artifact);
     for _ in 0..3 {
-        let instance = Instance::new(&module, &[]).unwrap();
-        assert_eq!(read_image(&instance, &engine), b"image");
-        let e = instance
-            .get_func("trap")
-            .unwrap()
-            .call(&engine, &[])
-            .unwrap_err();
+        let mut run = Run::new(&module, &[]);
+        assert_eq!(run.read_image(), b"image");
+        let e = run.try_call("trap", &[]).unwrap_err();
         assert_eq!(e.trap().unwrap().kind, ephem::TrapKind::MemoryOutOfBounds);
     }
     assert_eq!(engine.code_pool().stats().slots, 0, "nothing was copied");
@@ -390,13 +386,7 @@ fn alternating_modules_keep_their_own_memory_slots() {
     let engine = Engine::default();
     let a = ephem::compile(&engine, WAT.as_bytes()).unwrap();
     let b = ephem::compile(&engine, br#"(module (memory (export "mem") 3))"#).unwrap();
-    let base = |m: &Module| {
-        let instance = Instance::new(m, &[]).unwrap();
-        match instance.get_export("mem") {
-            Some(ephem::Extern::Memory(mem)) => mem.base() as usize,
-            _ => unreachable!(),
-        }
-    };
+    let base = |m: &Module| Run::new(m, &[]).base();
     let (a0, b0) = (base(&a), base(&b));
     assert_ne!(a0, b0);
     for _ in 0..3 {
@@ -418,8 +408,7 @@ fn a_pool_without_idle_slots_works() {
     .unwrap();
     let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
     for _ in 0..3 {
-        let instance = Instance::new(&module, &[]).unwrap();
-        assert_eq!(read_image(&instance, &engine), b"image");
+        assert_eq!(Run::new(&module, &[]).read_image(), b"image");
     }
 }
 
@@ -436,19 +425,13 @@ const IMPORTS_MEMORY: &str = r#"
   (data (i32.const 65552) "ima")
   (data (i32.const 65556) "e")
   (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0)))
-  (func (export "store") (param i32 i32) (i32.store8 (local.get 0) (local.get 1))))
+  (func (export "store") (param i32 i32) (i32.store8 (local.get 0) (local.get 1)))
+  (export "mem" (memory 0)))
 "#;
 
-fn memory_of(externs: &[ephem::Extern]) -> std::rc::Rc<ephem::Memory> {
-    match &externs[0] {
-        ephem::Extern::Memory(m) => m.clone(),
-        other => panic!("{other:?}"),
-    }
-}
-
-fn bytes_at(memory: &ephem::Memory, at: usize, n: usize) -> Vec<u8> {
+fn bytes_at(store: &Store<()>, memory: Memory, at: usize, n: usize) -> Vec<u8> {
     let mut buf = vec![0; n];
-    memory.read(at, &mut buf).unwrap();
+    memory.read(store, at, &mut buf).unwrap();
     buf
 }
 
@@ -461,6 +444,10 @@ fn imported_memories_get_images_only_as_segments_would_write_them() {
     let no_image = r#"(module (import "env" "mem" (memory 2 8))
         (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0))))"#;
     let settings = [(0, 0), (0, 1 << 20), (usize::MAX, 1 << 20)];
+    let ty = MemoryType {
+        min: 2,
+        max: Some(8),
+    };
     for ((map_image_at, keep_resident), reuse_images) in
         settings.into_iter().flat_map(|s| [(s, true), (s, false)])
     {
@@ -469,74 +456,85 @@ fn imported_memories_get_images_only_as_segments_would_write_them() {
         let module = ephem::compile_with(&compiler, &engine, IMPORTS_MEMORY.as_bytes()).unwrap();
         let plain = ephem::compile_with(&compiler, &engine, no_image.as_bytes()).unwrap();
         let image = b"ima\0e";
-        let global = |v: u32| {
-            let ty = ephem::GlobalType {
-                ty: ephem::ValType::I32,
+        let at = |store: &mut Store<()>, v: i32| -> Extern {
+            let ty = GlobalType {
+                ty: ValType::I32,
                 mutable: false,
             };
-            ephem::Extern::Global(std::rc::Rc::new(ephem::Global::new(ty, v as _)))
+            Global::new(store, ty, Val::I32(v)).unwrap().into()
         };
-        let mut fails = ephem::Linker::new();
-        fails.define("env", "at", global(5));
 
-        // Fresh memories, twice (the second in the slot the first left, maybe with its
-        // image): the image, and nothing the first instance wrote.
+        // Fresh memories made by the linker, twice (the second in the slot the first left,
+        // maybe with its image): the image, and nothing the first instance wrote.
+        let mut fresh = Linker::new(&engine);
         for round in 0..2 {
-            let externs = ephem::Linker::new()
-                .resolve_with_fresh_state(&module)
-                .unwrap();
-            let instance = Instance::new(&module, &externs).unwrap();
-            let memory = memory_of(&externs);
-            assert_eq!(bytes_at(&memory, IMAGE_AT as usize, 5), image, "{what}");
-            assert_eq!(load(&instance, &engine, 16), 0, "{what} round {round}");
+            let mut store = Store::new(&engine, ());
+            let global = at(&mut store, 0);
+            fresh.allow_shadowing(true);
+            fresh.define(&store, "env", "at", global).unwrap();
+            fresh.define_unknown_imports_as_traps(&module).unwrap();
+            let instance = fresh.instantiate(&mut store, &module).unwrap();
+            let memory = instance.get_memory(&mut store, "mem").unwrap();
+            assert_eq!(
+                bytes_at(&store, memory, IMAGE_AT as usize, 5),
+                image,
+                "{what}"
+            );
+            let mut run = Run { store, instance };
+            assert_eq!(run.load(16), 0, "{what} round {round}");
             for at in [16, IMAGE_AT, IMAGE_AT + 3] {
-                call(&instance, &engine, "store", &[Val::I32(at), Val::I32(0x5e)]);
+                run.store(at, 0x5e);
             }
         }
 
         // Instantiation fails at the element segment: the fresh memory (over the slot that
         // kept the image, where it is kept) must not show the data segments.
-        let externs = fails.resolve_with_fresh_state(&module).unwrap();
-        assert!(Instance::new(&module, &externs).is_err());
-        let memory = memory_of(&externs);
-        assert_eq!(bytes_at(&memory, IMAGE_AT as usize, 5), [0; 5], "{what}");
-        drop((memory, externs));
+        let mut store = Store::new(&engine, ());
+        let memory = Memory::new(&mut store, ty).unwrap();
+        let global = at(&mut store, 5);
+        assert!(Instance::new(&mut store, &module, &[memory.into(), global]).is_err());
+        assert_eq!(
+            bytes_at(&store, memory, IMAGE_AT as usize, 5),
+            [0; 5],
+            "{what}"
+        );
+        drop(store);
 
         // A fresh memory for a module without an image, and one the host makes: zeros.
-        let externs = ephem::Linker::new()
-            .resolve_with_fresh_state(&plain)
-            .unwrap();
-        let instance = Instance::new(&plain, &externs).unwrap();
-        assert_eq!(load(&instance, &engine, IMAGE_AT), 0, "{what}");
-        drop((instance, externs));
-        let ty = ephem::MemoryType {
-            min: 2,
-            max: Some(8),
+        let mut store = Store::new(&engine, ());
+        let memory = Memory::new(&mut store, ty).unwrap();
+        let mut run = Run {
+            instance: Instance::new(&mut store, &plain, &[memory.into()]).unwrap(),
+            store,
         };
-        let memory = ephem::Memory::in_pool(&engine, ty).unwrap();
+        assert_eq!(run.load(IMAGE_AT), 0, "{what}");
+        drop(run);
+        let mut store = Store::new(&engine, ());
+        let memory = Memory::new(&mut store, ty).unwrap();
         assert_eq!(
-            bytes_at(&memory, IMAGE_AT as usize - 16, 32),
+            bytes_at(&store, memory, IMAGE_AT as usize - 16, 32),
             [0; 32],
             "{what}"
         );
-        drop(memory);
+        drop(store);
 
         // A memory that already holds data: the segments' bytes are written, the gap between
         // them and everything around them are left alone.
-        let memory = std::rc::Rc::new(ephem::Memory::in_pool(&engine, ty).unwrap());
-        memory.write(IMAGE_AT as usize - 1, &[0xaa; 7]).unwrap();
-        memory.write(16, &[0xbb]).unwrap();
-        let mut host = ephem::Linker::new();
-        host.define("env", "mem", ephem::Extern::Memory(memory.clone()));
-        let externs = host.resolve_with_fresh_state(&module).unwrap();
-        let instance = Instance::new(&module, &externs).unwrap();
+        let mut store = Store::new(&engine, ());
+        let memory = Memory::new(&mut store, ty).unwrap();
+        memory
+            .write(&mut store, IMAGE_AT as usize - 1, &[0xaa; 7])
+            .unwrap();
+        memory.write(&mut store, 16, &[0xbb]).unwrap();
+        let global = at(&mut store, 0);
+        let instance = Instance::new(&mut store, &module, &[memory.into(), global]).unwrap();
         let expected = [0xaa, b'i', b'm', b'a', 0xaa, b'e', 0xaa];
         assert_eq!(
-            bytes_at(&memory, IMAGE_AT as usize - 1, 7),
+            bytes_at(&store, memory, IMAGE_AT as usize - 1, 7),
             expected,
             "{what}"
         );
-        assert_eq!(load(&instance, &engine, 16), 0xbb, "{what}");
+        assert_eq!(Run { store, instance }.load(16), 0xbb, "{what}");
     }
 }
 
@@ -552,15 +550,11 @@ fn an_image_replacing_a_larger_one_leaves_only_zeros_around_it() {
         let engine = engine_with(map_image_at, 1 << 20, reuse_images);
         let wide = ephem::compile(&engine, wide.as_bytes()).unwrap();
         let narrow = ephem::compile(&engine, narrow.as_bytes()).unwrap();
-        drop(Instance::new(&wide, &[]).unwrap());
-        let instance = Instance::new(&narrow, &[]).unwrap();
+        drop(Run::new(&wide, &[]));
+        let mut run = Run::new(&narrow, &[]);
         let what = format!("map at {map_image_at}, reuse {reuse_images}");
         for (at, byte) in [(16, 0), (12304, 0), (4112, b'B'), (4113, b'B'), (4114, 0)] {
-            assert_eq!(
-                load(&instance, &engine, at),
-                byte as i32,
-                "byte {at}: {what}"
-            );
+            assert_eq!(run.load(at), byte as i32, "byte {at}: {what}");
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use ephem::{Cache, Compiler, Engine, Instance, Outcome, Val};
+use ephem::{Cache, Compiler, Engine, Instance, Outcome, Store};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ephem-cache-{}-{name}", std::process::id()));
@@ -19,11 +19,10 @@ fn wat(n: i32) -> String {
 }
 
 fn run(engine: &Engine, module: &ephem::Module) -> i32 {
-    let instance = Instance::new(module, &[]).unwrap();
-    match instance.get_func("f").unwrap().call(engine, &[]).unwrap()[..] {
-        [Val::I32(v)] => v,
-        ref other => panic!("{other:?}"),
-    }
+    let mut store = Store::new(engine, ());
+    let instance = Instance::new(&mut store, module, &[]).unwrap();
+    let f = instance.get_typed_func::<(), i32>(&mut store, "f").unwrap();
+    f.call(&mut store, ()).unwrap()
 }
 
 #[test]

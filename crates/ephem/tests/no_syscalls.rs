@@ -1,11 +1,12 @@
 //! The steady-state fresh path for a small module makes no system call: once its artifact is
 //! open, loading its code into a `dual` slot (copied from the bytes read on open), instantiating
-//! (a pooled memory slot of the right size), calling and tearing down all run under seccomp's
+//! in a new store (a pooled memory slot of the right size), calling and tearing down (dropping
+//! the store) all run under seccomp's
 //! strict mode, where any system call but read, write and exit kills the process. (Opening a
 //! file, mapping large texts or memory images, and discarding pages beyond a slot's resident
 //! part do make system calls; this is the part that must not.) Its own test binary: it forks.
 
-use ephem::{Compiler, Engine, Instance, Module, Val};
+use ephem::{Compiler, Engine, Instance, Module, Store};
 
 #[test]
 fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
@@ -22,9 +23,10 @@ fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
     let module = Module::from_file(&engine, &path).unwrap();
     std::fs::remove_file(&path).unwrap();
     let run = || -> bool {
-        let instance = Instance::new(&module, &[]).unwrap();
-        let result = instance.get_func("g").unwrap().call(&engine, &[]).unwrap();
-        matches!(result[..], [Val::I32(42)])
+        let mut store = Store::new(&engine, ());
+        let instance = Instance::new(&mut store, &module, &[]).unwrap();
+        let g = instance.get_typed_func::<(), i32>(&mut store, "g").unwrap();
+        g.call(&mut store, ()).unwrap() == 42
     };
     // Warm up in this thread: signal handlers, the thread's stack bounds, code slots, the heap.
     for _ in 0..100 {

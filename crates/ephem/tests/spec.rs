@@ -100,9 +100,11 @@ fn spec_v2_passes_in_reused_code_slots() {
     })
     .unwrap();
     run_suite(&engine, Loading::AfterOther);
-    // Thousands of modules went through far fewer slots: slots really were reused.
+    // Thousands of modules (each after a filler module) went through far fewer slots: slots
+    // really were reused. A script's instances live in its store until the script ends, so
+    // the count peaks at the largest script's modules (about 400).
     let slots = engine.code_pool().stats().slots;
-    assert!(slots < 200, "{slots} slots for the whole suite");
+    assert!(slots < 500, "{slots} slots for the whole suite");
 }
 
 #[test]

@@ -48,9 +48,11 @@ pub struct VmTable {
 }
 
 /// The first field of the context a host adapter receives: the function it calls with the
-/// context and a pointer to the arguments (results are written back there). A non-zero return
-/// means the host function failed; the adapter then traps with `HostError`.
-pub type HostCall = unsafe extern "C" fn(ctx: *mut u8, values: *mut ValRaw) -> u32;
+/// context, the caller's vmctx (null when the host called) and a pointer to the arguments
+/// (results are written back there). A non-zero return means the host function failed; the
+/// adapter then traps with `HostError`.
+pub type HostCall =
+    unsafe extern "C" fn(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw) -> u32;
 
 /// Layout every host function context starts with.
 #[repr(C)]

@@ -95,6 +95,11 @@ impl Engine {
         })
     }
 
+    /// Whether `other` is this engine (a clone of it).
+    pub fn same(&self, other: &Engine) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub(crate) fn memory_pool(&self) -> &Arc<MemoryPool> {
         &self.inner.memories
     }

@@ -11,9 +11,14 @@
 //! builds the vmctx (see `ephem_module::vmctx`), then applies element segments, data segments
 //! and the start function, in the order the specification gives. Nothing is shared between
 //! instances but what they import from each other.
+//!
+//! An instance lives in its [`Store`](crate::Store) (see `store`): its handle is an index, and
+//! its memories, tables and globals are the store's, by index. A failed instantiation leaves
+//! what it made in the store too, which frees it with everything else: element segments
+//! applied before the failure may have put this instance's functions into imported tables.
 
 use std::cell::RefCell;
-use std::rc::Rc;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ephem_artifact::Artifact;
@@ -23,10 +28,14 @@ use ephem_module::{
     ImportKind, Reloc, SegmentMode, TrapKind, ValRaw, VmFuncRef, VmOffsets, native,
 };
 
-use crate::memory::{Claim, Memory};
+use crate::memory::{Claim, LinearMemory};
 use crate::signals::TrapSite;
-use crate::table::{Global, Table};
-use crate::{Engine, Error, Extern, Func, Trap};
+use crate::store::{AsContext, AsContextMut, StoreInner, StoreOpaque, Stored};
+use crate::table::{GlobalData, TableData};
+use crate::{
+    Engine, Error, Extern, Func, FuncType, Global, GlobalType, Memory, MemoryType, Table,
+    TableType, Trap, TypedFunc, WasmParams, WasmResults,
+};
 
 /// A compiled module ready to instantiate. Cheap to clone.
 #[derive(Clone)]
@@ -102,6 +111,56 @@ impl Module {
     }
 }
 
+impl Module {
+    /// The module's exports, in order.
+    pub fn exports(&self) -> impl Iterator<Item = ExportRef<'_>> {
+        let info = self.inner.artifact.info();
+        info.exports.iter().map(move |e| ExportRef {
+            name: e.name.as_str(),
+            ty: match native(&e.index) {
+                EntityIndex::Func(i) => ExternType::Func(
+                    info.types[info.funcs[i as usize].to_native() as usize].native(),
+                ),
+                EntityIndex::Memory(i) => ExternType::Memory(native(&info.memories[i as usize])),
+                EntityIndex::Table(i) => ExternType::Table(native(&info.tables[i as usize])),
+                EntityIndex::Global(i) => ExternType::Global(native(&info.globals[i as usize])),
+            },
+        })
+    }
+
+    /// The type of import `import` (a function's by value, not by index).
+    pub fn import_type(&self, import: &ImportRef<'_>) -> ExternType {
+        match import.kind {
+            ImportKind::Func(t) => {
+                ExternType::Func(self.inner.artifact.info().types[t as usize].native())
+            }
+            ImportKind::Memory(ty) => ExternType::Memory(ty),
+            ImportKind::Table(ty) => ExternType::Table(ty),
+            ImportKind::Global(ty) => ExternType::Global(ty),
+        }
+    }
+
+    pub(crate) fn type_id(&self, type_index: u32) -> u32 {
+        self.inner.type_ids[type_index as usize]
+    }
+}
+
+/// One export of a module: its name and type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportRef<'a> {
+    pub name: &'a str,
+    pub ty: ExternType,
+}
+
+/// The type of an import or export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExternType {
+    Func(FuncType),
+    Memory(MemoryType),
+    Table(TableType),
+    Global(GlobalType),
+}
+
 impl std::fmt::Debug for Module {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let info = self.inner.artifact.info();
@@ -110,14 +169,6 @@ impl std::fmt::Debug for Module {
             .field("imports", &info.imports.len())
             .field("exports", &info.exports.len())
             .field("text_bytes", &self.inner.artifact.text_len())
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for Instance {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Instance")
-            .field("module", &self.inner.module)
             .finish()
     }
 }
@@ -145,36 +196,25 @@ pub struct InstantiateTimings {
     pub initialise: std::time::Duration,
 }
 
-/// An instance of a module. Cheap to clone; not `Send` (see the crate documentation).
-#[derive(Clone)]
-pub struct Instance {
-    inner: Rc<InstanceInner>,
-}
+/// An instance of a module: a handle, valid with the store it was made in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Instance(pub(crate) Stored);
 
-struct InstanceInner {
+/// An instance's state, owned by its store.
+pub(crate) struct InstanceData {
     /// Dropped first: the code must be gone from the registry before its module can go.
     _code: LoadedCode,
     vmctx: VmCtx,
+    pub(crate) handle: Instance,
+    /// The store that owns this instance, for builtins (its address is fixed).
+    store: *mut StoreOpaque,
     module: Module,
-    memories: Vec<Rc<Memory>>,
-    tables: Vec<Rc<Table>>,
-    globals: Vec<Rc<Global>>,
-    /// Imported functions (host functions and other instances) that our funcrefs point into.
-    _imports: Vec<Func>,
+    /// Store indices of the instance's memories, tables and globals, imported ones first.
+    memories: Vec<u32>,
+    tables: Vec<u32>,
+    globals: Vec<u32>,
     dropped_datas: RefCell<Vec<bool>>,
     dropped_elems: RefCell<Vec<bool>>,
-}
-
-/// Memories claimed for their images ([`Memory::claim`]) and not yet given them: dropped
-/// early (instantiation failed first), it gives them back untouched.
-struct Claimed(Vec<(Rc<Memory>, Claim, u32)>);
-
-impl Drop for Claimed {
-    fn drop(&mut self) {
-        for (memory, claim, _) in self.0.drain(..) {
-            memory.unclaim(claim);
-        }
-    }
 }
 
 /// The vmctx bytes, 16-aligned.
@@ -229,260 +269,410 @@ fn limits_match(actual_min: u32, actual_max: Option<u32>, min: u32, max: Option<
         }
 }
 
+/// A memory claimed for its image ([`LinearMemory::claim`]) and not yet given it: (store
+/// index, what the claim found, index of the memory in the module).
+type Claimed = Vec<(u32, Claim, u32)>;
+
+/// Gives claimed memories back untouched when instantiation fails before their images.
+fn unclaim(store: &StoreOpaque, claimed: &mut Claimed) {
+    for (memory, claim, _) in claimed.drain(..) {
+        store.memories[memory as usize].unclaim(claim);
+    }
+}
+
+/// The raw pointer to a store's opaque part, derived from an exclusive borrow of all of it
+/// (host functions called while wasm runs cast it back to the whole `StoreInner<T>`).
+pub(crate) fn raw_store<S: AsContextMut + ?Sized>(store: &mut S) -> *mut StoreOpaque {
+    store.as_context_mut().0 as *mut StoreInner<S::Data> as *mut StoreOpaque
+}
+
 impl Instance {
-    /// Loads `module`'s code and instantiates it with `imports` (in the module's import order).
-    pub fn new(module: &Module, imports: &[Extern]) -> Result<Instance, Error> {
-        Instance::instantiate(module, imports, None)
+    /// Loads `module`'s code and instantiates it in `store` with `imports` (in the module's
+    /// import order, all of this store).
+    pub fn new(
+        mut store: impl AsContextMut,
+        module: &Module,
+        imports: &[Extern],
+    ) -> Result<Instance, Error> {
+        // SAFETY: derived from the exclusive borrow, which lasts for the call.
+        unsafe { instantiate(raw_store(&mut store), module, imports, None) }
     }
 
-    /// As [`Instance::new`], and reports how long each part took (for benchmarks).
+    /// As [`Instance::new`], and reports how long each part took: the measurement seam of the
+    /// fresh-path benchmark.
     pub fn new_timed(
+        mut store: impl AsContextMut,
         module: &Module,
         imports: &[Extern],
     ) -> Result<(Instance, InstantiateTimings), Error> {
         let mut timings = InstantiateTimings::default();
-        let instance = Instance::instantiate(module, imports, Some(&mut timings))?;
+        // SAFETY: as above.
+        let instance =
+            unsafe { instantiate(raw_store(&mut store), module, imports, Some(&mut timings))? };
         Ok((instance, timings))
     }
 
-    fn instantiate(
-        module: &Module,
-        imports: &[Extern],
-        mut timings: Option<&mut InstantiateTimings>,
-    ) -> Result<Instance, Error> {
-        let mut clock = timings.as_ref().map(|_| std::time::Instant::now());
-        let mut lap = |field: fn(&mut InstantiateTimings) -> &mut std::time::Duration| {
-            if let (Some(t), Some(c)) = (timings.as_deref_mut(), clock.as_mut()) {
-                let now = std::time::Instant::now();
-                *field(t) = now - *c;
-                *c = now;
-            }
-        };
-        let m = &*module.inner;
-        let artifact = &m.artifact;
-        let info = artifact.info();
-        if imports.len() != info.imports.len() {
-            return Err(Error::Link(format!(
-                "expected {} imports, got {}",
-                info.imports.len(),
-                imports.len()
-            )));
-        }
-
-        // Check imports before spending anything on them.
-        let mut funcs = Vec::new();
-        let mut memories = Vec::new();
-        let mut tables = Vec::new();
-        let mut globals = Vec::new();
-        for (import, ext) in module.imports().zip(imports) {
-            match (&import.kind, ext) {
-                (ImportKind::Func(t), Extern::Func(f)) => {
-                    if f.type_id() != m.type_ids[*t as usize] {
-                        let expected = info.types[*t as usize].native();
-                        return Err(link_error(
-                            &import,
-                            &format!("expected {expected:?}, got {:?}", f.ty()),
-                        ));
-                    }
-                    funcs.push(f.clone());
-                }
-                (ImportKind::Memory(ty), Extern::Memory(mem)) => {
-                    let actual = mem.ty();
-                    if !limits_match(actual.min, actual.max, ty.min, ty.max) {
-                        return Err(link_error(
-                            &import,
-                            &format!("expected {ty:?}, got {actual:?}"),
-                        ));
-                    }
-                    memories.push(mem.clone());
-                }
-                (ImportKind::Table(ty), Extern::Table(table)) => {
-                    let actual = table.ty();
-                    if actual.elem != ty.elem
-                        || !limits_match(actual.min, actual.max, ty.min, ty.max)
-                    {
-                        return Err(link_error(
-                            &import,
-                            &format!("expected {ty:?}, got {actual:?}"),
-                        ));
-                    }
-                    tables.push(table.clone());
-                }
-                (ImportKind::Global(ty), Extern::Global(g)) => {
-                    if g.ty != *ty {
-                        return Err(link_error(
-                            &import,
-                            &format!("expected {ty:?}, got {:?}", g.ty),
-                        ));
-                    }
-                    globals.push(g.clone());
-                }
-                (kind, ext) => {
-                    return Err(link_error(
-                        &import,
-                        &format!("expected {kind:?}, got {ext:?}"),
-                    ));
-                }
-            }
-        }
-
-        // Imported memories this module has an image for: claimed now, before anything can
-        // expose them, so that an untouched one can take the image as it is.
-        let mut claimed = Claimed(Vec::new());
-        for (i, mem) in memories.iter().enumerate() {
-            if artifact.image(i as u32).is_some() {
-                claimed.0.push((mem.clone(), mem.claim(), i as u32));
-            }
-        }
-
-        lap(|t| &mut t.check_imports);
-        // Load the code.
-        let text_len = artifact.text_len();
-        let tag = Arc::as_ptr(&module.inner) as usize;
-        let code = if artifact.relocs().is_empty() && m.engine.maps_text(text_len) {
-            LoadedCode::map_file(artifact.file(), artifact.text_file_offset(), text_len, tag)?
-        } else {
-            let mut slot = m.engine.code_pool().acquire(text_len.max(1))?;
-            let bytes = slot.bytes_mut();
-            // Straight from the file into the slot's write view: one copy, no mapping.
-            artifact.read_text(&mut bytes[..text_len])?;
-            bytes[text_len..].fill(ephem_code_memory::TRAP_FILL);
-            for r in artifact.relocs() {
-                let r: Reloc = native(r);
-                let at = r.offset as usize;
-                let value = (crate::libcalls::address(r.target) as i64).wrapping_add(r.addend);
-                bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
-            }
-            slot.publish_tagged(tag)?
-        };
-        let text_base = code.as_ptr();
-
-        lap(|t| &mut t.load_code);
-        // Defined memories (from the engine's pool, with their images), tables and globals.
-        for (i, ty) in info.memories.iter().enumerate() {
-            let i = i as u32;
-            if i >= info.imported_memories.to_native() {
-                let image = artifact.image(i).map(|image| (artifact, image));
-                let memory = Rc::new(Memory::pooled(m.engine.memory_pool(), native(ty), image)?);
-                if image.is_some() {
-                    claimed.0.push((memory.clone(), memory.claim(), i));
-                }
-                memories.push(memory);
-            }
-        }
-        lap(|t| &mut t.memories);
-        for ty in &info.tables[info.imported_tables.to_native() as usize..] {
-            tables.push(Rc::new(Table::new(native(ty), 0)?));
-        }
-
-        let o = &m.offsets;
-        let vmctx = VmCtx::new(o.size);
-        let vm = vmctx.ptr();
-        let funcref_at = |f: u32| vm.wrapping_add(o.funcref(f) as usize) as usize;
-        // SAFETY (all writes below): offsets come from this module's `VmOffsets`.
-        unsafe {
-            vmctx.write(VmOffsets::STACK_LIMIT, crate::signals::stack_limit_cell());
-            vmctx.write(VmOffsets::BUILTINS, BUILTINS.0.as_ptr());
-            for (i, mem) in memories.iter().enumerate() {
-                vmctx.write(o.memory_base(i as u32), mem.base());
-                vmctx.write(o.memory_def(i as u32), mem.vm());
-            }
-            for (i, table) in tables.iter().enumerate() {
-                vmctx.write(o.table(i as u32), table.vm());
-            }
-            for (i, id) in m.type_ids.iter().enumerate() {
-                vmctx.write(o.type_id(i as u32), *id);
-            }
-            let trampolines = artifact.trampolines();
-            for (i, f) in funcs.iter().enumerate() {
-                let ty = info.funcs[i].to_native() as usize;
-                let fr = match f.host() {
-                    Some(host) => VmFuncRef {
-                        code: text_base.add(artifact.host_adapters()[ty].to_native() as usize),
-                        vmctx: Rc::as_ptr(host) as *mut u8,
-                        trampoline: text_base.add(trampolines[ty].to_native() as usize),
-                        type_id: m.type_ids[ty],
-                    },
-                    None => f.funcref().expect("wasm function"),
-                };
-                vmctx.write(o.funcref(i as u32), fr);
-            }
-            // Only funcrefs something can read: see `Artifact::escaping`.
-            let imported = info.imported_funcs.to_native();
-            for i in artifact.escaping() {
-                let i = i.to_native();
-                let ty = info.funcs[i as usize].to_native() as usize;
-                let fr = VmFuncRef {
-                    code: text_base.add(artifact.func((i - imported) as usize).offset as usize),
-                    vmctx: vm,
-                    trampoline: text_base.add(trampolines[ty].to_native() as usize),
-                    type_id: m.type_ids[ty],
-                };
-                vmctx.write(o.funcref(i), fr);
-            }
-        }
-        // Globals: imported ones first; initialisers may read them and take funcrefs.
-        let eval = |e: &ConstExpr, globals: &[Rc<Global>]| -> ValRaw {
-            match *e {
-                ConstExpr::I32(v) => v as u32 as ValRaw,
-                ConstExpr::I64(v) => v as u64 as ValRaw,
-                ConstExpr::F32(v) => v as ValRaw,
-                ConstExpr::F64(v) => v as ValRaw,
-                ConstExpr::GlobalGet(g) => globals[g as usize].get(),
-                ConstExpr::RefNull => 0,
-                ConstExpr::RefFunc(f) => funcref_at(f) as ValRaw,
-            }
-        };
-        for (k, init) in info.global_inits.iter().enumerate() {
-            let ty = native(&info.globals[info.imported_globals.to_native() as usize + k]);
-            let value = eval(&init.native(), &globals);
-            globals.push(Rc::new(Global::new(ty, value)));
-        }
-        for (i, g) in globals.iter().enumerate() {
-            // SAFETY: as above.
-            unsafe { vmctx.write(o.global(i as u32), g.vm()) };
-        }
-
-        let inner = Rc::new(InstanceInner {
-            _code: code,
-            vmctx,
-            module: module.clone(),
-            memories,
-            tables,
-            globals,
-            _imports: funcs,
-            dropped_datas: RefCell::new(vec![false; info.datas.len()]),
-            dropped_elems: RefCell::new(vec![false; info.elems.len()]),
-        });
-        // SAFETY: the instance pointer field; the Rc allocation does not move.
-        unsafe { inner.vmctx.write(VmOffsets::INSTANCE, Rc::as_ptr(&inner)) };
-        let instance = Instance { inner };
-        let initialised = instance.initialise(claimed);
-        lap(|t| &mut t.initialise);
-        if let Err(e) = initialised {
-            // Element segments applied before the failure may have put this instance's
-            // functions into imported tables, where other instances can still call them. Nothing
-            // can tell when those entries go away, so such an instance is never freed: a leak
-            // bounded by failed instantiations of modules that import tables, instead of code
-            // and a vmctx freed under a live table entry.
-            if info.imported_tables.to_native() > 0 {
-                std::mem::forget(instance);
-            }
-            return Err(e);
-        }
-        Ok(instance)
+    fn data<'a>(&self, store: &'a StoreOpaque) -> &'a InstanceData {
+        store.instance(self.0)
     }
 
-    /// Element segments, data segments (images first), start function.
-    fn initialise(&self, mut claimed: Claimed) -> Result<(), Error> {
-        let inner = &*self.inner;
+    /// The export named `name`.
+    pub fn get_export(&self, mut store: impl AsContextMut, name: &str) -> Option<Extern> {
+        let mut ctx = store.as_context_mut();
+        let store = ctx.opaque();
+        let data = self.data(store);
+        let info = data.module.inner.artifact.info();
+        let e = info.exports.iter().find(|e| e.name == name)?;
+        Some(data.export(store, native(&e.index)))
+    }
+
+    /// Every export, in the module's order.
+    pub fn exports(&self, mut store: impl AsContextMut) -> Vec<(String, Extern)> {
+        let mut ctx = store.as_context_mut();
+        let store = ctx.opaque();
+        let data = self.data(store);
+        let info = data.module.inner.artifact.info();
+        info.exports
+            .iter()
+            .map(|e| (e.name.to_string(), data.export(store, native(&e.index))))
+            .collect()
+    }
+
+    /// The exported function `name`.
+    pub fn get_func(&self, store: impl AsContextMut, name: &str) -> Option<Func> {
+        self.get_export(store, name)?.into_func()
+    }
+
+    /// The exported function `name`, typed (see [`Func::typed`]).
+    pub fn get_typed_func<P: WasmParams, R: WasmResults>(
+        &self,
+        mut store: impl AsContextMut,
+        name: &str,
+    ) -> Result<TypedFunc<P, R>, Error> {
+        let func = self
+            .get_func(&mut store, name)
+            .ok_or_else(|| Error::Usage(format!("no exported function named `{name}`")))?;
+        func.typed(&store)
+    }
+
+    /// The exported memory `name`.
+    pub fn get_memory(&self, store: impl AsContextMut, name: &str) -> Option<Memory> {
+        self.get_export(store, name)?.into_memory()
+    }
+
+    /// The exported table `name`.
+    pub fn get_table(&self, store: impl AsContextMut, name: &str) -> Option<Table> {
+        self.get_export(store, name)?.into_table()
+    }
+
+    /// The exported global `name`.
+    pub fn get_global(&self, store: impl AsContextMut, name: &str) -> Option<Global> {
+        self.get_export(store, name)?.into_global()
+    }
+
+    /// The module this is an instance of.
+    pub fn module<'a, S: AsContext + ?Sized>(&self, store: &'a S) -> &'a Module {
+        let ctx = store.as_context();
+        let data: *const InstanceData = self.data(ctx.opaque());
+        // SAFETY: the instance lives as long as the store `store` borrows.
+        unsafe { &(*data).module }
+    }
+}
+
+/// Instantiates `module` in `store` with `imports`; see [`Instance::new`].
+///
+/// # Safety
+/// `store` must be derived from an exclusive borrow of the whole store that lasts for the call.
+pub(crate) unsafe fn instantiate(
+    store_ptr: *mut StoreOpaque,
+    module: &Module,
+    imports: &[Extern],
+    mut timings: Option<&mut InstantiateTimings>,
+) -> Result<Instance, Error> {
+    let mut clock = timings.as_ref().map(|_| std::time::Instant::now());
+    let mut lap = |field: fn(&mut InstantiateTimings) -> &mut std::time::Duration| {
+        if let (Some(t), Some(c)) = (timings.as_deref_mut(), clock.as_mut()) {
+            let now = std::time::Instant::now();
+            *field(t) = now - *c;
+            *c = now;
+        }
+    };
+    // SAFETY: per the contract; this reference ends before the start function runs.
+    let store = unsafe { &mut *store_ptr };
+    let m = &*module.inner;
+    if !m.engine.same(store.engine()) {
+        return Err(Error::Usage(
+            "the module belongs to another engine than the store".into(),
+        ));
+    }
+    let artifact = &m.artifact;
+    let info = artifact.info();
+    if imports.len() != info.imports.len() {
+        return Err(Error::Link(format!(
+            "expected {} imports, got {}",
+            info.imports.len(),
+            imports.len()
+        )));
+    }
+
+    // Check imports before spending anything on them.
+    let mut funcs = Vec::with_capacity(info.imported_funcs.to_native() as usize);
+    let mut memories = Vec::with_capacity(info.memories.len());
+    let mut tables = Vec::with_capacity(info.tables.len());
+    let mut globals = Vec::with_capacity(info.globals.len());
+    for (import, ext) in module.imports().zip(imports) {
+        let (owner, index) = match *ext {
+            Extern::Func(f) => (f.store_id(), 0),
+            Extern::Memory(Memory(s)) | Extern::Table(Table(s)) | Extern::Global(Global(s)) => {
+                (s.store, s.index)
+            }
+        };
+        if owner != store.id {
+            return Err(link_error(&import, "it belongs to another store"));
+        }
+        match (&import.kind, ext) {
+            (ImportKind::Func(t), Extern::Func(f)) => {
+                if f.type_id(store) != m.type_ids[*t as usize] {
+                    let expected = info.types[*t as usize].native();
+                    let actual = f.shared_ty(store);
+                    return Err(link_error(
+                        &import,
+                        &format!("expected {expected:?}, got {actual:?}"),
+                    ));
+                }
+                funcs.push(*f);
+            }
+            (ImportKind::Memory(ty), Extern::Memory(_)) => {
+                let actual = store.memories[index as usize].ty();
+                if !limits_match(actual.min, actual.max, ty.min, ty.max) {
+                    return Err(link_error(
+                        &import,
+                        &format!("expected {ty:?}, got {actual:?}"),
+                    ));
+                }
+                memories.push(index);
+            }
+            (ImportKind::Table(ty), Extern::Table(_)) => {
+                let actual = store.tables[index as usize].ty();
+                if actual.elem != ty.elem || !limits_match(actual.min, actual.max, ty.min, ty.max) {
+                    return Err(link_error(
+                        &import,
+                        &format!("expected {ty:?}, got {actual:?}"),
+                    ));
+                }
+                tables.push(index);
+            }
+            (ImportKind::Global(ty), Extern::Global(_)) => {
+                let actual = store.globals[index as usize].ty;
+                if actual != *ty {
+                    return Err(link_error(
+                        &import,
+                        &format!("expected {ty:?}, got {actual:?}"),
+                    ));
+                }
+                globals.push(index);
+            }
+            (kind, ext) => {
+                return Err(link_error(
+                    &import,
+                    &format!("expected {kind:?}, got {ext:?}"),
+                ));
+            }
+        }
+    }
+
+    // Imported memories this module has an image for: claimed now, before anything can
+    // expose them, so that an untouched one can take the image as it is.
+    let mut claimed = Claimed::new();
+    for (i, &mem) in memories.iter().enumerate() {
+        if artifact.image(i as u32).is_some() {
+            claimed.push((mem, store.memories[mem as usize].claim(), i as u32));
+        }
+    }
+    lap(|t| &mut t.check_imports);
+
+    let code = match load_code(module) {
+        Ok(code) => code,
+        Err(e) => {
+            unclaim(store, &mut claimed);
+            return Err(e);
+        }
+    };
+    let text_base = code.as_ptr();
+    lap(|t| &mut t.load_code);
+
+    // Defined memories (from the engine's pool, with their images), tables and globals.
+    for (i, ty) in info.memories.iter().enumerate() {
+        let i = i as u32;
+        if i >= info.imported_memories.to_native() {
+            let image = artifact.image(i).map(|image| (artifact, image));
+            let memory = match LinearMemory::pooled(m.engine.memory_pool(), native(ty), image) {
+                Ok(memory) => memory,
+                Err(e) => {
+                    unclaim(store, &mut claimed);
+                    return Err(e);
+                }
+            };
+            let index = store.push_memory(memory).index;
+            if image.is_some() {
+                claimed.push((index, store.memories[index as usize].claim(), i));
+            }
+            memories.push(index);
+        }
+    }
+    lap(|t| &mut t.memories);
+    for ty in &info.tables[info.imported_tables.to_native() as usize..] {
+        match TableData::new(native(ty), 0) {
+            Ok(table) => tables.push(store.push_table(table).index),
+            Err(e) => {
+                unclaim(store, &mut claimed);
+                return Err(e);
+            }
+        }
+    }
+
+    let o = &m.offsets;
+    let vmctx = VmCtx::new(o.size);
+    let vm = vmctx.ptr();
+    let funcref_at = |f: u32| vm.wrapping_add(o.funcref(f) as usize) as usize;
+    // SAFETY (all writes below): offsets come from this module's `VmOffsets`.
+    unsafe {
+        vmctx.write(VmOffsets::STACK_LIMIT, store.stack_limit.get().cast_const());
+        vmctx.write(VmOffsets::BUILTINS, BUILTINS.0.as_ptr());
+        for (i, &mem) in memories.iter().enumerate() {
+            let mem = &store.memories[mem as usize];
+            vmctx.write(o.memory_base(i as u32), mem.base());
+            vmctx.write(o.memory_def(i as u32), mem.vm());
+        }
+        for (i, &table) in tables.iter().enumerate() {
+            vmctx.write(o.table(i as u32), store.tables[table as usize].vm());
+        }
+        for (i, id) in m.type_ids.iter().enumerate() {
+            vmctx.write(o.type_id(i as u32), *id);
+        }
+        let trampolines = artifact.trampolines();
+        for (i, f) in funcs.iter().enumerate() {
+            let ty = info.funcs[i].to_native() as usize;
+            let fr = match f.host_func(store) {
+                Some(host) => VmFuncRef {
+                    code: text_base.add(artifact.host_adapters()[ty].to_native() as usize),
+                    vmctx: Arc::as_ptr(host) as *mut u8,
+                    trampoline: text_base.add(trampolines[ty].to_native() as usize),
+                    type_id: m.type_ids[ty],
+                },
+                None => f.vm_funcref(store).expect("wasm function"),
+            };
+            vmctx.write(o.funcref(i as u32), fr);
+            let at = NonNull::new(funcref_at(i as u32) as *mut VmFuncRef).expect("in the vmctx");
+            f.imported_at(store, at);
+        }
+        // Only funcrefs something can read: see `Artifact::escaping`.
+        let imported = info.imported_funcs.to_native();
+        for i in artifact.escaping() {
+            let i = i.to_native();
+            let ty = info.funcs[i as usize].to_native() as usize;
+            let fr = VmFuncRef {
+                code: text_base.add(artifact.func((i - imported) as usize).offset as usize),
+                vmctx: vm,
+                trampoline: text_base.add(trampolines[ty].to_native() as usize),
+                type_id: m.type_ids[ty],
+            };
+            vmctx.write(o.funcref(i), fr);
+        }
+    }
+    // Globals: imported ones first; initialisers may read them and take funcrefs.
+    for (k, init) in info.global_inits.iter().enumerate() {
+        let ty = native(&info.globals[info.imported_globals.to_native() as usize + k]);
+        let value = match init.native() {
+            ConstExpr::I32(v) => v as u32 as ValRaw,
+            ConstExpr::I64(v) => v as u64 as ValRaw,
+            ConstExpr::F32(v) => v as ValRaw,
+            ConstExpr::F64(v) => v as ValRaw,
+            ConstExpr::GlobalGet(g) => store.globals[globals[g as usize] as usize].get(),
+            ConstExpr::RefNull => 0,
+            ConstExpr::RefFunc(f) => funcref_at(f) as ValRaw,
+        };
+        globals.push(store.push_global(GlobalData::new(ty, value)).index);
+    }
+    for (i, &g) in globals.iter().enumerate() {
+        // SAFETY: as above.
+        unsafe { vmctx.write(o.global(i as u32), store.globals[g as usize].vm()) };
+    }
+
+    let handle = Instance(store.next_instance());
+    let data = Box::new(InstanceData {
+        _code: code,
+        vmctx,
+        handle,
+        store: store_ptr,
+        module: module.clone(),
+        memories,
+        tables,
+        globals,
+        dropped_datas: RefCell::new(vec![false; info.datas.len()]),
+        dropped_elems: RefCell::new(vec![false; info.elems.len()]),
+    });
+    // SAFETY: the instance pointer field; the boxed data does not move.
+    unsafe {
+        data.vmctx
+            .write(VmOffsets::INSTANCE, &*data as *const InstanceData)
+    };
+    store.push_instance(data);
+    // SAFETY: per the contract; `store` is not used past this point.
+    let start = unsafe { initialise(store_ptr, handle, claimed) };
+    lap(|t| &mut t.initialise);
+    start.map(|()| handle)
+}
+
+/// Copies (or maps) the module's text into executable memory and relocates it.
+fn load_code(module: &Module) -> Result<LoadedCode, Error> {
+    let m = &*module.inner;
+    let artifact = &m.artifact;
+    let text_len = artifact.text_len();
+    let tag = Arc::as_ptr(&module.inner) as usize;
+    if artifact.relocs().is_empty() && m.engine.maps_text(text_len) {
+        return Ok(LoadedCode::map_file(
+            artifact.file(),
+            artifact.text_file_offset(),
+            text_len,
+            tag,
+        )?);
+    }
+    let mut slot = m.engine.code_pool().acquire(text_len.max(1))?;
+    let bytes = slot.bytes_mut();
+    // Straight from the file into the slot's write view: one copy, no mapping.
+    artifact.read_text(&mut bytes[..text_len])?;
+    bytes[text_len..].fill(ephem_code_memory::TRAP_FILL);
+    for r in artifact.relocs() {
+        let r: Reloc = native(r);
+        let at = r.offset as usize;
+        let value = (crate::libcalls::address(r.target) as i64).wrapping_add(r.addend);
+        bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    Ok(slot.publish_tagged(tag)?)
+}
+
+/// Element segments, data segments (images first), start function.
+///
+/// # Safety
+/// As for [`instantiate`]; `instance` was just added to the store.
+unsafe fn initialise(
+    store_ptr: *mut StoreOpaque,
+    instance: Instance,
+    mut claimed: Claimed,
+) -> Result<(), Error> {
+    let start = {
+        // SAFETY: per the contract; this reference ends before the start function runs.
+        let store = unsafe { &*store_ptr };
+        let inner = instance.data(store);
         let artifact = &inner.module.inner.artifact;
         let info = artifact.info();
         for (i, seg) in info.elems.iter().enumerate() {
             match native(&seg.mode) {
                 SegmentMode::Active { index, offset } => {
-                    let dst = self.eval_offset(&offset);
-                    if !inner.table_init(index, i as u32, dst, 0, seg.items.len() as u32) {
+                    let dst = inner.eval_offset(store, &offset);
+                    if !inner.table_init(store, index, i as u32, dst, 0, seg.items.len() as u32) {
+                        unclaim(store, &mut claimed);
                         return Err(Error::Trap(Trap::new(TrapKind::TableOutOfBounds)));
                     }
                     inner.dropped_elems.borrow_mut()[i] = true;
@@ -494,9 +684,12 @@ impl Instance {
         // No segment an image holds can trap (they lie within the minimum size), and with one
         // memory (WebAssembly 2.0) the rest target memories without an image: applying images
         // first leaves what applying the segments in order would.
-        while let Some((memory, claim, index)) = claimed.0.pop() {
+        while let Some((memory, claim, index)) = claimed.pop() {
             let image = artifact.image(index).expect("claimed for its image");
-            memory.init_image(claim, artifact, image)?;
+            if let Err(e) = store.memories[memory as usize].init_image(claim, artifact, image) {
+                unclaim(store, &mut claimed);
+                return Err(e);
+            }
         }
         for (i, seg) in info.datas.iter().enumerate() {
             let ArchivedSegmentMode::Active { index, offset } = &seg.mode else {
@@ -505,77 +698,64 @@ impl Instance {
             let index = index.to_native();
             // The memory's image already holds every active segment for it.
             if artifact.image(index).is_none() {
-                let dst = self.eval_offset(&offset.native());
+                let dst = inner.eval_offset(store, &offset.native());
                 let len = seg.range.end.to_native() - seg.range.start.to_native();
-                if !inner.memory_init(index, i as u32, dst, 0, len) {
+                if !inner.memory_init(store, index, i as u32, dst, 0, len) {
                     return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));
                 }
             }
             inner.dropped_datas.borrow_mut()[i] = true;
         }
-        if let Some(start) = info.start.as_ref() {
-            let f = self.func(start.to_native());
-            f.call(&inner.module.inner.engine, &[])?;
-        }
-        Ok(())
+        info.start
+            .as_ref()
+            .map(|start| inner.func(store, start.to_native()))
+    };
+    if let Some(f) = start {
+        // SAFETY: per the contract; the start function takes and returns nothing.
+        unsafe { f.call_raw(store_ptr, &mut [0])? };
     }
+    Ok(())
+}
 
-    fn eval_offset(&self, e: &ConstExpr) -> u32 {
+impl InstanceData {
+    fn eval_offset(&self, store: &StoreOpaque, e: &ConstExpr) -> u32 {
         match *e {
             ConstExpr::I32(v) => v as u32,
-            ConstExpr::GlobalGet(g) => self.inner.globals[g as usize].get() as u32,
+            ConstExpr::GlobalGet(g) => {
+                store.globals[self.globals[g as usize] as usize].get() as u32
+            }
             _ => unreachable!("validated: offsets are i32 constants"),
         }
     }
 
-    fn func(&self, index: u32) -> Func {
-        let inner = &*self.inner;
-        let o = &inner.module.inner.offsets;
-        let ptr = inner.vmctx.ptr().wrapping_add(o.funcref(index) as usize) as *const VmFuncRef;
-        Func::wasm(&inner.module.inner.engine, ptr, self.clone())
+    fn func(&self, store: &StoreOpaque, index: u32) -> Func {
+        let o = &self.module.inner.offsets;
+        let ptr = self.vmctx.ptr().wrapping_add(o.funcref(index) as usize) as *mut VmFuncRef;
+        Func::wasm(store.id, NonNull::new(ptr).expect("in the vmctx"))
     }
 
-    fn export(&self, index: EntityIndex) -> Extern {
-        let inner = &*self.inner;
+    fn export(&self, store: &StoreOpaque, index: EntityIndex) -> Extern {
+        let stored = |index: u32| Stored {
+            store: store.id,
+            index,
+        };
         match index {
-            EntityIndex::Func(i) => Extern::Func(self.func(i)),
-            EntityIndex::Memory(i) => Extern::Memory(inner.memories[i as usize].clone()),
-            EntityIndex::Table(i) => Extern::Table(inner.tables[i as usize].clone()),
-            EntityIndex::Global(i) => Extern::Global(inner.globals[i as usize].clone()),
+            EntityIndex::Func(i) => Extern::Func(self.func(store, i)),
+            EntityIndex::Memory(i) => Extern::Memory(Memory(stored(self.memories[i as usize]))),
+            EntityIndex::Table(i) => Extern::Table(Table(stored(self.tables[i as usize]))),
+            EntityIndex::Global(i) => Extern::Global(Global(stored(self.globals[i as usize]))),
         }
     }
 
-    /// The export named `name`.
-    pub fn get_export(&self, name: &str) -> Option<Extern> {
-        let info = self.inner.module.inner.artifact.info();
-        let e = info.exports.iter().find(|e| e.name == name)?;
-        Some(self.export(native(&e.index)))
+    fn memory<'a>(&self, store: &'a StoreOpaque, index: u32) -> &'a LinearMemory {
+        &store.memories[self.memories[index as usize] as usize]
     }
 
-    /// Every export, in the module's order.
-    pub fn exports(&self) -> Vec<(String, Extern)> {
-        let info = self.inner.module.inner.artifact.info();
-        info.exports
-            .iter()
-            .map(|e| (e.name.to_string(), self.export(native(&e.index))))
-            .collect()
+    fn table<'a>(&self, store: &'a StoreOpaque, index: u32) -> &'a TableData {
+        &store.tables[self.tables[index as usize] as usize]
     }
 
-    /// The exported function `name`.
-    pub fn get_func(&self, name: &str) -> Result<Func, Error> {
-        match self.get_export(name) {
-            Some(Extern::Func(f)) => Ok(f),
-            _ => Err(Error::NoExport(name.to_owned())),
-        }
-    }
-
-    pub fn module(&self) -> &Module {
-        &self.inner.module
-    }
-}
-
-impl InstanceInner {
-    fn elem_item(&self, e: &ConstExpr) -> usize {
+    fn elem_item(&self, store: &StoreOpaque, e: &ConstExpr) -> usize {
         match *e {
             ConstExpr::RefNull => 0,
             ConstExpr::RefFunc(f) => self
@@ -583,33 +763,53 @@ impl InstanceInner {
                 .ptr()
                 .wrapping_add(self.module.inner.offsets.funcref(f) as usize)
                 as usize,
-            ConstExpr::GlobalGet(g) => self.globals[g as usize].get() as usize,
+            ConstExpr::GlobalGet(g) => {
+                store.globals[self.globals[g as usize] as usize].get() as usize
+            }
             _ => unreachable!("validated: element items are references"),
         }
     }
 
-    fn table_init(&self, table: u32, elem: u32, dst: u32, src: u32, len: u32) -> bool {
+    fn table_init(
+        &self,
+        store: &StoreOpaque,
+        table: u32,
+        elem: u32,
+        dst: u32,
+        src: u32,
+        len: u32,
+    ) -> bool {
         let seg = &self.module.inner.artifact.info().elems[elem as usize];
         let items: &[ArchivedConstExpr] = if self.dropped_elems.borrow()[elem as usize] {
             &[]
         } else {
             &seg.items
         };
-        let table = &self.tables[table as usize];
-        let (Some(d), Some(s)) = (
+        let table = self.table(store, table);
+        let (Some(d), Some(_)) = (
             table.range(dst, len),
             src.checked_add(len).filter(|&e| e as usize <= items.len()),
         ) else {
             return false;
         };
-        let _ = s;
         for (k, i) in d.enumerate() {
-            table.set(i as u32, self.elem_item(&items[src as usize + k].native()));
+            table.set(
+                i as u32,
+                self.elem_item(store, &items[src as usize + k].native()),
+            );
         }
         true
     }
 
-    fn memory_init(&self, mem: u32, data: u32, dst: u32, src: u32, len: u32) -> bool {
+    fn memory_init(
+        &self,
+        store: &StoreOpaque,
+        mem: u32,
+        data: u32,
+        dst: u32,
+        src: u32,
+        len: u32,
+    ) -> bool {
         let artifact = &self.module.inner.artifact;
         let seg = &artifact.info().datas[data as usize];
         let bytes: &[u8] = if self.dropped_datas.borrow()[data as usize] {
@@ -618,7 +818,7 @@ impl InstanceInner {
             &artifact.data()
                 [seg.range.start.to_native() as usize..seg.range.end.to_native() as usize]
         };
-        let memory = &self.memories[mem as usize];
+        let memory = self.memory(store, mem);
         let (Some(src_end), Some(dst_end)) = (src.checked_add(len), dst.checked_add(len)) else {
             return false;
         };
@@ -638,7 +838,7 @@ impl InstanceInner {
 impl Trap {
     pub(crate) fn from_site(site: TrapSite) -> Trap {
         // SAFETY: the tag is the `ModuleInner` of the published code that trapped; that code's
-        // instance is still alive (the caller holds it, or an instance that imports it).
+        // instance is alive in the store that ran the call, and keeps its module.
         let module = unsafe { &*(site.tag as *const ModuleInner) };
         let offset = (site.pc - site.code_start) as u32;
         let artifact = &module.artifact;
@@ -647,47 +847,43 @@ impl Trap {
             libc::SIGFPE => TrapKind::IntegerDivisionByZero,
             _ => TrapKind::Unreachable,
         });
-        let host_message = if kind == TrapKind::HostError {
-            crate::values::take_host_error()
-        } else {
-            None
-        };
         let (func, offset) = artifact
             .func_at(offset)
             .map_or((None, None), |(f, o)| (Some(f), Some(o)));
         Trap {
-            kind,
             func,
             offset,
-            host_message,
+            ..Trap::new(kind)
         }
     }
 }
 
-/// The instance a builtin was called for.
+/// The instance a builtin was called for, and its store.
 ///
 /// # Safety
 /// `vmctx` must be the context of a live instance (generated code passes its own).
-unsafe fn instance<'a>(vmctx: *mut u8) -> &'a InstanceInner {
-    // SAFETY: per the contract; the field was written at instantiation.
+unsafe fn instance<'a>(vmctx: *mut u8) -> (&'a InstanceData, &'a StoreOpaque) {
+    // SAFETY: per the contract; the field was written at instantiation, and the store owns
+    // the instance. The embedder's borrow of the store is suspended while wasm runs.
     unsafe {
-        &*vmctx
+        let data = &*vmctx
             .add(VmOffsets::INSTANCE as usize)
-            .cast::<*const InstanceInner>()
-            .read()
+            .cast::<*const InstanceData>()
+            .read();
+        (data, &*data.store)
     }
 }
 
 unsafe extern "C" fn memory_grow(vmctx: *mut u8, mem: u32, delta: u32) -> u32 {
     // SAFETY: called by generated code with its own vmctx.
-    let i = unsafe { instance(vmctx) };
-    i.memories[mem as usize].grow(delta).unwrap_or(u32::MAX)
+    let (i, store) = unsafe { instance(vmctx) };
+    i.memory(store, mem).grow(delta).unwrap_or(u32::MAX)
 }
 
 unsafe extern "C" fn memory_fill(vmctx: *mut u8, mem: u32, dst: u32, val: u32, len: u32) -> u32 {
     // SAFETY: as above.
-    let i = unsafe { instance(vmctx) };
-    let memory = &i.memories[mem as usize];
+    let (i, store) = unsafe { instance(vmctx) };
+    let memory = i.memory(store, mem);
     match dst.checked_add(len) {
         Some(end) if end as usize <= memory.len() => {
             // SAFETY: bounds checked; the calling wasm code is suspended in this call.
@@ -707,9 +903,9 @@ unsafe extern "C" fn memory_copy(
     len: u32,
 ) -> u32 {
     // SAFETY: as above.
-    let i = unsafe { instance(vmctx) };
-    let (d, s) = (&i.memories[dst_mem as usize], &i.memories[src_mem as usize]);
-    let ok = |at: u32, m: &Memory| at.checked_add(len).is_some_and(|e| e as usize <= m.len());
+    let (i, store) = unsafe { instance(vmctx) };
+    let (d, s) = (i.memory(store, dst_mem), i.memory(store, src_mem));
+    let ok = |at: u32, m: &LinearMemory| at.checked_add(len).is_some_and(|e| e as usize <= m.len());
     if !ok(dst, d) || !ok(src, s) {
         return 1;
     }
@@ -733,28 +929,28 @@ unsafe extern "C" fn memory_init(
     len: u32,
 ) -> u32 {
     // SAFETY: as above.
-    let i = unsafe { instance(vmctx) };
-    u32::from(!i.memory_init(mem, data, dst, src, len))
+    let (i, store) = unsafe { instance(vmctx) };
+    u32::from(!i.memory_init(store, mem, data, dst, src, len))
 }
 
 unsafe extern "C" fn data_drop(vmctx: *mut u8, data: u32) {
     // SAFETY: as above.
-    let i = unsafe { instance(vmctx) };
+    let (i, _) = unsafe { instance(vmctx) };
     i.dropped_datas.borrow_mut()[data as usize] = true;
 }
 
 unsafe extern "C" fn table_grow(vmctx: *mut u8, table: u32, delta: u32, init: u64) -> u32 {
     // SAFETY: as above.
-    let i = unsafe { instance(vmctx) };
-    i.tables[table as usize]
+    let (i, store) = unsafe { instance(vmctx) };
+    i.table(store, table)
         .grow(delta, init as usize)
         .unwrap_or(u32::MAX)
 }
 
 unsafe extern "C" fn table_fill(vmctx: *mut u8, table: u32, dst: u32, val: u64, len: u32) -> u32 {
     // SAFETY: as above.
-    let i = unsafe { instance(vmctx) };
-    let t = &i.tables[table as usize];
+    let (i, store) = unsafe { instance(vmctx) };
+    let t = i.table(store, table);
     match t.range(dst, len) {
         Some(r) => {
             // SAFETY: no other reference to the elements is alive during a builtin.
@@ -774,12 +970,12 @@ unsafe extern "C" fn table_copy(
     len: u32,
 ) -> u32 {
     // SAFETY: as above.
-    let i = unsafe { instance(vmctx) };
-    let (d, s) = (&i.tables[dst_t as usize], &i.tables[src_t as usize]);
+    let (i, store) = unsafe { instance(vmctx) };
+    let (d, s) = (i.table(store, dst_t), i.table(store, src_t));
     let (Some(dr), Some(sr)) = (d.range(dst, len), s.range(src, len)) else {
         return 1;
     };
-    if Rc::ptr_eq(d, s) {
+    if std::ptr::eq(d, s) {
         // SAFETY: as above.
         unsafe { d.elements().copy_within(sr, dr.start) };
     } else {
@@ -800,12 +996,12 @@ unsafe extern "C" fn table_init(
     len: u32,
 ) -> u32 {
     // SAFETY: as above.
-    let i = unsafe { instance(vmctx) };
-    u32::from(!i.table_init(table, elem, dst, src, len))
+    let (i, store) = unsafe { instance(vmctx) };
+    u32::from(!i.table_init(store, table, elem, dst, src, len))
 }
 
 unsafe extern "C" fn elem_drop(vmctx: *mut u8, elem: u32) {
     // SAFETY: as above.
-    let i = unsafe { instance(vmctx) };
+    let (i, _) = unsafe { instance(vmctx) };
     i.dropped_elems.borrow_mut()[elem as usize] = true;
 }

@@ -2,77 +2,60 @@
 //! and turns faults in generated code into [`Trap`]s.
 //!
 //! It needs no compiler: it loads an [`Artifact`] (a file written by the compiler's side, or one
-//! made in memory from an [`ephem_module::CompiledModule`]). The embedder's view is the usual
-//! one: an [`Engine`] (code pool, memory pool, type registry), a [`Module`] loaded into it, an [`Instance`] made from the module and its imports ([`Extern`]s, resolved by
-//! name with a [`Linker`]), and [`Func`]s called with [`Val`]s.
+//! made in memory from an [`ephem_module::CompiledModule`]). The embedder's view is wasmtime's:
+//! an [`Engine`] (code pool, memory pool, type registry), a [`Module`] loaded into it, a
+//! [`Store`] that owns everything instances make (see `store` for why that makes funcrefs
+//! sound), [`Instance`]s made from a module and its imports ([`Extern`]s, resolved by name with
+//! a [`Linker`], or once for many instantiations with an [`InstancePre`]), and [`Func`]s called
+//! with [`Val`]s or, typed, through [`TypedFunc`]. Host functions are Rust closures
+//! ([`Linker::func_wrap`]) that get a [`Caller`]: the store's data and the calling instance's
+//! exports.
 //!
-//! Instances are deliberately not `Send`: everything about one lives on the thread that made it
-//! (the workload is one fresh instance per invocation per thread), which is what lets generated
-//! code find its stack limit through the instance context.
-//!
-//! # Lifetimes: a known gap
-//! A function reference stored in a table or global holds a raw pointer into its instance, and
-//! does not keep that instance alive. An embedder that shares tables or funcref globals between
-//! instances (as the spec tests' `register` does) must keep those instances alive as long as the
-//! shared tables and globals are used: calling or reading a funcref whose instance was dropped
-//! is undefined behaviour. The fresh workload (every instance with its own imports, all dropped
-//! together) is not affected. The real fix is a store that owns linked instances together, as
-//! wasmtime's does; it is not built yet.
+//! Threads: [`Engine`], [`Module`], [`Linker`] and [`InstancePre`] are `Send + Sync` (for
+//! `T: Send`), and a [`Store`] is `Send`: one linker serves every worker thread, each with
+//! stores of its own.
 //!
 //! Platform: Linux on x86_64 (see `signals` for the only assembly and signal code).
 
 mod engine;
+mod externals;
+mod func;
 mod instance;
 mod libcalls;
 mod linker;
 mod memory;
 mod signals;
+mod store;
 mod table;
 mod typed;
-mod values;
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 pub use engine::{DEFAULT_MAP_TEXT_AT, Engine, EngineConfig};
 pub use ephem_artifact::{Artifact, Cache, Outcome};
 pub use ephem_code_memory::{PoolConfig, Strategy};
 pub use ephem_module::{FuncType, GlobalType, MemoryType, TableType, TrapKind, ValType};
-pub use instance::{ImportRef, Instance, InstantiateTimings, Module};
-pub use linker::Linker;
-pub use memory::{Memory, MemoryConfig};
-pub use table::{Global, Table};
-pub use typed::{TypedFunc, WasmParams, WasmResults, WasmTy};
-pub use values::{Func, HostError, Val};
+pub use externals::{Extern, Global, Memory, Table};
+pub use func::{Caller, ExternRef, Func, HostError, Val};
+pub use instance::{ExportRef, ExternType, ImportRef, Instance, InstantiateTimings, Module};
+pub use linker::{InstancePre, Linker};
+pub use memory::MemoryConfig;
+pub use store::{AsContext, AsContextMut, Store, StoreContext, StoreContextMut};
+pub use typed::{HostReturn, IntoFunc, TypedFunc, WasmParams, WasmResults, WasmTy};
 
-/// Something an instance imports or exports.
-#[derive(Clone)]
-pub enum Extern {
-    Func(Func),
-    Memory(Rc<Memory>),
-    Table(Rc<Table>),
-    Global(Rc<Global>),
-}
-
-impl std::fmt::Debug for Extern {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Extern::Func(func) => write!(f, "func {:?}", func.ty()),
-            Extern::Memory(m) => write!(f, "memory {:?}", m.ty()),
-            Extern::Table(t) => write!(f, "table {:?}", t.ty()),
-            Extern::Global(g) => write!(f, "global {:?}", g.ty),
-        }
-    }
-}
+use ephem_module::VmFuncRef;
 
 /// A trap: wasm execution stopped for one of the reasons in [`TrapKind`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Trap {
+    /// Why execution stopped.
     pub kind: TrapKind,
     /// The wasm function (index in its module) and code offset within it, where known.
     pub func: Option<u32>,
+    /// See `func`.
     pub offset: Option<u32>,
-    /// For [`TrapKind::HostError`]: what the host function said.
-    pub host_message: Option<String>,
+    /// For [`TrapKind::HostError`]: the error the host function returned.
+    error: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
 impl Trap {
@@ -81,22 +64,33 @@ impl Trap {
             kind,
             func: None,
             offset: None,
-            host_message: None,
+            error: None,
         }
     }
-    pub(crate) fn host(message: String) -> Trap {
+
+    pub(crate) fn host(error: HostError) -> Trap {
         Trap {
-            host_message: Some(message),
+            error: Some(error.into()),
             ..Trap::new(TrapKind::HostError)
         }
+    }
+
+    /// The error a host function returned, for a trap of kind [`TrapKind::HostError`].
+    pub fn host_error(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.error.as_deref()
+    }
+
+    /// The host function's error as `E`, if it is one.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.host_error()?.downcast_ref()
     }
 }
 
 impl std::fmt::Display for Trap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "wasm trap: {}", self.kind.message())?;
-        if let Some(msg) = &self.host_message {
-            write!(f, ": {msg}")?;
+        if let Some(e) = &self.error {
+            write!(f, ": {e}")?;
         }
         if let (Some(func), Some(offset)) = (self.func, self.offset) {
             write!(f, " (in function {func}, at code offset {offset:#x})")?;
@@ -105,26 +99,62 @@ impl std::fmt::Display for Trap {
     }
 }
 
-/// What can go wrong in the runtime.
+/// What can go wrong, from bytes to results: one type for the whole embedding API, with a
+/// [`ErrorKind`] to match on.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The module is not valid (or not supported) WebAssembly.
     #[error("{0}")]
-    Trap(Trap),
+    Compile(Box<dyn std::error::Error + Send + Sync>),
+    /// Imports missing or of the wrong type.
     #[error("link error: {0}")]
     Link(String),
-    #[error("type mismatch: {0}")]
-    Type(String),
-    #[error("resource limit: {0}")]
-    Resource(String),
-    #[error("no export named `{0}`")]
-    NoExport(String),
-    #[error(transparent)]
-    CodeMemory(#[from] ephem_code_memory::Error),
+    /// Wasm execution trapped.
+    #[error("{0}")]
+    Trap(Trap),
+    /// A compiled artifact could not be written, read or used.
     #[error(transparent)]
     Artifact(#[from] ephem_artifact::Error),
+    /// A resource limit: memory, tables, code space.
+    #[error("resource limit: {0}")]
+    Limit(String),
+    /// Code memory could not be had.
+    #[error(transparent)]
+    CodeMemory(#[from] ephem_code_memory::Error),
+    /// An I/O error outside artifacts.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The API was used in a way that cannot work: wrong argument types, no such export.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// What kind of [`Error`] happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    Compile,
+    Link,
+    Trap,
+    Artifact,
+    Limit,
+    Io,
+    Usage,
 }
 
 impl Error {
+    /// What kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Compile(_) => ErrorKind::Compile,
+            Error::Link(_) => ErrorKind::Link,
+            Error::Trap(_) => ErrorKind::Trap,
+            Error::Artifact(_) => ErrorKind::Artifact,
+            Error::Limit(_) | Error::CodeMemory(_) => ErrorKind::Limit,
+            Error::Io(_) => ErrorKind::Io,
+            Error::Usage(_) => ErrorKind::Usage,
+        }
+    }
+
     /// The trap, if this error is one.
     pub fn trap(&self) -> Option<&Trap> {
         match self {
@@ -132,4 +162,24 @@ impl Error {
             _ => None,
         }
     }
+
+    /// A compile error from any source (the compiler's own type lives in another crate).
+    pub fn compile(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::Compile(Box::new(e))
+    }
+}
+
+/// Compile-time checks of the threading promises in the crate documentation.
+#[allow(dead_code)]
+fn assert_thread_safety() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Engine>();
+    send_sync::<Module>();
+    send_sync::<Linker<std::cell::Cell<u8>>>();
+    send_sync::<InstancePre<std::cell::Cell<u8>>>();
+    send::<Store<std::cell::Cell<u8>>>();
+    send_sync::<Func>();
+    send_sync::<Instance>();
+    send_sync::<Memory>();
 }

@@ -1,122 +1,337 @@
-//! Resolving imports by module and name.
+//! Resolving imports by module and name: [`Linker`], defined once and shared by every thread,
+//! and [`InstancePre`], a module whose imports were resolved and checked once, to instantiate
+//! many times.
+//!
+//! A linker holds host functions independent of any store (they are made into a store's
+//! functions when an instance imports them) and, optionally, externs of one store (exports of
+//! instances registered with [`Linker::instance`]); using those with another store fails to
+//! link.
 
 use std::collections::HashMap;
-
-use std::rc::Rc;
+use std::marker::PhantomData;
+use std::sync::Arc;
 
 use ephem_module::ImportKind;
 
-use crate::{Error, Extern, Func, Global, ImportRef, Instance, Memory, Module, Table};
+use crate::func::HostFunc;
+use crate::instance::{instantiate, raw_store};
+use crate::memory::LinearMemory;
+use crate::store::{AsContext, AsContextMut, StoreOpaque};
+use crate::table::{GlobalData, TableData};
+use crate::{
+    Caller, Engine, Error, Extern, Func, FuncType, Global, HostError, ImportRef, Instance,
+    IntoFunc, Memory, Module, Table, Val,
+};
 
-/// Named externs that instantiation draws imports from.
-#[derive(Clone, Default)]
-pub struct Linker {
+/// What a name in a linker stands for.
+#[derive(Clone)]
+enum Definition {
+    /// An extern of one store.
+    Extern(Extern),
+    /// A host function, for any store of the linker's `T`.
+    Host(Arc<HostFunc>),
+    /// A fresh zeroed memory, table or global of the import's type, made for each
+    /// instantiation in its store (see [`Linker::define_unknown_imports_as_traps`]).
+    Fresh,
+}
+
+/// Named definitions that instantiation draws imports from. `Send + Sync`: define it once and
+/// share it between threads.
+pub struct Linker<T> {
+    engine: Engine,
     /// By module name, then name (looked up by `&str` without allocating). Seeded foldhash, as
     /// in the engine's type registry: names come from untrusted modules.
-    defs: HashMap<String, HashMap<String, Extern, Hasher>, Hasher>,
+    defs: HashMap<String, HashMap<String, Definition, Hasher>, Hasher>,
+    allow_shadowing: bool,
+    _data: PhantomData<fn() -> T>,
 }
 
 type Hasher = foldhash::fast::RandomState;
 
-impl Linker {
-    pub fn new() -> Linker {
-        Linker::default()
+impl<T> Clone for Linker<T> {
+    fn clone(&self) -> Self {
+        Linker {
+            engine: self.engine.clone(),
+            defs: self.defs.clone(),
+            allow_shadowing: self.allow_shadowing,
+            _data: PhantomData,
+        }
+    }
+}
+
+impl<T: 'static> Linker<T> {
+    /// An empty linker for modules of `engine`.
+    pub fn new(engine: &Engine) -> Linker<T> {
+        Linker {
+            engine: engine.clone(),
+            defs: HashMap::default(),
+            allow_shadowing: false,
+            _data: PhantomData,
+        }
     }
 
-    /// Defines `module`.`name`.
-    pub fn define(&mut self, module: &str, name: &str, ext: Extern) -> &mut Self {
-        self.defs
-            .entry(module.to_owned())
-            .or_default()
-            .insert(name.to_owned(), ext);
+    /// The engine this linker is for.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Whether a definition may replace an earlier one of the same name (by default not: that
+    /// is an error).
+    pub fn allow_shadowing(&mut self, allow: bool) -> &mut Self {
+        self.allow_shadowing = allow;
         self
+    }
+
+    fn insert(&mut self, module: &str, name: &str, def: Definition) -> Result<&mut Self, Error> {
+        let names = self.defs.entry(module.to_owned()).or_default();
+        if !self.allow_shadowing && names.contains_key(name) {
+            return Err(Error::Usage(format!(
+                "`{module}`.`{name}` is already defined"
+            )));
+        }
+        names.insert(name.to_owned(), def);
+        Ok(self)
+    }
+
+    fn get_def(&self, module: &str, name: &str) -> Option<&Definition> {
+        self.defs.get(module)?.get(name)
+    }
+
+    /// Defines `module`.`name` as a host function made from a Rust closure (see
+    /// [`IntoFunc`]): `|a: i32, b: i64| -> f64`, or with a [`Caller`] first to reach the store's
+    /// data and the calling instance's exports. A closure that returns `Err(e)` traps, and the
+    /// trap carries `e`.
+    pub fn func_wrap<P, R>(
+        &mut self,
+        module: &str,
+        name: &str,
+        f: impl IntoFunc<T, P, R>,
+    ) -> Result<&mut Self, Error> {
+        let host = f.into_host_func(&self.engine);
+        self.insert(module, name, Definition::Host(Arc::new(host)))
+    }
+
+    /// Defines `module`.`name` as a host function of type `ty`, with arguments and results as
+    /// [`Val`]s: `results` comes sized and set to zeros of the result types.
+    pub fn func_new(
+        &mut self,
+        module: &str,
+        name: &str,
+        ty: FuncType,
+        f: impl Fn(Caller<'_, T>, &[Val], &mut [Val]) -> Result<(), HostError> + Send + Sync + 'static,
+    ) -> Result<&mut Self, Error> {
+        let host = HostFunc::dynamic(&self.engine, ty, f);
+        self.insert(module, name, Definition::Host(Arc::new(host)))
+    }
+
+    /// Defines `module`.`name` as `item`, an extern of `store`.
+    pub fn define(
+        &mut self,
+        store: impl AsContext<Data = T>,
+        module: &str,
+        name: &str,
+        item: impl Into<Extern>,
+    ) -> Result<&mut Self, Error> {
+        if !store.as_context().engine().same(&self.engine) {
+            return Err(Error::Usage(
+                "the store belongs to another engine than the linker".into(),
+            ));
+        }
+        self.insert(module, name, Definition::Extern(item.into()))
     }
 
     /// Defines every export of `instance` under the module name `module`.
-    pub fn instance(&mut self, module: &str, instance: &Instance) -> &mut Self {
-        for (name, ext) in instance.exports() {
-            self.define(module, &name, ext);
-        }
-        self
-    }
-
-    /// Defines every import of `module` that is not yet defined: functions as stubs that trap
-    /// with a message naming the import, and fresh memories, tables and globals (zero) of the
-    /// declared types. Lets a module with foreign imports be instantiated and benchmarked.
-    pub fn define_unknown_imports_as_traps(&mut self, module: &Module) -> Result<&mut Self, Error> {
-        self.define_unknown_funcs_as_traps(module);
-        for import in module.imports() {
-            if self.get(import.module, import.name).is_none() {
-                let ext = fresh_extern(module, &import)?.expect("functions are defined");
-                self.define(import.module, import.name, ext);
-            }
+    pub fn instance(
+        &mut self,
+        mut store: impl AsContextMut<Data = T>,
+        module: &str,
+        instance: Instance,
+    ) -> Result<&mut Self, Error> {
+        for (name, ext) in instance.exports(&mut store) {
+            self.define(&store, module, &name, ext)?;
         }
         Ok(self)
     }
 
-    /// Defines every function `module` imports that is not yet defined as a stub that traps
-    /// with a message naming the import.
-    pub fn define_unknown_funcs_as_traps(&mut self, module: &Module) -> &mut Self {
+    /// Instantiates `wasm` in `store` and defines its exports under the module name `module`.
+    pub fn module(
+        &mut self,
+        mut store: impl AsContextMut<Data = T>,
+        module: &str,
+        wasm: &Module,
+    ) -> Result<&mut Self, Error> {
+        let instance = self.instantiate(&mut store, wasm)?;
+        self.instance(store, module, instance)
+    }
+
+    /// Defines every import of `module` that is not defined yet: functions as host functions
+    /// that trap with a message naming the import, and memories, tables and globals (which
+    /// cannot trap) as fresh zeroed ones of the declared types, made for each instantiation in
+    /// its store. What a host that gives each invocation its own state wants for imports it
+    /// does not provide; a fresh memory comes from a pool slot that may already hold the
+    /// module's image for it.
+    pub fn define_unknown_imports_as_traps(&mut self, module: &Module) -> Result<&mut Self, Error> {
         for import in module.imports() {
-            let ImportKind::Func(t) = import.kind else {
+            if self.get_def(import.module, import.name).is_some() {
+                continue;
+            }
+            let def = match import.kind {
+                ImportKind::Func(t) => {
+                    let ty = module.artifact().info().types[t as usize].native();
+                    let what = format!("`{}`.`{}`", import.module, import.name);
+                    let stub = HostFunc::dynamic::<T>(&self.engine, ty, move |_, _, _| {
+                        Err(format!("unprovided import {what} was called").into())
+                    });
+                    Definition::Host(Arc::new(stub))
+                }
+                _ => Definition::Fresh,
+            };
+            self.insert(import.module, import.name, def)?;
+        }
+        Ok(self)
+    }
+
+    /// The definition of `module`.`name`, as an extern of `store`.
+    pub fn get(
+        &self,
+        mut store: impl AsContextMut<Data = T>,
+        module: &str,
+        name: &str,
+    ) -> Option<Extern> {
+        match self.get_def(module, name)? {
+            Definition::Extern(e) => Some(*e),
+            Definition::Host(h) => Some(Extern::Func(Func::host(
+                store.as_context_mut().opaque(),
+                h.clone(),
+            ))),
+            Definition::Fresh => None,
+        }
+    }
+
+    /// Instantiates `module` in `store` with its imports taken from this linker.
+    pub fn instantiate(
+        &self,
+        store: impl AsContextMut<Data = T>,
+        module: &Module,
+    ) -> Result<Instance, Error> {
+        self.instantiate_pre(module)?.instantiate(store)
+    }
+
+    /// Resolves and type-checks `module`'s imports once, for many instantiations.
+    pub fn instantiate_pre(&self, module: &Module) -> Result<InstancePre<T>, Error> {
+        if !module.engine().same(&self.engine) {
+            return Err(Error::Usage(
+                "the module belongs to another engine than the linker".into(),
+            ));
+        }
+        let mut items = Vec::new();
+        let mut unknown = Vec::new();
+        for import in module.imports() {
+            let Some(def) = self.get_def(import.module, import.name) else {
+                unknown.push(describe(module, &import));
                 continue;
             };
-            if self.get(import.module, import.name).is_none() {
-                let ty = module.artifact().info().types[t as usize].native();
-                let what = format!("`{}`.`{}`", import.module, import.name);
-                let stub = Func::new(module.engine(), ty, move |_| {
-                    Err(format!("unprovided import {what} was called").into())
-                });
-                self.define(import.module, import.name, Extern::Func(stub));
+            if let (ImportKind::Func(t), Definition::Host(h)) = (&import.kind, def)
+                && h.type_id != module.type_id(*t)
+            {
+                let expected = module.artifact().info().types[*t as usize].native();
+                return Err(Error::Link(format!(
+                    "incompatible import type for `{}`.`{}`: expected {expected:?}, got {:?}",
+                    import.module, import.name, h.ty
+                )));
             }
+            if let (ImportKind::Func(_), Definition::Fresh) = (&import.kind, def) {
+                unknown.push(describe(module, &import));
+                continue;
+            }
+            items.push(def.clone());
         }
-        self
+        if !unknown.is_empty() {
+            return Err(Error::Link(format!(
+                "unknown import{} {}",
+                if unknown.len() > 1 { "s" } else { "" },
+                unknown.join(", ")
+            )));
+        }
+        Ok(InstancePre {
+            module: module.clone(),
+            items: items.into(),
+            _data: PhantomData,
+        })
+    }
+}
+
+/// `module`.`name` and its type, for messages.
+fn describe(module: &Module, import: &ImportRef<'_>) -> String {
+    format!(
+        "`{}`.`{}` ({:?})",
+        import.module,
+        import.name,
+        module.import_type(import)
+    )
+}
+
+/// A module whose imports a [`Linker`] resolved and checked: instantiating it looks nothing up.
+/// `Send + Sync`, cheap to clone.
+pub struct InstancePre<T> {
+    module: Module,
+    items: Arc<[Definition]>,
+    _data: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for InstancePre<T> {
+    fn clone(&self) -> Self {
+        InstancePre {
+            module: self.module.clone(),
+            items: self.items.clone(),
+            _data: PhantomData,
+        }
+    }
+}
+
+impl<T: 'static> InstancePre<T> {
+    /// The module.
+    pub fn module(&self) -> &Module {
+        &self.module
     }
 
-    /// The externs `module` imports: functions from this linker, and fresh memories, tables and
-    /// globals (zero) of the declared types for those it does not define. What an embedder that
-    /// gives every instance its own memory does on each instantiation. A fresh memory comes
-    /// from a pool slot that may already hold the module's image for it (see [`Memory`]).
-    pub fn resolve_with_fresh_state(&self, module: &Module) -> Result<Vec<Extern>, Error> {
-        module
+    /// A new instance in `store`.
+    pub fn instantiate(&self, mut store: impl AsContextMut<Data = T>) -> Result<Instance, Error> {
+        let imports = self.imports(store.as_context_mut().opaque())?;
+        // SAFETY: derived from the exclusive borrow, which lasts for the call.
+        unsafe { instantiate(raw_store(&mut store), &self.module, &imports, None) }
+    }
+
+    /// As [`InstancePre::instantiate`], and reports how long each part took: the measurement
+    /// seam of the fresh-path benchmark (see [`Instance::new_timed`]).
+    pub fn instantiate_timed(
+        &self,
+        mut store: impl AsContextMut<Data = T>,
+    ) -> Result<(Instance, crate::InstantiateTimings), Error> {
+        let mut timings = crate::InstantiateTimings::default();
+        let imports = self.imports(store.as_context_mut().opaque())?;
+        // SAFETY: as above.
+        let instance = unsafe {
+            instantiate(
+                raw_store(&mut store),
+                &self.module,
+                &imports,
+                Some(&mut timings),
+            )?
+        };
+        Ok((instance, timings))
+    }
+
+    /// The imports as externs of `store`: host functions added to it, fresh state made in it.
+    fn imports(&self, store: &mut StoreOpaque) -> Result<Vec<Extern>, Error> {
+        self.module
             .imports()
-            .map(|i| match self.get(i.module, i.name) {
-                Some(ext) => Ok(ext.clone()),
-                None => fresh_extern(module, &i)?.ok_or_else(|| {
-                    Error::Link(format!("unknown import `{}`.`{}`", i.module, i.name))
-                }),
-            })
-            .collect()
-    }
-
-    pub fn get(&self, module: &str, name: &str) -> Option<&Extern> {
-        self.defs.get(module)?.get(name)
-    }
-
-    /// Instantiates `module` with its imports taken from this linker.
-    pub fn instantiate(&self, module: &Module) -> Result<Instance, Error> {
-        Instance::new(module, &self.resolve(module)?)
-    }
-
-    /// The externs `module` imports, in its import order.
-    pub fn resolve(&self, module: &Module) -> Result<Vec<Extern>, Error> {
-        module
-            .imports()
-            .map(|i| {
-                self.get(i.module, i.name).cloned().ok_or_else(|| {
-                    let what = match &i.kind {
-                        ImportKind::Func(t) => {
-                            format!(
-                                "func {:?}",
-                                module.artifact().info().types[*t as usize].native()
-                            )
-                        }
-                        other => format!("{other:?}"),
-                    };
-                    Error::Link(format!(
-                        "unknown import `{}`.`{}` ({what})",
-                        i.module, i.name
-                    ))
+            .zip(self.items.iter())
+            .map(|(import, def)| {
+                Ok(match def {
+                    Definition::Extern(e) => *e,
+                    Definition::Host(h) => Extern::Func(Func::host(store, h.clone())),
+                    Definition::Fresh => fresh(store, &self.module, &import)?,
                 })
             })
             .collect()
@@ -124,17 +339,25 @@ impl Linker {
 }
 
 /// A fresh memory (from the engine's pool, preferably a slot that has the module's image for
-/// it), table or global (zero) of an import's type; `None` for a function.
-fn fresh_extern(module: &Module, import: &ImportRef<'_>) -> Result<Option<Extern>, Error> {
-    Ok(Some(match &import.kind {
-        ImportKind::Func(_) => return Ok(None),
+/// it), table or global (zero) of a non-function import's type, in `store`.
+fn fresh(
+    store: &mut StoreOpaque,
+    module: &Module,
+    import: &ImportRef<'_>,
+) -> Result<Extern, Error> {
+    Ok(match &import.kind {
+        ImportKind::Func(_) => unreachable!("functions are never fresh"),
         ImportKind::Memory(ty) => {
             let artifact = module.artifact();
             let image = artifact.image(import.index).map(|i| (artifact, i));
             let pool = module.engine().memory_pool();
-            Extern::Memory(Rc::new(Memory::pooled(pool, *ty, image)?))
+            Extern::Memory(Memory(
+                store.push_memory(LinearMemory::pooled(pool, *ty, image)?),
+            ))
         }
-        ImportKind::Table(ty) => Extern::Table(Rc::new(Table::new(*ty, 0)?)),
-        ImportKind::Global(ty) => Extern::Global(Rc::new(Global::new(*ty, 0))),
-    }))
+        ImportKind::Table(ty) => Extern::Table(Table(store.push_table(TableData::new(*ty, 0)?))),
+        ImportKind::Global(ty) => {
+            Extern::Global(Global(store.push_global(GlobalData::new(*ty, 0))))
+        }
+    })
 }

@@ -11,7 +11,7 @@
 //! wasm runs.
 //!
 //! # Pooled slots and images
-//! Memories that instances define (and those the embedder makes with [`Memory::in_pool`]) come
+//! Memories that instances define (and those the embedder makes with [`crate::Memory::new`]) come
 //! from the engine's [`MemoryPool`]: an idle reservation is taken (see the pool for which),
 //! sized with one `mprotect` when its accessible length differs from the new memory's, and
 //! given its initial contents from the module's image, either
@@ -22,7 +22,7 @@
 //!   slot's resident first pages (none by default: see that setting).
 //!
 //! An instance that imports a memory its module has an image for gives it that image the same
-//! way when the memory is still untouched (see [`Memory`]); one that may hold data gets only the
+//! way when the memory is still untouched (see [`LinearMemory`]); one that may hold data gets only the
 //! bytes the segments write, copied out of the image.
 //!
 //! When the memory is dropped its slot is reset before anything else can take it, so nothing
@@ -142,7 +142,7 @@ impl Slot {
                 MapFlags::PRIVATE | MapFlags::NORESERVE,
             )
         }
-        .map_err(|e| crate::Error::Resource(format!("cannot reserve linear memory: {e}")))?;
+        .map_err(|e| crate::Error::Limit(format!("cannot reserve linear memory: {e}")))?;
         Ok(Slot {
             base: base.cast(),
             accessible: 0,
@@ -347,7 +347,7 @@ impl MemoryPool {
 /// replaced with zeros when the memory is first exposed, unless an instance claims the memory
 /// for that very image, in which case nothing needs doing at all. This is how a fresh memory
 /// made for an import gets the importing module's image as cheaply as a defined one.
-pub struct Memory {
+pub struct LinearMemory {
     def: Box<UnsafeCell<VmMemory>>,
     ty: MemoryType,
     slot: RefCell<Option<Slot>>,
@@ -357,7 +357,7 @@ pub struct Memory {
 }
 
 /// What an instance found when it claimed a memory it initialises from an image
-/// ([`Memory::claim`]).
+/// ([`LinearMemory::claim`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Claim {
     /// Untouched: all zeros, over the slot's idle image if it has one.
@@ -366,25 +366,14 @@ pub(crate) enum Claim {
     Written,
 }
 
-impl Memory {
-    /// A memory of its own reservation (not pooled), its first `ty.min` pages zeroed.
-    pub fn new(ty: MemoryType) -> Result<Memory, crate::Error> {
-        Memory::with_slot(ty, Slot::reserve()?, None)
-    }
-
-    /// A zeroed memory in a slot of `engine`'s memory pool (as instances get theirs): for
-    /// memories the embedder makes for every instance, such as imported ones.
-    pub fn in_pool(engine: &crate::Engine, ty: MemoryType) -> Result<Memory, crate::Error> {
-        Memory::pooled(engine.memory_pool(), ty, None)
-    }
-
+impl LinearMemory {
     /// An untouched memory in a slot of `pool`; preferably one where `image` (of `artifact`),
     /// the image it is meant to take, is already mapped.
     pub(crate) fn pooled(
         pool: &Arc<MemoryPool>,
         ty: MemoryType,
         image: Option<(&Artifact, &ArchivedMemoryImage)>,
-    ) -> Result<Memory, crate::Error> {
+    ) -> Result<LinearMemory, crate::Error> {
         let len = ty.min as usize * PAGE as usize;
         let want = image.and_then(|(artifact, image)| pool.config.mapping(artifact, image));
         let mut slot = pool.take(len, want)?;
@@ -392,32 +381,32 @@ impl Memory {
         if slot.accessible != len
             && let Err(e) = slot.unmap_image()
         {
-            return Err(crate::Error::Resource(format!(
+            return Err(crate::Error::Limit(format!(
                 "cannot reset a memory slot: {e}"
             )));
         }
-        Memory::with_slot(ty, slot, Some(pool.clone()))
+        LinearMemory::with_slot(ty, slot, Some(pool.clone()))
     }
 
     fn with_slot(
         ty: MemoryType,
         mut slot: Slot,
         pool: Option<Arc<MemoryPool>>,
-    ) -> Result<Memory, crate::Error> {
+    ) -> Result<LinearMemory, crate::Error> {
         if ty.min > ty.max.unwrap_or(MAX_PAGES).min(MAX_PAGES) {
-            return Err(crate::Error::Resource(format!(
+            return Err(crate::Error::Limit(format!(
                 "cannot allocate {} pages of linear memory",
                 ty.min
             )));
         }
         let len = ty.min as usize * PAGE as usize;
         slot.set_accessible(len).map_err(|e| {
-            crate::Error::Resource(format!(
+            crate::Error::Limit(format!(
                 "cannot allocate {} pages of linear memory: {e}",
                 ty.min
             ))
         })?;
-        Ok(Memory {
+        Ok(LinearMemory {
             def: Box::new(UnsafeCell::new(VmMemory {
                 base: slot.base,
                 length: len as u64,
@@ -448,8 +437,8 @@ impl Memory {
     }
 
     /// For an instance that will give this memory `image` of its artifact: ends the untouched
-    /// state and says what the instance found. Pass the result to [`Memory::init_image`], or to
-    /// [`Memory::unclaim`] if instantiation fails before that.
+    /// state and says what the instance found. Pass the result to [`LinearMemory::init_image`], or to
+    /// [`LinearMemory::unclaim`] if instantiation fails before that.
     pub(crate) fn claim(&self) -> Claim {
         if self.untouched.replace(false) {
             Claim::Untouched
@@ -475,7 +464,7 @@ impl Memory {
         );
         if offset + size > self.len() {
             // Only a memory shrunk below its import type could get here; none can.
-            return Err(crate::Error::Resource("memory image out of bounds".into()));
+            return Err(crate::Error::Limit("memory image out of bounds".into()));
         }
         if claim == Claim::Untouched {
             let config = self
@@ -489,10 +478,10 @@ impl Memory {
             if let Some(want) = config.mapping(artifact, image) {
                 return slot
                     .map_image(artifact, want)
-                    .map_err(|e| crate::Error::Resource(format!("cannot map memory image: {e}")));
+                    .map_err(|e| crate::Error::Limit(format!("cannot map memory image: {e}")));
             }
             slot.unmap_image()
-                .map_err(|e| crate::Error::Resource(format!("cannot reset a memory slot: {e}")))?;
+                .map_err(|e| crate::Error::Limit(format!("cannot reset a memory slot: {e}")))?;
         }
         // SAFETY: the image lies within the accessible pages (checked above); no wasm runs.
         let dst = unsafe { &mut self.bytes_unexposed()[offset..offset + size] };
@@ -513,7 +502,7 @@ impl Memory {
         Ok(())
     }
 
-    /// Undoes a claim when instantiation failed before [`Memory::init_image`]: nothing was
+    /// Undoes a claim when instantiation failed before [`LinearMemory::init_image`]: nothing was
     /// written, but an idle image the memory was claimed over must go.
     pub(crate) fn unclaim(&self, claim: Claim) {
         if claim == Claim::Untouched {
@@ -551,10 +540,6 @@ impl Memory {
         unsafe { (*self.def.get()).length as usize }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     pub fn pages(&self) -> u32 {
         (self.len() as u64 / PAGE) as u32
     }
@@ -588,7 +573,7 @@ impl Memory {
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), crate::Error> {
         let end = offset.checked_add(buf.len()).filter(|&e| e <= self.len());
         let end = end.ok_or_else(|| {
-            crate::Error::Resource(format!(
+            crate::Error::Usage(format!(
                 "read of {} bytes at {offset} is out of bounds",
                 buf.len()
             ))
@@ -602,7 +587,7 @@ impl Memory {
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), crate::Error> {
         let end = offset.checked_add(data.len()).filter(|&e| e <= self.len());
         let end = end.ok_or_else(|| {
-            crate::Error::Resource(format!(
+            crate::Error::Usage(format!(
                 "write of {} bytes at {offset} is out of bounds",
                 data.len()
             ))
@@ -623,10 +608,10 @@ impl Memory {
         unsafe { self.bytes_unexposed() }
     }
 
-    /// As [`Memory::bytes`], for the runtime's own writes that keep the untouched state right.
+    /// As [`LinearMemory::bytes`], for the runtime's own writes that keep the untouched state right.
     ///
     /// # Safety
-    /// As for [`Memory::bytes`].
+    /// As for [`LinearMemory::bytes`].
     #[allow(clippy::mut_from_ref)]
     unsafe fn bytes_unexposed(&self) -> &mut [u8] {
         // SAFETY: `[base, base + len)` is mapped read+write; exclusivity per the contract.
@@ -634,7 +619,7 @@ impl Memory {
     }
 }
 
-impl Drop for Memory {
+impl Drop for LinearMemory {
     fn drop(&mut self) {
         let Some(mut slot) = self.slot.get_mut().take() else {
             return;

@@ -10,7 +10,8 @@
 //! crash in host code still crashes.
 //!
 //! Stack overflow in wasm is caught before it happens: every function's prologue compares the
-//! stack pointer with the limit the vmctx points at, a thread-local set here on entry.
+//! stack pointer with the limit the vmctx points at: a cell of the store, which every entry
+//! here sets to this thread's limit (a store may move between threads between calls).
 
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
@@ -81,46 +82,65 @@ pub struct TrapSite {
 }
 
 /// One host-to-wasm call in progress on this thread.
-#[derive(Default)]
 struct CallState {
     saved_sp: usize,
     trap: TrapSite,
+    /// The store the call runs in, for host functions it calls.
+    store: *mut u8,
+    /// This thread's stack limit for wasm, fixed by the outermost call.
+    limit: usize,
 }
 
 thread_local! {
     static CURRENT: Cell<*mut CallState> = const { Cell::new(std::ptr::null_mut()) };
-    /// The stack limit generated code checks; its address goes into every vmctx made here.
-    static STACK_LIMIT: UnsafeCell<usize> = const { UnsafeCell::new(0) };
     static STACK_LOW: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Address of this thread's stack limit, for a vmctx made on this thread.
-pub fn stack_limit_cell() -> *const usize {
-    STACK_LIMIT.with(|c| c.get().cast_const())
+/// The store of the innermost call into wasm on this thread (null outside of one).
+pub fn current_store() -> *mut u8 {
+    let state = CURRENT.with(Cell::get);
+    if state.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `state` is the CallState of a `call` frame still running on this thread.
+    unsafe { (*state).store }
 }
 
 /// Calls `callee` (code with the wasm signature) through `trampoline` with `values` as
-/// arguments and results. Returns where it trapped, if it did.
+/// arguments and results, in `store`, whose `limit_cell` every vmctx it made points at.
+/// Returns where it trapped, if it did.
 ///
 /// # Safety
 /// `trampoline` must be the entry trampoline of `callee`'s type, `vmctx` a context `callee`
-/// accepts, and `values` large enough for the type's parameters and results.
+/// accepts, `values` large enough for the type's parameters and results, and `limit_cell`
+/// the store's stack-limit cell, valid for the call.
 pub unsafe fn call(
+    store: *mut u8,
+    limit_cell: *mut usize,
     trampoline: *const u8,
     vmctx: *mut u8,
     callee: *const u8,
     values: *mut ValRaw,
 ) -> Result<(), TrapSite> {
     install_handlers();
-    let mut state = CallState::default();
-    let outer = CURRENT.with(|c| c.replace(&mut state));
-    if outer.is_null() {
+    let outer = CURRENT.with(Cell::get);
+    let limit = if outer.is_null() {
         let sp = approximate_sp();
         let low = stack_low() + HOST_RESERVE;
-        let limit = sp.saturating_sub(MAX_WASM_STACK).max(low);
-        // SAFETY: the cell is this thread's; generated code only reads it.
-        STACK_LIMIT.with(|c| unsafe { *c.get() = limit });
-    }
+        sp.saturating_sub(MAX_WASM_STACK).max(low)
+    } else {
+        // SAFETY: the outer call's state, on this thread's stack below us.
+        unsafe { (*outer).limit }
+    };
+    // SAFETY: per the contract; generated code only reads the cell.
+    unsafe { *limit_cell = limit };
+    let mut state = CallState {
+        saved_sp: 0,
+        trap: TrapSite::default(),
+        store,
+        limit,
+    };
+    CURRENT.with(|c| c.set(&mut state));
     // SAFETY: per the contract; the stub restores every callee-saved register on both exits.
     let trapped =
         unsafe { ephem_enter_wasm(&mut state.saved_sp, trampoline, vmctx, callee, values) };

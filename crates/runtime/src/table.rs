@@ -8,21 +8,21 @@ use ephem_module::{TableType, VmTable};
 /// Most elements a table may grow to (a resource limit).
 pub const MAX_ELEMENTS: u32 = 10_000_000;
 
-pub struct Table {
+pub struct TableData {
     def: Box<UnsafeCell<VmTable>>,
     elements: UnsafeCell<Vec<usize>>,
     ty: TableType,
 }
 
-impl Table {
-    pub fn new(ty: TableType, init: usize) -> Result<Table, crate::Error> {
+impl TableData {
+    pub fn new(ty: TableType, init: usize) -> Result<TableData, crate::Error> {
         if ty.min > MAX_ELEMENTS {
-            return Err(crate::Error::Resource(format!(
+            return Err(crate::Error::Limit(format!(
                 "table of {} elements exceeds the limit",
                 ty.min
             )));
         }
-        let table = Table {
+        let table = TableData {
             def: Box::new(UnsafeCell::new(VmTable {
                 elements: std::ptr::null_mut(),
                 length: 0,
@@ -60,10 +60,6 @@ impl Table {
     pub fn len(&self) -> u32 {
         // SAFETY: plain read.
         unsafe { (*self.def.get()).length }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     pub fn get(&self, i: u32) -> Option<usize> {
@@ -106,14 +102,14 @@ impl Table {
 }
 
 /// A global variable's storage (16 bytes, as generated code reads it).
-pub struct Global {
+pub struct GlobalData {
     value: Box<UnsafeCell<ephem_module::ValRaw>>,
     pub ty: ephem_module::GlobalType,
 }
 
-impl Global {
-    pub fn new(ty: ephem_module::GlobalType, value: ephem_module::ValRaw) -> Global {
-        Global {
+impl GlobalData {
+    pub fn new(ty: ephem_module::GlobalType, value: ephem_module::ValRaw) -> GlobalData {
+        GlobalData {
             value: Box::new(UnsafeCell::new(value)),
             ty,
         }

@@ -1,28 +1,38 @@
-//! Typed calls: `func.typed::<(i32, i64), f64>()` checks the signature once, then calls
-//! without building `Val`s.
+//! Typed calls and typed host functions.
+//!
+//! [`Func::typed`] checks a signature once against Rust types, then [`TypedFunc::call`] calls
+//! without building [`crate::Val`]s. [`IntoFunc`] turns a plain Rust closure of wasm-typed
+//! arguments (optionally taking a [`Caller`] first) into a host function: the argument and
+//! result types are the function's wasm type.
 
 use std::marker::PhantomData;
 
-use ephem_module::{ValRaw, ValType};
+use ephem_module::{FuncType, ValRaw, ValType};
 
-use crate::{Engine, Error, Func, Val};
+use crate::func::{HostError, HostFunc};
+use crate::store::{AsContextMut, StoreContextMut, StoreInner, StoreOpaque};
+use crate::{Caller, Engine, Error, ExternRef, Func};
 
-/// A Rust type that is a WebAssembly value type.
-pub trait WasmTy: Sized {
+/// A Rust type that is a WebAssembly value type: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`,
+/// `Option<Func>` (funcref) and `Option<ExternRef>` (externref).
+pub trait WasmTy: Sized + Send + 'static {
+    /// The wasm type.
     const TY: ValType;
-    fn into_raw(self) -> ValRaw;
-    fn from_raw(raw: ValRaw) -> Self;
+    #[doc(hidden)]
+    fn into_raw(self, store: &StoreOpaque) -> Result<ValRaw, Error>;
+    #[doc(hidden)]
+    fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Self;
 }
 
 macro_rules! wasm_ty {
     ($t:ty, $vt:expr, |$x:ident| $to:expr, |$r:ident| $from:expr) => {
         impl WasmTy for $t {
             const TY: ValType = $vt;
-            fn into_raw(self) -> ValRaw {
+            fn into_raw(self, _: &StoreOpaque) -> Result<ValRaw, Error> {
                 let $x = self;
-                $to
+                Ok($to)
             }
-            fn from_raw($r: ValRaw) -> Self {
+            fn from_raw(_: &StoreOpaque, $r: ValRaw) -> Self {
                 $from
             }
         }
@@ -41,101 +51,229 @@ wasm_ty!(f32, ValType::F32, |x| x.to_bits() as ValRaw, |r| {
 wasm_ty!(f64, ValType::F64, |x| x.to_bits() as ValRaw, |r| {
     f64::from_bits(r as u64)
 });
+wasm_ty!(
+    Option<ExternRef>,
+    ValType::ExternRef,
+    |x| x.map_or(0, |r| r.0 as ValRaw + 1),
+    |r| (r != 0).then(|| ExternRef((r - 1) as u32))
+);
 
-/// Parameters (a tuple of [`WasmTy`], or `()`).
-pub trait WasmParams {
-    fn types() -> Vec<ValType>;
-    fn store(self, values: &mut [ValRaw]);
+impl WasmTy for Option<Func> {
+    const TY: ValType = ValType::FuncRef;
+    fn into_raw(self, store: &StoreOpaque) -> Result<ValRaw, Error> {
+        Ok(self.map_or(Ok(0), |f| f.to_raw(store))? as ValRaw)
+    }
+    fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Self {
+        Func::from_raw(store, raw as usize)
+    }
 }
 
-/// Results (a [`WasmTy`], a tuple of them, or `()`).
-pub trait WasmResults: Sized {
+/// Parameters: a tuple of [`WasmTy`] (or `()`).
+pub trait WasmParams: Send {
+    #[doc(hidden)]
+    const COUNT: usize;
+    #[doc(hidden)]
     fn types() -> Vec<ValType>;
-    fn load(values: &[ValRaw]) -> Self;
+    #[doc(hidden)]
+    fn store(self, store: &StoreOpaque, values: &mut [ValRaw]) -> Result<(), Error>;
+}
+
+/// Results: a [`WasmTy`], a tuple of them, or `()`.
+pub trait WasmResults: Sized + Send {
+    #[doc(hidden)]
+    const COUNT: usize;
+    #[doc(hidden)]
+    fn types() -> Vec<ValType>;
+    #[doc(hidden)]
+    fn load(store: &StoreOpaque, values: &[ValRaw]) -> Self;
+    #[doc(hidden)]
+    fn store(self, store: &StoreOpaque, values: &mut [ValRaw]) -> Result<(), Error>;
+}
+
+impl<A: WasmTy> WasmParams for A {
+    const COUNT: usize = 1;
+    fn types() -> Vec<ValType> {
+        vec![A::TY]
+    }
+    fn store(self, store: &StoreOpaque, values: &mut [ValRaw]) -> Result<(), Error> {
+        values[0] = self.into_raw(store)?;
+        Ok(())
+    }
+}
+
+impl<A: WasmTy> WasmResults for A {
+    const COUNT: usize = 1;
+    fn types() -> Vec<ValType> {
+        vec![A::TY]
+    }
+    fn load(store: &StoreOpaque, values: &[ValRaw]) -> Self {
+        A::from_raw(store, values[0])
+    }
+    fn store(self, store: &StoreOpaque, values: &mut [ValRaw]) -> Result<(), Error> {
+        values[0] = self.into_raw(store)?;
+        Ok(())
+    }
+}
+
+/// What a host closure may return: results (see [`WasmResults`]), or a `Result` of them whose
+/// error becomes a trap that carries it.
+pub trait HostReturn: Send {
+    #[doc(hidden)]
+    type Ok: WasmResults;
+    #[doc(hidden)]
+    fn into_result(self) -> Result<Self::Ok, HostError>;
+}
+
+impl<R: WasmResults> HostReturn for R {
+    type Ok = R;
+    fn into_result(self) -> Result<R, HostError> {
+        Ok(self)
+    }
+}
+
+impl<R: WasmResults, E: Into<HostError> + Send> HostReturn for Result<R, E> {
+    type Ok = R;
+    fn into_result(self) -> Result<R, HostError> {
+        self.map_err(Into::into)
+    }
+}
+
+/// A Rust closure that can be a host function of store data `T`: `Fn(A1, A2, …) -> R` or
+/// `Fn(Caller<'_, T>, A1, A2, …) -> R`, with arguments of [`WasmTy`] types and `R` a
+/// [`HostReturn`]. `Params` and `Results` only tell the two forms apart.
+pub trait IntoFunc<T, Params, Results>: Send + Sync + 'static {
+    #[doc(hidden)]
+    fn into_host_func(self, engine: &Engine) -> HostFunc;
+}
+
+macro_rules! one {
+    ($x:tt) => {
+        1
+    };
 }
 
 macro_rules! tuples {
-    ($($n:tt $t:ident),*) => {
+    ($($n:tt $t:ident $a:ident),*) => {
         impl<$($t: WasmTy),*> WasmParams for ($($t,)*) {
+            const COUNT: usize = 0 $(+ one!($n))*;
             fn types() -> Vec<ValType> { vec![$($t::TY),*] }
             #[allow(unused_variables)]
-            fn store(self, values: &mut [ValRaw]) { $(values[$n] = self.$n.into_raw();)* }
+            fn store(self, store: &StoreOpaque, values: &mut [ValRaw]) -> Result<(), Error> {
+                $(values[$n] = self.$n.into_raw(store)?;)*
+                Ok(())
+            }
         }
+
         impl<$($t: WasmTy),*> WasmResults for ($($t,)*) {
+            const COUNT: usize = 0 $(+ one!($n))*;
             fn types() -> Vec<ValType> { vec![$($t::TY),*] }
+            #[allow(unused_variables, clippy::unused_unit)]
+            fn load(store: &StoreOpaque, values: &[ValRaw]) -> Self {
+                ($($t::from_raw(store, values[$n]),)*)
+            }
             #[allow(unused_variables)]
-            #[allow(clippy::unused_unit)]
-            fn load(values: &[ValRaw]) -> Self { ($($t::from_raw(values[$n]),)*) }
+            fn store(self, store: &StoreOpaque, values: &mut [ValRaw]) -> Result<(), Error> {
+                $(values[$n] = self.$n.into_raw(store)?;)*
+                Ok(())
+            }
+        }
+
+        impl<T: 'static, F, $($t: WasmTy,)* R: HostReturn> IntoFunc<T, (Caller<'_, T>, $($t,)*), R> for F
+        where
+            F: Fn(Caller<'_, T>, $($t),*) -> R + Send + Sync + 'static,
+        {
+            fn into_host_func(self, engine: &Engine) -> HostFunc {
+                let ty = FuncType {
+                    params: vec![$($t::TY),*],
+                    results: <R::Ok as WasmResults>::types(),
+                };
+                HostFunc::new(engine, ty, move |store, caller, values| {
+                    // SAFETY: per `HostFunc::new`, `store` is the opaque part of a
+                    // `StoreInner<T>`: only stores of data `T` take this function.
+                    let inner = unsafe { &mut *store.cast::<StoreInner<T>>() };
+                    $(let $a = $t::from_raw(&inner.opaque, values[$n]);)*
+                    let caller = Caller { store: StoreContextMut(&mut *inner), caller };
+                    let results = self(caller, $($a),*).into_result()?;
+                    results.store(&inner.opaque, values)?;
+                    Ok(())
+                })
+            }
+        }
+
+        impl<T: 'static, F, $($t: WasmTy,)* R: HostReturn> IntoFunc<T, ($($t,)*), R> for F
+        where
+            F: Fn($($t),*) -> R + Send + Sync + 'static,
+        {
+            fn into_host_func(self, engine: &Engine) -> HostFunc {
+                let with_caller = move |_: Caller<'_, T>, $($a: $t),*| self($($a),*);
+                <_ as IntoFunc<T, (Caller<'_, T>, $($t,)*), R>>::into_host_func(with_caller, engine)
+            }
         }
     };
 }
 
 tuples!();
-tuples!(0 A);
-tuples!(0 A, 1 B);
-tuples!(0 A, 1 B, 2 C);
-tuples!(0 A, 1 B, 2 C, 3 D);
-tuples!(0 A, 1 B, 2 C, 3 D, 4 E);
-tuples!(0 A, 1 B, 2 C, 3 D, 4 E, 5 F);
+tuples!(0 A a);
+tuples!(0 A a, 1 B b);
+tuples!(0 A a, 1 B b, 2 C c);
+tuples!(0 A a, 1 B b, 2 C c, 3 D d);
+tuples!(0 A a, 1 B b, 2 C c, 3 D d, 4 E e);
+tuples!(0 A a, 1 B b, 2 C c, 3 D d, 4 E e, 5 G g);
+tuples!(0 A a, 1 B b, 2 C c, 3 D d, 4 E e, 5 G g, 6 H h);
+tuples!(0 A a, 1 B b, 2 C c, 3 D d, 4 E e, 5 G g, 6 H h, 7 I i);
+tuples!(0 A a, 1 B b, 2 C c, 3 D d, 4 E e, 5 G g, 6 H h, 7 I i, 8 J j);
+tuples!(0 A a, 1 B b, 2 C c, 3 D d, 4 E e, 5 G g, 6 H h, 7 I i, 8 J j, 9 K k);
 
-macro_rules! single_result {
-    ($($t:ty),*) => {$(
-        impl WasmResults for $t {
-            fn types() -> Vec<ValType> { vec![<$t as WasmTy>::TY] }
-            fn load(values: &[ValRaw]) -> Self { <$t as WasmTy>::from_raw(values[0]) }
-        }
-    )*};
-}
-single_result!(i32, u32, i64, u64, f32, f64);
-
-/// A function whose signature was checked against `P` and `R`.
+/// A function whose signature was checked against `P` and `R` ([`Func::typed`]).
 pub struct TypedFunc<P, R> {
     func: Func,
     _types: PhantomData<fn(P) -> R>,
 }
 
-impl Func {
-    /// This function as a [`TypedFunc`], if its signature is `P -> R`.
-    pub fn typed<P: WasmParams, R: WasmResults>(&self) -> Result<TypedFunc<P, R>, Error> {
-        let (params, results) = (P::types(), R::types());
-        if params != self.ty().params || results != self.ty().results {
-            return Err(Error::Type(format!(
-                "function is {:?}, not {params:?} -> {results:?}",
-                self.ty()
-            )));
-        }
-        Ok(TypedFunc {
-            func: self.clone(),
-            _types: PhantomData,
-        })
+impl<P, R> Clone for TypedFunc<P, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P, R> Copy for TypedFunc<P, R> {}
+
+impl<P, R> std::fmt::Debug for TypedFunc<P, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TypedFunc({:?})", self.func)
     }
 }
 
 impl<P: WasmParams, R: WasmResults> TypedFunc<P, R> {
-    pub fn call(&self, engine: &Engine, params: P) -> Result<R, Error> {
-        let ty = self.func.ty();
-        let mut values = [0 as ValRaw; 16];
-        let n = ty.params.len().max(ty.results.len());
-        if n > values.len() {
-            // Rare: wide signatures go through the dynamic path.
-            let mut raw = vec![0 as ValRaw; n];
-            params.store(&mut raw);
-            let args: Vec<Val> = ty
-                .params
-                .iter()
-                .zip(&raw)
-                .map(|(&t, &r)| Val::from_raw(engine, t, r))
-                .collect();
-            let out: Vec<ValRaw> = self
-                .func
-                .call(engine, &args)?
-                .iter()
-                .map(Val::to_raw)
-                .collect();
-            return Ok(R::load(&out));
+    pub(crate) fn new(func: Func) -> Self {
+        TypedFunc {
+            func,
+            _types: PhantomData,
         }
-        params.store(&mut values);
-        self.func.call_raw(&mut values[..n.max(1)])?;
-        Ok(R::load(&values))
+    }
+
+    /// The function, untyped.
+    pub fn func(&self) -> &Func {
+        &self.func
+    }
+
+    /// Calls the function; fails with the trap that ended it, if one did.
+    pub fn call(&self, mut store: impl AsContextMut, params: P) -> Result<R, Error> {
+        let store = store.as_context_mut().0 as *mut StoreInner<_> as *mut StoreOpaque;
+        let n = P::COUNT.max(R::COUNT).max(1);
+        let mut small = [0 as ValRaw; 16];
+        let mut large = Vec::new();
+        let values = if n <= small.len() {
+            &mut small[..n]
+        } else {
+            large.resize(n, 0);
+            &mut large[..]
+        };
+        // SAFETY: a store pointer derived from the exclusive borrow above, for this call only.
+        params.store(unsafe { &*store }, values)?;
+        // SAFETY: as above; the types were checked when this was made.
+        unsafe { self.func.call_raw(store, values)? };
+        // SAFETY: as above.
+        Ok(R::load(unsafe { &*store }, values))
     }
 }

@@ -1,0 +1,97 @@
+//! How the command line ends: its exit codes, and error messages printed once.
+//!
+//! | code | meaning |
+//! | --- | --- |
+//! | 0 | success |
+//! | 1 | an error: unreadable or invalid module, missing imports, I/O, resource limits |
+//! | 2 | a usage error: bad flags or arguments (clap's own code for them too) |
+//! | 134 | the guest trapped (what a process killed by `SIGABRT` reports, as wasmtime does) |
+//!
+//! A guest's own exit code (WASI's `proc_exit`) will be passed through as it is.
+
+use std::process::ExitCode;
+
+/// Success.
+pub const SUCCESS: u8 = 0;
+/// Any error that is neither a usage error nor a trap.
+pub const ERROR: u8 = 1;
+/// Bad flags or arguments.
+pub const USAGE: u8 = 2;
+/// The guest trapped.
+pub const TRAP: u8 = 134;
+
+/// A usage error found after parsing the flags (an argument of the wrong type, say).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Usage(pub String);
+
+/// The exit code for `error`.
+pub fn code(error: &anyhow::Error) -> u8 {
+    for cause in error.chain() {
+        if cause.downcast_ref::<Usage>().is_some() {
+            return USAGE;
+        }
+        if let Some(e) = cause.downcast_ref::<ephem::Error>()
+            && e.kind() == ephem::ErrorKind::Trap
+        {
+            return TRAP;
+        }
+    }
+    ERROR
+}
+
+/// `error` and its causes on one line, each said once: a cause whose text the message before
+/// it already contains is not repeated.
+pub fn message(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+/// Ends the process for `result`: the message on standard error and the code.
+pub fn finish(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::from(SUCCESS),
+        Err(e) => {
+            eprintln!("error: {}", message(&e));
+            ExitCode::from(code(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer says: {0}")]
+    struct Repeats(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the inner cause")]
+    struct Inner;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let e = anyhow::Error::new(Repeats(Inner)).context("compiling x.wasm");
+        assert_eq!(message(&e), "compiling x.wasm: outer says: the inner cause");
+        let e = anyhow::Error::new(Inner).context("compiling x.wasm");
+        assert_eq!(message(&e), "compiling x.wasm: the inner cause");
+    }
+
+    #[test]
+    fn traps_and_usage_errors_have_their_own_codes() {
+        let usage = anyhow::Error::new(Usage("bad".into())).context("running");
+        assert_eq!(code(&usage), USAGE);
+        let other = anyhow::anyhow!("no such file");
+        assert_eq!(code(&other), ERROR);
+    }
+}

@@ -1,0 +1,341 @@
+//! The embedding API as a host uses it: stores with host state, host functions that read and
+//! write the caller's memory, errors and panics in host functions, funcrefs that outlive the
+//! handles of their instances, one linker shared by threads, and stores that move between
+//! threads. (`InstancePre` reused many times is measured in `instance_pre.rs`, a binary of its
+//! own so that no other test's memory shows in its count.)
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ephem::{
+    Caller, Engine, Error, Extern, Func, Instance, Linker, Module, Store, Table, TableType,
+    TrapKind, Val, ValType, compile,
+};
+
+/// A guest that asks the host to greet a name: it writes the name into its memory, calls
+/// `host.greet(ptr, len, out)`, and returns the length the host wrote at `out`.
+const GREETER: &str = r#"(module
+    (import "host" "greet" (func $greet (param i32 i32 i32) (result i32)))
+    (import "host" "count" (func $count (result i64)))
+    (memory (export "memory") 1)
+    (data (i32.const 16) "ferris")
+    (func (export "run") (result i32)
+      (call $greet (i32.const 16) (i32.const 6) (i32.const 256)))
+    (func (export "count") (result i64) (call $count)))"#;
+
+/// The host's state: how often it was called, and a prefix it adds.
+struct Host {
+    calls: u64,
+    prefix: String,
+}
+
+fn greeter_linker(engine: &Engine) -> Linker<Host> {
+    let mut linker = Linker::new(engine);
+    linker
+        .func_wrap(
+            "host",
+            "greet",
+            |mut caller: Caller<'_, Host>, ptr: u32, len: u32, out: u32| -> Result<u32, Error> {
+                let memory = caller
+                    .get_export("memory")
+                    .and_then(Extern::into_memory)
+                    .ok_or_else(|| Error::Usage("the caller exports no memory".into()))?;
+                let mut name = vec![0; len as usize];
+                memory.read(&caller, ptr as usize, &mut name)?;
+                caller.data_mut().calls += 1;
+                let reply = format!(
+                    "{}, {}!",
+                    caller.data().prefix,
+                    String::from_utf8_lossy(&name)
+                );
+                memory.write(&mut caller, out as usize, reply.as_bytes())?;
+                Ok(reply.len() as u32)
+            },
+        )
+        .unwrap();
+    linker
+        .func_wrap("host", "count", |caller: Caller<'_, Host>| {
+            caller.data().calls as i64
+        })
+        .unwrap();
+    linker
+}
+
+#[test]
+fn a_host_function_with_state_reads_and_writes_the_callers_memory() {
+    let engine = Engine::default();
+    let module = compile(&engine, GREETER.as_bytes()).unwrap();
+    let linker = greeter_linker(&engine);
+    let mut store = Store::new(
+        &engine,
+        Host {
+            calls: 0,
+            prefix: "Hello".into(),
+        },
+    );
+    let instance = linker.instantiate(&mut store, &module).unwrap();
+    let run = instance
+        .get_typed_func::<(), u32>(&mut store, "run")
+        .unwrap();
+    let len = run.call(&mut store, ()).unwrap() as usize;
+    let memory = instance.get_memory(&mut store, "memory").unwrap();
+    assert_eq!(&memory.data(&store)[256..256 + len], b"Hello, ferris!");
+    store.data_mut().prefix = "Bye".into();
+    let len = run.call(&mut store, ()).unwrap() as usize;
+    assert_eq!(&memory.data(&store)[256..256 + len], b"Bye, ferris!");
+    let count = instance
+        .get_typed_func::<(), i64>(&mut store, "count")
+        .unwrap();
+    assert_eq!(count.call(&mut store, ()).unwrap(), 2);
+    assert_eq!(store.into_data().calls, 2);
+}
+
+#[test]
+fn a_funcref_in_another_instances_table_outlives_its_instances_handle() {
+    let engine = Engine::default();
+    let a = compile(
+        &engine,
+        br#"(module (memory 1) (data (i32.const 0) "\2a")
+             (func (export "f") (result i32) (i32.load8_u (i32.const 0))))"#,
+    )
+    .unwrap();
+    let b = compile(
+        &engine,
+        br#"(module (table (export "t") 1 funcref) (type $r (func (result i32)))
+             (func (export "call0") (result i32) (call_indirect (type $r) (i32.const 0))))"#,
+    )
+    .unwrap();
+    let linker = Linker::new(&engine);
+    let mut store = Store::new(&engine, ());
+    let table = {
+        // Only B's table is kept; A's instance handle and its function's handle go out of
+        // scope here, and A's state stays in the store.
+        let inst_a = linker.instantiate(&mut store, &a).unwrap();
+        let f = inst_a.get_func(&mut store, "f").unwrap();
+        let inst_b = linker.instantiate(&mut store, &b).unwrap();
+        let table = inst_b.get_table(&mut store, "t").unwrap();
+        table.set(&mut store, 0, Val::FuncRef(Some(f))).unwrap();
+        inst_b
+            .get_typed_func::<(), i32>(&mut store, "call0")
+            .unwrap()
+    };
+    // Churn other stores and instances, which would reuse A's code slot and memory if they
+    // had been freed.
+    for _ in 0..50 {
+        let mut other = Store::new(&engine, ());
+        linker.instantiate(&mut other, &a).unwrap();
+    }
+    assert_eq!(table.call(&mut store, ()).unwrap(), 42);
+}
+
+#[test]
+fn a_table_of_another_store_is_refused() {
+    let engine = Engine::default();
+    let mut one = Store::new(&engine, ());
+    let mut two = Store::new(&engine, ());
+    let ty = TableType {
+        elem: ValType::FuncRef,
+        min: 1,
+        max: None,
+    };
+    let table = Table::new(&mut one, ty, Val::FuncRef(None)).unwrap();
+    let module = compile(&engine, br#"(module (import "m" "t" (table 1 funcref)))"#).unwrap();
+    let e = Instance::new(&mut two, &module, &[table.into()]).unwrap_err();
+    assert!(e.to_string().contains("another store"), "{e}");
+}
+
+#[derive(Debug)]
+struct Refused(u32);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refused {}", self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+fn gate_module(engine: &Engine) -> Module {
+    compile(
+        engine,
+        br#"(module (import "host" "gate" (func $gate (param i32) (result i32)))
+             (func (export "go") (param i32) (result i32) (call $gate (local.get 0))))"#,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_host_error_is_a_trap_that_carries_it() {
+    let engine = Engine::default();
+    let mut linker = Linker::new(&engine);
+    linker
+        .func_wrap("host", "gate", |v: i32| -> Result<i32, Refused> {
+            if v < 0 {
+                Err(Refused(v as u32))
+            } else {
+                Ok(v + 1)
+            }
+        })
+        .unwrap();
+    let mut store = Store::new(&engine, ());
+    let instance = linker
+        .instantiate(&mut store, &gate_module(&engine))
+        .unwrap();
+    let go = instance
+        .get_typed_func::<i32, i32>(&mut store, "go")
+        .unwrap();
+    assert_eq!(go.call(&mut store, 1).unwrap(), 2);
+    let e = go.call(&mut store, -3).unwrap_err();
+    let trap = e.trap().expect("a trap");
+    assert_eq!(trap.kind, TrapKind::HostError);
+    assert_eq!(trap.downcast_ref::<Refused>().unwrap().0, -3i32 as u32);
+    assert!(e.to_string().contains("refused"), "{e}");
+    assert_eq!(go.call(&mut store, 5).unwrap(), 6, "the store stays usable");
+}
+
+#[test]
+fn a_host_panic_is_resumed_in_the_host_after_the_wasm_frames_are_gone() {
+    let engine = Engine::default();
+    let mut linker = Linker::new(&engine);
+    linker
+        .func_wrap("host", "gate", |v: i32| -> i32 {
+            if v == 7 {
+                panic!("the host panicked on {v}");
+            }
+            v * 2
+        })
+        .unwrap();
+    let mut store = Store::new(&engine, ());
+    let instance = linker
+        .instantiate(&mut store, &gate_module(&engine))
+        .unwrap();
+    let go = instance
+        .get_typed_func::<i32, i32>(&mut store, "go")
+        .unwrap();
+    for _ in 0..3 {
+        let panic =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| go.call(&mut store, 7)))
+                .expect_err("the panic reaches the host");
+        let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert_eq!(message, "the host panicked on 7");
+        assert_eq!(go.call(&mut store, 4).unwrap(), 8, "the store stays usable");
+    }
+}
+
+#[test]
+fn a_host_function_passed_as_a_funcref_is_callable_once_imported() {
+    let engine = Engine::default();
+    let mut store = Store::new(&engine, ());
+    let double = Func::wrap(&mut store, |v: i32| v * 2);
+    let module = compile(
+        &engine,
+        br#"(module (import "h" "f" (func (param i32) (result i32)))
+             (table (export "t") 2 funcref) (type $t (func (param i32) (result i32)))
+             (func (export "call") (param i32 i32) (result i32)
+               (call_indirect (type $t) (local.get 1) (local.get 0))))"#,
+    )
+    .unwrap();
+    let instance = Instance::new(&mut store, &module, &[double.into()]).unwrap();
+    let table = instance.get_table(&mut store, "t").unwrap();
+    table
+        .set(&mut store, 1, Val::FuncRef(Some(double)))
+        .unwrap();
+    let call = instance
+        .get_typed_func::<(i32, i32), i32>(&mut store, "call")
+        .unwrap();
+    assert_eq!(call.call(&mut store, (1, 21)).unwrap(), 42);
+    // Never imported anywhere: refused with a clear error, not passed as null.
+    let lonely = Func::wrap(&mut store, |v: i32| v);
+    let e = table
+        .set(&mut store, 0, Val::FuncRef(Some(lonely)))
+        .unwrap_err();
+    assert!(e.to_string().contains("imported"), "{e}");
+}
+
+#[test]
+fn one_linker_serves_two_threads() {
+    let engine = Engine::default();
+    let module = compile(&engine, GREETER.as_bytes()).unwrap();
+    let linker = Arc::new(greeter_linker(&engine));
+    let pre = Arc::new(linker.instantiate_pre(&module).unwrap());
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            let (linker, pre, module, engine, done) = (
+                linker.clone(),
+                pre.clone(),
+                module.clone(),
+                engine.clone(),
+                done.clone(),
+            );
+            std::thread::spawn(move || {
+                for i in 0..200 {
+                    let mut store = Store::new(
+                        &engine,
+                        Host {
+                            calls: 0,
+                            prefix: format!("t{t}"),
+                        },
+                    );
+                    // Alternate the two ways in: by name, and pre-resolved.
+                    let instance = if i % 2 == 0 {
+                        linker.instantiate(&mut store, &module).unwrap()
+                    } else {
+                        pre.instantiate(&mut store).unwrap()
+                    };
+                    let run = instance
+                        .get_typed_func::<(), u32>(&mut store, "run")
+                        .unwrap();
+                    let len = run.call(&mut store, ()).unwrap() as usize;
+                    let memory = instance.get_memory(&mut store, "memory").unwrap();
+                    let expected = format!("t{t}, ferris!");
+                    assert_eq!(&memory.data(&store)[256..256 + len], expected.as_bytes());
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(done.load(Ordering::Relaxed), 400);
+}
+
+#[test]
+fn a_store_moves_between_threads() {
+    let engine = Engine::default();
+    let module = compile(
+        &engine,
+        br#"(module (global $g (mut i32) (i32.const 0))
+             (func $deep (export "deep") (call $deep))
+             (func (export "bump") (result i32)
+               (global.set $g (i32.add (global.get $g) (i32.const 1))) (global.get $g)))"#,
+    )
+    .unwrap();
+    let mut store = Store::new(&engine, ());
+    let instance = Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    let bump = instance
+        .get_typed_func::<(), i32>(&mut store, "bump")
+        .unwrap();
+    assert_eq!(bump.call(&mut store, ()).unwrap(), 1);
+    // On a thread with a small stack, the stack limit is that thread's: deep recursion is a
+    // trap, not a crash.
+    let store = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || {
+            assert_eq!(bump.call(&mut store, ()).unwrap(), 2);
+            let deep = instance
+                .get_typed_func::<(), ()>(&mut store, "deep")
+                .unwrap();
+            let e = deep.call(&mut store, ()).unwrap_err();
+            assert_eq!(e.trap().unwrap().kind, TrapKind::StackOverflow);
+            store
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let mut store = store;
+    assert_eq!(bump.call(&mut store, ()).unwrap(), 3);
+}

@@ -1,0 +1,344 @@
+//! Stores: the owner of everything instances make.
+//!
+//! A [`Store<T>`] owns every instance, memory, table, global and host function created in it,
+//! and the embedder's data `T`; they are dropped together when the store is. Everything an
+//! embedder holds ([`crate::Instance`], [`crate::Func`], [`crate::Memory`], …) is a small
+//! `Copy` handle: the store's id and an index or a pointer into the store, valid only with that
+//! store (using one with another store panics, as in wasmtime).
+//!
+//! # Why this is sound
+//! Generated code and tables hold raw pointers: a funcref points into its instance's vmctx, a
+//! vmctx points at memories, tables and globals, and an imported host function's funcref at
+//! its host context. All of them point into the same store, because imports and table or
+//! global writes are only accepted from the store being used, and nothing in a store is freed
+//! before the store itself. So a funcref stored in another instance's table can always be
+//! called: its instance lives as long as the table does.
+//!
+//! # Why a store is `Send`
+//! A store holds reference-counted and raw pointers that are not `Send` on their own, but
+//! every one of them points into the store (or at engine-wide state that is `Sync`), and no
+//! handle gives out anything but copies of ids. Moving the store moves all of them at once.
+//! The one thread-bound value generated code reads, the stack limit, lives in the store and is
+//! rewritten for the current thread on every entry into wasm.
+//!
+//! # Cost
+//! Creating a store is one allocation (the boxed inner part, so that its address, which
+//! instances point at, never changes); its vectors allocate only when something is added.
+
+use std::cell::UnsafeCell;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::func::{HostFailure, HostFunc};
+use crate::instance::InstanceData;
+use crate::memory::LinearMemory;
+use crate::table::{GlobalData, TableData};
+use crate::{Engine, VmFuncRef};
+
+/// Identifies one store among all stores of the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct StoreId(NonZeroU64);
+
+impl StoreId {
+    fn next() -> StoreId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        StoreId(NonZeroU64::new(NEXT.fetch_add(1, Ordering::Relaxed)).expect("2^64 stores"))
+    }
+}
+
+/// A handle's place in a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Stored {
+    pub(crate) store: StoreId,
+    pub(crate) index: u32,
+}
+
+/// Everything instances make, and the embedder's data. See the module documentation.
+pub struct Store<T> {
+    inner: Box<StoreInner<T>>,
+}
+
+/// The store's state; `opaque` first, so that a pointer to it is a pointer to its opaque part
+/// (what type-erased code such as a host function's context receives).
+#[repr(C)]
+pub(crate) struct StoreInner<T> {
+    pub(crate) opaque: StoreOpaque,
+    pub(crate) data: T,
+}
+
+/// The part of a store that does not depend on `T`. Public only so that the typed-value
+/// traits can name it; not reachable from outside the crate.
+#[doc(hidden)]
+pub struct StoreOpaque {
+    pub(crate) id: StoreId,
+    pub(crate) engine: Engine,
+    /// Dropped first: code leaves the trap registry before anything it points at goes.
+    pub(crate) instances: Vec<Box<InstanceData>>,
+    pub(crate) memories: Vec<LinearMemory>,
+    pub(crate) tables: Vec<TableData>,
+    pub(crate) globals: Vec<GlobalData>,
+    pub(crate) host_funcs: Vec<StoredHostFunc>,
+    /// What the last failed host function left for the caller to report or resume.
+    pub(crate) host_failure: Option<HostFailure>,
+    /// The stack limit every vmctx of this store points at (see `signals`). In the boxed
+    /// inner part, so its address is fixed.
+    pub(crate) stack_limit: UnsafeCell<usize>,
+}
+
+/// A host function made in (or imported into) a store.
+pub(crate) struct StoredHostFunc {
+    pub(crate) func: Arc<HostFunc>,
+    /// Its funcref in the vmctx of the first instance that imported it: how wasm code can call
+    /// it through a table (it needs an importing module's adapter for its type).
+    pub(crate) funcref: Option<std::ptr::NonNull<VmFuncRef>>,
+}
+
+// SAFETY: see "Why a store is `Send`" in the module documentation: every pointer in the store
+// points into it or at `Sync` engine state, and the thread-bound stack limit is rewritten on
+// every entry into wasm.
+unsafe impl Send for StoreOpaque {}
+
+impl<T> Store<T> {
+    /// A new, empty store for `engine`, holding `data`.
+    pub fn new(engine: &Engine, data: T) -> Store<T> {
+        Store {
+            inner: Box::new(StoreInner {
+                opaque: StoreOpaque {
+                    id: StoreId::next(),
+                    engine: engine.clone(),
+                    instances: Vec::new(),
+                    memories: Vec::new(),
+                    tables: Vec::new(),
+                    globals: Vec::new(),
+                    host_funcs: Vec::new(),
+                    host_failure: None,
+                    stack_limit: UnsafeCell::new(0),
+                },
+                data,
+            }),
+        }
+    }
+
+    /// The engine this store belongs to.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.opaque.engine
+    }
+
+    /// The embedder's data.
+    pub fn data(&self) -> &T {
+        &self.inner.data
+    }
+
+    /// The embedder's data, mutably.
+    pub fn data_mut(&mut self) -> &mut T {
+        &mut self.inner.data
+    }
+
+    /// Drops everything in the store and returns the embedder's data.
+    pub fn into_data(self) -> T {
+        let StoreInner { opaque, data } = *self.inner;
+        drop(opaque);
+        data
+    }
+}
+
+impl<T> std::fmt::Debug for Store<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let o = &self.inner.opaque;
+        f.debug_struct("Store")
+            .field("instances", &o.instances.len())
+            .field("memories", &o.memories.len())
+            .field("tables", &o.tables.len())
+            .field("globals", &o.globals.len())
+            .finish()
+    }
+}
+
+impl StoreOpaque {
+    /// Panics unless `stored` belongs to this store (handle misuse by the embedder, which
+    /// wasmtime treats the same way).
+    #[track_caller]
+    pub(crate) fn check(&self, store: StoreId) {
+        assert!(
+            store == self.id,
+            "a handle was used with a store it does not belong to"
+        );
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn instance(&self, stored: Stored) -> &InstanceData {
+        self.check(stored.store);
+        &self.instances[stored.index as usize]
+    }
+
+    pub(crate) fn memory(&self, stored: Stored) -> &LinearMemory {
+        self.check(stored.store);
+        &self.memories[stored.index as usize]
+    }
+
+    pub(crate) fn table(&self, stored: Stored) -> &TableData {
+        self.check(stored.store);
+        &self.tables[stored.index as usize]
+    }
+
+    pub(crate) fn global(&self, stored: Stored) -> &GlobalData {
+        self.check(stored.store);
+        &self.globals[stored.index as usize]
+    }
+
+    fn stored(&self, index: usize) -> Stored {
+        Stored {
+            store: self.id,
+            index: index as u32,
+        }
+    }
+
+    pub(crate) fn push_memory(&mut self, memory: LinearMemory) -> Stored {
+        self.memories.push(memory);
+        self.stored(self.memories.len() - 1)
+    }
+
+    pub(crate) fn push_table(&mut self, table: TableData) -> Stored {
+        self.tables.push(table);
+        self.stored(self.tables.len() - 1)
+    }
+
+    pub(crate) fn push_global(&mut self, global: GlobalData) -> Stored {
+        self.globals.push(global);
+        self.stored(self.globals.len() - 1)
+    }
+
+    pub(crate) fn push_instance(&mut self, instance: Box<InstanceData>) -> Stored {
+        self.instances.push(instance);
+        self.stored(self.instances.len() - 1)
+    }
+
+    pub(crate) fn push_host_func(&mut self, func: Arc<HostFunc>) -> Stored {
+        self.host_funcs.push(StoredHostFunc {
+            func,
+            funcref: None,
+        });
+        self.stored(self.host_funcs.len() - 1)
+    }
+
+    /// The index the next instance will have.
+    pub(crate) fn next_instance(&self) -> Stored {
+        self.stored(self.instances.len())
+    }
+}
+
+/// Read access to a store: what `&Store<T>`, a [`Caller`](crate::Caller) and the context types
+/// give. Accessors take `impl AsContext` so that they work with each.
+pub trait AsContext {
+    /// The embedder's data type of the store.
+    type Data;
+    /// The store, to read.
+    fn as_context(&self) -> StoreContext<'_, Self::Data>;
+}
+
+/// Write access to a store (see [`AsContext`]).
+pub trait AsContextMut: AsContext {
+    /// The store, to change or to run wasm in.
+    fn as_context_mut(&mut self) -> StoreContextMut<'_, Self::Data>;
+}
+
+/// A borrowed store, to read.
+pub struct StoreContext<'a, T>(pub(crate) &'a StoreInner<T>);
+
+/// A borrowed store, to change or to run wasm in.
+pub struct StoreContextMut<'a, T>(pub(crate) &'a mut StoreInner<T>);
+
+impl<'a, T> StoreContext<'a, T> {
+    /// The embedder's data.
+    pub fn data(&self) -> &'a T {
+        &self.0.data
+    }
+    /// The engine the store belongs to.
+    pub fn engine(&self) -> &'a Engine {
+        &self.0.opaque.engine
+    }
+}
+
+impl<T> StoreContextMut<'_, T> {
+    /// The embedder's data.
+    pub fn data(&self) -> &T {
+        &self.0.data
+    }
+    /// The embedder's data, mutably.
+    pub fn data_mut(&mut self) -> &mut T {
+        &mut self.0.data
+    }
+    /// The engine the store belongs to.
+    pub fn engine(&self) -> &Engine {
+        &self.0.opaque.engine
+    }
+}
+
+impl<T> AsContext for Store<T> {
+    type Data = T;
+    fn as_context(&self) -> StoreContext<'_, T> {
+        StoreContext(&self.inner)
+    }
+}
+
+impl<T> AsContextMut for Store<T> {
+    fn as_context_mut(&mut self) -> StoreContextMut<'_, T> {
+        StoreContextMut(&mut self.inner)
+    }
+}
+
+impl<T> AsContext for StoreContext<'_, T> {
+    type Data = T;
+    fn as_context(&self) -> StoreContext<'_, T> {
+        StoreContext(self.0)
+    }
+}
+
+impl<T> AsContext for StoreContextMut<'_, T> {
+    type Data = T;
+    fn as_context(&self) -> StoreContext<'_, T> {
+        StoreContext(self.0)
+    }
+}
+
+impl<T> AsContextMut for StoreContextMut<'_, T> {
+    fn as_context_mut(&mut self) -> StoreContextMut<'_, T> {
+        StoreContextMut(self.0)
+    }
+}
+
+impl<S: AsContext + ?Sized> AsContext for &S {
+    type Data = S::Data;
+    fn as_context(&self) -> StoreContext<'_, S::Data> {
+        (**self).as_context()
+    }
+}
+
+impl<S: AsContext + ?Sized> AsContext for &mut S {
+    type Data = S::Data;
+    fn as_context(&self) -> StoreContext<'_, S::Data> {
+        (**self).as_context()
+    }
+}
+
+impl<S: AsContextMut + ?Sized> AsContextMut for &mut S {
+    fn as_context_mut(&mut self) -> StoreContextMut<'_, S::Data> {
+        (**self).as_context_mut()
+    }
+}
+
+impl<T> StoreContext<'_, T> {
+    pub(crate) fn opaque(&self) -> &StoreOpaque {
+        &self.0.opaque
+    }
+}
+
+impl<T> StoreContextMut<'_, T> {
+    pub(crate) fn opaque(&mut self) -> &mut StoreOpaque {
+        &mut self.0.opaque
+    }
+}
