@@ -43,6 +43,57 @@ fn run_reports_traps_and_bad_arguments() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Exit codes: 0 success, 1 error, 2 usage, 134 trap (see the CLI's `exit` module).
+#[test]
+fn run_exits_with_distinct_codes_and_refuses_unknown_imports_by_default() {
+    let dir = std::env::temp_dir().join(format!("ephem-cli-codes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("imports.wat");
+    std::fs::write(
+        &file,
+        r#"(module (import "env" "log" (func (param i32))) (import "env" "mem" (memory 1))
+             (func (export "quiet") (result i32) (i32.const 7))
+             (func (export "loud") (call 0 (i32.const 1))))"#,
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let code = |out: &std::process::Output| out.status.code().unwrap();
+    let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    // Unknown imports are refused, each named with its type, and the flag that stubs them.
+    let out = ephem(&["run", file, "--invoke", "quiet"]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let msg = stderr(&out);
+    assert!(msg.contains("`env`.`log` (func (param i32))"), "{msg}");
+    assert!(msg.contains("`env`.`mem` (memory 1)"), "{msg}");
+    assert!(msg.contains("--trap-unknown-imports"), "{msg}");
+
+    // With the flag: a run that never calls a stub succeeds; one that does traps (134).
+    let out = ephem(&["run", file, "--invoke", "quiet", "--trap-unknown-imports"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "7\n");
+    let out = ephem(&["run", file, "--invoke", "loud", "--trap-unknown-imports"]);
+    assert_eq!(code(&out), 134, "{}", stderr(&out));
+    assert!(stderr(&out).contains("`env`.`log`"), "{}", stderr(&out));
+
+    // Usage errors (2): arguments out of range are refused, not wrapped; unknown flags.
+    let out = ephem(&["run", "examples/fib.wat", "--invoke", "fib", "4294967296"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("not an i32"), "{}", stderr(&out));
+    let out = ephem(&["run", "examples/fib.wat", "--invoke", "fib", "4294967295"]);
+    assert_eq!(code(&out), 0, "unsigned i32 arguments are taken: {}", stderr(&out));
+    assert_eq!(code(&ephem(&["run", "--no-such-flag", file])), 2);
+
+    // A compile error says its cause once; a missing file is an error (1), not a trap.
+    let bad = dir.join("bad.wat");
+    std::fs::write(&bad, "(module (func (result i32) (i64.const 1)))").unwrap();
+    let out = ephem(&["run", "--no-cache", bad.to_str().unwrap()]);
+    assert_eq!(code(&out), 1);
+    assert_eq!(stderr(&out).matches("type mismatch").count(), 1, "{}", stderr(&out));
+    assert_eq!(code(&ephem(&["run", "/nonexistent.wasm"])), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn wast_prints_a_line_per_file_and_the_totals() {
     let dir = std::env::temp_dir().join(format!("ephem-wast-{}", std::process::id()));

@@ -264,7 +264,7 @@ impl<T: 'static> Linker<T> {
 /// `module`.`name` and its type, for messages.
 fn describe(module: &Module, import: &ImportRef<'_>) -> String {
     format!(
-        "`{}`.`{}` ({:?})",
+        "`{}`.`{}` {}",
         import.module,
         import.name,
         module.import_type(import)
