@@ -1,4 +1,4 @@
-//! `fresh-vs-wasmtime`: the fresh-instance workload (`ephem::fresh`) on ephem and on wasmtime,
+//! `fresh-vs-wasmtime`: the fresh-instance workload (`ephem_bench::fresh`) on ephem and on wasmtime,
 //! in one run, over the same modules, with the ratio per module.
 //!
 //! wasmtime is set up as its documentation recommends for many short-lived instances: the
@@ -10,35 +10,19 @@
 //!
 //! wasmtime's compiled files go to a directory of their own, beside ephem's cache.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use ephem::fresh::{self, Picker};
+use ephem_bench::fresh::{self, FreshArgs, Picker};
 
 #[derive(Parser)]
 #[command(about = "The fresh-instance workload on ephem and on wasmtime, side by side")]
 struct Args {
-    /// Modules (.wasm or .wat).
-    #[arg(required = true)]
-    files: Vec<PathBuf>,
-    /// Export to call with zero arguments in every invocation (default: instantiate only).
-    #[arg(long)]
-    invoke: Option<String>,
-    /// Invocations per module and runtime.
-    #[arg(long, default_value_t = 2000)]
-    invocations: usize,
-    /// Directory for ephem's cache and wasmtime's compiled files (default: a fresh temporary one).
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// One JSON object per line per module and runtime, then one per module with the ratio.
-    #[arg(long)]
-    json: bool,
-    /// ephem's memory slots do not keep images for the next instance of the same module (what a
-    /// workload whose modules never repeat pays; wasmtime's pool keeps its module affinity).
-    #[arg(long)]
-    no_image_reuse: bool,
+    /// The workload, as `ephem bench fresh` takes it; `--dir` also holds wasmtime's files.
+    #[command(flatten)]
+    fresh: FreshArgs,
 }
 
 /// wasmtime's time per invocation, by part.
@@ -132,24 +116,11 @@ fn us(d: Duration) -> String {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    anyhow::ensure!(args.invocations > 0, "--invocations must be at least 1");
-    let dir = args.dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("ephem-vs-wasmtime-{}", std::process::id()))
-    });
+    let args = Args::parse().fresh;
+    let (dir, temporary) = args.work_dir("vs-wasmtime");
 
     // ephem.
-    let mut config = ephem::EngineConfig::default();
-    config.memory.reuse_images = !args.no_image_reuse;
-    let engine = ephem::Engine::with_config(config)?;
-    let cache = ephem::Cache::new(dir.join("ephem"), u64::MAX);
-    let ours = fresh::measure(
-        &engine,
-        &cache,
-        &args.files,
-        args.invoke.as_deref(),
-        args.invocations,
-    )?;
+    let ours = args.measure(&dir)?;
 
     // wasmtime, over the same modules, in the same random order.
     let wt = wasmtime_engine()?;
@@ -218,7 +189,7 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
-    if args.dir.is_none() {
+    if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(())

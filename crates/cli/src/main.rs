@@ -1,10 +1,6 @@
 //! The `ephem` command line.
 
-mod bench_fresh;
-mod bench_load;
-mod bench_thresholds;
 mod cache;
-mod chart;
 mod exit;
 mod run;
 mod wast;
@@ -37,17 +33,7 @@ enum Command {
     Wast(wast::Args),
     /// Benchmarks, printed as tables of ratios.
     #[command(subcommand)]
-    Bench(Bench),
-}
-
-#[derive(Subcommand)]
-enum Bench {
-    /// Time per load of every code-memory strategy beside a plain memcpy.
-    Load(bench_load::Args),
-    /// The real workload: a fresh instance of a randomly picked cached module per invocation.
-    Fresh(bench_fresh::Args),
-    /// Copying against mapping text and memory images, across sizes.
-    Thresholds(bench_thresholds::Args),
+    Bench(ephem_bench::Bench),
 }
 
 fn main() -> std::process::ExitCode {
@@ -60,8 +46,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Compile(args) => cache::compile(args),
         Command::Cache(cmd) => cache::command(cmd),
         Command::Wast(args) => wast::run(args),
-        Command::Bench(Bench::Load(args)) => bench_load::run(args),
-        Command::Bench(Bench::Fresh(args)) => bench_fresh::run(args),
-        Command::Bench(Bench::Thresholds(args)) => bench_thresholds::run(args),
+        Command::Bench(bench) => ephem_bench::run(bench),
     }
 }

@@ -37,8 +37,8 @@ fn bench_fresh_prints_one_json_object_per_module() {
                 "--invocations",
                 "20",
             ])
-            .arg("--cache-dir")
-            .arg(dir.join("cache"))
+            .arg("--dir")
+            .arg(dir.join("work"))
             .args([&a, &b]),
     );
     assert_eq!(lines.len(), 2);

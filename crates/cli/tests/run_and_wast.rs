@@ -81,7 +81,12 @@ fn run_exits_with_distinct_codes_and_refuses_unknown_imports_by_default() {
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("not an i32"), "{}", stderr(&out));
     let out = ephem(&["run", "examples/fib.wat", "--invoke", "fib", "4294967295"]);
-    assert_eq!(code(&out), 0, "unsigned i32 arguments are taken: {}", stderr(&out));
+    assert_eq!(
+        code(&out),
+        0,
+        "unsigned i32 arguments are taken: {}",
+        stderr(&out)
+    );
     assert_eq!(code(&ephem(&["run", "--no-such-flag", file])), 2);
 
     // A compile error says its cause once; a missing file is an error (1), not a trap.
@@ -89,7 +94,12 @@ fn run_exits_with_distinct_codes_and_refuses_unknown_imports_by_default() {
     std::fs::write(&bad, "(module (func (result i32) (i64.const 1)))").unwrap();
     let out = ephem(&["run", "--no-cache", bad.to_str().unwrap()]);
     assert_eq!(code(&out), 1);
-    assert_eq!(stderr(&out).matches("type mismatch").count(), 1, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).matches("type mismatch").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(code(&ephem(&["run", "/nonexistent.wasm"])), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }

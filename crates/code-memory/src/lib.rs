@@ -41,7 +41,6 @@ mod pool;
 pub mod registry;
 mod slot;
 mod sys;
-pub mod workload;
 
 use std::fmt;
 use std::io;

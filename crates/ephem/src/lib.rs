@@ -6,7 +6,6 @@
 //! [`wast`] runs WebAssembly script files (the official spec tests). Every fallible function
 //! returns the one [`Error`] type, whose [`Error::kind`] says what went wrong.
 
-pub mod fresh;
 pub mod wast;
 
 pub use ephem_compiler::{CompileError, Compiler};

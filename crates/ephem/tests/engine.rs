@@ -287,7 +287,10 @@ fn bad_input_gets_precise_errors() {
     let Err(Error::Link(msg)) = Linker::new(&engine).instantiate(&mut store, &module) else {
         panic!("linked")
     };
-    assert!(msg.contains("`env`.`log`") && msg.contains("(func (param i32))"), "{msg}");
+    assert!(
+        msg.contains("`env`.`log`") && msg.contains("(func (param i32))"),
+        "{msg}"
+    );
     // So does an import of the wrong type, from a linker or given directly.
     let mut linker = Linker::new(&engine);
     linker.func_wrap("env", "log", |_: i64| {}).unwrap();

@@ -1,5 +1,5 @@
 //! The fresh-instance workload, measured: what `ephem bench fresh` runs and what the wasmtime
-//! comparison runs beside it.
+//! comparison runs beside it (with the same arguments, [`FreshArgs`], flattened into its own).
 //!
 //! Every module is compiled once into the cache, and the embedder's host functions are defined
 //! once (stubs that trap, of the types the module imports), as an embedder defines its API once.
@@ -12,9 +12,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-
-use crate::{Cache, Compiler, Engine, Linker, Module, Store, Val, ValType};
+use anyhow::{Context, bail};
+use ephem::{Cache, Compiler, Engine, EngineConfig, Linker, Module, Store, Val, ValType};
 
 /// A module of the workload, compiled into the cache.
 #[derive(Clone, Debug)]
@@ -75,9 +74,9 @@ pub fn prepare(
         .map(|path| {
             let wasm =
                 std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            let (module, outcome) = crate::compile_cached(compiler, engine, cache, &wasm)
+            let (module, outcome) = ephem::compile_cached(compiler, engine, cache, &wasm)
                 .with_context(|| format!("compiling {}", path.display()))?;
-            if let crate::Outcome::Uncached { why } = outcome {
+            if let ephem::Outcome::Uncached { why } = outcome {
                 anyhow::bail!("the benchmark needs a working cache: {why}");
             }
             let name = path.file_name().map_or_else(
@@ -202,4 +201,160 @@ impl Picker {
         self.0 ^= self.0 >> 27;
         (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
     }
+}
+
+/// The workload's arguments, shared by `ephem bench fresh` and the wasmtime comparison (which
+/// flattens them into its own).
+#[derive(clap::Args, Clone, Debug)]
+pub struct FreshArgs {
+    /// Modules (.wasm or .wat).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Call this export (with zero arguments) in every invocation; default: only instantiate
+    /// (which runs the start function).
+    #[arg(long)]
+    pub invoke: Option<String>,
+    /// Invocations per module (modules are picked at random, so each gets about this many).
+    #[arg(long, default_value_t = 2000)]
+    pub invocations: usize,
+    /// Print one JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for compiled modules (default: a fresh temporary one, removed afterwards).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Map texts of at least this many bytes from the artifact instead of copying them
+    /// (default: the engine's).
+    #[arg(long, value_parser = crate::load::parse_size)]
+    pub map_text_at: Option<usize>,
+    /// Map memory images of at least this many bytes instead of copying them.
+    #[arg(long, value_parser = crate::load::parse_size)]
+    pub map_image_at: Option<usize>,
+    /// Do not let idle memory slots keep their images mapped for the same module: what a
+    /// workload whose modules never repeat pays.
+    #[arg(long)]
+    pub no_image_reuse: bool,
+    /// Bytes of each memory slot zeroed in place (kept resident) on reset.
+    #[arg(long, value_parser = crate::load::parse_size)]
+    pub keep_resident: Option<usize>,
+}
+
+impl FreshArgs {
+    /// The engine these arguments ask for.
+    pub fn engine(&self) -> anyhow::Result<Engine> {
+        if self.invocations == 0 {
+            bail!("--invocations must be at least 1");
+        }
+        let mut config = EngineConfig {
+            map_text_at: self.map_text_at,
+            ..EngineConfig::default()
+        };
+        if let Some(at) = self.map_image_at {
+            config.memory.map_image_at = at;
+        }
+        config.memory.reuse_images = !self.no_image_reuse;
+        if let Some(keep) = self.keep_resident {
+            config.memory.keep_resident = keep;
+        }
+        Ok(Engine::with_config(config)?)
+    }
+
+    /// The working directory, and whether it is a temporary one to remove afterwards.
+    pub fn work_dir(&self, purpose: &str) -> (PathBuf, bool) {
+        match &self.dir {
+            Some(dir) => (dir.clone(), false),
+            None => (
+                std::env::temp_dir().join(format!("ephem-{purpose}-{}", std::process::id())),
+                true,
+            ),
+        }
+    }
+
+    /// Runs the workload on ephem, with the cache in `dir`.
+    pub fn measure(&self, dir: &std::path::Path) -> anyhow::Result<Results> {
+        let engine = self.engine()?;
+        let cache = Cache::new(dir.join("ephem"), u64::MAX);
+        measure(
+            &engine,
+            &cache,
+            &self.files,
+            self.invoke.as_deref(),
+            self.invocations,
+        )
+    }
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1}", d.as_nanos() as f64 / 1000.0)
+}
+
+/// `ephem bench fresh`: the workload on ephem, per module, by part.
+pub fn run(args: FreshArgs) -> anyhow::Result<()> {
+    let (dir, temporary) = args.work_dir("bench-fresh");
+    let r = args.measure(&dir);
+    if temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let r = r?;
+    if !args.json {
+        println!(
+            "{:<16} {:>9} {:>9} {:>9} | medians (µs): {}",
+            "module",
+            "text KiB",
+            "median µs",
+            "p90 µs",
+            Sample::default()
+                .parts()
+                .map(|(name, _)| format!("{name:>11}"))
+                .join(" ")
+        );
+    }
+    for (subject, samples) in r.subjects.iter().zip(&r.samples) {
+        let (median, p90) = median_p90(&mut samples.iter().map(Sample::total).collect::<Vec<_>>());
+        let parts: Vec<(&str, Duration, Duration)> = (0..7)
+            .map(|k| {
+                let mut v: Vec<Duration> = samples.iter().map(|s| s.parts()[k].1).collect();
+                let (m, p) = median_p90(&mut v);
+                (Sample::default().parts()[k].0, m, p)
+            })
+            .collect();
+        if args.json {
+            let parts_json: serde_json::Map<String, serde_json::Value> = parts
+                .iter()
+                .map(|(name, m, p)| {
+                    (
+                        name.to_string(),
+                        serde_json::json!({"median_ns": m.as_nanos() as u64, "p90_ns": p.as_nanos() as u64}),
+                    )
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({
+                    "runtime": "ephem",
+                    "module": subject.name,
+                    "median_ns": median.as_nanos() as u64,
+                    "p90_ns": p90.as_nanos() as u64,
+                    "invocations": samples.len(),
+                    "text_bytes": subject.text_bytes,
+                    "artifact_bytes": subject.artifact_bytes,
+                    "parts": parts_json,
+                })
+            );
+        } else {
+            println!(
+                "{:<16} {:>9} {:>9} {:>9} |               {}",
+                subject.name,
+                subject.text_bytes / 1024,
+                us(median),
+                us(p90),
+                parts
+                    .iter()
+                    .map(|(_, m, _)| format!("{:>11}", us(*m)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 //! `ephem bench load` measures the same workload and prints ratios.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use ephem_code_memory::workload::{Fill, Target, bench_pool, module_image, run_loads};
+use ephem_bench::load::{Fill, Target, bench_pool, module_image, run_loads};
 use ephem_code_memory::{CodePool, Strategy};
 
 const SIZES: [usize; 3] = [4 << 10, 64 << 10, 1 << 20];

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::bench_load::Row;
+use crate::load::Row;
 
 pub fn write_svg(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     let mut configs: Vec<(usize, &str, usize)> = Vec::new();

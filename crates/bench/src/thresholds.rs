@@ -23,7 +23,7 @@ use ephem_code_memory::{CodePool, LoadedCode, PoolConfig};
 #[derive(clap::Args)]
 pub struct Args {
     /// Sizes to measure, with an optional k or m suffix.
-    #[arg(long, value_delimiter = ',', value_parser = crate::bench_load::parse_size,
+    #[arg(long, value_delimiter = ',', value_parser = crate::load::parse_size,
           default_value = "4k,16k,64k,256k,1m,4m,16m")]
     sizes: Vec<usize>,
     /// Repetitions per size and way (default: scaled to the size).

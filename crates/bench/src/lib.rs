@@ -1,0 +1,37 @@
+//! ephem's benchmarks, kept out of the product crates: what `ephem bench …` runs, what the
+//! wasmtime comparison (`fresh-vs-wasmtime`) runs beside wasmtime, and the criterion benches.
+//!
+//! - [`fresh`]: the real workload, a fresh instance of a randomly picked cached module per
+//!   invocation, timed by part through the runtime's one measurement seam
+//!   (`InstancePre::instantiate_timed`).
+//! - [`load`]: every way the field makes code executable, side by side (the code pool's
+//!   strategies, a plain copy as the physical limit), with a chart.
+//! - [`thresholds`]: copying against mapping for texts and memory images across sizes, where
+//!   the engine's defaults come from.
+//!
+//! Results and the commands that produced them are in BENCHMARKS.md.
+
+mod chart;
+pub mod fresh;
+pub mod load;
+pub mod thresholds;
+
+/// `ephem bench …`.
+#[derive(clap::Subcommand)]
+pub enum Bench {
+    /// Time per load of every code-memory strategy beside a plain memcpy.
+    Load(load::Args),
+    /// The real workload: a fresh instance of a randomly picked cached module per invocation.
+    Fresh(fresh::FreshArgs),
+    /// Copying against mapping text and memory images, across sizes.
+    Thresholds(thresholds::Args),
+}
+
+/// Runs a benchmark command.
+pub fn run(bench: Bench) -> anyhow::Result<()> {
+    match bench {
+        Bench::Load(args) => load::run(args),
+        Bench::Fresh(args) => fresh::run(args),
+        Bench::Thresholds(args) => thresholds::run(args),
+    }
+}
