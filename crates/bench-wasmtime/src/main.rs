@@ -117,7 +117,7 @@ fn us(d: Duration) -> String {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse().fresh;
-    let (dir, temporary) = args.work_dir("vs-wasmtime");
+    let (dir, _temporary) = args.work_dir()?;
 
     // ephem.
     let ours = args.measure(&dir)?;
@@ -188,9 +188,6 @@ fn main() -> anyhow::Result<()> {
                 ratio
             );
         }
-    }
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(())
 }

@@ -4,9 +4,8 @@ use std::process::Command;
 
 #[test]
 fn both_runtimes_are_measured_and_compared() {
-    let dir = std::env::temp_dir().join(format!("ephem-vs-wasmtime-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path();
     let module = dir.join("m.wat");
     std::fs::write(
         &module,
@@ -14,22 +13,12 @@ fn both_runtimes_are_measured_and_compared() {
                    (data (i32.const 0) "x") (func (export "run") (result i32) i32.const 7))"#,
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_fresh-vs-wasmtime"))
-        .args(["--json", "--invoke", "run", "--invocations", "10", "--dir"])
-        .arg(dir.join("work"))
-        .arg(&module)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let lines = ephem_test_support::json_lines(
+        Command::new(env!("CARGO_BIN_EXE_fresh-vs-wasmtime"))
+            .args(["--json", "--invoke", "run", "--invocations", "10", "--dir"])
+            .arg(dir.join("work"))
+            .arg(&module),
     );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     let of = |runtime: &str| {
         lines
             .iter()
@@ -52,5 +41,4 @@ fn both_runtimes_are_measured_and_compared() {
         (ratio - expected).abs() < 1e-9 * expected.max(1.0),
         "{ratio} vs {expected}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

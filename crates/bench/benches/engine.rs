@@ -42,8 +42,8 @@ fn engine(c: &mut Criterion) {
         })
     });
 
-    let dir = std::env::temp_dir().join(format!("ephem-bench-engine-{}", std::process::id()));
-    let cache = Cache::new(&dir, u64::MAX);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::new(dir.path(), u64::MAX);
     let key = Cache::key(&wasm, &compiler.fingerprint());
     ephem::compile_cached(&compiler, &engine, &cache, &wasm).unwrap();
     c.bench_function("fresh/fib.wat open+load+instantiate+call+teardown", |b| {
@@ -53,7 +53,6 @@ fn engine(c: &mut Criterion) {
             instantiate_and_call(&engine, &linker, &module);
         })
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 criterion_group!(benches, engine);

@@ -259,15 +259,16 @@ impl FreshArgs {
         Ok(Engine::with_config(config)?)
     }
 
-    /// The working directory, and whether it is a temporary one to remove afterwards.
-    pub fn work_dir(&self, purpose: &str) -> (PathBuf, bool) {
-        match &self.dir {
-            Some(dir) => (dir.clone(), false),
-            None => (
-                std::env::temp_dir().join(format!("ephem-{purpose}-{}", std::process::id())),
-                true,
-            ),
-        }
+    /// The working directory, and the temporary directory that holds it when none was
+    /// given (removed when dropped).
+    pub fn work_dir(&self) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
+        Ok(match &self.dir {
+            Some(dir) => (dir.clone(), None),
+            None => {
+                let tmp = tempfile::Builder::new().prefix("ephem-fresh-").tempdir()?;
+                (tmp.path().to_path_buf(), Some(tmp))
+            }
+        })
     }
 
     /// Runs the workload on ephem, with the cache in `dir`.
@@ -290,12 +291,8 @@ fn us(d: Duration) -> String {
 
 /// `ephem bench fresh`: the workload on ephem, per module, by part.
 pub fn run(args: FreshArgs) -> anyhow::Result<()> {
-    let (dir, temporary) = args.work_dir("bench-fresh");
-    let r = args.measure(&dir);
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    let r = r?;
+    let (dir, _temporary) = args.work_dir()?;
+    let r = args.measure(&dir)?;
     if !args.json {
         println!(
             "{:<16} {:>9} {:>9} {:>9} | medians (µs): {}",

@@ -13,7 +13,6 @@
 //! Each row is the median of many repetitions, both ways measured in the same run.
 
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -169,11 +168,12 @@ fn us(d: Duration) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("ephem-thresholds-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let tmp = tempfile::Builder::new()
+        .prefix("ephem-thresholds-")
+        .tempdir()?;
+    let dir = tmp.path();
     let compiler = Compiler::new()?;
-    let result = (|| -> anyhow::Result<()> {
+    {
         for (what, cols) in [
             (
                 "text",
@@ -196,8 +196,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .repeat
                     .unwrap_or(((32usize << 20) / size).clamp(50, 2000));
                 let row = match what {
-                    "text" => text_row(&dir, size, repeat)?,
-                    _ => image_row(&compiler, &dir, size, repeat)?,
+                    "text" => text_row(dir, size, repeat)?,
+                    _ => image_row(&compiler, dir, size, repeat)?,
                 };
                 if args.json {
                     let mut obj = serde_json::json!({"what": what, "size": size});
@@ -217,8 +217,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
         }
-        Ok(())
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    }
+    Ok(())
 }

@@ -2,26 +2,12 @@
 
 use std::process::Command;
 
-/// Runs `cmd`, which must succeed, and parses each line of its output as JSON.
-fn json_lines(cmd: &mut Command) -> Vec<serde_json::Value> {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use ephem_test_support::{json_lines, temp_dir};
 
 #[test]
 fn bench_fresh_prints_one_json_object_per_module() {
-    let dir = std::env::temp_dir().join(format!("ephem-bench-fresh-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = temp_dir();
+    let dir = tmp.path();
     let a = dir.join("a.wat");
     let b = dir.join("b.wat");
     std::fs::write(&a, r#"(module (memory 1) (data (i32.const 0) "a") (func (export "run") (result i32) i32.const 1))"#).unwrap();

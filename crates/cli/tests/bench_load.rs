@@ -4,30 +4,20 @@ use std::process::Command;
 
 #[test]
 fn bench_load_json_lines_have_the_documented_fields() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ephem"))
-        .args([
-            "bench",
-            "load",
-            "--sizes",
-            "4k,8k",
-            "--threads",
-            "2",
-            "--loads",
-            "20",
-        ])
-        .args(["--strategies", "naive,dual", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let rows = ephem_test_support::json_lines(
+        Command::new(env!("CARGO_BIN_EXE_ephem"))
+            .args([
+                "bench",
+                "load",
+                "--sizes",
+                "4k,8k",
+                "--threads",
+                "2",
+                "--loads",
+                "20",
+            ])
+            .args(["--strategies", "naive,dual", "--json"]),
     );
-    let rows: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     // 2 sizes × 2 fills × 2 thread counts × (memcpy, naive, dual).
     assert_eq!(rows.len(), 24);
     for row in &rows {

@@ -4,13 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ephem-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn ephem(cache: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ephem"));
     c.args(args).env("EPHEM_CACHE_DIR", cache);
@@ -42,7 +35,8 @@ fn big_module(dir: &Path) -> PathBuf {
 
 #[test]
 fn concurrent_processes_fill_the_cache_with_one_whole_entry() {
-    let dir = temp_dir("concurrent");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
     let cache = dir.join("cache");
     let module = big_module(&dir);
     let module = module.to_str().unwrap();
@@ -79,12 +73,12 @@ fn concurrent_processes_fill_the_cache_with_one_whole_entry() {
     );
     let cleared = ok(ephem(&cache, &["cache", "clear"]).output().unwrap());
     assert!(cleared.contains("removed 1"), "{cleared}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn compile_writes_an_artifact_that_run_accepts() {
-    let dir = temp_dir("compile");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
     let cache = dir.join("cache");
     let module = big_module(&dir);
     let artifact = dir.join("big.ephem");
@@ -125,12 +119,12 @@ fn compile_writes_an_artifact_that_run_accepts() {
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("damaged"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn an_unusable_cache_warns_once_and_runs() {
-    let dir = temp_dir("unusable");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
     let file = dir.join("file");
     std::fs::write(&file, b"").unwrap();
     let module = big_module(&dir);
@@ -158,5 +152,4 @@ fn an_unusable_cache_warns_once_and_runs() {
     .unwrap();
     assert!(out.stderr.is_empty());
     assert_eq!(ok(out), "441\n");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,6 +3,7 @@
 use std::process::Command;
 
 fn ephem(args: &[&str]) -> std::process::Output {
+    // One cache for all runs of this binary (a test's own directory would go with the test).
     let cache = std::env::temp_dir().join(format!("ephem-cli-cache-{}", std::process::id()));
     Command::new(env!("CARGO_BIN_EXE_ephem"))
         .args(args)
@@ -25,8 +26,8 @@ fn run_prints_results_one_per_line() {
 
 #[test]
 fn run_reports_traps_and_bad_arguments() {
-    let dir = std::env::temp_dir().join(format!("ephem-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path();
     let file = dir.join("t.wat");
     std::fs::write(&file, r#"(module (func (export "two") (result i32 i64) (i32.const 1) (i64.const -2)) (func (export "boom") unreachable))"#).unwrap();
     let file = file.to_str().unwrap();
@@ -40,14 +41,13 @@ fn run_reports_traps_and_bad_arguments() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("takes 0 arguments"));
     let out = ephem(&["run", "/nonexistent.wasm"]);
     assert!(!out.status.success());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Exit codes: 0 success, 1 error, 2 usage, 134 trap (see the CLI's `exit` module).
 #[test]
 fn run_exits_with_distinct_codes_and_refuses_unknown_imports_by_default() {
-    let dir = std::env::temp_dir().join(format!("ephem-cli-codes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path();
     let file = dir.join("imports.wat");
     std::fs::write(
         &file,
@@ -101,13 +101,12 @@ fn run_exits_with_distinct_codes_and_refuses_unknown_imports_by_default() {
         stderr(&out)
     );
     assert_eq!(code(&ephem(&["run", "/nonexistent.wasm"])), 1);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn wast_prints_a_line_per_file_and_the_totals() {
-    let dir = std::env::temp_dir().join(format!("ephem-wast-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path();
     std::fs::write(
         dir.join("a.wast"),
         r#"(module (func (export "f") (param i32) (result i32) (i32.mul (local.get 0) (i32.const 2))))
@@ -133,5 +132,4 @@ fn wast_prints_a_line_per_file_and_the_totals() {
         !out.status.success(),
         "a failing assertion fails the command"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }

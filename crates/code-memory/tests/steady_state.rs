@@ -27,15 +27,9 @@ fn pool(strategy: Strategy, remap_every: u32) -> CodePool {
 fn loads_under_seccomp(pool: &CodePool, len: usize, loads: u32) -> i32 {
     let image = module(len, &[(0, 0), (len - 6, 0)]);
     // SAFETY: the child only runs code that neither allocates nor takes locks another thread of
-    // the parent could hold (the pool's queue is lock-free), then leaves with a raw exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        // SAFETY: prctl and exit are async-signal-safe system calls; nothing here unwinds.
-        unsafe {
-            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) != 0 {
-                libc::syscall(libc::SYS_exit, 3);
-            }
+    // the parent could hold (the pool's queue is lock-free), and does not unwind.
+    unsafe {
+        ephem_test_support::under_seccomp(|| {
             let mut code = 0;
             for i in 0..loads {
                 let mut slot = pool.acquire(len).unwrap_unchecked();
@@ -47,14 +41,9 @@ fn loads_under_seccomp(pool: &CodePool, len: usize, loads: u32) -> i32 {
                     code = 1;
                 }
             }
-            libc::syscall(libc::SYS_exit, code);
-        }
-        unreachable!();
+            code
+        })
     }
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    status
 }
 
 #[test]

@@ -20,7 +20,7 @@ use cranelift_codegen::ir::{
 };
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
-use ephem_module::{Builtin, ModuleInfo, ValType, VmOffsets};
+use ephem_module::{Builtin, BuiltinType, ModuleInfo, ValType, VmOffsets};
 use wasmparser::{BlockType, FunctionBody, Operator};
 
 use crate::CompileError;
@@ -427,18 +427,20 @@ impl Translator<'_, '_> {
         self.b.ins().store(heap(), value, addr, 0);
     }
 
-    /// Calls a runtime builtin with `vmctx` and `args`; returns its results.
-    fn builtin(
-        &mut self,
-        which: Builtin,
-        params: &[Type],
-        ret: Option<Type>,
-        args: &[Value],
-    ) -> Option<Value> {
+    /// Calls a runtime builtin with `vmctx` and `args` (of the types its entry in
+    /// `for_each_builtin` lists); returns its result.
+    fn builtin(&mut self, which: Builtin, args: &[Value]) -> Option<Value> {
+        let ty = |t: BuiltinType| match t {
+            BuiltinType::I32 => I32,
+            BuiltinType::I64 => I64,
+        };
+        let (params, ret) = which.signature();
+        debug_assert_eq!(params.len(), args.len(), "{which:?}");
         let mut sig = Signature::new(self.env.call_conv);
         sig.params.push(AbiParam::new(I64));
-        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
-        sig.returns.extend(ret.map(AbiParam::new));
+        sig.params
+            .extend(params.iter().map(|&t| AbiParam::new(ty(t))));
+        sig.returns.extend(ret.map(|t| AbiParam::new(ty(t))));
         let sig = self.b.import_signature(sig);
         let table = self.load_ptr(self.vmctx, VmOffsets::BUILTINS);
         let fnptr = self.load_ptr(table, which as u32 * 8);
@@ -449,10 +451,8 @@ impl Translator<'_, '_> {
     }
 
     /// Calls a builtin that returns a trap flag, and traps with `trap` when it is set.
-    fn checked_builtin(&mut self, which: Builtin, params: &[Type], args: &[Value], trap: TrapCode) {
-        let flag = self
-            .builtin(which, params, Some(I32), args)
-            .expect("has a result");
+    fn checked_builtin(&mut self, which: Builtin, args: &[Value], trap: TrapCode) {
+        let flag = self.builtin(which, args).expect("has a result");
         self.b.ins().trapnz(flag, trap);
     }
 
@@ -737,9 +737,7 @@ impl Translator<'_, '_> {
             O::MemoryGrow { mem } => {
                 let delta = self.pop();
                 let mem = self.iconst32(mem);
-                let v = self
-                    .builtin(Builtin::MemoryGrow, &[I32, I32], Some(I32), &[mem, delta])
-                    .unwrap();
+                let v = self.builtin(Builtin::MemoryGrow, &[mem, delta]).unwrap();
                 self.push(v);
             }
             O::MemoryFill { mem } => {
@@ -747,7 +745,6 @@ impl Translator<'_, '_> {
                 let mem = self.iconst32(mem);
                 self.checked_builtin(
                     Builtin::MemoryFill,
-                    &[I32; 4],
                     &[mem, dst, val, len],
                     TrapCode::HEAP_OUT_OF_BOUNDS,
                 );
@@ -758,7 +755,6 @@ impl Translator<'_, '_> {
                 let s = self.iconst32(src_mem);
                 self.checked_builtin(
                     Builtin::MemoryCopy,
-                    &[I32; 5],
                     &[d, s, dst, src, len],
                     TrapCode::HEAP_OUT_OF_BOUNDS,
                 );
@@ -769,14 +765,13 @@ impl Translator<'_, '_> {
                 let d = self.iconst32(data_index);
                 self.checked_builtin(
                     Builtin::MemoryInit,
-                    &[I32; 5],
                     &[m, d, dst, src, len],
                     TrapCode::HEAP_OUT_OF_BOUNDS,
                 );
             }
             O::DataDrop { data_index } => {
                 let d = self.iconst32(data_index);
-                self.builtin(Builtin::DataDrop, &[I32], None, &[d]);
+                self.builtin(Builtin::DataDrop, &[d]);
             }
 
             O::TableGet { table } => {
@@ -801,14 +796,7 @@ impl Translator<'_, '_> {
             O::TableGrow { table } => {
                 let (init, delta) = self.pop2();
                 let t = self.iconst32(table);
-                let v = self
-                    .builtin(
-                        Builtin::TableGrow,
-                        &[I32, I32, I64],
-                        Some(I32),
-                        &[t, delta, init],
-                    )
-                    .unwrap();
+                let v = self.builtin(Builtin::TableGrow, &[t, delta, init]).unwrap();
                 self.push(v);
             }
             O::TableFill { table } => {
@@ -816,7 +804,6 @@ impl Translator<'_, '_> {
                 let t = self.iconst32(table);
                 self.checked_builtin(
                     Builtin::TableFill,
-                    &[I32, I32, I64, I32],
                     &[t, dst, val, len],
                     code::TABLE_OUT_OF_BOUNDS,
                 );
@@ -830,7 +817,6 @@ impl Translator<'_, '_> {
                 let s = self.iconst32(src_table);
                 self.checked_builtin(
                     Builtin::TableCopy,
-                    &[I32; 5],
                     &[d, s, dst, src, len],
                     code::TABLE_OUT_OF_BOUNDS,
                 );
@@ -841,14 +827,13 @@ impl Translator<'_, '_> {
                 let e = self.iconst32(elem_index);
                 self.checked_builtin(
                     Builtin::TableInit,
-                    &[I32; 5],
                     &[t, e, dst, src, len],
                     code::TABLE_OUT_OF_BOUNDS,
                 );
             }
             O::ElemDrop { elem_index } => {
                 let e = self.iconst32(elem_index);
-                self.builtin(Builtin::ElemDrop, &[I32], None, &[e]);
+                self.builtin(Builtin::ElemDrop, &[e]);
             }
             O::RefNull { .. } => {
                 let v = self.b.ins().iconst(I64, 0);

@@ -2,8 +2,6 @@
 //! memory images initialise instances, pooled memory slots never leak one instance's data to
 //! the next, and memories grow past their images.
 
-use std::path::PathBuf;
-
 use ephem::{
     Artifact, Compiler, Engine, EngineConfig, Extern, Global, GlobalType, Instance, Linker, Memory,
     MemoryConfig, MemoryType, Module, PoolConfig, Store, Val, ValType,
@@ -21,13 +19,6 @@ const WAT: &str = r#"
   (func (export "trap") (result i32) (i32.load (i32.const -1))))
 "#;
 const IMAGE_AT: i32 = 65552;
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ephem-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn artifact_bytes(wat: &str) -> Vec<u8> {
     ephem_artifact::to_bytes(&Compiler::new().unwrap().compile(wat.as_bytes()).unwrap())
@@ -102,7 +93,8 @@ impl Run {
 
 #[test]
 fn an_artifact_file_runs_and_has_an_image() {
-    let dir = temp_dir("roundtrip");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
     let bytes = artifact_bytes(WAT);
     assert!(ephem_artifact::is_artifact(&bytes));
     let artifact = open(&dir, "a.ephem", &bytes).unwrap();
@@ -125,12 +117,12 @@ fn an_artifact_file_runs_and_has_an_image() {
         trap.trap().unwrap().kind,
         ephem::TrapKind::MemoryOutOfBounds
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn damaged_artifacts_are_refused() {
-    let dir = temp_dir("damaged");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
     let bytes = artifact_bytes(WAT);
     let len = bytes.len();
 
@@ -184,12 +176,12 @@ fn damaged_artifacts_are_refused() {
 
     // The intact file still opens: the refusals were about the damage.
     open(&dir, "intact", &bytes).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn artifacts_from_other_versions_and_formats_are_refused() {
-    let dir = temp_dir("version");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
     let bytes = artifact_bytes(WAT);
 
     let mut b = bytes.clone();
@@ -208,7 +200,6 @@ fn artifacts_from_other_versions_and_formats_are_refused() {
         open(&dir, "format", &b),
         Err(Error::Format { found }) if found == format::FORMAT_VERSION + 1
     ));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Intact files (valid checksums) whose metadata does not fit the module are refused before
@@ -216,7 +207,8 @@ fn artifacts_from_other_versions_and_formats_are_refused() {
 /// a funcref past the end of the function table.
 #[test]
 fn artifacts_whose_metadata_does_not_fit_are_refused() {
-    let dir = temp_dir("metadata");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
     let mut c = Compiler::new().unwrap().compile(WAT.as_bytes()).unwrap();
     c.info.exports.push(ephem_module::Export {
         name: "ghost".into(),
@@ -227,12 +219,12 @@ fn artifacts_whose_metadata_does_not_fit_are_refused() {
         matches!(e, Error::Damaged(ref w) if w.contains("metadata does not match")),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn artifacts_for_another_cpu_are_refused() {
-    let dir = temp_dir("cpu");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
     let compiled = |edit: &dyn Fn(&mut ephem_module::Target)| {
         let mut c = Compiler::new().unwrap().compile(WAT.as_bytes()).unwrap();
         edit(&mut c.target);
@@ -254,7 +246,6 @@ fn artifacts_for_another_cpu_are_refused() {
         let b = compiled(&|t| t.cpu_features.push(f.into()));
         assert!(matches!(open(&dir, "missing", &b), Err(Error::CpuFeature(g)) if g == f));
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// One idle memory slot at most, so that every memory reuses the same one.
@@ -357,7 +348,8 @@ fn memories_grow_beyond_their_image() {
 /// Code mapped straight from the artifact file runs, traps, and is refused nothing.
 #[test]
 fn text_mapped_from_the_file_runs_and_traps() {
-    let dir = temp_dir("mapped");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
     let engine = Engine::with_config(EngineConfig {
         code: PoolConfig {
             prefault_slots: 0,
@@ -376,7 +368,6 @@ fn text_mapped_from_the_file_runs_and_traps() {
         assert_eq!(e.trap().unwrap().kind, ephem::TrapKind::MemoryOutOfBounds);
     }
     assert_eq!(engine.code_pool().stats().slots, 0, "nothing was copied");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With room in the pool, each kind of memory keeps slots of its own: alternating modules do not

@@ -1,16 +1,9 @@
 //! The compile cache: hits, damaged entries replaced, least recently used eviction, and an
 //! unusable directory that still lets modules run.
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use ephem::{Cache, Compiler, Engine, Instance, Outcome, Store};
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ephem-cache-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 fn wat(n: i32) -> String {
     format!(
@@ -29,7 +22,8 @@ fn run(engine: &Engine, module: &ephem::Module) -> i32 {
 fn hits_misses_and_damaged_entries() {
     let compiler = Compiler::new().unwrap();
     let engine = Engine::default();
-    let cache = Cache::new(temp_dir("hits"), 1 << 30);
+    let tmp = ephem_test_support::temp_dir();
+    let cache = Cache::new(tmp.path().join("hits"), 1 << 30);
     let w = wat(1);
 
     let (m, outcome) = ephem::compile_cached(&compiler, &engine, &cache, w.as_bytes()).unwrap();
@@ -72,7 +66,8 @@ fn hits_misses_and_damaged_entries() {
 fn least_recently_used_entries_are_evicted() {
     let compiler = Compiler::new().unwrap();
     let engine = Engine::default();
-    let dir = temp_dir("evict");
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().join("evict");
     let probe = Cache::new(&dir, u64::MAX);
     ephem::compile_cached(&compiler, &engine, &probe, wat(0).as_bytes()).unwrap();
     let entry_size = probe.stats().unwrap().bytes;
@@ -106,7 +101,6 @@ fn least_recently_used_entries_are_evicted() {
     assert_eq!(outcome, Outcome::Hit);
     ephem::compile_cached(&compiler, &engine, &cache, wat(4).as_bytes()).unwrap();
     assert!(path(1).exists() && path(4).exists() && !path(3).exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -114,7 +108,8 @@ fn an_unusable_cache_directory_still_runs_modules() {
     let compiler = Compiler::new().unwrap();
     let engine = Engine::default();
     // A directory below a regular file can never be created, whoever we run as.
-    let file = temp_dir("unusable");
+    let tmp = ephem_test_support::temp_dir();
+    let file = tmp.path().join("unusable");
     std::fs::write(&file, b"not a directory").unwrap();
     let cache = Cache::new(file.join("cache"), 1 << 30);
     for _ in 0..2 {

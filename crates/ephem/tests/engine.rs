@@ -178,16 +178,6 @@ fn infinite_recursion_is_a_stack_overflow_trap() {
         .unwrap();
 }
 
-fn resident_kib() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
 #[test]
 fn thousands_of_instantiations_do_not_grow_memory_or_descriptors() {
     let engine = Engine::default();
@@ -219,10 +209,17 @@ fn thousands_of_instantiations_do_not_grow_memory_or_descriptors() {
         }
     };
     round(500);
-    let (rss, fds) = (resident_kib(), open_fds());
+    let (rss, fds) = (
+        ephem_test_support::resident_kib(),
+        ephem_test_support::open_fds(),
+    );
     round(5000);
-    assert_eq!(open_fds(), fds, "file descriptors leaked");
-    let grown = resident_kib().saturating_sub(rss);
+    assert_eq!(
+        ephem_test_support::open_fds(),
+        fds,
+        "file descriptors leaked"
+    );
+    let grown = ephem_test_support::resident_kib().saturating_sub(rss);
     assert!(
         grown < 16 << 10,
         "resident memory grew by {grown} KiB over 5000 instantiations"

@@ -33,16 +33,6 @@ fn linker(engine: &Engine) -> Linker<Host> {
     linker
 }
 
-fn resident_kib() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
 #[test]
 fn instance_pre_instantiates_ten_thousand_times_without_growth() {
     let engine = Engine::default();
@@ -62,10 +52,17 @@ fn instance_pre_instantiates_ten_thousand_times_without_growth() {
         }
     };
     round(1000);
-    let (rss, fds) = (resident_kib(), open_fds());
+    let (rss, fds) = (
+        ephem_test_support::resident_kib(),
+        ephem_test_support::open_fds(),
+    );
     round(10_000);
-    assert_eq!(open_fds(), fds, "file descriptors leaked");
-    let grown = resident_kib().saturating_sub(rss);
+    assert_eq!(
+        ephem_test_support::open_fds(),
+        fds,
+        "file descriptors leaked"
+    );
+    let grown = ephem_test_support::resident_kib().saturating_sub(rss);
     assert!(
         grown < 8 << 10,
         "resident memory grew by {grown} KiB over 10 000 instantiations"

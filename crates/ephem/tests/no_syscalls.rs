@@ -17,11 +17,12 @@ fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
         (func $f (result i32) (i32.store (i32.const 100) (i32.const 40)) (i32.load (i32.const 100)))
         (func $g (export "g") (result i32) (i32.add (call $f) (i32.const 2))))"#;
     let compiled = Compiler::new().unwrap().compile(wat.as_bytes()).unwrap();
-    let path = std::env::temp_dir().join(format!("ephem-nosys-{}.ephem", std::process::id()));
+    let dir = ephem_test_support::temp_dir();
+    let path = dir.path().join("small.ephem");
     ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled)).unwrap();
     let engine = Engine::default();
     let module = Module::from_file(&engine, &path).unwrap();
-    std::fs::remove_file(&path).unwrap();
+    drop(dir);
     let run = || -> bool {
         let mut store = Store::new(&engine, ());
         let instance = Instance::new(&mut store, &module, &[]).unwrap();
@@ -34,24 +35,10 @@ fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
     }
 
     // SAFETY: this test binary runs only this test, so the child is a copy of the one thread
-    // there is; it leaves with a raw exit and never returns into the test harness.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        // SAFETY: prctl and exit are plain system calls; nothing here unwinds past them.
-        unsafe {
-            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) != 0 {
-                libc::syscall(libc::SYS_exit, 3);
-            }
-        }
-        let ok = (0..1000).all(|_| run());
-        // SAFETY: as above.
-        unsafe { libc::syscall(libc::SYS_exit, if ok { 0 } else { 1 }) };
-        unreachable!();
-    }
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    // there is; `run` does not unwind when it succeeds, and a failure kills the child.
+    let status = unsafe {
+        ephem_test_support::under_seccomp(|| if (0..1000).all(|_| run()) { 0 } else { 1 })
+    };
     assert!(
         libc::WIFEXITED(status),
         "the child made a system call (killed by signal {})",

@@ -61,37 +61,86 @@ pub struct HostFuncHeader {
     pub call: HostCall,
 }
 
-/// The runtime functions generated code calls, through the table at
-/// [`VmOffsets::BUILTINS`]; index = position in this list. All take `vmctx` first and return
-/// a status or value as documented in the runtime.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Builtin {
-    /// (mem, delta_pages) -> old pages or -1
-    MemoryGrow,
-    /// (mem, dst, val, len) -> trap flag
-    MemoryFill,
-    /// (dst_mem, src_mem, dst, src, len) -> trap flag
-    MemoryCopy,
-    /// (mem, data, dst, src, len) -> trap flag
-    MemoryInit,
-    /// (data)
-    DataDrop,
-    /// (table, delta, init) -> old size or -1
-    TableGrow,
-    /// (table, dst, val, len) -> trap flag
-    TableFill,
-    /// (dst_table, src_table, dst, src, len) -> trap flag
-    TableCopy,
-    /// (table, elem, dst, src, len) -> trap flag
-    TableInit,
-    /// (elem)
-    ElemDrop,
+/// The one list of builtins: the runtime functions generated code calls through the table at
+/// [`VmOffsets::BUILTINS`] (index = position here). Each takes the caller's `vmctx` first, then
+/// the parameters listed (wasm `i32`s and `i64`s, passed as `u32` and `u64`), and returns what
+/// is listed: a "trap flag" is non-zero when the operation is out of bounds.
+///
+/// Every place that depends on the list expands it: [`Builtin`] here, the call signatures in
+/// the compiler, and the function table in the runtime (which names each function after its
+/// entry and checks its Rust signature against it), so the three cannot drift apart.
+#[macro_export]
+macro_rules! for_each_builtin {
+    ($m:ident) => {
+        $m! {
+            /// (mem, delta_pages) -> old pages or -1
+            MemoryGrow memory_grow(mem: i32, delta: i32) -> i32;
+            /// (mem, dst, val, len) -> trap flag
+            MemoryFill memory_fill(mem: i32, dst: i32, val: i32, len: i32) -> i32;
+            /// (dst_mem, src_mem, dst, src, len) -> trap flag
+            MemoryCopy memory_copy(dst_mem: i32, src_mem: i32, dst: i32, src: i32, len: i32) -> i32;
+            /// (mem, data, dst, src, len) -> trap flag
+            MemoryInit memory_init(mem: i32, data: i32, dst: i32, src: i32, len: i32) -> i32;
+            /// (data)
+            DataDrop data_drop(data: i32);
+            /// (table, delta, init) -> old size or -1
+            TableGrow table_grow(table: i32, delta: i32, init: i64) -> i32;
+            /// (table, dst, val, len) -> trap flag
+            TableFill table_fill(table: i32, dst: i32, val: i64, len: i32) -> i32;
+            /// (dst_table, src_table, dst, src, len) -> trap flag
+            TableCopy table_copy(dst_table: i32, src_table: i32, dst: i32, src: i32, len: i32) -> i32;
+            /// (table, elem, dst, src, len) -> trap flag
+            TableInit table_init(table: i32, elem: i32, dst: i32, src: i32, len: i32) -> i32;
+            /// (elem)
+            ElemDrop elem_drop(elem: i32);
+        }
+    };
 }
 
-impl Builtin {
-    pub const COUNT: usize = 10;
+/// A builtin's parameter or result type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuiltinType {
+    I32,
+    I64,
 }
+
+macro_rules! builtin_enum {
+    ($( $(#[$doc:meta])* $variant:ident $name:ident ( $($arg:ident : $ty:ident),* ) $(-> $ret:ident)? ; )*) => {
+        /// A runtime function generated code calls: see [`for_each_builtin`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u32)]
+        pub enum Builtin {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl Builtin {
+            /// Every builtin, in table order.
+            pub const ALL: &[Builtin] = &[$(Builtin::$variant),*];
+            pub const COUNT: usize = Builtin::ALL.len();
+
+            /// Parameter types (after `vmctx`) and the result type, if any.
+            pub fn signature(self) -> (&'static [BuiltinType], Option<BuiltinType>) {
+                match self {
+                    $( Builtin::$variant => (
+                        &[$(builtin_type!($ty)),*],
+                        None $(.or(Some(builtin_type!($ret))))?,
+                    ), )*
+                }
+            }
+        }
+    };
+}
+
+macro_rules! builtin_type {
+    (i32) => {
+        BuiltinType::I32
+    };
+    (i64) => {
+        BuiltinType::I64
+    };
+}
+
+for_each_builtin!(builtin_enum);
 
 /// Byte offsets of every field of a module's vmctx.
 #[derive(Clone, Debug, PartialEq, Eq)]

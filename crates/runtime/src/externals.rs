@@ -77,7 +77,8 @@ impl Memory {
     /// A new zeroed memory of type `ty` in `store`, from the engine's memory pool.
     pub fn new(mut store: impl AsContextMut, ty: MemoryType) -> Result<Memory, Error> {
         let mut ctx = store.as_context_mut();
-        let memory = LinearMemory::pooled(ctx.engine().memory_pool(), ty, None)?;
+        let no_image: Option<&crate::instance::ArtifactImage<'_>> = None;
+        let memory = LinearMemory::pooled(ctx.engine().memory_pool(), ty, no_image)?;
         Ok(Memory(ctx.opaque().push_memory(memory)))
     }
 

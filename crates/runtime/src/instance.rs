@@ -28,7 +28,7 @@ use ephem_module::{
     ImportKind, Reloc, SegmentMode, TrapKind, ValRaw, VmFuncRef, VmOffsets, native,
 };
 
-use crate::memory::{Claim, LinearMemory};
+use crate::memory::{Claim, ImageSource, LinearMemory};
 use crate::signals::TrapSite;
 use crate::store::{AsContext, AsContextMut, StoreInner, StoreOpaque, Stored};
 use crate::table::{GlobalData, TableData};
@@ -279,18 +279,28 @@ struct Builtins([*const (); Builtin::COUNT]);
 // SAFETY: immutable function addresses.
 unsafe impl Sync for Builtins {}
 
-static BUILTINS: Builtins = Builtins([
-    memory_grow as *const (),
-    memory_fill as *const (),
-    memory_copy as *const (),
-    memory_init as *const (),
-    data_drop as *const (),
-    table_grow as *const (),
-    table_fill as *const (),
-    table_copy as *const (),
-    table_init as *const (),
-    elem_drop as *const (),
-]);
+/// `i32` parameters and results of builtins are `u32` here, `i64` ones `u64`.
+macro_rules! builtin_rust_type {
+    (i32) => {
+        u32
+    };
+    (i64) => {
+        u64
+    };
+}
+
+/// The table, from the one list (`ephem_module::for_each_builtin`): each entry is the function
+/// of the same name below, cast to the signature the list gives, so a function that disagrees
+/// with its entry does not compile.
+macro_rules! builtin_table {
+    ($( $(#[$doc:meta])* $variant:ident $name:ident ( $($arg:ident : $ty:ident),* ) $(-> $ret:ident)? ; )*) => {
+        static BUILTINS: Builtins = Builtins([
+            $( $name as unsafe extern "C" fn(*mut u8 $(, builtin_rust_type!($ty))*) $(-> builtin_rust_type!($ret))? as *const (), )*
+        ]);
+    };
+}
+
+ephem_module::for_each_builtin!(builtin_table);
 
 fn link_error(import: &ImportRef<'_>, why: &str) -> Error {
     Error::Link(format!(
@@ -543,14 +553,15 @@ pub(crate) unsafe fn instantiate(
     for (i, ty) in info.memories.iter().enumerate() {
         let i = i as u32;
         if i >= info.imported_memories.to_native() {
-            let image = artifact.image(i).map(|image| (artifact, image));
-            let memory = match LinearMemory::pooled(m.engine.memory_pool(), native(ty), image) {
-                Ok(memory) => memory,
-                Err(e) => {
-                    unclaim(store, &mut claimed);
-                    return Err(e);
-                }
-            };
+            let image = ArtifactImage::of(artifact, i);
+            let memory =
+                match LinearMemory::pooled(m.engine.memory_pool(), native(ty), image.as_ref()) {
+                    Ok(memory) => memory,
+                    Err(e) => {
+                        unclaim(store, &mut claimed);
+                        return Err(e);
+                    }
+                };
             let index = store.push_memory(memory).index;
             if image.is_some() {
                 claimed.push((index, store.memories[index as usize].claim(), i));
@@ -662,6 +673,46 @@ pub(crate) unsafe fn instantiate(
     start.map(|()| handle)
 }
 
+/// A memory image of an artifact, as memories take it.
+pub(crate) struct ArtifactImage<'a> {
+    artifact: &'a Artifact,
+    image: &'a ephem_artifact::format::ArchivedMemoryImage,
+}
+
+impl<'a> ArtifactImage<'a> {
+    /// The image of `artifact`'s memory `index`, if it has one.
+    pub(crate) fn of(artifact: &'a Artifact, index: u32) -> Option<ArtifactImage<'a>> {
+        artifact
+            .image(index)
+            .map(|image| ArtifactImage { artifact, image })
+    }
+}
+
+impl ImageSource for ArtifactImage<'_> {
+    fn range(&self) -> (usize, usize) {
+        (
+            self.image.offset.to_native() as usize,
+            self.image.len.to_native() as usize,
+        )
+    }
+    fn file(&self) -> (std::os::fd::BorrowedFd<'_>, ephem_artifact::Identity, u64) {
+        (
+            self.artifact.file(),
+            self.artifact.identity(),
+            self.artifact.image_file_offset(self.image),
+        )
+    }
+    fn read(&self, dst: &mut [u8]) -> Result<(), Error> {
+        Ok(self.artifact.read_image(self.image, dst)?)
+    }
+    fn spans(&self) -> impl Iterator<Item = (usize, usize)> {
+        self.image
+            .spans
+            .iter()
+            .map(|s| (s[0].to_native() as usize, s[1].to_native() as usize))
+    }
+}
+
 /// Copies (or maps) the module's text into executable memory and relocates it.
 fn load_code(module: &Module) -> Result<LoadedCode, Error> {
     let m = &*module.inner;
@@ -723,8 +774,8 @@ unsafe fn initialise(
         // memory (WebAssembly 2.0) the rest target memories without an image: applying images
         // first leaves what applying the segments in order would.
         while let Some((memory, claim, index)) = claimed.pop() {
-            let image = artifact.image(index).expect("claimed for its image");
-            if let Err(e) = store.memories[memory as usize].init_image(claim, artifact, image) {
+            let image = ArtifactImage::of(artifact, index).expect("claimed for its image");
+            if let Err(e) = store.memories[memory as usize].init_image(claim, &image) {
                 unclaim(store, &mut claimed);
                 return Err(e);
             }

@@ -15,8 +15,9 @@
 //! `T: Send`), and a [`Store`] is `Send`: one linker serves every worker thread, each with
 //! stores of its own.
 //!
-//! Platform: Linux on x86_64 (see `signals` for the only assembly and signal code).
+//! Platform: Linux on x86_64 (`arch` holds the only assembly; `signals` the signal handling).
 
+mod arch;
 mod engine;
 mod externals;
 mod func;

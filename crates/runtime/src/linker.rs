@@ -14,7 +14,7 @@ use std::sync::Arc;
 use ephem_module::ImportKind;
 
 use crate::func::HostFunc;
-use crate::instance::{instantiate, raw_store};
+use crate::instance::{ArtifactImage, instantiate, raw_store};
 use crate::memory::LinearMemory;
 use crate::store::{AsContext, AsContextMut, StoreOpaque};
 use crate::table::{GlobalData, TableData};
@@ -348,12 +348,10 @@ fn fresh(
     Ok(match &import.kind {
         ImportKind::Func(_) => unreachable!("functions are never fresh"),
         ImportKind::Memory(ty) => {
-            let artifact = module.artifact();
-            let image = artifact.image(import.index).map(|i| (artifact, i));
+            let image = ArtifactImage::of(module.artifact(), import.index);
             let pool = module.engine().memory_pool();
-            Extern::Memory(Memory(
-                store.push_memory(LinearMemory::pooled(pool, *ty, image)?),
-            ))
+            let memory = LinearMemory::pooled(pool, *ty, image.as_ref())?;
+            Extern::Memory(Memory(store.push_memory(memory)))
         }
         ImportKind::Table(ty) => Extern::Table(Table(store.push_table(TableData::new(*ty, 0)?))),
         ImportKind::Global(ty) => {

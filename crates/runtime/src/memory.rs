@@ -39,8 +39,9 @@ use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};
 
-use ephem_artifact::format::ArchivedMemoryImage;
-use ephem_artifact::{Artifact, Identity};
+use std::os::fd::BorrowedFd;
+
+use ephem_artifact::Identity;
 use ephem_module::{MemoryType, VmMemory};
 use rustix::mm::{Advice, MapFlags, MprotectFlags, ProtFlags};
 
@@ -76,20 +77,35 @@ pub struct MemoryConfig {
     pub map_image_at: usize,
 }
 
+/// Where a memory's initial contents come from: bytes for a page-aligned range of the memory,
+/// stored page-aligned in a file (so that they can be mapped copy-on-write), and the spans of
+/// that range that data segments write. The loader implements it over the artifact format;
+/// memories know nothing of that format.
+pub(crate) trait ImageSource {
+    /// The range of the memory the image covers: offset and length in bytes, page-aligned.
+    fn range(&self) -> (usize, usize);
+    /// The file holding the image, its identity, and where in it the image starts.
+    fn file(&self) -> (BorrowedFd<'_>, Identity, u64);
+    /// Reads the whole image into `dst` (of the image's length).
+    fn read(&self, dst: &mut [u8]) -> Result<(), crate::Error>;
+    /// The spans (start, end; memory offsets) that data segments write, in order.
+    fn spans(&self) -> impl Iterator<Item = (usize, usize)>;
+}
+
 impl MemoryConfig {
-    /// How `image` of `artifact` goes into a memory: mapped (`Some`), or copied (`None`).
-    fn mapping(&self, artifact: &Artifact, image: &ArchivedMemoryImage) -> Option<MappedImage> {
-        let (offset, len) = (
-            image.offset.to_native() as usize,
-            image.len.to_native() as usize,
-        );
+    /// How `image` goes into a memory: mapped (`Some`), or copied (`None`).
+    fn mapping(&self, image: &impl ImageSource) -> Option<MappedImage> {
+        let (offset, len) = image.range();
         let resident = offset + len <= self.keep_resident;
-        (len >= self.map_image_at || !resident).then(|| MappedImage {
-            file: artifact.identity(),
-            file_offset: artifact.image_file_offset(image),
-            offset,
-            len,
-            reusable: true,
+        (len >= self.map_image_at || !resident).then(|| {
+            let (_, file, file_offset) = image.file();
+            MappedImage {
+                file,
+                file_offset,
+                offset,
+                len,
+                reusable: true,
+            }
         })
     }
 }
@@ -193,11 +209,11 @@ impl Slot {
         Ok(())
     }
 
-    /// Maps `want` from `artifact`'s file; nothing to do if the slot already has it (a reset
+    /// Maps `want` from `image`'s file; nothing to do if the slot already has it (a reset
     /// slot's image pages read as the file again). Another image is replaced: the new one is
     /// mapped over it, and its pages outside the new one become zero pages (so one system call
     /// when the new image covers the old).
-    fn map_image(&mut self, artifact: &Artifact, want: MappedImage) -> rustix::io::Result<()> {
+    fn map_image(&mut self, image: &impl ImageSource, want: MappedImage) -> rustix::io::Result<()> {
         if self.image == Some(want) {
             return Ok(());
         }
@@ -211,7 +227,7 @@ impl Slot {
                 want.len,
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::PRIVATE | MapFlags::FIXED,
-                artifact.file(),
+                image.file().0,
                 want.file_offset,
             )
         };
@@ -367,15 +383,15 @@ pub(crate) enum Claim {
 }
 
 impl LinearMemory {
-    /// An untouched memory in a slot of `pool`; preferably one where `image` (of `artifact`),
-    /// the image it is meant to take, is already mapped.
+    /// An untouched memory in a slot of `pool`; preferably one where `image`, the image it is
+    /// meant to take, is already mapped.
     pub(crate) fn pooled(
         pool: &Arc<MemoryPool>,
         ty: MemoryType,
-        image: Option<(&Artifact, &ArchivedMemoryImage)>,
+        image: Option<&impl ImageSource>,
     ) -> Result<LinearMemory, crate::Error> {
         let len = ty.min as usize * PAGE as usize;
-        let want = image.and_then(|(artifact, image)| pool.config.mapping(artifact, image));
+        let want = image.and_then(|image| pool.config.mapping(image));
         let mut slot = pool.take(len, want)?;
         // An image outside the new size could not be replaced later.
         if slot.accessible != len
@@ -455,13 +471,9 @@ impl LinearMemory {
     pub(crate) fn init_image(
         &self,
         claim: Claim,
-        artifact: &Artifact,
-        image: &ArchivedMemoryImage,
+        image: &impl ImageSource,
     ) -> Result<(), crate::Error> {
-        let (offset, size) = (
-            image.offset.to_native() as usize,
-            image.len.to_native() as usize,
-        );
+        let (offset, size) = image.range();
         if offset + size > self.len() {
             // Only a memory shrunk below its import type could get here; none can.
             return Err(crate::Error::Limit("memory image out of bounds".into()));
@@ -475,9 +487,9 @@ impl LinearMemory {
             let slot = slot.as_mut().expect("a live memory has its slot");
             // The slot's image is the one it had when the memory was claimed: nothing has
             // changed it since.
-            if let Some(want) = config.mapping(artifact, image) {
+            if let Some(want) = config.mapping(image) {
                 return slot
-                    .map_image(artifact, want)
+                    .map_image(image, want)
                     .map_err(|e| crate::Error::Limit(format!("cannot map memory image: {e}")));
             }
             slot.unmap_image()
@@ -486,15 +498,12 @@ impl LinearMemory {
         // SAFETY: the image lies within the accessible pages (checked above); no wasm runs.
         let dst = unsafe { &mut self.bytes_unexposed()[offset..offset + size] };
         match claim {
-            Claim::Untouched => artifact.read_image(image, dst)?,
+            Claim::Untouched => image.read(dst)?,
             Claim::Written => {
                 let mut bytes = vec![0; size];
-                artifact.read_image(image, &mut bytes)?;
-                for span in image.spans.iter() {
-                    let (start, end) = (
-                        span[0].to_native() as usize - offset,
-                        span[1].to_native() as usize - offset,
-                    );
+                image.read(&mut bytes)?;
+                for (start, end) in image.spans() {
+                    let (start, end) = (start - offset, end - offset);
                     dst[start..end].copy_from_slice(&bytes[start..end]);
                 }
             }

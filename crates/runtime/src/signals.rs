@@ -1,6 +1,7 @@
 //! Entering wasm, and turning faults in wasm code into traps.
 //!
-//! The host enters wasm through `ephem_enter_wasm`, a small assembly stub that saves the
+//! The host enters wasm through `ephem_enter_wasm`, a small assembly stub (in `arch`, one per
+//! architecture, with the two register accesses the handler needs) that saves the
 //! callee-saved registers and its stack pointer in the thread's [`CallState`], then calls the
 //! entry trampoline. When generated code traps (a `ud2` for an explicit trap, or a fault in a
 //! memory's guard region), the signal handler checks that the faulting instruction lies in
@@ -20,56 +21,12 @@ use std::sync::Once;
 use ephem_code_memory::registry;
 use ephem_module::ValRaw;
 
+use crate::arch;
+
 /// How much stack wasm may use below the point where the host entered it.
 pub const MAX_WASM_STACK: usize = 512 << 10;
 /// Stack kept free for the host (signal handling, host functions) when the thread has little.
 const HOST_RESERVE: usize = 64 << 10;
-
-std::arch::global_asm!(
-    ".text",
-    ".globl ephem_enter_wasm",
-    ".type ephem_enter_wasm,@function",
-    "ephem_enter_wasm:",
-    "push rbp",
-    "mov rbp, rsp",
-    "push rbx",
-    "push r12",
-    "push r13",
-    "push r14",
-    "push r15",
-    "sub rsp, 8",
-    "mov [rdi], rsp",
-    "mov rax, rsi",
-    "mov rdi, rdx",
-    "mov rsi, rcx",
-    "mov rdx, r8",
-    "call rax",
-    "xor eax, eax",
-    "2:",
-    "add rsp, 8",
-    "pop r15",
-    "pop r14",
-    "pop r13",
-    "pop r12",
-    "pop rbx",
-    "pop rbp",
-    "ret",
-    ".globl ephem_trap_landing",
-    "ephem_trap_landing:",
-    "mov eax, 1",
-    "jmp 2b",
-);
-
-unsafe extern "C" {
-    fn ephem_enter_wasm(
-        saved_sp: *mut usize,
-        trampoline: *const u8,
-        vmctx: *mut u8,
-        callee: *const u8,
-        values: *mut ValRaw,
-    ) -> u32;
-    fn ephem_trap_landing();
-}
 
 /// Where a trap happened, as the signal handler saw it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -143,7 +100,7 @@ pub unsafe fn call(
     CURRENT.with(|c| c.set(&mut state));
     // SAFETY: per the contract; the stub restores every callee-saved register on both exits.
     let trapped =
-        unsafe { ephem_enter_wasm(&mut state.saved_sp, trampoline, vmctx, callee, values) };
+        unsafe { arch::ephem_enter_wasm(&mut state.saved_sp, trampoline, vmctx, callee, values) };
     CURRENT.with(|c| c.set(outer));
     if trapped == 0 {
         Ok(())
@@ -217,7 +174,7 @@ unsafe extern "C" fn on_signal(
 ) {
     // SAFETY: the kernel passes a valid ucontext for SA_SIGINFO handlers.
     let uc = unsafe { &mut *context.cast::<libc::ucontext_t>() };
-    let pc = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize;
+    let pc = arch::pc(uc);
     let state = CURRENT.with(Cell::get);
     if !state.is_null()
         && let Some((code_start, tag)) = registry::lookup(pc)
@@ -230,9 +187,7 @@ unsafe extern "C" fn on_signal(
             tag,
             signal,
         };
-        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = state.saved_sp as i64;
-        uc.uc_mcontext.gregs[libc::REG_RIP as usize] =
-            ephem_trap_landing as *const () as usize as i64;
+        arch::resume_at_landing(uc, state.saved_sp);
         return;
     }
     // Not a trap in wasm: do what would have happened without us.

@@ -1,0 +1,68 @@
+//! x86_64 Linux: the entry stub and trap landing, and the registers the signal handler reads
+//! and rewrites.
+//!
+//! `ephem_enter_wasm(saved_sp, trampoline, vmctx, callee, values)` saves the callee-saved
+//! registers, stores its stack pointer at `saved_sp`, and calls
+//! `trampoline(vmctx, callee, values)`; it returns 0. `ephem_trap_landing`, entered by the
+//! signal handler with the stack pointer set back to the saved one, restores the registers and
+//! returns 1 from the stub instead.
+
+use ephem_module::ValRaw;
+
+std::arch::global_asm!(
+    ".text",
+    ".globl ephem_enter_wasm",
+    ".type ephem_enter_wasm,@function",
+    "ephem_enter_wasm:",
+    "push rbp",
+    "mov rbp, rsp",
+    "push rbx",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "sub rsp, 8",
+    "mov [rdi], rsp",
+    "mov rax, rsi",
+    "mov rdi, rdx",
+    "mov rsi, rcx",
+    "mov rdx, r8",
+    "call rax",
+    "xor eax, eax",
+    "2:",
+    "add rsp, 8",
+    "pop r15",
+    "pop r14",
+    "pop r13",
+    "pop r12",
+    "pop rbx",
+    "pop rbp",
+    "ret",
+    ".globl ephem_trap_landing",
+    "ephem_trap_landing:",
+    "mov eax, 1",
+    "jmp 2b",
+);
+
+unsafe extern "C" {
+    pub fn ephem_enter_wasm(
+        saved_sp: *mut usize,
+        trampoline: *const u8,
+        vmctx: *mut u8,
+        callee: *const u8,
+        values: *mut ValRaw,
+    ) -> u32;
+    fn ephem_trap_landing();
+}
+
+/// The faulting instruction's address.
+pub fn pc(uc: &libc::ucontext_t) -> usize {
+    uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize
+}
+
+/// Makes the interrupted thread resume at the trap landing with stack pointer `sp` (the one
+/// `ephem_enter_wasm` saved).
+pub fn resume_at_landing(uc: &mut libc::ucontext_t, sp: usize) {
+    uc.uc_mcontext.gregs[libc::REG_RSP as usize] = sp as i64;
+    uc.uc_mcontext.gregs[libc::REG_RIP as usize] = ephem_trap_landing as *const () as usize as i64;
+}

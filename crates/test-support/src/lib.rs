@@ -1,0 +1,79 @@
+//! What several crates' tests need alike, in one place: temporary directories, running a
+//! command that prints JSON lines, process-wide resource counters, and running code in a forked
+//! child under seccomp's strict mode. Not published; only tests depend on it.
+
+use std::process::Command;
+
+pub use tempfile::TempDir;
+
+/// A fresh temporary directory, removed when dropped.
+pub fn temp_dir() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("ephem-test-")
+        .tempdir()
+        .expect("a temporary directory")
+}
+
+/// Runs `cmd`, which must succeed, and parses each line of its standard output as JSON.
+pub fn json_lines(cmd: &mut Command) -> Vec<serde_json::Value> {
+    let out = cmd.output().expect("the command starts");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("UTF-8 output")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// This process's resident memory, in KiB.
+pub fn resident_kib() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("statm's second field");
+    pages * 4
+}
+
+/// How many file descriptors this process has open.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .count()
+}
+
+/// Runs `child` in a forked copy of this process under seccomp's strict mode, where any system
+/// call but `read`, `write` and `exit` kills it; the child exits with `child`'s result. Returns
+/// the child's wait status (see `libc::WIFEXITED` and friends); exit code 3 means strict mode
+/// could not be entered.
+///
+/// # Safety
+/// The child is a copy of the calling thread only: `child` must not take a lock or use state
+/// another thread of this process could hold at the fork (run such tests one at a time, or in
+/// a test binary of their own), and must not unwind.
+pub unsafe fn under_seccomp(child: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: per the contract.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: prctl and exit are plain system calls; the child leaves with a raw exit and
+        // never returns into the caller.
+        unsafe {
+            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) != 0 {
+                libc::syscall(libc::SYS_exit, 3);
+            }
+            let code = child();
+            libc::syscall(libc::SYS_exit, code);
+        }
+        unreachable!("exit returned");
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    status
+}
