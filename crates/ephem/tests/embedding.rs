@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ephem::{
-    Caller, Engine, Error, Extern, Func, Instance, Linker, Module, Store, Table, TableType,
-    TrapKind, Val, ValType, compile,
+    Caller, Engine, Error, Extern, Func, Instance, Linker, Store, Table, TableType, TrapKind,
+    TypedFunc, Val, ValType, compile,
 };
 
 /// A guest that asks the host to greet a name: it writes the name into its memory, calls
@@ -155,13 +155,19 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-fn gate_module(engine: &Engine) -> Module {
-    compile(
+/// A store with an instance that calls `host.gate` from its export `go`.
+fn gate(linker: &Linker<()>) -> (Store<()>, TypedFunc<i32, i32>) {
+    let engine = linker.engine();
+    let module = compile(
         engine,
         br#"(module (import "host" "gate" (func $gate (param i32) (result i32)))
              (func (export "go") (param i32) (result i32) (call $gate (local.get 0))))"#,
     )
-    .unwrap()
+    .unwrap();
+    let mut store = Store::new(engine, ());
+    let instance = linker.instantiate(&mut store, &module).unwrap();
+    let go = instance.get_typed_func(&mut store, "go").unwrap();
+    (store, go)
 }
 
 #[test]
@@ -177,13 +183,7 @@ fn a_host_error_is_a_trap_that_carries_it() {
             }
         })
         .unwrap();
-    let mut store = Store::new(&engine, ());
-    let instance = linker
-        .instantiate(&mut store, &gate_module(&engine))
-        .unwrap();
-    let go = instance
-        .get_typed_func::<i32, i32>(&mut store, "go")
-        .unwrap();
+    let (mut store, go) = gate(&linker);
     assert_eq!(go.call(&mut store, 1).unwrap(), 2);
     let e = go.call(&mut store, -3).unwrap_err();
     let trap = e.trap().expect("a trap");
@@ -205,13 +205,7 @@ fn a_host_panic_is_resumed_in_the_host_after_the_wasm_frames_are_gone() {
             v * 2
         })
         .unwrap();
-    let mut store = Store::new(&engine, ());
-    let instance = linker
-        .instantiate(&mut store, &gate_module(&engine))
-        .unwrap();
-    let go = instance
-        .get_typed_func::<i32, i32>(&mut store, "go")
-        .unwrap();
+    let (mut store, go) = gate(&linker);
     for _ in 0..3 {
         let panic =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| go.call(&mut store, 7)))

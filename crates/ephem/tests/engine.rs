@@ -208,21 +208,11 @@ fn thousands_of_instantiations_do_not_grow_memory_or_descriptors() {
             );
         }
     };
-    round(500);
-    let (rss, fds) = (
-        ephem_test_support::resident_kib(),
-        ephem_test_support::open_fds(),
-    );
-    round(5000);
-    assert_eq!(
-        ephem_test_support::open_fds(),
-        fds,
-        "file descriptors leaked"
-    );
-    let grown = ephem_test_support::resident_kib().saturating_sub(rss);
-    assert!(
-        grown < 16 << 10,
-        "resident memory grew by {grown} KiB over 5000 instantiations"
+    ephem_test_support::assert_no_growth(
+        || round(500),
+        || round(5000),
+        16 << 10,
+        "5000 instantiations",
     );
 }
 

@@ -51,20 +51,10 @@ fn instance_pre_instantiates_ten_thousand_times_without_growth() {
             assert_eq!(store.data().calls, 1);
         }
     };
-    round(1000);
-    let (rss, fds) = (
-        ephem_test_support::resident_kib(),
-        ephem_test_support::open_fds(),
-    );
-    round(10_000);
-    assert_eq!(
-        ephem_test_support::open_fds(),
-        fds,
-        "file descriptors leaked"
-    );
-    let grown = ephem_test_support::resident_kib().saturating_sub(rss);
-    assert!(
-        grown < 8 << 10,
-        "resident memory grew by {grown} KiB over 10 000 instantiations"
+    ephem_test_support::assert_no_growth(
+        || round(1000),
+        || round(10_000),
+        8 << 10,
+        "10 000 instantiations",
     );
 }

@@ -47,6 +47,26 @@ pub fn open_fds() -> usize {
         .count()
 }
 
+/// Runs `warm_up`, then `measured`, and asserts that `measured` left no more file descriptors
+/// open and grew resident memory by less than `max_growth_kib` (`what` names the work in
+/// messages).
+pub fn assert_no_growth(
+    warm_up: impl FnOnce(),
+    measured: impl FnOnce(),
+    max_growth_kib: usize,
+    what: &str,
+) {
+    warm_up();
+    let (rss, fds) = (resident_kib(), open_fds());
+    measured();
+    assert_eq!(open_fds(), fds, "file descriptors leaked over {what}");
+    let grown = resident_kib().saturating_sub(rss);
+    assert!(
+        grown < max_growth_kib,
+        "resident memory grew by {grown} KiB over {what}"
+    );
+}
+
 /// Runs `child` in a forked copy of this process under seccomp's strict mode, where any system
 /// call but `read`, `write` and `exit` kills it; the child exits with `child`'s result. Returns
 /// the child's wait status (see `libc::WIFEXITED` and friends); exit code 3 means strict mode
