@@ -71,6 +71,8 @@ impl Compiler {
         )?;
         set(&mut flags, "enable_multi_ret_implicit_sret", "true")?;
         set(&mut flags, "unwind_info", "false")?;
+        // Every frame links to its caller's, so that a trap can report its wasm backtrace.
+        set(&mut flags, "preserve_frame_pointers", "true")?;
         let mut isa_builder =
             cranelift_native::builder().map_err(|e| CompileError::Codegen(e.to_string()))?;
         for (k, v) in isa_settings {

@@ -253,8 +253,31 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed<'_>, CompileError> {
                 }
             }
             Payload::CodeSectionEntry(body) => bodies.push(body),
+            // Custom sections are not validated: a broken name section only loses names.
+            Payload::CustomSection(c) => {
+                if let wasmparser::KnownCustom::Name(names) = c.as_known() {
+                    info.names = function_names(names);
+                }
+            }
             _ => {}
         }
     }
     Ok(Parsed { info, bodies, data })
+}
+
+/// The function names of a name section, by ascending index, as far as it can be read.
+fn function_names(reader: wasmparser::NameSectionReader<'_>) -> Vec<FuncName> {
+    let mut names = Vec::new();
+    for subsection in reader {
+        let Ok(wasmparser::Name::Function(map)) = subsection else {
+            continue;
+        };
+        names.extend(map.into_iter().map_while(Result::ok).map(|n| FuncName {
+            func: n.index,
+            name: n.name.to_owned(),
+        }));
+    }
+    names.sort_by_key(|n| n.func);
+    names.dedup_by_key(|n| n.func);
+    names
 }

@@ -16,14 +16,18 @@ use wast::{QuoteWat, WastArg, WastDirective, WastExecute, WastInvoke, WastRet};
 /// Counts of assertions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
+    /// Assertions that held.
     pub passed: usize,
+    /// Assertions that did not, and directives that failed.
     pub failed: usize,
+    /// Assertions outside what ephem supports.
     pub skipped: usize,
     /// One line per failure (and per skip, prefixed `skipped:`), with its line number.
     pub notes: Vec<String>,
 }
 
 impl Outcome {
+    /// Adds `other`'s counts to these.
     pub fn add(&mut self, other: &Outcome) {
         self.passed += other.passed;
         self.failed += other.failed;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ephem::{
-    Caller, Engine, Error, Extern, Func, Instance, Linker, Store, Table, TableType, TrapKind,
-    TypedFunc, Val, ValType, compile,
+    Caller, Engine, Error, Extern, ExternRef, Func, Instance, Linker, Store, Table, TableType,
+    TrapKind, TypedFunc, Val, ValType, compile,
 };
 
 /// A guest that asks the host to greet a name: it writes the name into its memory, calls
@@ -332,4 +332,48 @@ fn a_store_moves_between_threads() {
         .unwrap();
     let mut store = store;
     assert_eq!(bump.call(&mut store, ()).unwrap(), 3);
+}
+
+#[test]
+fn typed_funcs_take_and_return_references() {
+    let engine = Engine::default();
+    let module = compile(
+        &engine,
+        br#"(module (type $r (func (result i32))) (table 1 funcref)
+             (func $nine (result i32) (i32.const 9)) (elem declare func $nine)
+             (func (export "same") (param externref) (result externref) (local.get 0))
+             (func (export "nine") (result funcref) (ref.func $nine))
+             (func (export "call") (param funcref) (result i32)
+               (table.set (i32.const 0) (local.get 0))
+               (call_indirect (type $r) (i32.const 0))))"#,
+    )
+    .unwrap();
+    let mut store = Store::new(&engine, ());
+    let instance = Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    let same = instance
+        .get_typed_func::<Option<ExternRef>, Option<ExternRef>>(&mut store, "same")
+        .unwrap();
+    assert_eq!(
+        same.call(&mut store, Some(ExternRef(5))).unwrap(),
+        Some(ExternRef(5))
+    );
+    assert_eq!(same.call(&mut store, None).unwrap(), None);
+    let nine = instance
+        .get_typed_func::<(), Option<Func>>(&mut store, "nine")
+        .unwrap();
+    let f = nine.call(&mut store, ()).unwrap().expect("a function");
+    let call = instance
+        .get_typed_func::<Option<Func>, i32>(&mut store, "call")
+        .unwrap();
+    assert_eq!(call.call(&mut store, Some(f)).unwrap(), 9);
+    let e = call.call(&mut store, None).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::IndirectCallToNull);
+    // The wrong reference type is refused when the typed function is made.
+    assert!(
+        instance
+            .get_typed_func::<Option<Func>, Option<Func>>(&mut store, "same")
+            .is_err()
+    );
 }

@@ -416,3 +416,66 @@ fn typed_calls_check_the_signature_once_and_call_directly() {
         TrapKind::MemoryOutOfBounds
     );
 }
+
+#[test]
+fn a_trap_has_a_backtrace_named_from_the_name_section() {
+    let engine = Engine::default();
+    let mut store = Store::new(&engine, ());
+    let inst = instantiate(
+        &mut store,
+        r#"(module
+             (func $inner (param i32) (result i32) (i32.div_u (i32.const 1) (local.get 0)))
+             (func $middle (param i32) (result i32) (i32.add (call $inner (local.get 0)) (i32.const 1)))
+             (func (export "outer") (param i32) (result i32) (i32.add (call $middle (local.get 0)) (i32.const 1)))
+             (func $deep (export "deep") (call $deep)))"#,
+    );
+    let Err(Error::Trap(t)) = call(&mut store, &inst, "outer", &[Val::I32(0)]) else {
+        panic!("no trap")
+    };
+    let frames: Vec<(u32, Option<&str>)> = t
+        .backtrace()
+        .iter()
+        .map(|f| (f.func, f.name.as_deref()))
+        .collect();
+    assert_eq!(
+        frames,
+        [(0, Some("inner")), (1, Some("middle")), (2, None)],
+        "{t}"
+    );
+    let shown = t.to_string();
+    assert!(shown.contains("0: inner (function 0)"), "{shown}");
+    assert!(shown.contains("2: function 2"), "{shown}");
+    // Deep recursion: the innermost frames, as many as are kept.
+    let Err(Error::Trap(t)) = call(&mut store, &inst, "deep", &[]) else {
+        panic!("no trap")
+    };
+    assert_eq!(t.kind, TrapKind::StackOverflow);
+    assert!(t.backtrace().len() >= 30, "{t}");
+    assert!(t.backtrace().iter().all(|f| f.func == 3), "{t}");
+}
+
+#[test]
+fn a_host_error_backtrace_starts_at_the_calling_wasm_function() {
+    let engine = Engine::default();
+    let mut store = Store::new(&engine, ());
+    let mut linker = Linker::new(&engine);
+    linker
+        .func_wrap("host", "fail", || -> Result<(), Error> {
+            Err(Error::Usage("no".into()))
+        })
+        .unwrap();
+    let module = compile(
+        &engine,
+        br#"(module (import "host" "fail" (func $fail))
+             (func $calls_host (call $fail))
+             (func (export "run") (call $calls_host)))"#,
+    )
+    .unwrap();
+    let inst = linker.instantiate(&mut store, &module).unwrap();
+    let Err(Error::Trap(t)) = call(&mut store, &inst, "run", &[]) else {
+        panic!("no trap")
+    };
+    let funcs: Vec<u32> = t.backtrace().iter().map(|f| f.func).collect();
+    assert_eq!(funcs, [1, 2], "{t}");
+    assert_eq!(t.backtrace()[0].name.as_deref(), Some("calls_host"));
+}

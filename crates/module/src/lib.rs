@@ -21,11 +21,17 @@ pub use vmctx::*;
 /// A WebAssembly value type (WebAssembly 2.0, without SIMD).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
 pub enum ValType {
+    /// 32-bit integer.
     I32,
+    /// 64-bit integer.
     I64,
+    /// 32-bit IEEE float.
     F32,
+    /// 64-bit IEEE float.
     F64,
+    /// Reference to a function, or null.
     FuncRef,
+    /// Reference to a host value, or null.
     ExternRef,
 }
 
@@ -183,27 +189,38 @@ impl ArchivedFuncType {
 /// A function signature.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Archive, Serialize, Deserialize)]
 pub struct FuncType {
+    /// Parameter types, in order.
     pub params: Vec<ValType>,
+    /// Result types, in order.
     pub results: Vec<ValType>,
 }
 
+/// A table's element type and limits (in elements).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct TableType {
+    /// `FuncRef` or `ExternRef`.
     pub elem: ValType,
+    /// Initial size.
     pub min: u32,
+    /// Largest size, if bounded.
     pub max: Option<u32>,
 }
 
 /// Limits in 64 KiB pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct MemoryType {
+    /// Initial size.
     pub min: u32,
+    /// Largest size, if bounded.
     pub max: Option<u32>,
 }
 
+/// A global's value type and mutability.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct GlobalType {
+    /// The value type.
     pub ty: ValType,
+    /// Whether `global.set` may change it.
     pub mutable: bool,
 }
 
@@ -219,11 +236,16 @@ pub enum ConstExpr {
     RefFunc(u32),
 }
 
+/// What an import is.
 #[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum ImportKind {
+    /// A function of the module's type at this index.
     Func(u32),
+    /// A table of this type.
     Table(TableType),
+    /// A memory of this type.
     Memory(MemoryType),
+    /// A global of this type.
     Global(GlobalType),
 }
 
@@ -290,6 +312,15 @@ pub struct ModuleInfo {
     pub imported_tables: u32,
     pub imported_memories: u32,
     pub imported_globals: u32,
+    /// Function names from the name section, by ascending function index (for backtraces).
+    pub names: Vec<FuncName>,
+}
+
+/// A function's name from the module's name section.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct FuncName {
+    pub func: u32,
+    pub name: String,
 }
 
 impl ModuleInfo {
@@ -303,6 +334,15 @@ impl ModuleInfo {
 
 /// The archived form is what the runtime reads, in place, from an artifact.
 impl ArchivedModuleInfo {
+    /// The name section's name of function `func`, if it has one.
+    pub fn func_name(&self, func: u32) -> Option<&str> {
+        let i = self
+            .names
+            .binary_search_by_key(&func, |n| n.func.to_native())
+            .ok()?;
+        Some(self.names[i].name.as_str())
+    }
+
     pub fn func_type(&self, func: u32) -> &ArchivedFuncType {
         &self.types[self.funcs[func as usize].to_native() as usize]
     }
@@ -314,17 +354,25 @@ impl ArchivedModuleInfo {
 /// Why generated code trapped. Each trapping instruction in the text is listed with its kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TrapKind {
+    /// `unreachable` ran.
     Unreachable,
+    /// A memory access or bulk memory operation out of bounds.
     MemoryOutOfBounds,
     /// `table.get`/`set` and bulk table operations out of bounds.
     TableOutOfBounds,
     /// `call_indirect` past the end of the table.
     UndefinedElement,
+    /// `call_indirect` of a null element.
     IndirectCallToNull,
+    /// `call_indirect` of a function of another type.
     BadSignature,
+    /// Signed division overflow, or a float-to-integer conversion out of range.
     IntegerOverflow,
+    /// Integer division or remainder by zero.
     IntegerDivisionByZero,
+    /// Float-to-integer conversion of NaN.
     BadConversionToInteger,
+    /// Wasm used more stack than it may.
     StackOverflow,
     /// A host function returned an error or panicked; the runtime holds the details.
     HostError,

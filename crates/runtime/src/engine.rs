@@ -19,6 +19,7 @@ pub struct EngineConfig {
     /// file instead of copied into a code slot (0: always map; `usize::MAX`: always copy).
     /// Texts with relocations are always copied.
     pub map_text_at: Option<usize>,
+    /// How linear memories are pooled and initialised.
     pub memory: MemoryConfig,
 }
 
@@ -84,6 +85,7 @@ impl Engine {
         })
     }
 
+    /// An engine configured by `config`.
     pub fn with_config(config: EngineConfig) -> Result<Engine, crate::Error> {
         Ok(Engine {
             inner: Arc::new(EngineInner {
@@ -109,6 +111,7 @@ impl Engine {
         len >= self.inner.map_text_at
     }
 
+    /// The pool every module's code is loaded into.
     pub fn code_pool(&self) -> &CodePool {
         &self.inner.pool
     }

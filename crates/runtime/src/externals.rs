@@ -11,9 +11,13 @@ use crate::{Error, Func, Val};
 /// Something an instance imports or exports.
 #[derive(Clone, Copy, Debug)]
 pub enum Extern {
+    /// A function.
     Func(Func),
+    /// A linear memory.
     Memory(Memory),
+    /// A table.
     Table(Table),
+    /// A global.
     Global(Global),
 }
 

@@ -31,11 +31,17 @@ use crate::{Engine, Error, Extern, Instance, Trap};
 /// A WebAssembly value. Floats are kept as bits so NaN payloads survive.
 #[derive(Clone, Copy, Debug)]
 pub enum Val {
+    /// An `i32`.
     I32(i32),
+    /// An `i64`.
     I64(i64),
+    /// An `f32`, as its bits.
     F32(u32),
+    /// An `f64`, as its bits.
     F64(u64),
+    /// A function reference, or null.
     FuncRef(Option<Func>),
+    /// A host reference, or null.
     ExternRef(Option<ExternRef>),
 }
 
@@ -429,8 +435,7 @@ impl Func {
             None => {
                 // SAFETY: as above.
                 let host = self.host_func(unsafe { &*store }).expect("host").clone();
-                return (host.call)(store, None, values)
-                    .map_err(|e| Error::Trap(Trap::host(e.into())));
+                return (host.call)(store, None, values).map_err(|e| Error::Trap(Trap::host(e)));
             }
         };
         // SAFETY: per the contract.
@@ -479,7 +484,7 @@ pub(crate) unsafe fn invoke(
     let Err(site) = outcome else { return Ok(()) };
     // SAFETY: wasm has returned; nothing else references the store now.
     let failure = unsafe { (*store).host_failure.take() };
-    let mut trap = Trap::from_site(site);
+    let mut trap = Trap::from_site(&site);
     match failure {
         Some(HostFailure::Panic(panic)) => std::panic::resume_unwind(panic),
         Some(HostFailure::Error(e)) if trap.kind == TrapKind::HostError => {

@@ -29,7 +29,7 @@ use ephem_module::{
 };
 
 use crate::memory::{Claim, ImageSource, LinearMemory};
-use crate::signals::TrapSite;
+use crate::signals::{CodeSite, TrapSite};
 use crate::store::{AsContext, AsContextMut, StoreInner, StoreOpaque, Stored};
 use crate::table::{GlobalData, TableData};
 use crate::{
@@ -80,10 +80,12 @@ impl Module {
         }
     }
 
+    /// The engine the module was loaded for.
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
     }
 
+    /// The open artifact the module runs from.
     pub fn artifact(&self) -> &Artifact {
         &self.inner.artifact
     }
@@ -148,16 +150,22 @@ impl Module {
 /// One export of a module: its name and type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExportRef<'a> {
+    /// The export's name.
     pub name: &'a str,
+    /// What it is.
     pub ty: ExternType,
 }
 
 /// The type of an import or export.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExternType {
+    /// A function of this type.
     Func(FuncType),
+    /// A linear memory of these limits.
     Memory(MemoryType),
+    /// A table of these limits and element type.
     Table(TableType),
+    /// A global of this type.
     Global(GlobalType),
 }
 
@@ -214,8 +222,11 @@ impl std::fmt::Debug for Module {
 /// One import of a module: what it is called and what it must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImportRef<'a> {
+    /// The module name the import names.
     pub module: &'a str,
+    /// The name within that module.
     pub name: &'a str,
+    /// What is imported (a function by its type index).
     pub kind: ImportKind,
     /// What the import is in the module's index space of its kind.
     pub index: u32,
@@ -925,11 +936,11 @@ impl InstanceData {
 
 /// Resolves a trap site (from the signal handler) to a [`Trap`].
 impl Trap {
-    pub(crate) fn from_site(site: TrapSite) -> Trap {
+    pub(crate) fn from_site(site: &TrapSite) -> Trap {
         // SAFETY: the tag is the `ModuleInner` of the published code that trapped; that code's
         // instance is alive in the store that ran the call, and keeps its module.
-        let module = unsafe { &*(site.tag as *const ModuleInner) };
-        let offset = (site.pc - site.code_start) as u32;
+        let module = unsafe { &*(site.at.tag as *const ModuleInner) };
+        let offset = (site.at.pc - site.at.code_start) as u32;
         let artifact = &module.artifact;
         let kind = artifact.trap_at(offset).unwrap_or(match site.signal {
             libc::SIGSEGV | libc::SIGBUS => TrapKind::MemoryOutOfBounds,
@@ -939,9 +950,29 @@ impl Trap {
         let (func, offset) = artifact
             .func_at(offset)
             .map_or((None, None), |(f, o)| (Some(f), Some(o)));
+        // Return addresses point after their call: look up the call itself. Frames of
+        // trampolines and host adapters have no function and are left out.
+        let callers = site.callers[..site.depth]
+            .iter()
+            .map(|c| CodeSite { pc: c.pc - 1, ..*c });
+        let backtrace = std::iter::once(site.at)
+            .chain(callers)
+            .filter_map(|c| {
+                // SAFETY: as above: every frame's code is alive in the store that ran the call.
+                let module = unsafe { &*(c.tag as *const ModuleInner) };
+                let info = module.artifact.info();
+                let (func, offset) = module.artifact.func_at((c.pc - c.code_start) as u32)?;
+                Some(crate::FrameInfo {
+                    func,
+                    name: info.func_name(func).map(str::to_owned),
+                    offset,
+                })
+            })
+            .collect();
         Trap {
             func,
             offset,
+            backtrace,
             ..Trap::new(kind)
         }
     }

@@ -17,6 +17,8 @@
 //!
 //! Platform: Linux on x86_64 (`arch` holds the only assembly; `signals` the signal handling).
 
+#![warn(missing_docs)]
+
 mod arch;
 mod engine;
 mod externals;
@@ -55,8 +57,31 @@ pub struct Trap {
     pub func: Option<u32>,
     /// See `func`.
     pub offset: Option<u32>,
+    /// The wasm functions on the stack when it trapped, innermost first (at most 32).
+    backtrace: Vec<FrameInfo>,
     /// For [`TrapKind::HostError`]: the error the host function returned.
     error: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+/// One wasm frame of a trap's backtrace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameInfo {
+    /// The function's index in its module.
+    pub func: u32,
+    /// Its name from the module's name section, if it has one.
+    pub name: Option<String>,
+    /// The code offset within the function.
+    pub offset: u32,
+}
+
+impl std::fmt::Display for FrameInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            Some(name) => write!(f, "{name} (function {})", self.func)?,
+            None => write!(f, "function {}", self.func)?,
+        }
+        write!(f, " at code offset {:#x}", self.offset)
+    }
 }
 
 impl Trap {
@@ -65,6 +90,7 @@ impl Trap {
             kind,
             func: None,
             offset: None,
+            backtrace: Vec::new(),
             error: None,
         }
     }
@@ -81,6 +107,12 @@ impl Trap {
         self.error.as_deref()
     }
 
+    /// The wasm functions on the stack when it trapped, innermost first (at most 32; empty for
+    /// a trap outside wasm code, such as an instantiation's out-of-bounds segment).
+    pub fn backtrace(&self) -> &[FrameInfo] {
+        &self.backtrace
+    }
+
     /// The host function's error as `E`, if it is one.
     pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
         self.host_error()?.downcast_ref()
@@ -93,8 +125,11 @@ impl std::fmt::Display for Trap {
         if let Some(e) = &self.error {
             write!(f, ": {e}")?;
         }
-        if let (Some(func), Some(offset)) = (self.func, self.offset) {
-            write!(f, " (in function {func}, at code offset {offset:#x})")?;
+        if !self.backtrace.is_empty() {
+            write!(f, "\nwasm backtrace:")?;
+            for (i, frame) in self.backtrace.iter().enumerate() {
+                write!(f, "\n  {i:>2}: {frame}")?;
+            }
         }
         Ok(())
     }
@@ -133,12 +168,19 @@ pub enum Error {
 /// What kind of [`Error`] happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
+    /// See [`Error::Compile`].
     Compile,
+    /// See [`Error::Link`].
     Link,
+    /// See [`Error::Trap`].
     Trap,
+    /// See [`Error::Artifact`].
     Artifact,
+    /// See [`Error::Limit`] and [`Error::CodeMemory`].
     Limit,
+    /// See [`Error::Io`].
     Io,
+    /// See [`Error::Usage`].
     Usage,
 }
 

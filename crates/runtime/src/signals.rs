@@ -28,14 +28,27 @@ pub const MAX_WASM_STACK: usize = 512 << 10;
 /// Stack kept free for the host (signal handling, host functions) when the thread has little.
 const HOST_RESERVE: usize = 64 << 10;
 
-/// Where a trap happened, as the signal handler saw it.
+/// Most caller frames a trap records.
+pub const MAX_FRAMES: usize = 32;
+
+/// A code address in published code: the code's start and registry tag.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct TrapSite {
+pub struct CodeSite {
     pub pc: usize,
-    /// Start of the published code containing `pc`, and its registry tag.
     pub code_start: usize,
     pub tag: usize,
+}
+
+/// Where a trap happened, as the signal handler saw it: the faulting instruction and the
+/// return addresses of the wasm frames below it, innermost first. Generated code keeps frame
+/// pointers, so the handler follows them from the fault up to the entry stub's frame, reading
+/// only this thread's stack between the two.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrapSite {
+    pub at: CodeSite,
     pub signal: i32,
+    pub callers: [CodeSite; MAX_FRAMES],
+    pub depth: usize,
 }
 
 /// One host-to-wasm call in progress on this thread.
@@ -78,7 +91,7 @@ pub unsafe fn call(
     vmctx: *mut u8,
     callee: *const u8,
     values: *mut ValRaw,
-) -> Result<(), TrapSite> {
+) -> Result<(), Box<TrapSite>> {
     install_handlers();
     let outer = CURRENT.with(Cell::get);
     let limit = if outer.is_null() {
@@ -105,7 +118,7 @@ pub unsafe fn call(
     if trapped == 0 {
         Ok(())
     } else {
-        Err(state.trap)
+        Err(Box::new(state.trap))
     }
 }
 
@@ -167,6 +180,30 @@ fn install_handlers() {
     });
 }
 
+/// Follows the frame-pointer chain from `fp` while it stays within `[sp, top)` (this thread's
+/// stack between the fault and the entry stub) and its return addresses lie in published code.
+fn record_callers(site: &mut TrapSite, sp: usize, mut fp: usize, top: usize) {
+    while site.depth < MAX_FRAMES && fp >= sp && fp.is_multiple_of(8) && fp + 16 <= top {
+        // SAFETY: `[fp, fp + 16)` lies in this thread's stack between the faulting frame and
+        // the entry stub's, which is mapped and holds the saved frame pointer and return
+        // address of a frame of generated code.
+        let (next, ret) = unsafe { (*(fp as *const usize), *((fp + 8) as *const usize)) };
+        let Some((code_start, tag)) = registry::lookup(ret) else {
+            break;
+        };
+        site.callers[site.depth] = CodeSite {
+            pc: ret,
+            code_start,
+            tag,
+        };
+        site.depth += 1;
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+}
+
 unsafe extern "C" fn on_signal(
     signal: libc::c_int,
     info: *mut libc::siginfo_t,
@@ -182,11 +219,15 @@ unsafe extern "C" fn on_signal(
         // SAFETY: `state` points at the CallState of the `call` frame running on this thread.
         let state = unsafe { &mut *state };
         state.trap = TrapSite {
-            pc,
-            code_start,
-            tag,
+            at: CodeSite {
+                pc,
+                code_start,
+                tag,
+            },
             signal,
+            ..TrapSite::default()
         };
+        record_callers(&mut state.trap, arch::sp(uc), arch::fp(uc), state.saved_sp);
         arch::resume_at_landing(uc, state.saved_sp);
         return;
     }

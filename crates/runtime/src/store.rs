@@ -73,7 +73,9 @@ pub(crate) struct StoreInner<T> {
 pub struct StoreOpaque {
     pub(crate) id: StoreId,
     pub(crate) engine: Engine,
-    /// Dropped first: code leaves the trap registry before anything it points at goes.
+    /// Dropped first: code leaves the trap registry before anything it points at goes. Boxed:
+    /// an instance's address is fixed, because its vmctx points at it.
+    #[allow(clippy::vec_box)]
     pub(crate) instances: Vec<Box<InstanceData>>,
     pub(crate) memories: Vec<LinearMemory>,
     pub(crate) tables: Vec<TableData>,

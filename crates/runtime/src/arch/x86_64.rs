@@ -60,6 +60,16 @@ pub fn pc(uc: &libc::ucontext_t) -> usize {
     uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize
 }
 
+/// The interrupted thread's stack pointer.
+pub fn sp(uc: &libc::ucontext_t) -> usize {
+    uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize
+}
+
+/// The interrupted thread's frame pointer.
+pub fn fp(uc: &libc::ucontext_t) -> usize {
+    uc.uc_mcontext.gregs[libc::REG_RBP as usize] as usize
+}
+
 /// Makes the interrupted thread resume at the trap landing with stack pointer `sp` (the one
 /// `ephem_enter_wasm` saved).
 pub fn resume_at_landing(uc: &mut libc::ucontext_t, sp: usize) {
