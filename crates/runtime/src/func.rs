@@ -291,6 +291,14 @@ impl Func {
         }
     }
 
+    /// A host function of the store, by index.
+    pub(crate) fn stored_host(stored: Stored) -> Func {
+        Func {
+            store: stored.store,
+            kind: FuncKind::Host(stored.index),
+        }
+    }
+
     /// A function of an instance of `store`, whose vmctx holds `funcref`.
     pub(crate) fn wasm(store: StoreId, funcref: NonNull<VmFuncRef>) -> Func {
         Func {
@@ -324,10 +332,10 @@ impl Func {
     }
 
     /// The host function behind this handle, if it is one.
-    pub(crate) fn host_func(self, store: &StoreOpaque) -> Option<&Arc<HostFunc>> {
+    pub(crate) fn host_func(self, store: &StoreOpaque) -> Option<&HostFunc> {
         store.check(self.store);
         match self.kind {
-            FuncKind::Host(i) => Some(&store.host_funcs[i as usize].func),
+            FuncKind::Host(i) => Some(store.host_func(i)),
             FuncKind::Wasm(_) => None,
         }
     }
@@ -359,7 +367,7 @@ impl Func {
         match self.kind {
             // SAFETY: as above.
             FuncKind::Wasm(p) => unsafe { (*p.as_ptr()).type_id },
-            FuncKind::Host(i) => store.host_funcs[i as usize].func.type_id,
+            FuncKind::Host(i) => store.host_func(i).type_id,
         }
     }
 
@@ -367,7 +375,7 @@ impl Func {
         match self.kind {
             FuncKind::Host(i) => {
                 store.check(self.store);
-                store.host_funcs[i as usize].func.ty.clone()
+                store.host_func(i).ty.clone()
             }
             FuncKind::Wasm(_) => store.engine().shared_func_type(self.type_id(store)),
         }
@@ -433,9 +441,12 @@ impl Func {
         let fr = match self.vm_funcref(unsafe { &*store }) {
             Some(fr) => fr,
             None => {
-                // SAFETY: as above.
-                let host = self.host_func(unsafe { &*store }).expect("host").clone();
-                return (host.call)(store, None, values).map_err(|e| Error::Trap(Trap::host(e)));
+                // SAFETY: as above; the store keeps its host functions for its whole life, so
+                // the pointer stays valid while the call has the store.
+                let host: *const HostFunc = self.host_func(unsafe { &*store }).expect("host");
+                // SAFETY: as just said.
+                let call = unsafe { &(*host).call };
+                return call(store, None, values).map_err(|e| Error::Trap(Trap::host(e)));
             }
         };
         // SAFETY: per the contract.

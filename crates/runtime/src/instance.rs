@@ -616,7 +616,7 @@ pub(crate) unsafe fn instantiate(
             let fr = match f.host_func(store) {
                 Some(host) => VmFuncRef {
                     code: text_base.add(artifact.host_adapters()[ty].to_native() as usize),
-                    vmctx: Arc::as_ptr(host) as *mut u8,
+                    vmctx: host as *const crate::func::HostFunc as *mut u8,
                     trampoline: text_base.add(trampolines[ty].to_native() as usize),
                     type_id: m.type_ids[ty],
                 },

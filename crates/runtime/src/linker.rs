@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ephem_module::ImportKind;
@@ -24,12 +25,12 @@ use crate::{
 };
 
 /// What a name in a linker stands for.
-#[derive(Clone)]
+#[derive(Clone, Copy)]
 enum Definition {
     /// An extern of one store.
     Extern(Extern),
-    /// A host function, for any store of the linker's `T`.
-    Host(Arc<HostFunc>),
+    /// A host function, for any store of the linker's `T`: its index in the linker's `hosts`.
+    Host(u32),
     /// A fresh zeroed memory, table or global of the import's type, made for each
     /// instantiation in its store (see [`Linker::define_unknown_imports_as_traps`]).
     Fresh,
@@ -42,17 +43,23 @@ pub struct Linker<T> {
     /// By module name, then name (looked up by `&str` without allocating). Seeded foldhash, as
     /// in the engine's type registry: names come from untrusted modules.
     defs: HashMap<String, HashMap<String, Definition, Hasher>, Hasher>,
+    /// Every host function defined. Shared with the `InstancePre`s made from the linker, which
+    /// point into it: one reference count per instantiation, not one per import.
+    hosts: Arc<Hosts>,
     allow_shadowing: bool,
     _data: PhantomData<fn() -> T>,
 }
 
 type Hasher = foldhash::fast::RandomState;
 
+type Hosts = Vec<Arc<HostFunc>>;
+
 impl<T> Clone for Linker<T> {
     fn clone(&self) -> Self {
         Linker {
             engine: self.engine.clone(),
             defs: self.defs.clone(),
+            hosts: self.hosts.clone(),
             allow_shadowing: self.allow_shadowing,
             _data: PhantomData,
         }
@@ -65,6 +72,7 @@ impl<T: 'static> Linker<T> {
         Linker {
             engine: engine.clone(),
             defs: HashMap::default(),
+            hosts: Arc::default(),
             allow_shadowing: false,
             _data: PhantomData,
         }
@@ -97,6 +105,19 @@ impl<T: 'static> Linker<T> {
         self.defs.get(module)?.get(name)
     }
 
+    fn insert_host(
+        &mut self,
+        module: &str,
+        name: &str,
+        host: HostFunc,
+    ) -> Result<&mut Self, Error> {
+        let index = self.hosts.len() as u32;
+        self.insert(module, name, Definition::Host(index))?;
+        // Copies the list only while an `InstancePre` still shares the old one.
+        Arc::make_mut(&mut self.hosts).push(Arc::new(host));
+        Ok(self)
+    }
+
     /// Defines `module`.`name` as a host function made from a Rust closure (see
     /// [`IntoFunc`]): `|a: i32, b: i64| -> f64`, or with a [`Caller`] first to reach the store's
     /// data and the calling instance's exports. A closure that returns `Err(e)` traps, and the
@@ -108,7 +129,7 @@ impl<T: 'static> Linker<T> {
         f: impl IntoFunc<T, P, R>,
     ) -> Result<&mut Self, Error> {
         let host = f.into_host_func(&self.engine);
-        self.insert(module, name, Definition::Host(Arc::new(host)))
+        self.insert_host(module, name, host)
     }
 
     /// Defines `module`.`name` as a host function of type `ty`, with arguments and results as
@@ -121,7 +142,7 @@ impl<T: 'static> Linker<T> {
         f: impl Fn(Caller<'_, T>, &[Val], &mut [Val]) -> Result<(), HostError> + Send + Sync + 'static,
     ) -> Result<&mut Self, Error> {
         let host = HostFunc::dynamic(&self.engine, ty, f);
-        self.insert(module, name, Definition::Host(Arc::new(host)))
+        self.insert_host(module, name, host)
     }
 
     /// Defines `module`.`name` as `item`, an extern of `store`.
@@ -182,7 +203,8 @@ impl<T: 'static> Linker<T> {
                     let stub = HostFunc::dynamic::<T>(&self.engine, ty, move |_, _, _| {
                         Err(format!("unprovided import {what} was called").into())
                     });
-                    Definition::Host(Arc::new(stub))
+                    self.insert_host(import.module, import.name, stub)?;
+                    continue;
                 }
                 _ => Definition::Fresh,
             };
@@ -202,7 +224,7 @@ impl<T: 'static> Linker<T> {
             Definition::Extern(e) => Some(*e),
             Definition::Host(h) => Some(Extern::Func(Func::host(
                 store.as_context_mut().opaque(),
-                h.clone(),
+                self.hosts[*h as usize].clone(),
             ))),
             Definition::Fresh => None,
         }
@@ -232,8 +254,9 @@ impl<T: 'static> Linker<T> {
                 continue;
             };
             if let (ImportKind::Func(t), Definition::Host(h)) = (&import.kind, def)
-                && h.type_id != module.type_id(*t)
+                && self.hosts[*h as usize].type_id != module.type_id(*t)
             {
+                let h = &self.hosts[*h as usize];
                 let expected = module.artifact().info().types[*t as usize].native();
                 return Err(Error::Link(format!(
                     "incompatible import type for `{}`.`{}`: expected {expected:?}, got {:?}",
@@ -244,7 +267,13 @@ impl<T: 'static> Linker<T> {
                 unknown.push(describe(module, &import));
                 continue;
             }
-            items.push(def.clone());
+            items.push(match *def {
+                Definition::Extern(e) => Resolved::Extern(e),
+                Definition::Host(h) => {
+                    Resolved::Host(HostRef(NonNull::from(&*self.hosts[h as usize])))
+                }
+                Definition::Fresh => Resolved::Fresh,
+            });
         }
         if !unknown.is_empty() {
             return Err(Error::Link(format!(
@@ -256,10 +285,28 @@ impl<T: 'static> Linker<T> {
         Ok(InstancePre {
             module: module.clone(),
             items: items.into(),
+            keep: self.hosts.clone(),
             _data: PhantomData,
         })
     }
 }
+
+/// An import as an `InstancePre` resolved it.
+#[derive(Clone, Copy)]
+enum Resolved {
+    Extern(Extern),
+    Host(HostRef),
+    Fresh,
+}
+
+/// A host function of the linker's list, which the `InstancePre` keeps.
+#[derive(Clone, Copy)]
+struct HostRef(NonNull<HostFunc>);
+
+// SAFETY: a shared reference to a `HostFunc`, which is `Sync` (its body is `Send + Sync`).
+unsafe impl Send for HostRef {}
+// SAFETY: as above.
+unsafe impl Sync for HostRef {}
 
 /// `module`.`name` and its type, for messages.
 fn describe(module: &Module, import: &ImportRef<'_>) -> String {
@@ -275,7 +322,10 @@ fn describe(module: &Module, import: &ImportRef<'_>) -> String {
 /// `Send + Sync`, cheap to clone.
 pub struct InstancePre<T> {
     module: Module,
-    items: Arc<[Definition]>,
+    items: Arc<[Resolved]>,
+    /// The linker's host functions, which `items` point into: what a store keeps alive for the
+    /// host functions it takes from them.
+    keep: Arc<dyn std::any::Any + Send + Sync>,
     _data: PhantomData<fn() -> T>,
 }
 
@@ -284,6 +334,7 @@ impl<T> Clone for InstancePre<T> {
         InstancePre {
             module: self.module.clone(),
             items: self.items.clone(),
+            keep: self.keep.clone(),
             _data: PhantomData,
         }
     }
@@ -324,14 +375,19 @@ impl<T: 'static> InstancePre<T> {
 
     /// The imports as externs of `store`: host functions added to it, fresh state made in it.
     fn imports(&self, store: &mut StoreOpaque) -> Result<Vec<Extern>, Error> {
+        store.host_funcs.reserve(self.items.len());
+        store.keep(&self.keep);
         self.module
             .imports()
             .zip(self.items.iter())
             .map(|(import, def)| {
                 Ok(match def {
-                    Definition::Extern(e) => *e,
-                    Definition::Host(h) => Extern::Func(Func::host(store, h.clone())),
-                    Definition::Fresh => fresh(store, &self.module, &import)?,
+                    Resolved::Extern(e) => *e,
+                    // SAFETY: `self.keep`, now kept by the store, holds `h`.
+                    Resolved::Host(h) => {
+                        Extern::Func(Func::stored_host(unsafe { store.push_kept_host_func(h.0) }))
+                    }
+                    Resolved::Fresh => fresh(store, &self.module, &import)?,
                 })
             })
             .collect()

@@ -81,6 +81,9 @@ pub struct StoreOpaque {
     pub(crate) tables: Vec<TableData>,
     pub(crate) globals: Vec<GlobalData>,
     pub(crate) host_funcs: Vec<StoredHostFunc>,
+    /// What keeps host functions alive: their own `Arc`s, or the resolved imports of an
+    /// `InstancePre` (one entry for all of its host functions, however many instantiations).
+    keep: Vec<Arc<dyn std::any::Any + Send + Sync>>,
     /// What the last failed host function left for the caller to report or resume.
     pub(crate) host_failure: Option<HostFailure>,
     /// The stack limit every vmctx of this store points at (see `signals`). In the boxed
@@ -90,7 +93,8 @@ pub struct StoreOpaque {
 
 /// A host function made in (or imported into) a store.
 pub(crate) struct StoredHostFunc {
-    pub(crate) func: Arc<HostFunc>,
+    /// Kept alive by an entry of the store's `keep`.
+    pub(crate) func: std::ptr::NonNull<HostFunc>,
     /// Its funcref in the vmctx of the first instance that imported it: how wasm code can call
     /// it through a table (it needs an importing module's adapter for its type).
     pub(crate) funcref: Option<std::ptr::NonNull<VmFuncRef>>,
@@ -114,6 +118,7 @@ impl<T> Store<T> {
                     tables: Vec::new(),
                     globals: Vec::new(),
                     host_funcs: Vec::new(),
+                    keep: Vec::new(),
                     host_failure: None,
                     stack_limit: UnsafeCell::new(0),
                 },
@@ -220,11 +225,39 @@ impl StoreOpaque {
     }
 
     pub(crate) fn push_host_func(&mut self, func: Arc<HostFunc>) -> Stored {
+        let ptr = std::ptr::NonNull::from(&*func);
+        self.keep.push(func);
+        // SAFETY: just kept.
+        unsafe { self.push_kept_host_func(ptr) }
+    }
+
+    /// Adds a host function that `owner` keeps alive, keeping `owner` (once, when the last
+    /// owner kept is the same).
+    pub(crate) fn keep(&mut self, owner: &Arc<dyn std::any::Any + Send + Sync>) {
+        if !self.keep.last().is_some_and(|k| Arc::ptr_eq(k, owner)) {
+            self.keep.push(owner.clone());
+        }
+    }
+
+    /// Adds a host function without keeping it.
+    ///
+    /// # Safety
+    /// Something in `keep` must keep `func` alive.
+    pub(crate) unsafe fn push_kept_host_func(
+        &mut self,
+        func: std::ptr::NonNull<HostFunc>,
+    ) -> Stored {
         self.host_funcs.push(StoredHostFunc {
             func,
             funcref: None,
         });
         self.stored(self.host_funcs.len() - 1)
+    }
+
+    /// The host function at `index`.
+    pub(crate) fn host_func(&self, index: u32) -> &HostFunc {
+        // SAFETY: kept alive by `keep` as long as the store (see `StoredHostFunc::func`).
+        unsafe { self.host_funcs[index as usize].func.as_ref() }
     }
 
     /// The index the next instance will have.
