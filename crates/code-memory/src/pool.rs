@@ -306,7 +306,7 @@ impl LoadedCode {
     /// maps the same file. Registered in the [`registry`] with `tag`, like published slots.
     ///
     /// This is the loading path for code too large to copy cheaply; it makes a system call
-    /// (`mmap`, into a region of the [`arena`](crate::arena) that the drop releases without
+    /// (`mmap`, into a region of the arena (`arena.rs`) that the drop releases without
     /// unmapping) and takes page faults on first execution of each page. The file must not be
     /// modified while mapped (ephem only ever replaces files by rename).
     pub fn map_file(
