@@ -213,7 +213,8 @@ impl<T: 'static> Linker<T> {
         Ok(self)
     }
 
-    /// The definition of `module`.`name`, as an extern of `store`.
+    /// The definition of `module`.`name`, as an extern of `store` (a host function is added to
+    /// the store; a fresh memory, table or global exists only per instantiation: `None`).
     pub fn get(
         &self,
         mut store: impl AsContextMut<Data = T>,
