@@ -44,15 +44,13 @@ pub struct Args {
     svg: Option<PathBuf>,
 }
 
+/// A size in bytes, with an optional `k`, `m` or `g` suffix (KiB, MiB, GiB); not zero.
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let lower = s.to_ascii_lowercase();
-    let (digits, unit) = match lower.strip_suffix('k') {
-        Some(d) => (d, 1 << 10),
-        None => match lower.strip_suffix('m') {
-            Some(d) => (d, 1 << 20),
-            None => (lower.as_str(), 1),
-        },
-    };
+    let (digits, unit) = [('k', 1 << 10), ('m', 1 << 20), ('g', 1 << 30)]
+        .into_iter()
+        .find_map(|(suffix, unit)| lower.strip_suffix(suffix).map(|d| (d, unit)))
+        .unwrap_or((lower.as_str(), 1));
     let n: usize = digits.parse().map_err(|_| format!("bad size `{s}`"))?;
     match n.checked_mul(unit) {
         Some(0) | None => Err(format!("bad size `{s}`")),

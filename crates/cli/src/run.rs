@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use ephem::{Engine, Linker, Store, Val, ValType};
+use ephem::{Engine, Linker, Store, StoreLimitsBuilder, Val, ValType};
 
 use crate::exit::Usage;
 
@@ -24,6 +24,10 @@ pub struct Args {
     /// refused, naming them.
     #[arg(long)]
     trap_unknown_imports: bool,
+    /// The most bytes a linear memory may have (a `k`, `m` or `g` suffix for KiB, MiB, GiB):
+    /// `memory.grow` past it returns -1, a larger initial memory fails to instantiate.
+    #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
+    max_memory: Option<usize>,
     /// Arguments, parsed by the export's parameter types (integers signed or unsigned, in
     /// range).
     args: Vec<String>,
@@ -75,6 +79,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(args.cache.cache()?)
     };
     let module = crate::cache::load(&engine, &args.file, cache.as_ref())?;
+    let mut limits = StoreLimitsBuilder::new();
+    if let Some(bytes) = args.max_memory {
+        limits = limits.memory_size(bytes);
+    }
     let mut linker = Linker::new(&engine);
     if args.trap_unknown_imports {
         linker.define_unknown_imports_as_traps(&module)?;
@@ -85,7 +93,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.file.display()
         )
     })?;
-    let mut store = Store::new(&engine, ());
+    let mut store = Store::new(&engine, limits.build());
+    store.limiter(|limits| limits);
     let instance = pre.instantiate(&mut store)?;
     let name = match args.invoke {
         Some(name) => name,

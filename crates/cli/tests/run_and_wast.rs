@@ -104,6 +104,32 @@ fn run_exits_with_distinct_codes_and_refuses_unknown_imports_by_default() {
 }
 
 #[test]
+fn max_memory_bounds_growth_and_initial_size() {
+    let tmp = ephem_test_support::temp_dir();
+    let file = tmp.path().join("grow.wat");
+    std::fs::write(
+        &file,
+        r#"(module (memory 1) (func (export "grow") (result i32) (memory.grow (i32.const 1))))"#,
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let stdout = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(stdout(ephem(&["run", file, "--invoke", "grow"])), "1\n");
+    let limited = ephem(&["run", file, "--invoke", "grow", "--max-memory", "64k"]);
+    assert_eq!(stdout(limited), "-1\n");
+    let out = ephem(&["run", file, "--invoke", "grow", "--max-memory", "1k"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("limit"));
+}
+
+#[test]
 fn wast_prints_a_line_per_file_and_the_totals() {
     let tmp = ephem_test_support::temp_dir();
     let dir = tmp.path();

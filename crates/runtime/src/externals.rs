@@ -3,6 +3,7 @@
 
 use ephem_module::{GlobalType, MemoryType, TableType, ValType};
 
+use crate::instance::{admit_memory, admit_table, raw_store};
 use crate::memory::{LinearMemory, PAGE};
 use crate::store::{AsContext, AsContextMut, Stored};
 use crate::table::{GlobalData, TableData};
@@ -79,11 +80,16 @@ pub struct Memory(pub(crate) Stored);
 
 impl Memory {
     /// A new zeroed memory of type `ty` in `store`, from the engine's memory pool.
+    /// Fails with an error of kind `Limit` when the store's limiter refuses it.
     pub fn new(mut store: impl AsContextMut, ty: MemoryType) -> Result<Memory, Error> {
-        let mut ctx = store.as_context_mut();
+        let raw = raw_store(&mut store);
+        // SAFETY: derived from the exclusive borrow above, for this call only; nothing borrows
+        // the store's data while the limiter is asked.
+        let store = unsafe { &mut *raw };
+        unsafe { admit_memory(store, raw, ty)? };
         let no_image: Option<&crate::instance::ArtifactImage<'_>> = None;
-        let memory = LinearMemory::pooled(ctx.engine().memory_pool(), ty, no_image)?;
-        Ok(Memory(ctx.opaque().push_memory(memory)))
+        let memory = LinearMemory::pooled(store.engine().memory_pool(), ty, no_image)?;
+        Ok(Memory(store.push_memory(memory)))
     }
 
     fn get<'a, S: AsContext + ?Sized>(&self, store: &'a S) -> &'a LinearMemory {
@@ -137,11 +143,17 @@ impl Memory {
         self.get(&store).write(offset, data)
     }
 
-    /// Grows by `delta` pages; returns the old size in pages.
-    pub fn grow(&self, store: impl AsContextMut, delta: u64) -> Result<u64, Error> {
-        let memory = self.get(&store);
+    /// Grows by `delta` pages; returns the old size in pages. Fails past the memory's maximum
+    /// or when the store's limiter refuses.
+    pub fn grow(&self, mut store: impl AsContextMut, delta: u64) -> Result<u64, Error> {
+        let raw = raw_store(&mut store);
+        // SAFETY: as in `Memory::new`.
+        let store = unsafe { &*raw };
+        let memory = store.memory(self.0);
         u32::try_from(delta)
             .ok()
+            // SAFETY: as above.
+            .filter(|&d| unsafe { memory.may_grow(store, raw, d) })
             .and_then(|d| memory.grow(d))
             .map(u64::from)
             .ok_or_else(|| {
@@ -158,12 +170,17 @@ impl Memory {
 pub struct Table(pub(crate) Stored);
 
 impl Table {
-    /// A new table of type `ty` in `store`, every element `init`.
+    /// A new table of type `ty` in `store`, every element `init`. Fails with an error of
+    /// kind `Limit` when the store's limiter refuses it.
     pub fn new(mut store: impl AsContextMut, ty: TableType, init: Val) -> Result<Table, Error> {
-        let mut ctx = store.as_context_mut();
-        let raw = element(ctx.opaque(), ty.elem, init)?;
-        let table = TableData::new(ty, raw)?;
-        Ok(Table(ctx.opaque().push_table(table)))
+        let raw = raw_store(&mut store);
+        // SAFETY: as in `Memory::new`.
+        let store = unsafe { &mut *raw };
+        let init = element(store, ty.elem, init)?;
+        // SAFETY: as above.
+        unsafe { admit_table(store, raw, ty)? };
+        let table = TableData::new(ty, init)?;
+        Ok(Table(store.push_table(table)))
     }
 
     /// The table's type, with its current size as minimum.
@@ -195,15 +212,22 @@ impl Table {
             .ok_or_else(|| Error::Usage(format!("table index {index} is out of bounds")))
     }
 
-    /// Grows by `delta` elements set to `init`; returns the old size.
+    /// Grows by `delta` elements set to `init`; returns the old size. Fails past the table's
+    /// maximum or when the store's limiter refuses.
     pub fn grow(&self, mut store: impl AsContextMut, delta: u32, init: Val) -> Result<u32, Error> {
-        let mut ctx = store.as_context_mut();
-        let elem = ctx.opaque().table(self.0).ty().elem;
-        let raw = element(ctx.opaque(), elem, init)?;
-        let table = ctx.opaque().table(self.0);
-        table.grow(delta, raw).ok_or_else(|| {
-            Error::Limit(format!("cannot grow a table of {} by {delta}", table.len()))
-        })
+        let raw = raw_store(&mut store);
+        // SAFETY: as in `Memory::new`.
+        let store = unsafe { &*raw };
+        let table = store.table(self.0);
+        let init = element(store, table.ty().elem, init)?;
+        // SAFETY: as above.
+        let allowed = unsafe { table.may_grow(store, raw, delta) };
+        allowed
+            .then(|| table.grow(delta, init))
+            .flatten()
+            .ok_or_else(|| {
+                Error::Limit(format!("cannot grow a table of {} by {delta}", table.len()))
+            })
     }
 }
 

@@ -540,6 +540,9 @@ pub(crate) unsafe fn instantiate(
         }
     }
 
+    // SAFETY: per the contract; nothing borrows the store's data here.
+    unsafe { store.admit_instance(store_ptr)? };
+
     // Imported memories this module has an image for: claimed now, before anything can
     // expose them, so that an untouched one can take the image as it is.
     let mut claimed = Claimed::new();
@@ -565,14 +568,18 @@ pub(crate) unsafe fn instantiate(
         let i = i as u32;
         if i >= info.imported_memories.to_native() {
             let image = ArtifactImage::of(artifact, i);
-            let memory =
-                match LinearMemory::pooled(m.engine.memory_pool(), native(ty), image.as_ref()) {
-                    Ok(memory) => memory,
-                    Err(e) => {
-                        unclaim(store, &mut claimed);
-                        return Err(e);
-                    }
-                };
+            let ty = native(ty);
+            // SAFETY: as above.
+            let admitted = unsafe { admit_memory(store, store_ptr, ty) };
+            let memory = match admitted
+                .and_then(|()| LinearMemory::pooled(m.engine.memory_pool(), ty, image.as_ref()))
+            {
+                Ok(memory) => memory,
+                Err(e) => {
+                    unclaim(store, &mut claimed);
+                    return Err(e);
+                }
+            };
             let index = store.push_memory(memory).index;
             if image.is_some() {
                 claimed.push((index, store.memories[index as usize].claim(), i));
@@ -582,7 +589,10 @@ pub(crate) unsafe fn instantiate(
     }
     lap(|t| &mut t.memories);
     for ty in &info.tables[info.imported_tables.to_native() as usize..] {
-        match TableData::new(native(ty), 0) {
+        let ty = native(ty);
+        // SAFETY: as above.
+        let admitted = unsafe { admit_table(store, store_ptr, ty) };
+        match admitted.and_then(|()| TableData::new(ty, 0)) {
             Ok(table) => tables.push(store.push_table(table).index),
             Err(e) => {
                 unclaim(store, &mut claimed);
@@ -682,6 +692,33 @@ pub(crate) unsafe fn instantiate(
     let start = unsafe { initialise(store_ptr, handle, claimed) };
     lap(|t| &mut t.initialise);
     start.map(|()| handle)
+}
+
+/// Asks the store's limiter whether a memory of `ty` may be added.
+///
+/// # Safety
+/// As for [`StoreOpaque::ask`]: `raw` is `store`, derived as [`raw_store`] derives it.
+pub(crate) unsafe fn admit_memory(
+    store: &StoreOpaque,
+    raw: *mut StoreOpaque,
+    ty: MemoryType,
+) -> Result<(), Error> {
+    let bytes = |pages: u32| pages as usize * crate::memory::PAGE as usize;
+    // SAFETY: per the contract.
+    unsafe { store.admit(raw, true, bytes(ty.min), ty.max.map(bytes)) }
+}
+
+/// Asks the store's limiter whether a table of `ty` may be added.
+///
+/// # Safety
+/// As for [`admit_memory`].
+pub(crate) unsafe fn admit_table(
+    store: &StoreOpaque,
+    raw: *mut StoreOpaque,
+    ty: TableType,
+) -> Result<(), Error> {
+    // SAFETY: per the contract.
+    unsafe { store.admit(raw, false, ty.min as usize, ty.max.map(|m| m as usize)) }
 }
 
 /// A memory image of an artifact, as memories take it.
@@ -997,7 +1034,13 @@ unsafe fn instance<'a>(vmctx: *mut u8) -> (&'a InstanceData, &'a StoreOpaque) {
 unsafe extern "C" fn memory_grow(vmctx: *mut u8, mem: u32, delta: u32) -> u32 {
     // SAFETY: called by generated code with its own vmctx.
     let (i, store) = unsafe { instance(vmctx) };
-    i.memory(store, mem).grow(delta).unwrap_or(u32::MAX)
+    let memory = i.memory(store, mem);
+    // SAFETY: the instance's store pointer is derived as `raw_store` derives it, and no
+    // reference to the store's data is live while wasm runs.
+    if !unsafe { memory.may_grow(store, i.store, delta) } {
+        return u32::MAX;
+    }
+    memory.grow(delta).unwrap_or(u32::MAX)
 }
 
 unsafe extern "C" fn memory_fill(vmctx: *mut u8, mem: u32, dst: u32, val: u32, len: u32) -> u32 {
@@ -1062,9 +1105,12 @@ unsafe extern "C" fn data_drop(vmctx: *mut u8, data: u32) {
 unsafe extern "C" fn table_grow(vmctx: *mut u8, table: u32, delta: u32, init: u64) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
-    i.table(store, table)
-        .grow(delta, init as usize)
-        .unwrap_or(u32::MAX)
+    let t = i.table(store, table);
+    // SAFETY: as in `memory_grow`.
+    if !unsafe { t.may_grow(store, i.store, delta) } {
+        return u32::MAX;
+    }
+    t.grow(delta, init as usize).unwrap_or(u32::MAX)
 }
 
 unsafe extern "C" fn table_fill(vmctx: *mut u8, table: u32, dst: u32, val: u64, len: u32) -> u32 {

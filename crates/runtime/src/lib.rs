@@ -25,6 +25,7 @@ mod externals;
 mod func;
 mod instance;
 mod libcalls;
+mod limits;
 mod linker;
 mod memory;
 mod signals;
@@ -41,6 +42,7 @@ pub use ephem_module::{FuncType, GlobalType, MemoryType, TableType, TrapKind, Va
 pub use externals::{Extern, Global, Memory, Table};
 pub use func::{Caller, ExternRef, Func, HostError, Val};
 pub use instance::{ExportRef, ExternType, ImportRef, Instance, InstantiateTimings, Module};
+pub use limits::{DEFAULT_COUNT, ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 pub use linker::{InstancePre, Linker};
 pub use memory::MemoryConfig;
 pub use store::{AsContext, AsContextMut, Store, StoreContext, StoreContextMut};

@@ -349,9 +349,12 @@ impl<T: 'static> InstancePre<T> {
 
     /// A new instance in `store`.
     pub fn instantiate(&self, mut store: impl AsContextMut<Data = T>) -> Result<Instance, Error> {
-        let imports = self.imports(store.as_context_mut().opaque())?;
+        let raw = raw_store(&mut store);
         // SAFETY: derived from the exclusive borrow, which lasts for the call.
-        unsafe { instantiate(raw_store(&mut store), &self.module, &imports, None) }
+        unsafe {
+            let imports = self.imports(raw)?;
+            instantiate(raw, &self.module, &imports, None)
+        }
     }
 
     /// As [`InstancePre::instantiate`], and reports how long each part took: the measurement
@@ -361,21 +364,23 @@ impl<T: 'static> InstancePre<T> {
         mut store: impl AsContextMut<Data = T>,
     ) -> Result<(Instance, crate::InstantiateTimings), Error> {
         let mut timings = crate::InstantiateTimings::default();
-        let imports = self.imports(store.as_context_mut().opaque())?;
+        let raw = raw_store(&mut store);
         // SAFETY: as above.
         let instance = unsafe {
-            instantiate(
-                raw_store(&mut store),
-                &self.module,
-                &imports,
-                Some(&mut timings),
-            )?
+            let imports = self.imports(raw)?;
+            instantiate(raw, &self.module, &imports, Some(&mut timings))?
         };
         Ok((instance, timings))
     }
 
-    /// The imports as externs of `store`: host functions added to it, fresh state made in it.
-    fn imports(&self, store: &mut StoreOpaque) -> Result<Vec<Extern>, Error> {
+    /// The imports as externs of `raw`'s store: host functions added to it, fresh state made
+    /// in it.
+    ///
+    /// # Safety
+    /// `raw` is derived as [`raw_store`] derives it, from a borrow that lasts for the call.
+    unsafe fn imports(&self, raw: *mut StoreOpaque) -> Result<Vec<Extern>, Error> {
+        // SAFETY: per the contract.
+        let store = unsafe { &mut *raw };
         store.host_funcs.reserve(self.items.len());
         store.keep(&self.keep);
         self.module
@@ -388,7 +393,8 @@ impl<T: 'static> InstancePre<T> {
                     Resolved::Host(h) => {
                         Extern::Func(Func::stored_host(unsafe { store.push_kept_host_func(h.0) }))
                     }
-                    Resolved::Fresh => fresh(store, &self.module, &import)?,
+                    // SAFETY: per the contract.
+                    Resolved::Fresh => unsafe { fresh(store, raw, &self.module, &import)? },
                 })
             })
             .collect()
@@ -396,21 +402,32 @@ impl<T: 'static> InstancePre<T> {
 }
 
 /// A fresh memory (from the engine's pool, preferably a slot that has the module's image for
-/// it), table or global (zero) of a non-function import's type, in `store`.
-fn fresh(
+/// it), table or global (zero) of a non-function import's type, in `store`, if its limiter
+/// admits it.
+///
+/// # Safety
+/// `raw` is `store`, derived as [`raw_store`] derives it.
+unsafe fn fresh(
     store: &mut StoreOpaque,
+    raw: *mut StoreOpaque,
     module: &Module,
     import: &ImportRef<'_>,
 ) -> Result<Extern, Error> {
     Ok(match &import.kind {
         ImportKind::Func(_) => unreachable!("functions are never fresh"),
         ImportKind::Memory(ty) => {
+            // SAFETY: per the contract.
+            unsafe { crate::instance::admit_memory(store, raw, *ty)? };
             let image = ArtifactImage::of(module.artifact(), import.index);
             let pool = module.engine().memory_pool();
             let memory = LinearMemory::pooled(pool, *ty, image.as_ref())?;
             Extern::Memory(Memory(store.push_memory(memory)))
         }
-        ImportKind::Table(ty) => Extern::Table(Table(store.push_table(TableData::new(*ty, 0)?))),
+        ImportKind::Table(ty) => {
+            // SAFETY: per the contract.
+            unsafe { crate::instance::admit_table(store, raw, *ty)? };
+            Extern::Table(Table(store.push_table(TableData::new(*ty, 0)?)))
+        }
         ImportKind::Global(ty) => {
             Extern::Global(Global(store.push_global(GlobalData::new(*ty, 0))))
         }

@@ -553,6 +553,22 @@ impl LinearMemory {
         (self.len() as u64 / PAGE) as u32
     }
 
+    /// Whether the store's limiter lets this memory grow by `delta` pages.
+    ///
+    /// # Safety
+    /// As for [`crate::store::StoreOpaque::ask`].
+    pub(crate) unsafe fn may_grow(
+        &self,
+        store: &crate::store::StoreOpaque,
+        raw: *mut crate::store::StoreOpaque,
+        delta: u32,
+    ) -> bool {
+        let max = self.ty.max.map(|m| m as usize * PAGE as usize);
+        let desired = self.len().saturating_add(delta as usize * PAGE as usize);
+        // SAFETY: per the contract.
+        delta == 0 || unsafe { store.may_grow(raw, true, self.len(), desired, max) }
+    }
+
     /// Grows by `delta` pages; returns the old size in pages, or `None` past the maximum.
     pub fn grow(&self, delta: u32) -> Option<u32> {
         let old = self.pages();

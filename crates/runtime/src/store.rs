@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::func::{HostFailure, HostFunc};
 use crate::instance::InstanceData;
+use crate::limits::{Answer, Ask, Resource, ResourceLimiter};
 use crate::memory::LinearMemory;
 use crate::table::{GlobalData, TableData};
 use crate::{Engine, VmFuncRef};
@@ -65,6 +66,28 @@ pub struct Store<T> {
 pub(crate) struct StoreInner<T> {
     pub(crate) opaque: StoreOpaque,
     pub(crate) data: T,
+    limiter: Option<Limiter<T>>,
+}
+
+/// How a store finds its [`ResourceLimiter`] in its data (see [`Store::limiter`]).
+type Limiter<T> = Box<dyn (FnMut(&mut T) -> &mut dyn ResourceLimiter) + Send>;
+
+/// Asks the limiter of the `StoreInner<T>` that `store` is the opaque part of.
+///
+/// # Safety
+/// `store` must point into a `StoreInner<T>` with provenance over all of it, and nothing may
+/// borrow its data or limiter during the call (the opaque part may be borrowed: this touches
+/// only the fields after it).
+unsafe fn ask_limiter<T>(store: *mut StoreOpaque, ask: Ask) -> Option<Answer> {
+    let inner = store.cast::<StoreInner<T>>();
+    // SAFETY: per the contract; the two fields are disjoint from each other and from `opaque`.
+    let (limiter, data) = unsafe {
+        (
+            &mut *std::ptr::addr_of_mut!((*inner).limiter),
+            &mut *std::ptr::addr_of_mut!((*inner).data),
+        )
+    };
+    Some(crate::limits::answer(limiter.as_mut()?(data), ask))
 }
 
 /// The part of a store that does not depend on `T`. Public only so that the typed-value
@@ -89,6 +112,8 @@ pub struct StoreOpaque {
     /// The stack limit every vmctx of this store points at (see `signals`). In the boxed
     /// inner part, so its address is fixed.
     pub(crate) stack_limit: UnsafeCell<usize>,
+    /// `ask_limiter` for this store's data type, once a limiter is set.
+    limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
 }
 
 /// A host function made in (or imported into) a store.
@@ -121,10 +146,23 @@ impl<T> Store<T> {
                     keep: Vec::new(),
                     host_failure: None,
                     stack_limit: UnsafeCell::new(0),
+                    limiter: None,
                 },
                 data,
+                limiter: None,
             }),
         }
+    }
+
+    /// Sets how the store finds its [`ResourceLimiter`] in its data, typically
+    /// `store.limiter(|data| &mut data.limits)` with a [`crate::StoreLimits`] in the data.
+    /// Every later instantiation, memory or table creation and growth asks it (see `limits`).
+    pub fn limiter(
+        &mut self,
+        limiter: impl (FnMut(&mut T) -> &mut dyn ResourceLimiter) + Send + 'static,
+    ) {
+        self.inner.limiter = Some(Box::new(limiter));
+        self.inner.opaque.limiter = Some(ask_limiter::<T>);
     }
 
     /// The engine this store belongs to.
@@ -144,7 +182,7 @@ impl<T> Store<T> {
 
     /// Drops everything in the store and returns the embedder's data.
     pub fn into_data(self) -> T {
-        let StoreInner { opaque, data } = *self.inner;
+        let StoreInner { opaque, data, .. } = *self.inner;
         drop(opaque);
         data
     }
@@ -258,6 +296,115 @@ impl StoreOpaque {
     pub(crate) fn host_func(&self, index: u32) -> &HostFunc {
         // SAFETY: kept alive by `keep` as long as the store (see `StoredHostFunc::func`).
         unsafe { self.host_funcs[index as usize].func.as_ref() }
+    }
+
+    /// Asks the store's limiter, if it has one.
+    ///
+    /// # Safety
+    /// `store` must be this store, derived as [`crate::instance::raw_store`] derives it, and
+    /// nothing may borrow the store's data during the call.
+    pub(crate) unsafe fn ask(&self, store: *mut StoreOpaque, ask: Ask) -> Option<Answer> {
+        let f = self.limiter?;
+        // SAFETY: per the contract; `f` was made for this store's data type.
+        unsafe { f(store, ask) }
+    }
+
+    /// Whether a memory of `ty` (or a table: `memory` false) may be added: the count and the
+    /// initial size (`initial` bytes or elements, `maximum` likewise).
+    ///
+    /// # Safety
+    /// As for [`StoreOpaque::ask`].
+    pub(crate) unsafe fn admit(
+        &self,
+        store: *mut StoreOpaque,
+        memory: bool,
+        initial: usize,
+        maximum: Option<usize>,
+    ) -> Result<(), crate::Error> {
+        // SAFETY: per the contract.
+        let Some(Answer::Counts {
+            memories, tables, ..
+        }) = (unsafe { self.ask(store, Ask::Counts) })
+        else {
+            return Ok(());
+        };
+        let (have, limit, what) = if memory {
+            (self.memories.len(), memories, Resource::Memories)
+        } else {
+            (self.tables.len(), tables, Resource::Tables)
+        };
+        if have >= limit {
+            return Err(what.refused(limit));
+        }
+        let ask = if memory {
+            Ask::Memory {
+                current: 0,
+                desired: initial,
+                maximum,
+            }
+        } else {
+            Ask::Table {
+                current: 0,
+                desired: initial,
+                maximum,
+            }
+        };
+        // SAFETY: per the contract.
+        match unsafe { self.ask(store, ask) } {
+            Some(Answer::Grow(false)) => Err(crate::Error::Limit(format!(
+                "the store's limiter refused a {} of {initial} {}",
+                if memory { "memory" } else { "table" },
+                if memory { "bytes" } else { "elements" },
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether another instance may be added.
+    ///
+    /// # Safety
+    /// As for [`StoreOpaque::ask`].
+    pub(crate) unsafe fn admit_instance(
+        &self,
+        store: *mut StoreOpaque,
+    ) -> Result<(), crate::Error> {
+        // SAFETY: per the contract.
+        match unsafe { self.ask(store, Ask::Counts) } {
+            Some(Answer::Counts { instances, .. }) if self.instances.len() >= instances => {
+                Err(Resource::Instances.refused(instances))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a memory (`memory`) or table may grow from `current` to `desired` bytes or
+    /// elements.
+    ///
+    /// # Safety
+    /// As for [`StoreOpaque::ask`].
+    pub(crate) unsafe fn may_grow(
+        &self,
+        store: *mut StoreOpaque,
+        memory: bool,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> bool {
+        let ask = if memory {
+            Ask::Memory {
+                current,
+                desired,
+                maximum,
+            }
+        } else {
+            Ask::Table {
+                current,
+                desired,
+                maximum,
+            }
+        };
+        // SAFETY: per the contract.
+        !matches!(unsafe { self.ask(store, ask) }, Some(Answer::Grow(false)))
     }
 
     /// The index the next instance will have.

@@ -73,6 +73,22 @@ impl TableData {
         Some(())
     }
 
+    /// Whether the store's limiter lets this table grow by `delta` elements.
+    ///
+    /// # Safety
+    /// As for [`crate::store::StoreOpaque::ask`].
+    pub(crate) unsafe fn may_grow(
+        &self,
+        store: &crate::store::StoreOpaque,
+        raw: *mut crate::store::StoreOpaque,
+        delta: u32,
+    ) -> bool {
+        let current = self.len() as usize;
+        let max = self.ty.max.map(|m| m as usize);
+        // SAFETY: per the contract.
+        delta == 0 || unsafe { store.may_grow(raw, false, current, current + delta as usize, max) }
+    }
+
     /// Grows by `delta` elements set to `init`; returns the old length, or `None`.
     pub fn grow(&self, delta: u32, init: usize) -> Option<u32> {
         let old = self.len();
