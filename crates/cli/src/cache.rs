@@ -44,23 +44,27 @@ pub fn report(outcome: &Outcome) {
     }
 }
 
-/// The module in `path`: an artifact is opened as it is; wasm or wat is compiled, through
-/// `cache` when given.
-pub fn load(engine: &Engine, path: &Path, cache: Option<&Cache>) -> anyhow::Result<Module> {
+/// The module in `path`: an artifact is opened as it is; wasm or wat is compiled by
+/// `compiler`, through `cache` when given.
+pub fn load(
+    compiler: &Compiler,
+    engine: &Engine,
+    path: &Path,
+    cache: Option<&Cache>,
+) -> anyhow::Result<Module> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if ephem_artifact::is_artifact(&bytes) {
         return Module::from_file(engine, path)
             .with_context(|| format!("opening {}", path.display()));
     }
-    let compiler = Compiler::new()?;
     let module = match cache {
         Some(cache) => {
-            let (module, outcome) = ephem::compile_cached(&compiler, engine, cache, &bytes)
+            let (module, outcome) = ephem::compile_cached(compiler, engine, cache, &bytes)
                 .with_context(|| format!("compiling {}", path.display()))?;
             report(&outcome);
             module
         }
-        None => ephem::compile_with(&compiler, engine, &bytes)
+        None => ephem::compile_with(compiler, engine, &bytes)
             .with_context(|| format!("compiling {}", path.display()))?,
     };
     Ok(module)

@@ -28,10 +28,32 @@ pub struct Args {
     /// `memory.grow` past it returns -1, a larger initial memory fails to instantiate.
     #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
     max_memory: Option<usize>,
+    /// Interrupt the guest after this much wall-clock time (`500ms`, `2s`, `1m`; a plain number
+    /// is seconds): it traps, and `ephem` exits with the trap code.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    timeout: Option<std::time::Duration>,
     /// Arguments, parsed by the export's parameter types (integers signed or unsigned, in
     /// range).
     args: Vec<String>,
 }
+
+/// `500ms`, `2s`, `1m`, or a plain number of seconds; not zero.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = [("ms", 0.001), ("s", 1.0), ("m", 60.0)]
+        .into_iter()
+        .find_map(|(suffix, unit)| s.strip_suffix(suffix).map(|n| (n, unit)))
+        .unwrap_or((s, 1.0));
+    let seconds = number
+        .parse::<f64>()
+        .ok()
+        .map(|n| n * unit)
+        .filter(|&n| n > 0.0 && n.is_finite())
+        .ok_or_else(|| format!("bad duration `{s}`"))?;
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|_| format!("bad duration `{s}`"))
+}
+
+/// Ticks per `--timeout`: the deadline is reached between 19/20 and the whole of it.
+const TICKS_PER_TIMEOUT: u32 = 20;
 
 /// An integer argument for a parameter of `bits` bits: signed or unsigned, never wrapped.
 fn parse_int(s: &str, bits: u32) -> Option<i128> {
@@ -78,7 +100,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         Some(args.cache.cache()?)
     };
-    let module = crate::cache::load(&engine, &args.file, cache.as_ref())?;
+    // Interruption checks only where a deadline needs them (they cost time in loops).
+    let mut compiler = ephem::Compiler::new()?;
+    if args.timeout.is_some() {
+        compiler = compiler.with_interruption_checks();
+    }
+    let module = crate::cache::load(&compiler, &engine, &args.file, cache.as_ref())?;
     let mut limits = StoreLimitsBuilder::new();
     if let Some(bytes) = args.max_memory {
         limits = limits.memory_size(bytes);
@@ -95,6 +122,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })?;
     let mut store = Store::new(&engine, limits.build());
     store.limiter(|limits| limits);
+    // Started before instantiation, so that the start function is bounded too.
+    let _ticker = args.timeout.map(|timeout| {
+        store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
+        engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT)
+    });
     let instance = pre.instantiate(&mut store)?;
     let name = match args.invoke {
         Some(name) => name,
@@ -137,6 +169,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::parse_int;
+
+    #[test]
+    fn durations_take_units_and_refuse_nonsense() {
+        use super::parse_duration;
+        use std::time::Duration;
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        for bad in ["0s", "-1s", "soon", "", "inf"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn integers_are_taken_signed_or_unsigned_and_never_wrapped() {

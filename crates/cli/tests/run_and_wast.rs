@@ -130,6 +130,34 @@ fn max_memory_bounds_growth_and_initial_size() {
 }
 
 #[test]
+fn timeout_interrupts_an_endless_guest_with_the_trap_code() {
+    let tmp = ephem_test_support::temp_dir();
+    let file = tmp.path().join("spin.wat");
+    std::fs::write(
+        &file,
+        r#"(module (func (export "spin") (loop $l (br $l))))"#,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = ephem(&[
+        "run",
+        file.to_str().unwrap(),
+        "--invoke",
+        "spin",
+        "--timeout",
+        "200ms",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(134),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}
+
+#[test]
 fn wast_prints_a_line_per_file_and_the_totals() {
     let tmp = ephem_test_support::temp_dir();
     let dir = tmp.path();

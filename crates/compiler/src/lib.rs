@@ -43,6 +43,9 @@ pub enum CompileError {
 /// A compiler for the host CPU.
 pub struct Compiler {
     isa: OwnedTargetIsa,
+    /// Whether code checks the epoch deadline (off unless asked for: see
+    /// [`Compiler::with_interruption_checks`]).
+    epoch_checks: bool,
 }
 
 impl Compiler {
@@ -83,13 +86,26 @@ impl Compiler {
         let isa = isa_builder
             .finish(settings::Flags::new(flags))
             .map_err(|e| CompileError::Codegen(e.to_string()))?;
-        Ok(Compiler { isa })
+        Ok(Compiler {
+            isa,
+            epoch_checks: false,
+        })
+    }
+
+    /// This compiler, with epoch-deadline checks at every function entry and loop header, so
+    /// that a store's deadline (`Store::set_epoch_deadline`) can interrupt its modules. Off by
+    /// default: in tight loops the checks cost up to twice the time (see BENCHMARKS.md), and a
+    /// store with a deadline refuses modules compiled without them, so none runs unbounded by
+    /// mistake.
+    pub fn with_interruption_checks(mut self) -> Compiler {
+        self.epoch_checks = true;
+        self
     }
 
     /// A description of everything that changes the generated code (target and settings).
     pub fn fingerprint(&self) -> String {
         format!(
-            "{} {} {}",
+            "{} {} {} epoch_checks={}",
             self.isa.triple(),
             self.isa.flags(),
             self.isa
@@ -97,7 +113,8 @@ impl Compiler {
                 .iter()
                 .map(|f| f.to_string())
                 .collect::<Vec<_>>()
-                .join(",")
+                .join(","),
+            self.epoch_checks
         )
     }
 
@@ -120,7 +137,8 @@ impl Compiler {
     /// Compiles wasm (binary, or text accepted by the `wat` crate).
     pub fn compile(&self, bytes: &[u8]) -> Result<CompiledModule, CompileError> {
         let bytes = wat::parse_bytes(bytes)?;
-        let parsed = parse::parse(&bytes)?;
+        let mut parsed = parse::parse(&bytes)?;
+        parsed.info.interruptible = self.epoch_checks;
         let offsets = VmOffsets::new(&parsed.info);
         let env = translate::Env {
             info: &parsed.info,

@@ -194,6 +194,9 @@ pub fn translate(
         reachable: true,
         locals,
     };
+    if env.info.interruptible {
+        t.epoch_check();
+    }
     let mut ops = body.get_operators_reader()?;
     while !ops.eof() {
         let op = ops.read()?;
@@ -264,6 +267,23 @@ impl Translator<'_, '_> {
         self.stack.truncate(height);
         let params = self.b.block_params(block).to_vec();
         self.stack.extend(params);
+    }
+
+    /// Traps with `Interrupted` if the engine's epoch has reached the store's deadline. The
+    /// epoch is read with an atomic load: another thread advances it, and a plain load would
+    /// be merged with the one before it when no store comes between (as in a loop without
+    /// stores), so the guest would never see it move. The deadline changes only in calls (a
+    /// host function may move it), which end such merging.
+    fn epoch_check(&mut self) {
+        let epoch = self.load_ptr(self.vmctx, VmOffsets::EPOCH);
+        let now = self.b.ins().atomic_load(I64, trusted(), epoch);
+        let deadline = self.load_ptr(self.vmctx, VmOffsets::EPOCH_DEADLINE);
+        let deadline = self.b.ins().load(I64, trusted(), deadline, 0);
+        let late = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, now, deadline);
+        self.b.ins().trapnz(late, code::INTERRUPTED);
     }
 
     fn load_ptr(&mut self, base: Value, offset: u32) -> Value {
@@ -588,6 +608,9 @@ impl Translator<'_, '_> {
                 let values = self.top(params.len());
                 self.b.ins().jump(header, &args(&values));
                 self.enter(header, height);
+                if self.env.info.interruptible {
+                    self.epoch_check();
+                }
                 self.frames.push(Frame {
                     kind: Kind::Loop(header),
                     next,

@@ -11,6 +11,7 @@ pub mod code {
     pub const BAD_SIGNATURE: TrapCode = TrapCode::unwrap_user(4);
     pub const HOST_ERROR: TrapCode = TrapCode::unwrap_user(5);
     pub const TABLE_OUT_OF_BOUNDS: TrapCode = TrapCode::unwrap_user(6);
+    pub const INTERRUPTED: TrapCode = TrapCode::unwrap_user(7);
 }
 
 pub fn kind(trap: TrapCode) -> Option<TrapKind> {
@@ -26,6 +27,7 @@ pub fn kind(trap: TrapCode) -> Option<TrapKind> {
         code::BAD_SIGNATURE => TrapKind::BadSignature,
         code::HOST_ERROR => TrapKind::HostError,
         code::TABLE_OUT_OF_BOUNDS => TrapKind::TableOutOfBounds,
+        code::INTERRUPTED => TrapKind::Interrupted,
         _ => return None,
     })
 }

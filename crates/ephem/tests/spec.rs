@@ -2,7 +2,8 @@
 //! assertion must pass, with no skips. Run three times: as the pool gives slots; with every
 //! module loaded into a code slot that just held another module (and memory images copied);
 //! and with every module going through an artifact file, its text and memory images mapped
-//! from the file.
+//! from the file. And once more with code that checks an epoch deadline at every function
+//! entry and loop header.
 
 use ephem::wast::{Loading, Outcome};
 use ephem::{Compiler, Engine, EngineConfig, MemoryConfig, PoolConfig};
@@ -50,6 +51,18 @@ fn run_files(
 fn spec_v2_all_assertions_pass() {
     let total = run_suite(&Engine::default(), Loading::Normal);
     // Guards against a runner that silently stops counting.
+    assert!(
+        total.passed > 26_000,
+        "only {} assertions ran",
+        total.passed
+    );
+}
+
+#[test]
+fn spec_v2_passes_with_interruption_checks() {
+    let files: Vec<_> = spec(SpecVersion::V2).collect();
+    let compiler = Compiler::new().unwrap().with_interruption_checks();
+    let total = run_files(&compiler, &Engine::default(), &files, Loading::Normal);
     assert!(
         total.passed > 26_000,
         "only {} assertions ran",

@@ -314,6 +314,9 @@ pub struct ModuleInfo {
     pub imported_globals: u32,
     /// Function names from the name section, by ascending function index (for backtraces).
     pub names: Vec<FuncName>,
+    /// Whether the code checks the epoch deadline at every function entry and loop header
+    /// (see `VmOffsets::EPOCH_DEADLINE`).
+    pub interruptible: bool,
 }
 
 /// A function's name from the module's name section.
@@ -376,11 +379,13 @@ pub enum TrapKind {
     StackOverflow,
     /// A host function returned an error or panicked; the runtime holds the details.
     HostError,
+    /// The store's epoch deadline passed (see `VmOffsets::EPOCH_DEADLINE`).
+    Interrupted,
 }
 
 impl TrapKind {
     /// Every kind, in the order of their stable codes ([`TrapKind::code`]).
-    pub const ALL: [TrapKind; 11] = [
+    pub const ALL: [TrapKind; 12] = [
         TrapKind::Unreachable,
         TrapKind::MemoryOutOfBounds,
         TrapKind::TableOutOfBounds,
@@ -392,6 +397,7 @@ impl TrapKind {
         TrapKind::BadConversionToInteger,
         TrapKind::StackOverflow,
         TrapKind::HostError,
+        TrapKind::Interrupted,
     ];
 
     /// A number for this kind that stays the same across builds (used in artifact files).
@@ -417,6 +423,7 @@ impl TrapKind {
             TrapKind::BadConversionToInteger => "invalid conversion to integer",
             TrapKind::StackOverflow => "call stack exhausted",
             TrapKind::HostError => "host function error",
+            TrapKind::Interrupted => "interrupted: the deadline passed",
         }
     }
 }

@@ -2,6 +2,7 @@
 //! registry of canonical function type ids that `call_indirect` and import checks compare.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ephem_code_memory::{CodePool, PoolConfig};
@@ -35,6 +36,8 @@ pub struct Engine {
 }
 
 struct EngineInner {
+    /// The epoch: code compiled with interruption checks compares it with its store's deadline.
+    epoch: AtomicU64,
     pool: CodePool,
     memories: Arc<MemoryPool>,
     map_text_at: usize,
@@ -89,12 +92,51 @@ impl Engine {
     pub fn with_config(config: EngineConfig) -> Result<Engine, crate::Error> {
         Ok(Engine {
             inner: Arc::new(EngineInner {
+                epoch: AtomicU64::new(0),
                 pool: CodePool::new(config.code)?,
                 memories: Arc::new(MemoryPool::new(config.memory)),
                 map_text_at: config.map_text_at.unwrap_or(DEFAULT_MAP_TEXT_AT),
                 types: Mutex::default(),
             }),
         })
+    }
+
+    /// Advances the epoch by one tick: every running guest whose store's deadline this reaches
+    /// traps with `Interrupted` at its next function entry or loop header. Any thread may call
+    /// it (see also [`Engine::start_epoch_ticker`]).
+    pub fn increment_epoch(&self) {
+        self.inner.epoch.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The current epoch.
+    pub fn current_epoch(&self) -> u64 {
+        self.inner.epoch.load(Ordering::Relaxed)
+    }
+
+    /// The counter generated code reads.
+    pub(crate) fn epoch_counter(&self) -> *const u64 {
+        self.inner.epoch.as_ptr().cast_const()
+    }
+
+    /// A thread that advances the epoch every `interval` until the returned ticker is dropped:
+    /// deadlines in wall-clock time, to the precision of the interval.
+    pub fn start_epoch_ticker(&self, interval: std::time::Duration) -> EpochTicker {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let engine = self.clone();
+        let thread = std::thread::Builder::new()
+            .name("ephem-epoch".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(interval)
+                {
+                    engine.increment_epoch();
+                }
+            })
+            .expect("a thread for the epoch ticker");
+        EpochTicker {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
     }
 
     /// Whether `other` is this engine (a clone of it).
@@ -162,6 +204,23 @@ impl Engine {
                     Arc::new(ephem_module::from_small_id(id).expect("ids come from small_id"))
                 })
                 .clone(),
+        }
+    }
+}
+
+/// Advances an engine's epoch at a fixed interval ([`Engine::start_epoch_ticker`]); dropping
+/// it stops the thread.
+#[derive(Debug)]
+pub struct EpochTicker {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }

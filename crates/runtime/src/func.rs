@@ -529,6 +529,12 @@ impl<T> Caller<'_, T> {
         self.store.engine()
     }
 
+    /// See [`crate::Store::set_epoch_deadline`]: a host function may extend (or shorten) the
+    /// time its caller has.
+    pub fn set_epoch_deadline(&mut self, ticks: u64) {
+        self.store.set_epoch_deadline(ticks);
+    }
+
     /// The export `name` of the calling instance (`None` when the host called, or when the
     /// instance has no such export): how a host function reaches the caller's memory.
     pub fn get_export(&mut self, name: &str) -> Option<Extern> {

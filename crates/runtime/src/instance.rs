@@ -542,6 +542,13 @@ pub(crate) unsafe fn instantiate(
 
     // SAFETY: per the contract; nothing borrows the store's data here.
     unsafe { store.admit_instance(store_ptr)? };
+    if store.has_deadline() && !info.interruptible {
+        return Err(Error::Usage(
+            "the module was compiled without interruption checks and cannot run in a store \
+             with a deadline"
+                .into(),
+        ));
+    }
 
     // Imported memories this module has an image for: claimed now, before anything can
     // expose them, so that an untouched one can take the image as it is.
@@ -609,6 +616,11 @@ pub(crate) unsafe fn instantiate(
     unsafe {
         vmctx.write(VmOffsets::STACK_LIMIT, store.stack_limit.get().cast_const());
         vmctx.write(VmOffsets::BUILTINS, BUILTINS.0.as_ptr());
+        vmctx.write(VmOffsets::EPOCH, m.engine.epoch_counter());
+        vmctx.write(
+            VmOffsets::EPOCH_DEADLINE,
+            store.epoch_deadline.get().cast_const(),
+        );
         for (i, &mem) in memories.iter().enumerate() {
             let mem = &store.memories[mem as usize];
             vmctx.write(o.memory_base(i as u32), mem.base());

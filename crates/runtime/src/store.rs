@@ -112,6 +112,9 @@ pub struct StoreOpaque {
     /// The stack limit every vmctx of this store points at (see `signals`). In the boxed
     /// inner part, so its address is fixed.
     pub(crate) stack_limit: UnsafeCell<usize>,
+    /// The epoch at which this store's guests are interrupted (never, by default); every vmctx
+    /// points at it.
+    pub(crate) epoch_deadline: UnsafeCell<u64>,
     /// `ask_limiter` for this store's data type, once a limiter is set.
     limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
 }
@@ -146,6 +149,7 @@ impl<T> Store<T> {
                     keep: Vec::new(),
                     host_failure: None,
                     stack_limit: UnsafeCell::new(0),
+                    epoch_deadline: UnsafeCell::new(u64::MAX),
                     limiter: None,
                 },
                 data,
@@ -168,6 +172,14 @@ impl<T> Store<T> {
     /// The engine this store belongs to.
     pub fn engine(&self) -> &Engine {
         &self.inner.opaque.engine
+    }
+
+    /// Interrupts this store's guests once the engine's epoch has advanced `ticks` past its
+    /// current value: they trap with `Interrupted` at their next function entry or loop header
+    /// (see [`Engine::increment_epoch`]). `u64::MAX` ticks: never. A store may be given a new
+    /// deadline after an interruption and run again.
+    pub fn set_epoch_deadline(&mut self, ticks: u64) {
+        self.inner.opaque.set_epoch_deadline(ticks);
     }
 
     /// The embedder's data.
@@ -213,6 +225,16 @@ impl StoreOpaque {
 
     pub(crate) fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    pub(crate) fn set_epoch_deadline(&mut self, ticks: u64) {
+        let deadline = self.engine.current_epoch().saturating_add(ticks);
+        *self.epoch_deadline.get_mut() = deadline;
+    }
+
+    /// Whether the store has a deadline.
+    pub(crate) fn has_deadline(&mut self) -> bool {
+        *self.epoch_deadline.get_mut() != u64::MAX
     }
 
     pub(crate) fn instance(&self, stored: Stored) -> &InstanceData {
@@ -446,6 +468,11 @@ impl<'a, T> StoreContext<'a, T> {
 }
 
 impl<T> StoreContextMut<'_, T> {
+    /// See [`Store::set_epoch_deadline`].
+    pub fn set_epoch_deadline(&mut self, ticks: u64) {
+        self.0.opaque.set_epoch_deadline(ticks);
+    }
+
     /// The embedder's data.
     pub fn data(&self) -> &T {
         &self.0.data

@@ -1,0 +1,60 @@
+//! What the epoch-deadline checks cost in running code: the same kernels compiled with the
+//! checks and without them (the default), side by side. Kernels: an iterative loop (a check per
+//! iteration), recursive calls (a check per call), and a nested loop over memory.
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use ephem::{Compiler, Engine, Linker, Store, TypedFunc};
+
+const KERNELS: &str = r#"(module
+  (memory 1)
+  (func (export "loop") (param $n i32) (result i64) (local $a i64) (local $b i64) (local $t i64)
+    (local.set $b (i64.const 1))
+    (block $done (loop $next
+      (br_if $done (i32.eqz (local.get $n)))
+      (local.set $t (i64.add (local.get $a) (local.get $b)))
+      (local.set $a (local.get $b)) (local.set $b (local.get $t))
+      (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+      (br $next)))
+    (local.get $a))
+  (func $fib (export "recursion") (param $n i32) (result i64)
+    (if (result i64) (i32.lt_u (local.get $n) (i32.const 2))
+      (then (i64.extend_i32_u (local.get $n)))
+      (else (i64.add (call $fib (i32.sub (local.get $n) (i32.const 1)))
+                     (call $fib (i32.sub (local.get $n) (i32.const 2)))))))
+  (func (export "memory") (param $rounds i32) (result i64) (local $i i32) (local $sum i64)
+    (block $done (loop $round
+      (br_if $done (i32.eqz (local.get $rounds)))
+      (local.set $i (i32.const 0))
+      (block $end (loop $word
+        (br_if $end (i32.ge_u (local.get $i) (i32.const 65536)))
+        (i32.store (local.get $i) (i32.add (i32.load (local.get $i)) (local.get $i)))
+        (local.set $sum (i64.add (local.get $sum) (i64.load32_u (local.get $i))))
+        (local.set $i (i32.add (local.get $i) (i32.const 4)))
+        (br $word)))
+      (local.set $rounds (i32.sub (local.get $rounds) (i32.const 1)))
+      (br $round)))
+    (local.get $sum)))"#;
+
+fn interrupt(c: &mut Criterion) {
+    let engine = Engine::default();
+    let with = Compiler::new().unwrap().with_interruption_checks();
+    let without = Compiler::new().unwrap();
+    let mut group = c.benchmark_group("interrupt-checks");
+    for (kernel, arg) in [("loop", 100_000), ("recursion", 20), ("memory", 20)] {
+        for (checks, compiler) in [("with", &with), ("without", &without)] {
+            let module = ephem::compile_with(compiler, &engine, KERNELS.as_bytes()).unwrap();
+            let mut store = Store::new(&engine, ());
+            let instance = Linker::new(&engine)
+                .instantiate(&mut store, &module)
+                .unwrap();
+            let f: TypedFunc<i32, i64> = instance.get_typed_func(&mut store, kernel).unwrap();
+            group.bench_function(BenchmarkId::new(kernel, checks), |b| {
+                b.iter(|| f.call(&mut store, arg).unwrap())
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, interrupt);
+criterion_main!(benches);

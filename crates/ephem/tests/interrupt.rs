@@ -1,0 +1,135 @@
+//! Deadlines: a guest past its store's epoch deadline traps with `Interrupted` at its next
+//! function entry or loop header, whether it loops without calls, loops calling, or recurses
+//! without loops; an interrupt from another thread reaches a running guest; the store runs
+//! again with a new deadline. Modules are compiled with interruption checks; a store with a
+//! deadline refuses modules without them.
+
+use std::time::{Duration, Instant};
+
+use ephem::{Compiler, Engine, ErrorKind, Linker, Store, TrapKind, compile};
+
+const SPINNERS: &str = r#"(module
+  (func $leaf (param i32) (result i32) (i32.add (local.get 0) (i32.const 1)))
+  (func (export "spin") (loop $l (br $l)))
+  (func (export "spin_calling") (local i32)
+    (loop $l (local.set 0 (call $leaf (local.get 0))) (br $l)))
+  ;; A binary tree of calls 62 deep: it never ends in practice, never overflows the stack,
+  ;; and has no loop.
+  (func $tree (export "tree") (param i64)
+    (if (i64.ne (local.get 0) (i64.const 0))
+      (then (call $tree (i64.sub (local.get 0) (i64.const 1)))
+            (call $tree (i64.sub (local.get 0) (i64.const 1))))))
+  (func (export "quick") (result i32) (i32.const 42)))"#;
+
+/// One way of running a guest that never ends by itself.
+type Run<'a> = dyn Fn(&mut Store<()>) -> Result<(), ephem::Error> + 'a;
+
+fn setup(engine: &Engine) -> (Store<()>, ephem::Instance) {
+    let compiler = Compiler::new().unwrap().with_interruption_checks();
+    let module = ephem::compile_with(&compiler, engine, SPINNERS.as_bytes()).unwrap();
+    let mut store = Store::new(engine, ());
+    let instance = Linker::new(engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    (store, instance)
+}
+
+#[test]
+fn every_kind_of_endless_guest_is_interrupted_from_another_thread() {
+    let engine = Engine::default();
+    let (mut store, instance) = setup(&engine);
+    let spin = instance
+        .get_typed_func::<(), ()>(&mut store, "spin")
+        .unwrap();
+    let calling = instance
+        .get_typed_func::<(), ()>(&mut store, "spin_calling")
+        .unwrap();
+    let tree = instance
+        .get_typed_func::<i64, ()>(&mut store, "tree")
+        .unwrap();
+    let quick = instance
+        .get_typed_func::<(), i32>(&mut store, "quick")
+        .unwrap();
+    let runs: [(&str, &Run<'_>); 3] = [
+        ("a loop without calls", &|s| spin.call(s, ())),
+        ("a loop that calls", &|s| calling.call(s, ())),
+        ("recursion without loops", &|s| tree.call(s, 62)),
+    ];
+    for (what, run) in runs {
+        store.set_epoch_deadline(1);
+        let ticker = {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                engine.increment_epoch();
+            })
+        };
+        let started = Instant::now();
+        let e = run(&mut store).expect_err(what);
+        ticker.join().unwrap();
+        assert_eq!(
+            e.trap().map(|t| t.kind),
+            Some(TrapKind::Interrupted),
+            "{what}: {e}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+        // The store runs again once it has time.
+        store.set_epoch_deadline(u64::MAX);
+        assert_eq!(quick.call(&mut store, ()).unwrap(), 42, "{what}");
+    }
+}
+
+#[test]
+fn a_deadline_already_passed_interrupts_at_once_and_a_ticker_keeps_time() {
+    let engine = Engine::default();
+    let (mut store, instance) = setup(&engine);
+    let quick = instance
+        .get_typed_func::<(), i32>(&mut store, "quick")
+        .unwrap();
+    store.set_epoch_deadline(0);
+    let e = quick.call(&mut store, ()).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::Interrupted);
+    assert!(e.to_string().contains("interrupted"), "{e}");
+
+    // A ticker every 10 ms and a deadline of 5 ticks: interrupted after about 50 ms.
+    let ticker = engine.start_epoch_ticker(Duration::from_millis(10));
+    store.set_epoch_deadline(5);
+    let spin = instance
+        .get_typed_func::<(), ()>(&mut store, "spin")
+        .unwrap();
+    let started = Instant::now();
+    let e = spin.call(&mut store, ()).unwrap_err();
+    let took = started.elapsed();
+    drop(ticker);
+    assert_eq!(e.trap().unwrap().kind, TrapKind::Interrupted);
+    assert!(
+        took >= Duration::from_millis(35),
+        "interrupted too early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "interrupted too late: {took:?}"
+    );
+}
+
+#[test]
+fn a_store_with_a_deadline_refuses_modules_without_checks() {
+    let engine = Engine::default();
+    let module = compile(&engine, SPINNERS.as_bytes()).unwrap();
+    let mut store = Store::new(&engine, ());
+    store.set_epoch_deadline(10);
+    let e = Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    assert!(e.to_string().contains("interruption"), "{e}");
+    // Without a deadline it runs.
+    let mut store = Store::new(&engine, ());
+    let instance = Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    let quick = instance
+        .get_typed_func::<(), i32>(&mut store, "quick")
+        .unwrap();
+    assert_eq!(quick.call(&mut store, ()).unwrap(), 42);
+}
