@@ -111,6 +111,9 @@ struct Translator<'a, 'b> {
     dead_depth: usize,
     reachable: bool,
     locals: Vec<Variable>,
+    /// The store's epoch deadline, kept in a register: read at entry and after every call
+    /// (only a host function can move it). `None` without interruption checks.
+    deadline: Option<Variable>,
 }
 
 fn args(values: &[Value]) -> Vec<BlockArg> {
@@ -193,8 +196,12 @@ pub fn translate(
         dead_depth: 0,
         reachable: true,
         locals,
+        deadline: None,
     };
     if env.info.interruptible {
+        let var = t.b.declare_var(I64);
+        t.deadline = Some(var);
+        t.reload_deadline();
         t.epoch_check();
     }
     let mut ops = body.get_operators_reader()?;
@@ -269,16 +276,23 @@ impl Translator<'_, '_> {
         self.stack.extend(params);
     }
 
+    /// Reads the store's deadline into its variable (at entry, and after calls).
+    fn reload_deadline(&mut self) {
+        let Some(var) = self.deadline else { return };
+        let at = self.load_ptr(self.vmctx, VmOffsets::EPOCH_DEADLINE);
+        let deadline = self.b.ins().load(I64, trusted(), at, 0);
+        self.b.def_var(var, deadline);
+    }
+
     /// Traps with `Interrupted` if the engine's epoch has reached the store's deadline. The
     /// epoch is read with an atomic load: another thread advances it, and a plain load would
     /// be merged with the one before it when no store comes between (as in a loop without
-    /// stores), so the guest would never see it move. The deadline changes only in calls (a
-    /// host function may move it), which end such merging.
+    /// stores), so the guest would never see it move. The deadline is the variable's.
     fn epoch_check(&mut self) {
+        let Some(var) = self.deadline else { return };
         let epoch = self.load_ptr(self.vmctx, VmOffsets::EPOCH);
         let now = self.b.ins().atomic_load(I64, trusted(), epoch);
-        let deadline = self.load_ptr(self.vmctx, VmOffsets::EPOCH_DEADLINE);
-        let deadline = self.b.ins().load(I64, trusted(), deadline, 0);
+        let deadline = self.b.use_var(var);
         let late = self
             .b
             .ins()
@@ -513,6 +527,7 @@ impl Translator<'_, '_> {
         };
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
+        self.reload_deadline();
     }
 
     /// Pointer to table `table`'s `VmTable`.
@@ -575,6 +590,7 @@ impl Translator<'_, '_> {
         let call = self.b.ins().call_indirect(sig, code_ptr, &all);
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
+        self.reload_deadline();
     }
 
     fn global_addr(&mut self, global: u32) -> Value {
@@ -608,9 +624,7 @@ impl Translator<'_, '_> {
                 let values = self.top(params.len());
                 self.b.ins().jump(header, &args(&values));
                 self.enter(header, height);
-                if self.env.info.interruptible {
-                    self.epoch_check();
-                }
+                self.epoch_check();
                 self.frames.push(Frame {
                     kind: Kind::Loop(header),
                     next,

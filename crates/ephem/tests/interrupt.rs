@@ -133,3 +133,55 @@ fn a_store_with_a_deadline_refuses_modules_without_checks() {
         .unwrap();
     assert_eq!(quick.call(&mut store, ()).unwrap(), 42);
 }
+
+/// The guest keeps its deadline in a register and reads it again after every call: a host
+/// function that advances the epoch interrupts it at the next loop header, and one that also
+/// moves the deadline on lets it finish.
+#[test]
+fn a_host_function_can_move_the_deadline_its_caller_sees() {
+    let engine = Engine::default();
+    let compiler = Compiler::new().unwrap().with_interruption_checks();
+    let module = ephem::compile_with(
+        &compiler,
+        &engine,
+        br#"(module (import "host" "tick" (func $tick))
+             (func (export "run") (result i32) (local $i i32)
+               (loop $l
+                 (call $tick)
+                 (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                 (br_if $l (i32.lt_u (local.get $i) (i32.const 100))))
+               (local.get $i)))"#,
+    )
+    .unwrap();
+    for rearm in [false, true] {
+        let mut linker = Linker::new(&engine);
+        linker
+            .func_wrap("host", "tick", move |mut caller: ephem::Caller<'_, u32>| {
+                *caller.data_mut() += 1;
+                caller.engine().increment_epoch();
+                if rearm {
+                    caller.set_epoch_deadline(1);
+                }
+            })
+            .unwrap();
+        let mut store = Store::new(&engine, 0u32);
+        store.set_epoch_deadline(1);
+        let instance = linker.instantiate(&mut store, &module).unwrap();
+        let run = instance
+            .get_typed_func::<(), i32>(&mut store, "run")
+            .unwrap();
+        let result = run.call(&mut store, ());
+        if rearm {
+            assert_eq!(result.unwrap(), 100);
+            assert_eq!(*store.data(), 100);
+        } else {
+            let e = result.unwrap_err();
+            assert_eq!(e.trap().unwrap().kind, TrapKind::Interrupted);
+            assert_eq!(
+                *store.data(),
+                1,
+                "interrupted at the first loop header after the call"
+            );
+        }
+    }
+}
