@@ -32,6 +32,10 @@ pub struct Args {
     /// is seconds): it traps, and `ephem` exits with the trap code.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     timeout: Option<std::time::Duration>,
+    /// How much stack the guest may use (a `k` or `m` suffix for KiB, MiB; default 512k):
+    /// deeper recursion traps.
+    #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
+    max_stack: Option<usize>,
     /// Arguments, parsed by the export's parameter types (integers signed or unsigned, in
     /// range).
     args: Vec<String>,
@@ -94,7 +98,10 @@ fn show(v: &Val) -> String {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     crate::cache::check_no_cache(args.no_cache, &args.cache)?;
-    let engine = Engine::default();
+    let engine = Engine::with_config(ephem::EngineConfig {
+        max_wasm_stack: args.max_stack,
+        ..ephem::EngineConfig::default()
+    })?;
     let cache = if args.no_cache {
         None
     } else {

@@ -158,6 +158,33 @@ fn timeout_interrupts_an_endless_guest_with_the_trap_code() {
 }
 
 #[test]
+fn max_stack_bounds_recursion() {
+    let tmp = ephem_test_support::temp_dir();
+    let file = tmp.path().join("down.wat");
+    std::fs::write(
+        &file,
+        r#"(module (func $down (export "down") (param i32) (result i32)
+             (if (result i32) (i32.eqz (local.get 0)) (then (i32.const 0))
+               (else (i32.add (call $down (i32.sub (local.get 0) (i32.const 1))) (i32.const 1))))))"#,
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let out = ephem(&["run", file, "--invoke", "down", "20000"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "20000\n");
+    let out = ephem(&[
+        "run",
+        file,
+        "--invoke",
+        "down",
+        "20000",
+        "--max-stack",
+        "64k",
+    ]);
+    assert_eq!(out.status.code(), Some(134));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("call stack exhausted"));
+}
+
+#[test]
 fn wast_prints_a_line_per_file_and_the_totals() {
     let tmp = ephem_test_support::temp_dir();
     let dir = tmp.path();

@@ -259,6 +259,7 @@ fn engine_with(map_image_at: usize, keep_resident: usize, reuse_images: bool) ->
             keep_resident,
             map_image_at,
         },
+        ..EngineConfig::default()
     })
     .unwrap()
 }

@@ -479,3 +479,30 @@ fn a_host_error_backtrace_starts_at_the_calling_wasm_function() {
     assert_eq!(funcs, [1, 2], "{t}");
     assert_eq!(t.backtrace()[0].name.as_deref(), Some("calls_host"));
 }
+
+#[test]
+fn the_wasm_stack_size_is_configurable_and_exhaustion_stays_a_trap() {
+    let wat = r#"(module
+        (func $down (export "down") (param i32) (result i32)
+          (if (result i32) (i32.eqz (local.get 0))
+            (then (i32.const 0))
+            (else (i32.add (call $down (i32.sub (local.get 0) (i32.const 1))) (i32.const 1))))))"#;
+    let depth = |max_wasm_stack: usize, n: i32| {
+        let engine = Engine::with_config(ephem::EngineConfig {
+            max_wasm_stack: Some(max_wasm_stack),
+            ..ephem::EngineConfig::default()
+        })
+        .unwrap();
+        assert_eq!(engine.max_wasm_stack(), max_wasm_stack);
+        let mut store = Store::new(&engine, ());
+        let inst = instantiate(&mut store, wat);
+        call(&mut store, &inst, "down", &[Val::I32(n)])
+    };
+    // 20 000 frames fit in 1 MiB but not in 64 KiB; either way the thread survives.
+    assert!(matches!(
+        depth(1 << 20, 20_000).unwrap()[..],
+        [Val::I32(20_000)]
+    ));
+    assert_eq!(trap_kind(depth(64 << 10, 20_000)), TrapKind::StackOverflow);
+    assert!(matches!(depth(64 << 10, 100).unwrap()[..], [Val::I32(100)]));
+}

@@ -132,6 +132,7 @@ fn spec_v2_passes_through_artifact_files_with_mapped_text_and_images() {
             map_image_at: 0,
             ..MemoryConfig::default()
         },
+        ..EngineConfig::default()
     })
     .unwrap();
     let total = run_suite(&engine, Loading::ThroughFiles);

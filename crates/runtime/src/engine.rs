@@ -22,7 +22,14 @@ pub struct EngineConfig {
     pub map_text_at: Option<usize>,
     /// How linear memories are pooled and initialised.
     pub memory: MemoryConfig,
+    /// How much stack wasm may use below the point where the host called it (default:
+    /// [`DEFAULT_MAX_WASM_STACK`]); deeper recursion traps with `StackOverflow`. On a thread
+    /// with less stack, what the thread has, less a reserve for the host.
+    pub max_wasm_stack: Option<usize>,
 }
+
+/// Default for [`EngineConfig::max_wasm_stack`].
+pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
 
 /// Default for [`EngineConfig::map_text_at`]: where mapping starts to beat reading into a code
 /// slot (`ephem bench thresholds`: equal within noise from 128 to 160 KiB; see BENCHMARKS.md).
@@ -36,6 +43,7 @@ pub struct Engine {
 }
 
 struct EngineInner {
+    max_wasm_stack: usize,
     /// The epoch: code compiled with interruption checks compares it with its store's deadline.
     epoch: AtomicU64,
     pool: CodePool,
@@ -92,6 +100,7 @@ impl Engine {
     pub fn with_config(config: EngineConfig) -> Result<Engine, crate::Error> {
         Ok(Engine {
             inner: Arc::new(EngineInner {
+                max_wasm_stack: config.max_wasm_stack.unwrap_or(DEFAULT_MAX_WASM_STACK),
                 epoch: AtomicU64::new(0),
                 pool: CodePool::new(config.code)?,
                 memories: Arc::new(MemoryPool::new(config.memory)),
@@ -99,6 +108,11 @@ impl Engine {
                 types: Mutex::default(),
             }),
         })
+    }
+
+    /// How much stack wasm may use (see [`EngineConfig::max_wasm_stack`]).
+    pub fn max_wasm_stack(&self) -> usize {
+        self.inner.max_wasm_stack
     }
 
     /// Advances the epoch by one tick: every running guest whose store's deadline this reaches

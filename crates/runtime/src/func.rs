@@ -479,13 +479,15 @@ pub(crate) unsafe fn invoke(
     values: &mut [ValRaw],
 ) -> Result<(), Error> {
     // SAFETY: the limit cell is the store's own, at a fixed address for the store's life.
-    let limit = unsafe { (*store).stack_limit.get() };
+    let (limit, max_stack) =
+        unsafe { ((*store).stack_limit.get(), (*store).engine.max_wasm_stack()) };
     // SAFETY: the funcref's trampoline matches its type, its vmctx is its instance's (alive in
     // the store), and `values` holds max(params, results) values.
     let outcome = unsafe {
         crate::signals::call(
             store.cast(),
             limit,
+            max_stack,
             fr.trampoline,
             fr.vmctx,
             fr.code,

@@ -23,8 +23,6 @@ use ephem_module::ValRaw;
 
 use crate::arch;
 
-/// How much stack wasm may use below the point where the host entered it.
-pub const MAX_WASM_STACK: usize = 512 << 10;
 /// Stack kept free for the host (signal handling, host functions) when the thread has little.
 const HOST_RESERVE: usize = 64 << 10;
 
@@ -77,8 +75,9 @@ pub fn current_store() -> *mut u8 {
 }
 
 /// Calls `callee` (code with the wasm signature) through `trampoline` with `values` as
-/// arguments and results, in `store`, whose `limit_cell` every vmctx it made points at.
-/// Returns where it trapped, if it did.
+/// arguments and results, in `store`, whose `limit_cell` every vmctx it made points at; wasm may
+/// use `max_stack` bytes of stack below this call if it is the thread's outermost one (a nested
+/// call keeps the outer limit). Returns where it trapped, if it did.
 ///
 /// # Safety
 /// `trampoline` must be the entry trampoline of `callee`'s type, `vmctx` a context `callee`
@@ -87,6 +86,7 @@ pub fn current_store() -> *mut u8 {
 pub unsafe fn call(
     store: *mut u8,
     limit_cell: *mut usize,
+    max_stack: usize,
     trampoline: *const u8,
     vmctx: *mut u8,
     callee: *const u8,
@@ -97,7 +97,7 @@ pub unsafe fn call(
     let limit = if outer.is_null() {
         let sp = approximate_sp();
         let low = stack_low() + HOST_RESERVE;
-        sp.saturating_sub(MAX_WASM_STACK).max(low)
+        sp.saturating_sub(max_stack).max(low)
     } else {
         // SAFETY: the outer call's state, on this thread's stack below us.
         unsafe { (*outer).limit }
