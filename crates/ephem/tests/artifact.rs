@@ -258,6 +258,7 @@ fn engine_with(map_image_at: usize, keep_resident: usize, reuse_images: bool) ->
             reuse_images,
             keep_resident,
             map_image_at,
+            ..MemoryConfig::default()
         },
         ..EngineConfig::default()
     })

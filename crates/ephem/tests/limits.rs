@@ -151,3 +151,38 @@ fn without_a_limiter_a_memory_grows_to_its_maximum() {
     assert_eq!(grow.call(&mut store, 99).unwrap(), 1);
     assert_eq!(grow.call(&mut store, 1).unwrap(), -1);
 }
+
+#[test]
+fn the_engine_bounds_all_its_memories_together() {
+    let engine = Engine::with_config(ephem::EngineConfig {
+        memory: ephem::MemoryConfig {
+            max_total_bytes: Some(3 * PAGE),
+            ..ephem::MemoryConfig::default()
+        },
+        ..ephem::EngineConfig::default()
+    })
+    .unwrap();
+    let m = module(
+        &engine,
+        r#"(module (memory 2)
+             (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0))))"#,
+    );
+    let linker = Linker::new(&engine);
+    let mut first = Store::new(&engine, ());
+    let instance = linker.instantiate(&mut first, &m).unwrap();
+    let mut second = Store::new(&engine, ());
+    let e = linker.instantiate(&mut second, &m).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Limit, "{e}");
+    assert!(e.to_string().contains("engine's bound"), "{e}");
+    // Growth is bounded by the same count: one more page fits, a second does not.
+    let grow = instance
+        .get_typed_func::<i32, i32>(&mut first, "grow")
+        .unwrap();
+    assert_eq!(grow.call(&mut first, 1).unwrap(), 2);
+    assert_eq!(grow.call(&mut first, 1).unwrap(), -1);
+    // Dropping a store gives its memory's bytes back, grown pages included.
+    drop(first);
+    let mut third = Store::new(&engine, ());
+    linker.instantiate(&mut third, &m).unwrap();
+    linker.instantiate(&mut second, &m).unwrap_err();
+}

@@ -37,6 +37,7 @@
 
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::os::fd::BorrowedFd;
@@ -75,6 +76,10 @@ pub struct MemoryConfig {
     /// pays for zeroing its resident pages on every reset while a mapped one keeps its image,
     /// and mapping won (zstd's 9 KiB image; see BENCHMARKS.md).
     pub map_image_at: usize,
+    /// The most bytes all linear memories of the engine may have together, live ones at their
+    /// current sizes (`None`: unbounded). A memory that would pass it is not made (an error of
+    /// kind `Limit`), and growth that would pass it fails (`memory.grow` returns -1).
+    pub max_total_bytes: Option<usize>,
 }
 
 /// Where a memory's initial contents come from: bytes for a page-aligned range of the memory,
@@ -117,6 +122,7 @@ impl Default for MemoryConfig {
             reuse_images: true,
             keep_resident: 128 << 10,
             map_image_at: 0,
+            max_total_bytes: None,
         }
     }
 }
@@ -303,6 +309,8 @@ impl Drop for Slot {
 pub(crate) struct MemoryPool {
     config: MemoryConfig,
     idle: Mutex<Vec<Slot>>,
+    /// Bytes of all live memories of the pool, at their current sizes.
+    in_use: AtomicUsize,
 }
 
 impl MemoryPool {
@@ -310,7 +318,22 @@ impl MemoryPool {
         MemoryPool {
             config,
             idle: Mutex::new(Vec::with_capacity(config.max_idle_slots)),
+            in_use: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts `bytes` more in use, unless that would pass the engine-wide bound.
+    fn reserve_bytes(&self, bytes: usize) -> bool {
+        let bound = self.config.max_total_bytes.unwrap_or(usize::MAX);
+        self.in_use
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(bytes).filter(|&total| total <= bound)
+            })
+            .is_ok()
+    }
+
+    fn release_bytes(&self, bytes: usize) {
+        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     fn take(&self, len: usize, image: Option<MappedImage>) -> Result<Slot, crate::Error> {
@@ -391,17 +414,30 @@ impl LinearMemory {
         image: Option<&impl ImageSource>,
     ) -> Result<LinearMemory, crate::Error> {
         let len = ty.min as usize * PAGE as usize;
-        let want = image.and_then(|image| pool.config.mapping(image));
-        let mut slot = pool.take(len, want)?;
-        // An image outside the new size could not be replaced later.
-        if slot.accessible != len
-            && let Err(e) = slot.unmap_image()
-        {
+        if !pool.reserve_bytes(len) {
             return Err(crate::Error::Limit(format!(
-                "cannot reset a memory slot: {e}"
+                "a memory of {len} bytes would pass the engine's bound of {} bytes of linear \
+                 memory",
+                pool.config.max_total_bytes.unwrap_or(usize::MAX)
             )));
         }
-        LinearMemory::with_slot(ty, slot, Some(pool.clone()))
+        let made = (|| {
+            let want = image.and_then(|image| pool.config.mapping(image));
+            let mut slot = pool.take(len, want)?;
+            // An image outside the new size could not be replaced later.
+            if slot.accessible != len
+                && let Err(e) = slot.unmap_image()
+            {
+                return Err(crate::Error::Limit(format!(
+                    "cannot reset a memory slot: {e}"
+                )));
+            }
+            LinearMemory::with_slot(ty, slot, Some(pool.clone()))
+        })();
+        if made.is_err() {
+            pool.release_bytes(len);
+        }
+        made
     }
 
     fn with_slot(
@@ -579,6 +615,16 @@ impl LinearMemory {
         if delta > 0 {
             let start = self.len();
             let bytes = delta as usize * PAGE as usize;
+            if let Some(pool) = &self.pool
+                && !pool.reserve_bytes(bytes)
+            {
+                return None;
+            }
+            let release = || {
+                if let Some(pool) = &self.pool {
+                    pool.release_bytes(bytes);
+                }
+            };
             // SAFETY: the range lies inside our reservation, past the accessible pages.
             unsafe {
                 rustix::mm::mprotect(
@@ -587,6 +633,7 @@ impl LinearMemory {
                     MprotectFlags::READ | MprotectFlags::WRITE,
                 )
             }
+            .inspect_err(|_| release())
             .ok()?;
             // SAFETY: only this memory's owners write its definition, never concurrently.
             unsafe { (*self.def.get()).length = new as u64 * PAGE };
@@ -651,6 +698,9 @@ impl Drop for LinearMemory {
         };
         // Growth changed the accessible length behind the slot's back; record it.
         slot.accessible = self.len();
+        if let Some(pool) = &self.pool {
+            pool.release_bytes(self.len());
+        }
         match &self.pool {
             Some(pool) => pool.give_back(slot),
             None => drop(slot),
