@@ -36,6 +36,13 @@ pub struct Args {
     /// deeper recursion traps.
     #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
     max_stack: Option<usize>,
+    /// Run with this much fuel (the module is compiled with metering): a guest that runs out
+    /// traps, and `ephem` exits with the trap code.
+    #[arg(long, value_name = "N")]
+    fuel: Option<u64>,
+    /// Print the fuel consumed to standard error (with `--fuel`), also when the guest traps.
+    #[arg(long, requires = "fuel")]
+    print_fuel: bool,
     /// Arguments, parsed by the export's parameter types (integers signed or unsigned, in
     /// range).
     args: Vec<String>,
@@ -112,6 +119,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.timeout.is_some() {
         compiler = compiler.with_interruption_checks();
     }
+    if args.fuel.is_some() {
+        compiler = compiler.with_fuel();
+    }
     let module = crate::cache::load(&compiler, &engine, &args.file, cache.as_ref())?;
     let mut limits = StoreLimitsBuilder::new();
     if let Some(bytes) = args.max_memory {
@@ -129,6 +139,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })?;
     let mut store = Store::new(&engine, limits.build());
     store.limiter(|limits| limits);
+    if let Some(fuel) = args.fuel {
+        store.set_fuel(fuel);
+    }
     // Started before instantiation, so that the start function is bounded too.
     let _ticker = args.timeout.map(|timeout| {
         store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
@@ -166,7 +179,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|(&t, s)| parse_arg(t, s))
         .collect::<Result<Vec<_>, _>>()?;
     let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
-    func.call(&mut store, &vals, &mut results)?;
+    let called = func.call(&mut store, &vals, &mut results);
+    if let (true, Some(fuel)) = (args.print_fuel, args.fuel) {
+        eprintln!("fuel consumed: {}", fuel - store.get_fuel()?);
+    }
+    called?;
     for v in &results {
         println!("{}", show(v));
     }

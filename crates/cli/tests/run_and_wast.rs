@@ -185,6 +185,72 @@ fn max_stack_bounds_recursion() {
 }
 
 #[test]
+fn fuel_bounds_a_guest_and_is_printed() {
+    // fib.wat's `fib 30` takes a fixed amount of fuel; an endless loop takes all there is.
+    let out = ephem(&[
+        "run",
+        "examples/fib.wat",
+        "--invoke",
+        "fib",
+        "30",
+        "--fuel",
+        "1000000",
+        "--print-fuel",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "832040\n");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let used: u64 = stderr
+        .trim()
+        .strip_prefix("fuel consumed: ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(used > 30 && used < 1_000_000, "{used}");
+    let again = ephem(&[
+        "run",
+        "examples/fib.wat",
+        "--invoke",
+        "fib",
+        "30",
+        "--fuel",
+        "1000000",
+        "--print-fuel",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr),
+        stderr,
+        "deterministic"
+    );
+
+    let tmp = ephem_test_support::temp_dir();
+    let file = tmp.path().join("spin.wat");
+    std::fs::write(
+        &file,
+        r#"(module (func (export "spin") (loop $l (br $l))))"#,
+    )
+    .unwrap();
+    let out = ephem(&[
+        "run",
+        file.to_str().unwrap(),
+        "--invoke",
+        "spin",
+        "--fuel",
+        "5000",
+        "--print-fuel",
+    ]);
+    assert_eq!(out.status.code(), Some(134));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fuel consumed: 5000") && stderr.contains("all fuel consumed"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn wast_prints_a_line_per_file_and_the_totals() {
     let tmp = ephem_test_support::temp_dir();
     let dir = tmp.path();

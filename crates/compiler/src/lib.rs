@@ -26,6 +26,8 @@ use ephem_module::{
 };
 
 pub use parse::features;
+/// The operators a [`FuelCosts`] table prices.
+pub use wasmparser::Operator;
 
 /// Why a module could not be compiled.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +48,24 @@ pub struct Compiler {
     /// Whether code checks the epoch deadline (off unless asked for: see
     /// [`Compiler::with_interruption_checks`]).
     epoch_checks: bool,
+    /// The fuel cost of each operator, and the name that identifies the table in the
+    /// fingerprint; `None`: no metering.
+    fuel: Option<(&'static str, FuelCosts)>,
+}
+
+/// The fuel an operator costs (see [`Compiler::with_fuel`]).
+pub type FuelCosts = fn(&Operator<'_>) -> u32;
+
+/// The default fuel costs: 1 per operator, 0 for those that only structure control flow or do
+/// nothing (`nop`, `drop`, `block`, `loop`, `else`, `end`, `unreachable`, `return`). Bulk
+/// memory and table operations also cost 1 per byte or element they touch, charged when they run.
+pub fn default_fuel_cost(op: &Operator<'_>) -> u32 {
+    use wasmparser::Operator as O;
+    match op {
+        O::Nop | O::Drop | O::Block { .. } | O::Loop { .. } | O::Else | O::End => 0,
+        O::Unreachable | O::Return => 0,
+        _ => 1,
+    }
 }
 
 impl Compiler {
@@ -89,6 +109,7 @@ impl Compiler {
         Ok(Compiler {
             isa,
             epoch_checks: false,
+            fuel: None,
         })
     }
 
@@ -102,10 +123,26 @@ impl Compiler {
         self
     }
 
+    /// This compiler, with fuel metering at the default costs ([`default_fuel_cost`]): code
+    /// subtracts what it runs from its store's fuel (`Store::set_fuel`), per straight-line
+    /// stretch, and traps with `OutOfFuel` at a function entry or loop header once the fuel is
+    /// below zero. The charge is deterministic: the same module, input and fuel consume the
+    /// same amount on every machine and run. A store with fuel refuses unmetered modules.
+    pub fn with_fuel(self) -> Compiler {
+        self.with_fuel_costs("default", default_fuel_cost)
+    }
+
+    /// As [`Compiler::with_fuel`], with the embedder's costs; `name` identifies the table in
+    /// the compile cache's key (give a new name when the costs change).
+    pub fn with_fuel_costs(mut self, name: &'static str, costs: FuelCosts) -> Compiler {
+        self.fuel = Some((name, costs));
+        self
+    }
+
     /// A description of everything that changes the generated code (target and settings).
     pub fn fingerprint(&self) -> String {
         format!(
-            "{} {} {} epoch_checks={}",
+            "{} {} {} epoch_checks={} fuel={}",
             self.isa.triple(),
             self.isa.flags(),
             self.isa
@@ -114,7 +151,8 @@ impl Compiler {
                 .map(|f| f.to_string())
                 .collect::<Vec<_>>()
                 .join(","),
-            self.epoch_checks
+            self.epoch_checks,
+            self.fuel.map_or("off", |(name, _)| name)
         )
     }
 
@@ -139,12 +177,14 @@ impl Compiler {
         let bytes = wat::parse_bytes(bytes)?;
         let mut parsed = parse::parse(&bytes)?;
         parsed.info.interruptible = self.epoch_checks;
+        parsed.info.metered = self.fuel.is_some();
         let offsets = VmOffsets::new(&parsed.info);
         let env = translate::Env {
             info: &parsed.info,
             offsets: &offsets,
             call_conv: self.isa.default_call_conv(),
             frontend: self.isa.frontend_config(),
+            fuel_costs: self.fuel.map(|(_, costs)| costs),
         };
 
         // Units: defined functions, then an entry trampoline and a host adapter per type.

@@ -57,6 +57,8 @@ pub struct Env<'a> {
     pub offsets: &'a VmOffsets,
     pub call_conv: CallConv,
     pub frontend: cranelift_codegen::isa::TargetFrontendConfig,
+    /// Operator costs, for metered code.
+    pub fuel_costs: Option<crate::FuelCosts>,
 }
 
 fn trusted() -> MemFlagsData {
@@ -114,6 +116,12 @@ struct Translator<'a, 'b> {
     /// The store's epoch deadline, kept in a register: read at entry and after every call
     /// (only a host function can move it). `None` without interruption checks.
     deadline: Option<Variable>,
+    /// The store's remaining fuel, kept in a register (read at entry and after calls, written
+    /// back before calls and returns); `None` for unmetered code.
+    fuel: Option<Variable>,
+    /// Fuel of the operators translated since the last subtraction: charged at once where
+    /// control flow leaves the straight-line stretch.
+    fuel_pending: u64,
 }
 
 fn args(values: &[Value]) -> Vec<BlockArg> {
@@ -197,12 +205,20 @@ pub fn translate(
         reachable: true,
         locals,
         deadline: None,
+        fuel: None,
+        fuel_pending: 0,
     };
     if env.info.interruptible {
         let var = t.b.declare_var(I64);
         t.deadline = Some(var);
         t.reload_deadline();
         t.epoch_check();
+    }
+    if env.fuel_costs.is_some() {
+        let var = t.b.declare_var(I64);
+        t.fuel = Some(var);
+        t.reload_fuel();
+        t.fuel_check();
     }
     let mut ops = body.get_operators_reader()?;
     while !ops.eof() {
@@ -211,6 +227,7 @@ pub fn translate(
     }
     // The final `end` switched to `ret`.
     let results = t.stack.clone();
+    t.spill_fuel();
     t.b.ins().return_(&results);
     t.b.seal_all_blocks();
     t.b.finalize(env.frontend);
@@ -300,6 +317,68 @@ impl Translator<'_, '_> {
         self.b.ins().trapnz(late, code::INTERRUPTED);
     }
 
+    /// Subtracts the fuel of the operators since the last subtraction.
+    fn flush_fuel(&mut self) {
+        let Some(var) = self.fuel else { return };
+        if self.fuel_pending > 0 {
+            let left = self.b.use_var(var);
+            let left = self.b.ins().iadd_imm_s(left, -(self.fuel_pending as i64));
+            self.b.def_var(var, left);
+            self.fuel_pending = 0;
+        }
+    }
+
+    /// Writes the remaining fuel back to the store (before calls and returns).
+    fn spill_fuel(&mut self) {
+        self.flush_fuel();
+        let Some(var) = self.fuel else { return };
+        let left = self.b.use_var(var);
+        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
+        self.b.ins().store(trusted(), left, at, 0);
+    }
+
+    /// Reads the remaining fuel from the store (at entry and after calls).
+    fn reload_fuel(&mut self) {
+        let Some(var) = self.fuel else { return };
+        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
+        let left = self.b.ins().load(I64, trusted(), at, 0);
+        self.b.def_var(var, left);
+    }
+
+    /// Traps with `OutOfFuel` (after writing the fuel back) once the fuel is below zero.
+    fn fuel_check(&mut self) {
+        let Some(var) = self.fuel else { return };
+        let left = self.b.use_var(var);
+        let out = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, left, 0);
+        let empty = self.b.create_block();
+        let go_on = self.b.create_block();
+        self.b.set_cold_block(empty);
+        self.b.ins().brif(out, empty, &[], go_on, &[]);
+        self.b.switch_to_block(empty);
+        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
+        self.b.ins().store(trusted(), left, at, 0);
+        self.b.ins().trap(code::OUT_OF_FUEL);
+        self.b.switch_to_block(go_on);
+    }
+
+    /// Whether `op` leaves the straight-line stretch (or calls out), so that the fuel of what
+    /// came before must be subtracted first.
+    fn ends_stretch(op: &Operator<'_>) -> bool {
+        use Operator as O;
+        matches!(
+            op,
+            O::Block { .. }
+                | O::Loop { .. }
+                | O::If { .. }
+                | O::Else
+                | O::End
+                | O::Br { .. }
+                | O::BrIf { .. }
+                | O::BrTable { .. }
+                | O::Return
+        )
+    }
+
     fn load_ptr(&mut self, base: Value, offset: u32) -> Value {
         self.b.ins().load(I64, readonly(), base, offset as i32)
     }
@@ -307,6 +386,12 @@ impl Translator<'_, '_> {
     fn op(&mut self, op: Operator<'_>) -> Result<(), CompileError> {
         if !self.reachable {
             return self.dead_op(op);
+        }
+        if let Some(cost) = self.env.fuel_costs {
+            self.fuel_pending += u64::from(cost(&op));
+            if Self::ends_stretch(&op) {
+                self.flush_fuel();
+            }
         }
         self.live_op(op)
     }
@@ -384,6 +469,8 @@ impl Translator<'_, '_> {
     fn unreachable_now(&mut self) {
         self.reachable = false;
         self.dead_depth = 0;
+        // What was not charged before a trap is not charged (the same on every run).
+        self.fuel_pending = 0;
     }
 
     fn bool_to_i32(&mut self, v: Value) -> Value {
@@ -480,13 +567,22 @@ impl Translator<'_, '_> {
         let fnptr = self.load_ptr(table, which as u32 * 8);
         let mut all = vec![self.vmctx];
         all.extend_from_slice(args);
+        // Bulk operations charge fuel per byte or element from the store's count.
+        self.spill_fuel();
         let call = self.b.ins().call_indirect(sig, fnptr, &all);
-        self.b.inst_results(call).first().copied()
+        let result = self.b.inst_results(call).first().copied();
+        self.reload_fuel();
+        result
     }
 
-    /// Calls a builtin that returns a trap flag, and traps with `trap` when it is set.
+    /// Calls a builtin that returns a trap flag, and traps with `trap` when it is set: 1 is out
+    /// of bounds, 2 (only from metered code's stores) out of fuel.
     fn checked_builtin(&mut self, which: Builtin, args: &[Value], trap: TrapCode) {
         let flag = self.builtin(which, args).expect("has a result");
+        if self.fuel.is_some() {
+            let out = self.b.ins().icmp_imm_u(IntCC::Equal, flag, 2);
+            self.b.ins().trapnz(out, code::OUT_OF_FUEL);
+        }
         self.b.ins().trapnz(flag, trap);
     }
 
@@ -495,6 +591,7 @@ impl Translator<'_, '_> {
     }
 
     fn call(&mut self, func: u32) {
+        self.spill_fuel();
         let ty = self.env.info.func_type(func).clone();
         let sig = self
             .b
@@ -528,6 +625,7 @@ impl Translator<'_, '_> {
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
         self.reload_deadline();
+        self.reload_fuel();
     }
 
     /// Pointer to table `table`'s `VmTable`.
@@ -557,6 +655,7 @@ impl Translator<'_, '_> {
     }
 
     fn call_indirect(&mut self, type_index: u32, table: u32) {
+        self.spill_fuel();
         let index = self.pop();
         let slot = self.table_slot(table, index, code::UNDEFINED_ELEMENT);
         let funcref = self.b.ins().load(I64, trusted(), slot, 0);
@@ -591,6 +690,7 @@ impl Translator<'_, '_> {
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
         self.reload_deadline();
+        self.reload_fuel();
     }
 
     fn global_addr(&mut self, global: u32) -> Value {
@@ -625,6 +725,7 @@ impl Translator<'_, '_> {
                 self.b.ins().jump(header, &args(&values));
                 self.enter(header, height);
                 self.epoch_check();
+                self.fuel_check();
                 self.frames.push(Frame {
                     kind: Kind::Loop(header),
                     next,
@@ -692,6 +793,7 @@ impl Translator<'_, '_> {
             O::Return => {
                 let n = self.frames[0].results;
                 let values = self.top(n);
+                self.spill_fuel();
                 self.b.ins().return_(&values);
                 self.unreachable_now();
             }

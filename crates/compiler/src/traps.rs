@@ -12,6 +12,7 @@ pub mod code {
     pub const HOST_ERROR: TrapCode = TrapCode::unwrap_user(5);
     pub const TABLE_OUT_OF_BOUNDS: TrapCode = TrapCode::unwrap_user(6);
     pub const INTERRUPTED: TrapCode = TrapCode::unwrap_user(7);
+    pub const OUT_OF_FUEL: TrapCode = TrapCode::unwrap_user(8);
 }
 
 pub fn kind(trap: TrapCode) -> Option<TrapKind> {
@@ -28,6 +29,7 @@ pub fn kind(trap: TrapCode) -> Option<TrapKind> {
         code::HOST_ERROR => TrapKind::HostError,
         code::TABLE_OUT_OF_BOUNDS => TrapKind::TableOutOfBounds,
         code::INTERRUPTED => TrapKind::Interrupted,
+        code::OUT_OF_FUEL => TrapKind::OutOfFuel,
         _ => return None,
     })
 }

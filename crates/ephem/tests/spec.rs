@@ -3,7 +3,7 @@
 //! module loaded into a code slot that just held another module (and memory images copied);
 //! and with every module going through an artifact file, its text and memory images mapped
 //! from the file. And once more with code that checks an epoch deadline at every function
-//! entry and loop header.
+//! entry and loop header, and once with fuel metering (an unlimited budget).
 
 use ephem::wast::{Loading, Outcome};
 use ephem::{Compiler, Engine, EngineConfig, MemoryConfig, PoolConfig};
@@ -62,6 +62,18 @@ fn spec_v2_all_assertions_pass() {
 fn spec_v2_passes_with_interruption_checks() {
     let files: Vec<_> = spec(SpecVersion::V2).collect();
     let compiler = Compiler::new().unwrap().with_interruption_checks();
+    let total = run_files(&compiler, &Engine::default(), &files, Loading::Normal);
+    assert!(
+        total.passed > 26_000,
+        "only {} assertions ran",
+        total.passed
+    );
+}
+
+#[test]
+fn spec_v2_passes_with_fuel_metering() {
+    let files: Vec<_> = spec(SpecVersion::V2).collect();
+    let compiler = Compiler::new().unwrap().with_fuel();
     let total = run_files(&compiler, &Engine::default(), &files, Loading::Normal);
     assert!(
         total.passed > 26_000,

@@ -317,6 +317,8 @@ pub struct ModuleInfo {
     /// Whether the code checks the epoch deadline at every function entry and loop header
     /// (see `VmOffsets::EPOCH_DEADLINE`).
     pub interruptible: bool,
+    /// Whether the code charges fuel (see `VmOffsets::FUEL`).
+    pub metered: bool,
 }
 
 /// A function's name from the module's name section.
@@ -381,11 +383,13 @@ pub enum TrapKind {
     HostError,
     /// The store's epoch deadline passed (see `VmOffsets::EPOCH_DEADLINE`).
     Interrupted,
+    /// The store's fuel ran out (see `VmOffsets::FUEL`).
+    OutOfFuel,
 }
 
 impl TrapKind {
     /// Every kind, in the order of their stable codes ([`TrapKind::code`]).
-    pub const ALL: [TrapKind; 12] = [
+    pub const ALL: [TrapKind; 13] = [
         TrapKind::Unreachable,
         TrapKind::MemoryOutOfBounds,
         TrapKind::TableOutOfBounds,
@@ -398,6 +402,7 @@ impl TrapKind {
         TrapKind::StackOverflow,
         TrapKind::HostError,
         TrapKind::Interrupted,
+        TrapKind::OutOfFuel,
     ];
 
     /// A number for this kind that stays the same across builds (used in artifact files).
@@ -424,6 +429,7 @@ impl TrapKind {
             TrapKind::StackOverflow => "call stack exhausted",
             TrapKind::HostError => "host function error",
             TrapKind::Interrupted => "interrupted: the deadline passed",
+            TrapKind::OutOfFuel => "all fuel consumed",
         }
     }
 }

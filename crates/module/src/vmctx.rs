@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! header      stack_limit: *const usize (the thread's limit), builtins: *const fn table, instance: *mut (runtime's),
-//!             epoch: *const u64 (the engine's counter), epoch_deadline: *const u64 (the store's)
+//!             epoch: *const u64 (the engine's counter), epoch_deadline: *const u64 (the store's),
+//!             fuel: *mut i64 (the store's remaining fuel)
 //! memories    base: *mut u8                  (constant: a memory never moves)
 //! memory defs *const VmMemory               (current length in bytes)
 //! tables      *mut VmTable                  (elements pointer and length; may move on grow)
@@ -65,7 +66,8 @@ pub struct HostFuncHeader {
 /// The one list of builtins: the runtime functions generated code calls through the table at
 /// [`VmOffsets::BUILTINS`] (index = position here). Each takes the caller's `vmctx` first, then
 /// the parameters listed (wasm `i32`s and `i64`s, passed as `u32` and `u64`), and returns what
-/// is listed: a "trap flag" is non-zero when the operation is out of bounds.
+/// is listed: a "trap flag" is 1 when the operation is out of bounds, 2 when metered code's
+/// store cannot pay its fuel (bulk operations cost one unit per byte or element).
 ///
 /// Every place that depends on the list expands it: [`Builtin`] here, the call signatures in
 /// the compiler, and the function table in the runtime (which names each function after its
@@ -182,6 +184,9 @@ impl VmOffsets {
     /// Pointer to the store's epoch deadline: code compiled with interruption checks traps
     /// with `Interrupted` at a function entry or loop header once the epoch reaches it.
     pub const EPOCH_DEADLINE: u32 = 32;
+    /// Pointer to the store's remaining fuel: metered code subtracts what it runs, and traps
+    /// with `OutOfFuel` at a function entry or loop header once it is below zero.
+    pub const FUEL: u32 = 40;
     pub const FUNCREF_SIZE: u32 = std::mem::size_of::<VmFuncRef>() as u32;
     pub const FUNCREF_CODE: u32 = 0;
     pub const FUNCREF_VMCTX: u32 = 8;
@@ -210,7 +215,7 @@ impl VmOffsets {
             func_count,
         ]: [u32; 5],
     ) -> VmOffsets {
-        let memories = 40;
+        let memories = 48;
         let memory_defs = memories + PTR * memory_count;
         let tables = memory_defs + PTR * memory_count;
         let globals = tables + PTR * table_count;

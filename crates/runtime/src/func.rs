@@ -537,6 +537,16 @@ impl<T> Caller<'_, T> {
         self.store.set_epoch_deadline(ticks);
     }
 
+    /// See [`StoreContextMut::consume_fuel`]: charges the guest for the host's work.
+    pub fn consume_fuel(&mut self, fuel: u64) -> Result<(), Error> {
+        self.store.consume_fuel(fuel)
+    }
+
+    /// See [`crate::Store::get_fuel`].
+    pub fn get_fuel(&self) -> Result<u64, Error> {
+        self.store.get_fuel()
+    }
+
     /// The export `name` of the calling instance (`None` when the host called, or when the
     /// instance has no such export): how a host function reaches the caller's memory.
     pub fn get_export(&mut self, name: &str) -> Option<Extern> {

@@ -542,6 +542,12 @@ pub(crate) unsafe fn instantiate(
 
     // SAFETY: per the contract; nothing borrows the store's data here.
     unsafe { store.admit_instance(store_ptr)? };
+    if store.fuel_enabled() && !info.metered {
+        return Err(Error::Usage(
+            "the module was compiled without fuel metering and cannot run in a store with fuel"
+                .into(),
+        ));
+    }
     if store.has_deadline() && !info.interruptible {
         return Err(Error::Usage(
             "the module was compiled without interruption checks and cannot run in a store \
@@ -621,6 +627,7 @@ pub(crate) unsafe fn instantiate(
             VmOffsets::EPOCH_DEADLINE,
             store.epoch_deadline.get().cast_const(),
         );
+        vmctx.write(VmOffsets::FUEL, store.fuel.get());
         for (i, &mem) in memories.iter().enumerate() {
             let mem = &store.memories[mem as usize];
             vmctx.write(o.memory_base(i as u32), mem.base());
@@ -867,6 +874,21 @@ unsafe fn initialise(
 }
 
 impl InstanceData {
+    /// Charges `n` fuel for a bulk operation of metered code (before it runs): false when the
+    /// store cannot pay, and the operation must trap with `OutOfFuel` (status 2).
+    fn charge(&self, store: &StoreOpaque, n: u32) -> bool {
+        if !self.module.inner.artifact.info().metered {
+            return true;
+        }
+        // SAFETY: the store's fuel cell, which the calling code wrote back before this call
+        // and reads again after it; nothing else touches it meanwhile.
+        unsafe {
+            let left = &mut *store.fuel.get();
+            *left -= i64::from(n);
+            *left >= 0
+        }
+    }
+
     fn eval_offset(&self, store: &StoreOpaque, e: &ConstExpr) -> u32 {
         match *e {
             ConstExpr::I32(v) => v as u32,
@@ -1058,6 +1080,9 @@ unsafe extern "C" fn memory_grow(vmctx: *mut u8, mem: u32, delta: u32) -> u32 {
 unsafe extern "C" fn memory_fill(vmctx: *mut u8, mem: u32, dst: u32, val: u32, len: u32) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
+    if !i.charge(store, len) {
+        return 2;
+    }
     let memory = i.memory(store, mem);
     match dst.checked_add(len) {
         Some(end) if end as usize <= memory.len() => {
@@ -1079,6 +1104,9 @@ unsafe extern "C" fn memory_copy(
 ) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
+    if !i.charge(store, len) {
+        return 2;
+    }
     let (d, s) = (i.memory(store, dst_mem), i.memory(store, src_mem));
     let ok = |at: u32, m: &LinearMemory| at.checked_add(len).is_some_and(|e| e as usize <= m.len());
     if !ok(dst, d) || !ok(src, s) {
@@ -1105,6 +1133,9 @@ unsafe extern "C" fn memory_init(
 ) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
+    if !i.charge(store, len) {
+        return 2;
+    }
     u32::from(!i.memory_init(store, mem, data, dst, src, len))
 }
 
@@ -1128,6 +1159,9 @@ unsafe extern "C" fn table_grow(vmctx: *mut u8, table: u32, delta: u32, init: u6
 unsafe extern "C" fn table_fill(vmctx: *mut u8, table: u32, dst: u32, val: u64, len: u32) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
+    if !i.charge(store, len) {
+        return 2;
+    }
     let t = i.table(store, table);
     match t.range(dst, len) {
         Some(r) => {
@@ -1149,6 +1183,9 @@ unsafe extern "C" fn table_copy(
 ) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
+    if !i.charge(store, len) {
+        return 2;
+    }
     let (d, s) = (i.table(store, dst_t), i.table(store, src_t));
     let (Some(dr), Some(sr)) = (d.range(dst, len), s.range(src, len)) else {
         return 1;
@@ -1175,6 +1212,9 @@ unsafe extern "C" fn table_init(
 ) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
+    if !i.charge(store, len) {
+        return 2;
+    }
     u32::from(!i.table_init(store, table, elem, dst, src, len))
 }
 

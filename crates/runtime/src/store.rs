@@ -115,6 +115,10 @@ pub struct StoreOpaque {
     /// The epoch at which this store's guests are interrupted (never, by default); every vmctx
     /// points at it.
     pub(crate) epoch_deadline: UnsafeCell<u64>,
+    /// Fuel left for metered code (unlimited until [`Store::set_fuel`]); every vmctx points at
+    /// it. Below zero once a charge could not be paid.
+    pub(crate) fuel: UnsafeCell<i64>,
+    fuel_enabled: bool,
     /// `ask_limiter` for this store's data type, once a limiter is set.
     limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
 }
@@ -150,6 +154,8 @@ impl<T> Store<T> {
                     host_failure: None,
                     stack_limit: UnsafeCell::new(0),
                     epoch_deadline: UnsafeCell::new(u64::MAX),
+                    fuel: UnsafeCell::new(i64::MAX),
+                    fuel_enabled: false,
                     limiter: None,
                 },
                 data,
@@ -180,6 +186,18 @@ impl<T> Store<T> {
     /// deadline after an interruption and run again.
     pub fn set_epoch_deadline(&mut self, ticks: u64) {
         self.inner.opaque.set_epoch_deadline(ticks);
+    }
+
+    /// Gives the store `fuel` to run metered code with (see the compiler's `with_fuel`): what
+    /// it runs is subtracted, and it traps with `OutOfFuel` once none is left. May be called
+    /// again after that (refuelling). From then on the store refuses unmetered modules.
+    pub fn set_fuel(&mut self, fuel: u64) {
+        self.inner.opaque.set_fuel(fuel);
+    }
+
+    /// The fuel left; an error of kind `Usage` if the store was never given fuel.
+    pub fn get_fuel(&self) -> Result<u64, crate::Error> {
+        self.inner.opaque.get_fuel()
     }
 
     /// The embedder's data.
@@ -230,6 +248,43 @@ impl StoreOpaque {
     pub(crate) fn set_epoch_deadline(&mut self, ticks: u64) {
         let deadline = self.engine.current_epoch().saturating_add(ticks);
         *self.epoch_deadline.get_mut() = deadline;
+    }
+
+    pub(crate) fn set_fuel(&mut self, fuel: u64) {
+        *self.fuel.get_mut() = i64::try_from(fuel).unwrap_or(i64::MAX);
+        self.fuel_enabled = true;
+    }
+
+    pub(crate) fn get_fuel(&self) -> Result<u64, crate::Error> {
+        if !self.fuel_enabled {
+            return Err(crate::Error::Usage("the store was never given fuel".into()));
+        }
+        // SAFETY: no wasm runs while the store is borrowed; a plain read.
+        Ok(unsafe { *self.fuel.get() }.max(0) as u64)
+    }
+
+    /// Takes `fuel` from the store; if there is not that much, takes all of it and fails with
+    /// an `OutOfFuel` trap.
+    pub(crate) fn consume_fuel(&mut self, fuel: u64) -> Result<(), crate::Error> {
+        self.get_fuel()?;
+        let left = self.fuel.get_mut();
+        match left.checked_sub_unsigned(fuel).filter(|&l| l >= 0) {
+            Some(l) => {
+                *left = l;
+                Ok(())
+            }
+            None => {
+                *left = -1;
+                Err(crate::Error::Trap(crate::Trap::new(
+                    crate::TrapKind::OutOfFuel,
+                )))
+            }
+        }
+    }
+
+    /// Whether metered code is required: the store was given fuel.
+    pub(crate) fn fuel_enabled(&self) -> bool {
+        self.fuel_enabled
     }
 
     /// Whether the store has a deadline.
@@ -468,6 +523,23 @@ impl<'a, T> StoreContext<'a, T> {
 }
 
 impl<T> StoreContextMut<'_, T> {
+    /// See [`Store::set_fuel`].
+    pub fn set_fuel(&mut self, fuel: u64) {
+        self.0.opaque.set_fuel(fuel);
+    }
+
+    /// See [`Store::get_fuel`].
+    pub fn get_fuel(&self) -> Result<u64, crate::Error> {
+        self.0.opaque.get_fuel()
+    }
+
+    /// Takes `fuel` from the store, for work a host function does on the guest's behalf; if
+    /// there is not that much, takes all of it and fails with an `OutOfFuel` trap (which a host
+    /// function returns to stop its caller).
+    pub fn consume_fuel(&mut self, fuel: u64) -> Result<(), crate::Error> {
+        self.0.opaque.consume_fuel(fuel)
+    }
+
     /// See [`Store::set_epoch_deadline`].
     pub fn set_epoch_deadline(&mut self, ticks: u64) {
         self.0.opaque.set_epoch_deadline(ticks);

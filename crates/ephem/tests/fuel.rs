@@ -1,0 +1,216 @@
+//! Fuel: metered code pays for what it runs, deterministically, and traps with `OutOfFuel`
+//! when it cannot; the store can be refuelled. Bulk operations pay per byte or element, and
+//! host functions can charge for their own work.
+
+use ephem::{
+    Compiler, Engine, EngineConfig, ErrorKind, Linker, Module, PoolConfig, Store, Strategy,
+    TrapKind,
+};
+
+fn metered() -> Compiler {
+    Compiler::new().unwrap().with_fuel()
+}
+
+fn module(engine: &Engine, wat: &str) -> Module {
+    ephem::compile_with(&metered(), engine, wat.as_bytes()).unwrap()
+}
+
+/// Runs export `name` of `module` with `fuel` in a new store; returns the fuel consumed and
+/// the trap kind, if it trapped.
+fn run(
+    engine: &Engine,
+    module: &Module,
+    name: &str,
+    arg: i32,
+    fuel: u64,
+) -> (u64, Option<TrapKind>) {
+    let mut linker = Linker::new(engine);
+    linker
+        .func_wrap(
+            "host",
+            "work",
+            |mut caller: ephem::Caller<'_, ()>, n: i32| caller.consume_fuel(n as u64),
+        )
+        .unwrap();
+    let mut store = Store::new(engine, ());
+    store.set_fuel(fuel);
+    let instance = linker.instantiate(&mut store, module).unwrap();
+    let f = instance
+        .get_typed_func::<i32, i32>(&mut store, name)
+        .unwrap();
+    let trap = f.call(&mut store, arg).err().map(|e| {
+        e.trap()
+            .map(|t| t.kind)
+            .unwrap_or_else(|| panic!("not a trap: {e}"))
+    });
+    (fuel - store.get_fuel().unwrap(), trap)
+}
+
+const KERNELS: &str = r#"(module
+  (import "host" "work" (func $work (param i32)))
+  (memory 1)
+  (func $leaf (param i32) (result i32) (i32.add (local.get 0) (i32.const 1)))
+  (func (export "three") (param i32) (result i32) (i32.add (i32.const 1) (i32.const 2)))
+  (func (export "spin") (param i32) (result i32) (loop $l (br $l)) (i32.const 0))
+  (func (export "spin_calling") (param i32) (result i32)
+    (loop $l (local.set 0 (call $leaf (local.get 0))) (br $l)) (i32.const 0))
+  (func $tree (export "tree") (param i32) (result i32)
+    (if (result i32) (i32.eqz (local.get 0))
+      (then (i32.const 1))
+      (else (i32.add (call $tree (i32.sub (local.get 0) (i32.const 1)))
+                     (call $tree (i32.sub (local.get 0) (i32.const 1)))))))
+  (func (export "mixed") (param $n i32) (result i32) (local $i i32) (local $acc i32)
+    (loop $l
+      (local.set $acc (i32.add (local.get $acc) (call $leaf (local.get $i))))
+      (if (i32.and (local.get $i) (i32.const 1))
+        (then (local.set $acc (i32.xor (local.get $acc) (i32.const 0x55)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))
+    (memory.fill (i32.const 0) (i32.const 7) (local.get $n))
+    (local.get $acc))
+  (func (export "fill") (param $n i32) (result i32)
+    (memory.fill (i32.const 0) (i32.const 1) (local.get $n)) (i32.const 0))
+  (func (export "host") (param $n i32) (result i32) (call $work (local.get $n)) (i32.const 0)))"#;
+
+#[test]
+fn the_cost_model_is_exact_on_a_small_function() {
+    let engine = Engine::default();
+    let m = module(&engine, KERNELS);
+    // i32.const, i32.const, i32.add: 1 each; `end` is free.
+    assert_eq!(run(&engine, &m, "three", 0, 1000), (3, None));
+}
+
+#[test]
+fn endless_guests_run_out_of_fuel_and_the_store_can_be_refuelled() {
+    let engine = Engine::default();
+    let m = module(&engine, KERNELS);
+    for name in ["spin", "spin_calling", "tree"] {
+        let arg = if name == "tree" { 40 } else { 0 };
+        let (used, trap) = run(&engine, &m, name, arg, 100_000);
+        assert_eq!(trap, Some(TrapKind::OutOfFuel), "{name}");
+        assert!(used == 100_000, "{name}: {used} used");
+    }
+    // Refuelling after running out.
+    let mut store = Store::new(&engine, ());
+    let mut linker = Linker::new(&engine);
+    linker.func_wrap("host", "work", |_: i32| {}).unwrap();
+    store.set_fuel(10);
+    let instance = linker.instantiate(&mut store, &m).unwrap();
+    let spin = instance
+        .get_typed_func::<i32, i32>(&mut store, "spin")
+        .unwrap();
+    let three = instance
+        .get_typed_func::<i32, i32>(&mut store, "three")
+        .unwrap();
+    assert_eq!(
+        spin.call(&mut store, 0).unwrap_err().trap().unwrap().kind,
+        TrapKind::OutOfFuel
+    );
+    assert_eq!(store.get_fuel().unwrap(), 0);
+    store.set_fuel(100);
+    assert_eq!(three.call(&mut store, 0).unwrap(), 3);
+    assert_eq!(store.get_fuel().unwrap(), 97);
+}
+
+#[test]
+fn bulk_operations_pay_per_byte_and_host_functions_can_charge() {
+    let engine = Engine::default();
+    let m = module(&engine, KERNELS);
+    let (zero, _) = run(&engine, &m, "fill", 0, 1 << 20);
+    let (thousand, _) = run(&engine, &m, "fill", 1000, 1 << 20);
+    assert_eq!(thousand - zero, 1000);
+    // Out of fuel in the middle of a bulk operation: nothing is filled past what was paid.
+    assert_eq!(
+        run(&engine, &m, "fill", 60_000, 1000).1,
+        Some(TrapKind::OutOfFuel)
+    );
+    let (none, _) = run(&engine, &m, "host", 0, 1 << 20);
+    let (some, _) = run(&engine, &m, "host", 500, 1 << 20);
+    assert_eq!(some - none, 500);
+    let (_, trap) = run(&engine, &m, "host", 5000, 1000);
+    assert_eq!(
+        trap,
+        Some(TrapKind::HostError),
+        "the host's OutOfFuel error stops its caller"
+    );
+}
+
+#[test]
+fn fuel_consumed_is_the_same_whatever_the_loading_and_threads() {
+    let wat = KERNELS.as_bytes();
+    let reference = {
+        let engine = Engine::default();
+        let m = ephem::compile_with(&metered(), &engine, wat).unwrap();
+        let r = run(&engine, &m, "mixed", 5000, u64::MAX >> 2);
+        assert_eq!(r.1, None);
+        r.0
+    };
+    let engines = [
+        (
+            "text copied",
+            EngineConfig {
+                map_text_at: Some(usize::MAX),
+                ..EngineConfig::default()
+            },
+        ),
+        (
+            "text mapped",
+            EngineConfig {
+                map_text_at: Some(0),
+                ..EngineConfig::default()
+            },
+        ),
+        (
+            "naive code slots",
+            EngineConfig {
+                code: PoolConfig::with_strategy(Strategy::Naive),
+                ..EngineConfig::default()
+            },
+        ),
+    ];
+    for (what, config) in engines {
+        let engine = Engine::with_config(config).unwrap();
+        let m = ephem::compile_with(&metered(), &engine, wat).unwrap();
+        assert_eq!(
+            run(&engine, &m, "mixed", 5000, u64::MAX >> 2).0,
+            reference,
+            "{what}"
+        );
+    }
+    // Through an artifact file.
+    let tmp = ephem_test_support::temp_dir();
+    let path = tmp.path().join("kernels.ephem");
+    let compiled = metered().compile(wat).unwrap();
+    ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled)).unwrap();
+    let engine = Engine::default();
+    let m = Module::from_file(&engine, &path).unwrap();
+    assert_eq!(
+        run(&engine, &m, "mixed", 5000, u64::MAX >> 2).0,
+        reference,
+        "artifact file"
+    );
+    // Two threads at once.
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (engine, m) = (engine.clone(), m.clone());
+            std::thread::spawn(move || run(&engine, &m, "mixed", 5000, u64::MAX >> 2).0)
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), reference, "threads");
+    }
+}
+
+#[test]
+fn a_store_with_fuel_refuses_unmetered_modules() {
+    let engine = Engine::default();
+    let plain = ephem::compile(&engine, b"(module (func (export \"f\")))").unwrap();
+    let mut store = Store::new(&engine, ());
+    assert_eq!(store.get_fuel().unwrap_err().kind(), ErrorKind::Usage);
+    store.set_fuel(100);
+    let e = Linker::new(&engine)
+        .instantiate(&mut store, &plain)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    assert!(e.to_string().contains("fuel"), "{e}");
+}
