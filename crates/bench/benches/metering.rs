@@ -1,6 +1,6 @@
-//! What the epoch-deadline checks cost in running code: the same kernels compiled with the
-//! checks and without them (the default), side by side. Kernels: an iterative loop (a check per
-//! iteration), recursive calls (a check per call), and a nested loop over memory.
+//! What metering costs in running code: the same kernels compiled without it (the default),
+//! with epoch-deadline checks, and with fuel, side by side. Kernels: an iterative loop (a check
+//! per iteration), recursive calls (a check per call), and a nested loop over memory.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use ephem::{Compiler, Engine, Linker, Store, TypedFunc};
@@ -35,20 +35,27 @@ const KERNELS: &str = r#"(module
       (br $round)))
     (local.get $sum)))"#;
 
-fn interrupt(c: &mut Criterion) {
+fn metering(c: &mut Criterion) {
     let engine = Engine::default();
-    let with = Compiler::new().unwrap().with_interruption_checks();
-    let without = Compiler::new().unwrap();
-    let mut group = c.benchmark_group("interrupt-checks");
+    let off = Compiler::new().unwrap();
+    let deadline = Compiler::new().unwrap().with_interruption_checks();
+    let fuel = Compiler::new().unwrap().with_fuel();
+    let mut group = c.benchmark_group("metering");
     for (kernel, arg) in [("loop", 100_000), ("recursion", 20), ("memory", 20)] {
-        for (checks, compiler) in [("with", &with), ("without", &without)] {
+        for (mode, compiler) in [("off", &off), ("deadline", &deadline), ("fuel", &fuel)] {
             let module = ephem::compile_with(compiler, &engine, KERNELS.as_bytes()).unwrap();
             let mut store = Store::new(&engine, ());
+            if mode == "fuel" {
+                store.set_fuel(u64::MAX);
+            }
+            if mode == "deadline" {
+                store.set_epoch_deadline(1 << 40);
+            }
             let instance = Linker::new(&engine)
                 .instantiate(&mut store, &module)
                 .unwrap();
             let f: TypedFunc<i32, i64> = instance.get_typed_func(&mut store, kernel).unwrap();
-            group.bench_function(BenchmarkId::new(kernel, checks), |b| {
+            group.bench_function(BenchmarkId::new(kernel, mode), |b| {
                 b.iter(|| f.call(&mut store, arg).unwrap())
             });
         }
@@ -56,5 +63,5 @@ fn interrupt(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, interrupt);
+criterion_group!(benches, metering);
 criterion_main!(benches);
