@@ -86,6 +86,7 @@ impl Memory {
         // SAFETY: derived from the exclusive borrow above, for this call only; nothing borrows
         // the store's data while the limiter is asked.
         let store = unsafe { &mut *raw };
+        // SAFETY: as above: `raw` is this store's, and its data is not borrowed.
         unsafe { admit_memory(store, raw, ty)? };
         let no_image: Option<&crate::instance::ArtifactImage<'_>> = None;
         let memory = LinearMemory::pooled(store.engine().memory_pool(), ty, no_image)?;
