@@ -6,6 +6,10 @@
 //! adapters. Intra-module calls are resolved here; everything that differs per process or per
 //! instance is reached through the instance context, so the text needs no relocation at load.
 //! The result is an [`ephem_module::CompiledModule`], which the runtime loads without this crate.
+//!
+//! Deadline checks ([`Compiler::with_interruption_checks`]) and fuel metering
+//! ([`Compiler::with_fuel`]) are compiled in only when asked for; both are part of the
+//! fingerprint, so the compile cache keeps their artifacts apart.
 
 mod parse;
 mod trampolines;

@@ -10,6 +10,19 @@
 //! reserves 8 GiB of inaccessible address space behind every memory base, so any access a
 //! 32-bit address and offset can form faults and becomes a trap. Everything per instance is
 //! loaded from the `vmctx` (see [`VmOffsets`]).
+//!
+//! Every function takes its callee's vmctx and then its caller's (null from the host), so that
+//! a host function knows which instance called it.
+//!
+//! Metering, when the compiler asks for it:
+//! - **Deadlines**: at every function entry and loop header, the engine's epoch (an atomic load)
+//!   is compared with the store's deadline, which a variable keeps (read at entry and after
+//!   every call, since only a host function can move it); past it, trap `Interrupted`.
+//! - **Fuel**: each operator's cost is added up at compile time over a straight-line stretch
+//!   and subtracted from a variable where control flow leaves the stretch; the variable is
+//!   written back to the store before calls and returns and read after calls; at every function
+//!   entry and loop header, below zero traps `OutOfFuel`. The charge depends only on the path
+//!   taken, so it is the same on every run.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};

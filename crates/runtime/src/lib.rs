@@ -11,6 +11,10 @@
 //! ([`Linker::func_wrap`]) that get a [`Caller`]: the store's data and the calling instance's
 //! exports.
 //!
+//! Bounding guests: a store's [`ResourceLimiter`] (see `limits`) bounds what it may take; an
+//! epoch deadline ([`Store::set_epoch_deadline`]) interrupts it, and fuel ([`Store::set_fuel`])
+//! meters it, for modules compiled with those checks.
+//!
 //! Threads: [`Engine`], [`Module`], [`Linker`] and [`InstancePre`] are `Send + Sync` (for
 //! `T: Send`), and a [`Store`] is `Send`: one linker serves every worker thread, each with
 //! stores of its own.
