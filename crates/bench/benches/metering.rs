@@ -1,6 +1,8 @@
 //! What metering costs in running code: the same kernels compiled without it (the default),
 //! with epoch-deadline checks, and with fuel, side by side. Kernels: an iterative loop (a check
-//! per iteration), recursive calls (a check per call), and a nested loop over memory.
+//! per iteration), recursive calls (a check per call), and a nested loop over memory, written in
+//! wat; and C compiled by clang (`kernels/kernels.c`, rebuilt by `kernels/build.sh`): quicksort,
+//! table-driven CRC-32, a 64×64 matrix product, a sieve, recursive Fibonacci.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use ephem::{Compiler, Engine, Linker, Store, TypedFunc};
@@ -35,15 +37,27 @@ const KERNELS: &str = r#"(module
       (br $round)))
     (local.get $sum)))"#;
 
+const C_KERNELS: &[u8] = include_bytes!("../kernels/kernels.wasm");
+
 fn metering(c: &mut Criterion) {
     let engine = Engine::default();
     let off = Compiler::new().unwrap();
     let deadline = Compiler::new().unwrap().with_interruption_checks();
     let fuel = Compiler::new().unwrap().with_fuel();
     let mut group = c.benchmark_group("metering");
-    for (kernel, arg) in [("loop", 100_000), ("recursion", 20), ("memory", 20)] {
+    let kernels: [(&str, i32, &[u8]); 8] = [
+        ("loop", 100_000, KERNELS.as_bytes()),
+        ("recursion", 20, KERNELS.as_bytes()),
+        ("memory", 20, KERNELS.as_bytes()),
+        ("sort", 20_000, C_KERNELS),
+        ("crc", 20, C_KERNELS),
+        ("matmul", 2, C_KERNELS),
+        ("sieve", 200_000, C_KERNELS),
+        ("fib", 20, C_KERNELS),
+    ];
+    for (kernel, arg, wasm) in kernels {
         for (mode, compiler) in [("off", &off), ("deadline", &deadline), ("fuel", &fuel)] {
-            let module = ephem::compile_with(compiler, &engine, KERNELS.as_bytes()).unwrap();
+            let module = ephem::compile_with(compiler, &engine, wasm).unwrap();
             let mut store = Store::new(&engine, ());
             if mode == "fuel" {
                 store.set_fuel(u64::MAX);
@@ -54,10 +68,16 @@ fn metering(c: &mut Criterion) {
             let instance = Linker::new(&engine)
                 .instantiate(&mut store, &module)
                 .unwrap();
-            let f: TypedFunc<i32, i64> = instance.get_typed_func(&mut store, kernel).unwrap();
-            group.bench_function(BenchmarkId::new(kernel, mode), |b| {
-                b.iter(|| f.call(&mut store, arg).unwrap())
-            });
+            let func = instance.get_func(&mut store, kernel).unwrap();
+            let id = BenchmarkId::new(kernel, mode);
+            // The wat kernels return i64, the C ones i32.
+            match func.typed::<i32, i64>(&store) {
+                Ok(f) => group.bench_function(id, |b| b.iter(|| f.call(&mut store, arg).unwrap())),
+                Err(_) => {
+                    let f: TypedFunc<i32, i32> = func.typed(&store).unwrap();
+                    group.bench_function(id, |b| b.iter(|| f.call(&mut store, arg).unwrap()))
+                }
+            };
         }
     }
     group.finish();
