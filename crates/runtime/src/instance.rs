@@ -28,6 +28,7 @@ use ephem_module::{
     ImportKind, Reloc, SegmentMode, TrapKind, ValRaw, VmFuncRef, VmOffsets, native,
 };
 
+use crate::limits::Growing;
 use crate::memory::{Claim, ImageSource, LinearMemory};
 use crate::signals::{CodeSite, TrapSite};
 use crate::store::{AsContext, AsContextMut, StoreInner, StoreOpaque, Stored};
@@ -724,7 +725,7 @@ pub(crate) unsafe fn admit_memory(
 ) -> Result<(), Error> {
     let bytes = |pages: u32| pages as usize * crate::memory::PAGE as usize;
     // SAFETY: per the contract.
-    unsafe { store.admit(raw, true, bytes(ty.min), ty.max.map(bytes)) }
+    unsafe { store.admit(raw, Growing::Memory, bytes(ty.min), ty.max.map(bytes)) }
 }
 
 /// Asks the store's limiter whether a table of `ty` may be added.
@@ -737,7 +738,14 @@ pub(crate) unsafe fn admit_table(
     ty: TableType,
 ) -> Result<(), Error> {
     // SAFETY: per the contract.
-    unsafe { store.admit(raw, false, ty.min as usize, ty.max.map(|m| m as usize)) }
+    unsafe {
+        store.admit(
+            raw,
+            Growing::Table,
+            ty.min as usize,
+            ty.max.map(|m| m as usize),
+        )
+    }
 }
 
 /// A memory image of an artifact, as memories take it.

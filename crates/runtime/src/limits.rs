@@ -136,15 +136,52 @@ impl ResourceLimiter for StoreLimits {
     }
 }
 
+/// What wants to be made or to grow: a memory (sized in bytes) or a table (in elements).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Growing {
+    Memory,
+    Table,
+}
+
+impl Growing {
+    fn noun(self) -> &'static str {
+        match self {
+            Growing::Memory => "memory",
+            Growing::Table => "table",
+        }
+    }
+
+    fn unit(self) -> &'static str {
+        match self {
+            Growing::Memory => "bytes",
+            Growing::Table => "elements",
+        }
+    }
+
+    /// The error for a limiter's refusal to make one of `initial` bytes or elements.
+    pub(crate) fn refused(self, initial: usize) -> Error {
+        Error::Limit(format!(
+            "the store's limiter refused a {} of {initial} {}",
+            self.noun(),
+            self.unit()
+        ))
+    }
+
+    /// The count this kind adds to.
+    pub(crate) fn resource(self) -> Resource {
+        match self {
+            Growing::Memory => Resource::Memories,
+            Growing::Table => Resource::Tables,
+        }
+    }
+}
+
 /// A question for a store's limiter, asked through its type-erased entry point.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Ask {
-    Memory {
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    },
-    Table {
+    /// May `what` grow from `current` to `desired` (0 to its initial size when made)?
+    Grow {
+        what: Growing,
         current: usize,
         desired: usize,
         maximum: Option<usize>,
@@ -167,12 +204,14 @@ pub(crate) enum Answer {
 /// Asks `limiter`.
 pub(crate) fn answer(limiter: &mut dyn ResourceLimiter, ask: Ask) -> Answer {
     match ask {
-        Ask::Memory {
+        Ask::Grow {
+            what: Growing::Memory,
             current,
             desired,
             maximum,
         } => Answer::Grow(limiter.memory_growing(current, desired, maximum)),
-        Ask::Table {
+        Ask::Grow {
+            what: Growing::Table,
             current,
             desired,
             maximum,

@@ -44,6 +44,8 @@ use std::os::fd::BorrowedFd;
 
 use ephem_artifact::Identity;
 use ephem_module::{MemoryType, VmMemory};
+
+use crate::limits::Growing;
 use rustix::mm::{Advice, MapFlags, MprotectFlags, ProtFlags};
 
 pub const PAGE: u64 = 65536;
@@ -602,7 +604,7 @@ impl LinearMemory {
         let max = self.ty.max.map(|m| m as usize * PAGE as usize);
         let desired = self.len().saturating_add(delta as usize * PAGE as usize);
         // SAFETY: per the contract.
-        delta == 0 || unsafe { store.may_grow(raw, true, self.len(), desired, max) }
+        delta == 0 || unsafe { store.may_grow(raw, Growing::Memory, self.len(), desired, max) }
     }
 
     /// Grows by `delta` pages; returns the old size in pages, or `None` past the maximum.

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::func::{HostFailure, HostFunc};
 use crate::instance::InstanceData;
-use crate::limits::{Answer, Ask, Resource, ResourceLimiter};
+use crate::limits::{Answer, Ask, Growing, Resource, ResourceLimiter};
 use crate::memory::LinearMemory;
 use crate::table::{GlobalData, TableData};
 use crate::{Engine, VmFuncRef};
@@ -386,15 +386,15 @@ impl StoreOpaque {
         unsafe { f(store, ask) }
     }
 
-    /// Whether a memory of `ty` (or a table: `memory` false) may be added: the count and the
-    /// initial size (`initial` bytes or elements, `maximum` likewise).
+    /// Whether a memory or table (`what`) of `initial` bytes or elements (`maximum` likewise)
+    /// may be added: the count, then the initial size.
     ///
     /// # Safety
     /// As for [`StoreOpaque::ask`].
     pub(crate) unsafe fn admit(
         &self,
         store: *mut StoreOpaque,
-        memory: bool,
+        what: Growing,
         initial: usize,
         maximum: Option<usize>,
     ) -> Result<(), crate::Error> {
@@ -405,35 +405,18 @@ impl StoreOpaque {
         else {
             return Ok(());
         };
-        let (have, limit, what) = if memory {
-            (self.memories.len(), memories, Resource::Memories)
-        } else {
-            (self.tables.len(), tables, Resource::Tables)
+        let (have, limit) = match what {
+            Growing::Memory => (self.memories.len(), memories),
+            Growing::Table => (self.tables.len(), tables),
         };
         if have >= limit {
-            return Err(what.refused(limit));
+            return Err(what.resource().refused(limit));
         }
-        let ask = if memory {
-            Ask::Memory {
-                current: 0,
-                desired: initial,
-                maximum,
-            }
-        } else {
-            Ask::Table {
-                current: 0,
-                desired: initial,
-                maximum,
-            }
-        };
         // SAFETY: per the contract.
-        match unsafe { self.ask(store, ask) } {
-            Some(Answer::Grow(false)) => Err(crate::Error::Limit(format!(
-                "the store's limiter refused a {} of {initial} {}",
-                if memory { "memory" } else { "table" },
-                if memory { "bytes" } else { "elements" },
-            ))),
-            _ => Ok(()),
+        if unsafe { self.may_grow(store, what, 0, initial, maximum) } {
+            Ok(())
+        } else {
+            Err(what.refused(initial))
         }
     }
 
@@ -454,7 +437,7 @@ impl StoreOpaque {
         }
     }
 
-    /// Whether a memory (`memory`) or table may grow from `current` to `desired` bytes or
+    /// Whether a memory or table (`what`) may grow from `current` to `desired` bytes or
     /// elements.
     ///
     /// # Safety
@@ -462,23 +445,16 @@ impl StoreOpaque {
     pub(crate) unsafe fn may_grow(
         &self,
         store: *mut StoreOpaque,
-        memory: bool,
+        what: Growing,
         current: usize,
         desired: usize,
         maximum: Option<usize>,
     ) -> bool {
-        let ask = if memory {
-            Ask::Memory {
-                current,
-                desired,
-                maximum,
-            }
-        } else {
-            Ask::Table {
-                current,
-                desired,
-                maximum,
-            }
+        let ask = Ask::Grow {
+            what,
+            current,
+            desired,
+            maximum,
         };
         // SAFETY: per the contract.
         !matches!(unsafe { self.ask(store, ask) }, Some(Answer::Grow(false)))

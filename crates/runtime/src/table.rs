@@ -5,6 +5,8 @@ use std::cell::UnsafeCell;
 
 use ephem_module::{TableType, VmTable};
 
+use crate::limits::Growing;
+
 /// Most elements a table may grow to (a resource limit).
 pub const MAX_ELEMENTS: u32 = 10_000_000;
 
@@ -85,8 +87,9 @@ impl TableData {
     ) -> bool {
         let current = self.len() as usize;
         let max = self.ty.max.map(|m| m as usize);
+        let desired = current + delta as usize;
         // SAFETY: per the contract.
-        delta == 0 || unsafe { store.may_grow(raw, false, current, current + delta as usize, max) }
+        delta == 0 || unsafe { store.may_grow(raw, Growing::Table, current, desired, max) }
     }
 
     /// Grows by `delta` elements set to `init`; returns the old length, or `None`.
