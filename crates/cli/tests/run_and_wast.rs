@@ -183,7 +183,7 @@ fn max_stack_bounds_recursion() {
 #[test]
 fn fuel_bounds_a_guest_and_is_printed() {
     // fib.wat's `fib 30` takes a fixed amount of fuel; an endless loop takes all there is.
-    let out = ephem(&[
+    let fib30 = [
         "run",
         "examples/fib.wat",
         "--invoke",
@@ -192,7 +192,8 @@ fn fuel_bounds_a_guest_and_is_printed() {
         "--fuel",
         "1000000",
         "--print-fuel",
-    ]);
+    ];
+    let out = ephem(&fib30);
     assert!(
         out.status.success(),
         "{}",
@@ -206,16 +207,7 @@ fn fuel_bounds_a_guest_and_is_printed() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{stderr}"));
     assert!(used > 30 && used < 1_000_000, "{used}");
-    let again = ephem(&[
-        "run",
-        "examples/fib.wat",
-        "--invoke",
-        "fib",
-        "30",
-        "--fuel",
-        "1000000",
-        "--print-fuel",
-    ]);
+    let again = ephem(&fib30);
     assert_eq!(
         String::from_utf8_lossy(&again.stderr),
         stderr,

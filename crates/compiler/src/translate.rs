@@ -224,13 +224,13 @@ pub fn translate(
     if env.info.interruptible {
         let var = t.b.declare_var(I64);
         t.deadline = Some(var);
-        t.reload_deadline();
+        t.reload(t.deadline, VmOffsets::EPOCH_DEADLINE);
         t.epoch_check();
     }
     if env.fuel_costs.is_some() {
         let var = t.b.declare_var(I64);
         t.fuel = Some(var);
-        t.reload_fuel();
+        t.reload(t.fuel, VmOffsets::FUEL);
         t.fuel_check();
     }
     let mut ops = body.get_operators_reader()?;
@@ -306,12 +306,25 @@ impl Translator<'_, '_> {
         self.stack.extend(params);
     }
 
-    /// Reads the store's deadline into its variable (at entry, and after calls).
-    fn reload_deadline(&mut self) {
-        let Some(var) = self.deadline else { return };
-        let at = self.load_ptr(self.vmctx, VmOffsets::EPOCH_DEADLINE);
-        let deadline = self.b.ins().load(I64, trusted(), at, 0);
-        self.b.def_var(var, deadline);
+    /// Reads the store's value that vmctx field `field` points at into `var`, if the code keeps
+    /// one (the deadline and the fuel, at entry and after calls).
+    fn reload(&mut self, var: Option<Variable>, field: u32) {
+        let Some(var) = var else { return };
+        let at = self.load_ptr(self.vmctx, field);
+        let value = self.b.ins().load(I64, trusted(), at, 0);
+        self.b.def_var(var, value);
+    }
+
+    /// Writes `value` to the store's value that vmctx field `field` points at.
+    fn store_cell(&mut self, field: u32, value: Value) {
+        let at = self.load_ptr(self.vmctx, field);
+        self.b.ins().store(trusted(), value, at, 0);
+    }
+
+    /// After a call (which may run a host function): the deadline and the fuel anew.
+    fn reload_after_call(&mut self) {
+        self.reload(self.deadline, VmOffsets::EPOCH_DEADLINE);
+        self.reload(self.fuel, VmOffsets::FUEL);
     }
 
     /// Traps with `Interrupted` if the engine's epoch has reached the store's deadline. The
@@ -346,16 +359,7 @@ impl Translator<'_, '_> {
         self.flush_fuel();
         let Some(var) = self.fuel else { return };
         let left = self.b.use_var(var);
-        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
-        self.b.ins().store(trusted(), left, at, 0);
-    }
-
-    /// Reads the remaining fuel from the store (at entry and after calls).
-    fn reload_fuel(&mut self) {
-        let Some(var) = self.fuel else { return };
-        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
-        let left = self.b.ins().load(I64, trusted(), at, 0);
-        self.b.def_var(var, left);
+        self.store_cell(VmOffsets::FUEL, left);
     }
 
     /// Traps with `OutOfFuel` (after writing the fuel back) once the fuel is below zero.
@@ -368,8 +372,7 @@ impl Translator<'_, '_> {
         self.b.set_cold_block(empty);
         self.b.ins().brif(out, empty, &[], go_on, &[]);
         self.b.switch_to_block(empty);
-        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
-        self.b.ins().store(trusted(), left, at, 0);
+        self.store_cell(VmOffsets::FUEL, left);
         self.b.ins().trap(code::OUT_OF_FUEL);
         self.b.switch_to_block(go_on);
     }
@@ -584,7 +587,8 @@ impl Translator<'_, '_> {
         self.spill_fuel();
         let call = self.b.ins().call_indirect(sig, fnptr, &all);
         let result = self.b.inst_results(call).first().copied();
-        self.reload_fuel();
+        // Bulk operations charge fuel, and nothing else a builtin does moves the deadline.
+        self.reload(self.fuel, VmOffsets::FUEL);
         result
     }
 
@@ -637,8 +641,7 @@ impl Translator<'_, '_> {
         };
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
-        self.reload_deadline();
-        self.reload_fuel();
+        self.reload_after_call();
     }
 
     /// Pointer to table `table`'s `VmTable`.
@@ -702,8 +705,7 @@ impl Translator<'_, '_> {
         let call = self.b.ins().call_indirect(sig, code_ptr, &all);
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
-        self.reload_deadline();
-        self.reload_fuel();
+        self.reload_after_call();
     }
 
     fn global_addr(&mut self, global: u32) -> Value {
