@@ -247,7 +247,7 @@ impl<T: 'static> Linker<T> {
                 "the module belongs to another engine than the linker".into(),
             ));
         }
-        let mut items = Vec::new();
+        let mut items = Vec::with_capacity(module.artifact().info().imports.len());
         let mut unknown = Vec::new();
         for import in module.imports() {
             let Some(def) = self.get_def(import.module, import.name) else {
