@@ -129,6 +129,22 @@ impl Memory {
         unsafe { self.get(&*store).bytes() }
     }
 
+    /// The memory's bytes and the store's data at once: what a host function needs to read its
+    /// arguments out of the guest's memory while it updates its own state.
+    pub fn data_and_store_mut<'a, S: AsContextMut + ?Sized>(
+        &self,
+        store: &'a mut S,
+    ) -> (&'a mut [u8], &'a mut S::Data) {
+        // SAFETY: as `data_mut`; the bytes are the memory's own mapping, apart from the store's
+        // data, so the two exclusive borrows do not overlap.
+        let bytes: *mut [u8] = unsafe { self.get(&*store).bytes() };
+        let data = &mut store.as_context_mut().0.data;
+        // SAFETY: `data` lives in the store's inner state, which outlives the borrow `'a`; the
+        // context is a reborrow of `store` for `'a`.
+        let data: *mut S::Data = data;
+        unsafe { (&mut *bytes, &mut *data) }
+    }
+
     /// The first byte (for embedders that hand the memory to other code).
     pub fn data_ptr(&self, store: impl AsContext) -> *mut u8 {
         self.get(&store).base()

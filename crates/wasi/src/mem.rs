@@ -1,0 +1,114 @@
+//! The guest's linear memory as host functions see it: every access bounds-checked, so a
+//! pointer outside the memory is an `EFAULT` for the guest, never a fault in the host.
+//!
+//! Values are little-endian at any alignment, as wasm memory is.
+
+use crate::abi::{Errno, IOVEC_SIZE};
+
+/// What a host function returns to the guest on failure.
+pub type Result<T, E = Errno> = std::result::Result<T, E>;
+
+/// A borrowed linear memory.
+pub struct GuestMemory<'a>(pub(crate) &'a mut [u8]);
+
+impl GuestMemory<'_> {
+    fn range(&self, ptr: u32, len: u32) -> Result<std::ops::Range<usize>> {
+        let start = ptr as usize;
+        let end = start + len as usize;
+        if end > self.0.len() {
+            return Err(Errno::FAULT);
+        }
+        Ok(start..end)
+    }
+
+    /// `len` bytes at `ptr`.
+    pub fn slice(&self, ptr: u32, len: u32) -> Result<&[u8]> {
+        let r = self.range(ptr, len)?;
+        Ok(&self.0[r])
+    }
+
+    /// `len` bytes at `ptr`, to write.
+    pub fn slice_mut(&mut self, ptr: u32, len: u32) -> Result<&mut [u8]> {
+        let r = self.range(ptr, len)?;
+        Ok(&mut self.0[r])
+    }
+
+    /// Copies `bytes` to `ptr`.
+    pub fn write(&mut self, ptr: u32, bytes: &[u8]) -> Result<()> {
+        let len = u32::try_from(bytes.len()).map_err(|_| Errno::FAULT)?;
+        self.slice_mut(ptr, len)?.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn array<const N: usize>(&self, ptr: u32) -> Result<[u8; N]> {
+        Ok(self.slice(ptr, N as u32)?.try_into().expect("N bytes"))
+    }
+
+    pub fn u8(&self, ptr: u32) -> Result<u8> {
+        Ok(self.array::<1>(ptr)?[0])
+    }
+    pub fn u16(&self, ptr: u32) -> Result<u16> {
+        self.array(ptr).map(u16::from_le_bytes)
+    }
+    pub fn u32(&self, ptr: u32) -> Result<u32> {
+        self.array(ptr).map(u32::from_le_bytes)
+    }
+    pub fn u64(&self, ptr: u32) -> Result<u64> {
+        self.array(ptr).map(u64::from_le_bytes)
+    }
+    pub fn set_u32(&mut self, ptr: u32, v: u32) -> Result<()> {
+        self.write(ptr, &v.to_le_bytes())
+    }
+    pub fn set_u64(&mut self, ptr: u32, v: u64) -> Result<()> {
+        self.write(ptr, &v.to_le_bytes())
+    }
+
+    /// A `usize` count written as the guest's `size` (u32): counts never exceed the memory.
+    pub fn set_size(&mut self, ptr: u32, n: usize) -> Result<()> {
+        self.set_u32(ptr, n as u32)
+    }
+
+    /// The (pointer, length) pairs of an iovec array, each checked against the memory.
+    pub fn iovecs(&self, iovs: u32, count: u32) -> Result<Vec<(u32, u32)>> {
+        let bytes = count.checked_mul(IOVEC_SIZE).ok_or(Errno::FAULT)?;
+        let raw = self.slice(iovs, bytes)?;
+        raw.chunks_exact(IOVEC_SIZE as usize)
+            .map(|c| {
+                let ptr = u32::from_le_bytes(c[0..4].try_into().expect("4 bytes"));
+                let len = u32::from_le_bytes(c[4..8].try_into().expect("4 bytes"));
+                self.range(ptr, len).map(|_| (ptr, len))
+            })
+            .collect()
+    }
+
+    /// The byte slices of a ciovec array, to write out.
+    pub fn gather(&self, iovs: &[(u32, u32)]) -> Vec<std::io::IoSlice<'_>> {
+        iovs.iter()
+            .map(|&(p, l)| std::io::IoSlice::new(&self.0[p as usize..(p + l) as usize]))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accesses_past_the_end_are_faults_not_panics() {
+        let mut bytes = vec![0u8; 16];
+        let mut m = GuestMemory(&mut bytes);
+        m.set_u64(8, u64::MAX).unwrap();
+        assert_eq!(m.u64(8), Ok(u64::MAX));
+        assert_eq!(m.u64(9), Err(Errno::FAULT));
+        assert_eq!(m.u32(u32::MAX), Err(Errno::FAULT));
+        assert_eq!(m.slice(16, 0).map(<[u8]>::len), Ok(0));
+        assert_eq!(m.slice(17, 0).err(), Some(Errno::FAULT));
+        // An iovec array whose byte size overflows, and one pointing outside.
+        assert_eq!(m.iovecs(0, u32::MAX).err(), Some(Errno::FAULT));
+        m.set_u32(0, 12).unwrap();
+        m.set_u32(4, 8).unwrap();
+        assert_eq!(m.iovecs(0, 1).err(), Some(Errno::FAULT));
+        m.set_u32(4, 4).unwrap();
+        assert_eq!(m.iovecs(0, 1), Ok(vec![(12, 4)]));
+    }
+}
