@@ -7,7 +7,9 @@
 //! | 2 | a usage error: bad flags or arguments (clap's own code for them too) |
 //! | 134 | the guest trapped (what a process killed by `SIGABRT` reports, as wasmtime does) |
 //!
-//! A guest's own exit code (WASI's `proc_exit`) will be passed through as it is.
+//! A guest's own exit status (WASI's `proc_exit`) is passed through as it is when it fits in
+//! 0..=255; one outside that range (which a process cannot report) becomes 1, never a wrapped
+//! value that could read as success.
 
 use std::process::ExitCode;
 
@@ -25,8 +27,20 @@ pub const TRAP: u8 = 134;
 #[error("{0}")]
 pub struct Usage(pub String);
 
+/// The status the guest gave `proc_exit`, if that is what ended the run.
+fn guest_exit(error: &anyhow::Error) -> Option<u8> {
+    let status = error.chain().find_map(|c| {
+        c.downcast_ref::<ephem::Error>()
+            .and_then(ephem_wasi::exit_code)
+    })?;
+    Some(u8::try_from(status).unwrap_or(ERROR))
+}
+
 /// The exit code for `error`.
 pub fn code(error: &anyhow::Error) -> u8 {
+    if let Some(status) = guest_exit(error) {
+        return status;
+    }
     for cause in error.chain() {
         if cause.downcast_ref::<Usage>().is_some() {
             return USAGE;
@@ -60,6 +74,8 @@ pub fn message(error: &anyhow::Error) -> String {
 pub fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(SUCCESS),
+        // The guest chose to exit: its status, and nothing of ours on stderr.
+        Err(e) if guest_exit(&e).is_some() => ExitCode::from(code(&e)),
         Err(e) => {
             eprintln!("error: {}", message(&e));
             ExitCode::from(code(&e))

@@ -1,9 +1,11 @@
-//! `ephem run FILE [--invoke NAME] [--trap-unknown-imports] [ARGS…]`.
+//! `ephem run FILE [--dir HOST[::GUEST]] [--env K=V] [--preload NAME=FILE] [--invoke NAME]
+//! [--] [ARGS…]`: wasmtime's flags, with WASI preview 1 linked for every module.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use ephem::{Engine, Linker, Store, StoreLimitsBuilder, Val, ValType};
+use ephem::{Engine, Linker, Store, StoreLimits, StoreLimitsBuilder, Val, ValType};
+use ephem_wasi::{DirPerms, WasiCtx, WasiCtxBuilder};
 
 use crate::exit::Usage;
 
@@ -43,9 +45,60 @@ pub struct Args {
     /// Print the fuel consumed to standard error (with `--fuel`), also when the guest traps.
     #[arg(long, requires = "fuel")]
     print_fuel: bool,
-    /// Arguments, parsed by the export's parameter types (integers signed or unsigned, in
-    /// range).
+    /// Lets the guest use the host directory HOST as GUEST (default: HOST as given); it
+    /// reaches nothing outside it. Repeatable.
+    #[arg(long = "dir", value_name = "HOST[::GUEST]")]
+    dirs: Vec<String>,
+    /// As `--dir`, read-only: the guest may read and list, not create, change or remove.
+    #[arg(long = "dir-ro", value_name = "HOST[::GUEST]")]
+    dirs_ro: Vec<String>,
+    /// An environment variable for the guest (`NAME` alone passes the host's value).
+    /// Repeatable.
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    envs: Vec<String>,
+    /// Instantiates FILE first and links its exports under the module name NAME (e.g.
+    /// `--preload bench=bench.wat`). Repeatable.
+    #[arg(long = "preload", value_name = "NAME=FILE")]
+    preloads: Vec<String>,
+    /// The guest's arguments (after its name, the module's file name) for a WASI command;
+    /// with `--invoke`, the export's arguments, parsed by its parameter types (integers
+    /// signed or unsigned, in range).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
+}
+
+/// What a store of the command line holds.
+struct Host {
+    limits: StoreLimits,
+    wasi: WasiCtx,
+}
+
+/// `HOST[::GUEST]`.
+fn split_dir(spec: &str) -> (&str, &str) {
+    spec.split_once("::").unwrap_or((spec, spec))
+}
+
+/// The guest's WASI context: its name and arguments, environment, preopens, inherited stdio.
+fn wasi(args: &Args) -> anyhow::Result<WasiCtx> {
+    let mut b = WasiCtxBuilder::new();
+    b.inherit_stdio();
+    b.arg(args.file.display().to_string())?;
+    b.args(&args.args)?;
+    for spec in &args.envs {
+        match spec.split_once('=') {
+            Some((k, v)) => b.env(k, v)?,
+            None => match std::env::var_os(spec) {
+                Some(v) => b.env(spec, v.as_encoded_bytes())?,
+                None => &mut b,
+            },
+        };
+    }
+    let dirs = args.dirs.iter().map(|d| (d, DirPerms::ReadWrite));
+    for (spec, perms) in dirs.chain(args.dirs_ro.iter().map(|d| (d, DirPerms::ReadOnly))) {
+        let (host, guest) = split_dir(spec);
+        b.preopened_dir(host, guest, perms)?;
+    }
+    Ok(b.build())
 }
 
 /// `500ms`, `2s`, `1m`, or a plain number of seconds; not zero.
@@ -122,12 +175,40 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.fuel.is_some() {
         compiler = compiler.with_fuel();
     }
-    let module = crate::cache::load(&compiler, &engine, &args.file, cache.as_ref())?;
+    let load = |path| crate::cache::load(&compiler, &engine, path, cache.as_ref());
+    let module = load(&args.file)?;
     let mut limits = StoreLimitsBuilder::new();
     if let Some(bytes) = args.max_memory {
         limits = limits.memory_size(bytes);
     }
     let mut linker = Linker::new(&engine);
+    ephem_wasi::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi)?;
+    let mut store = Store::new(
+        &engine,
+        Host {
+            limits: limits.build(),
+            wasi: wasi(&args)?,
+        },
+    );
+    store.limiter(|h| &mut h.limits);
+    if let Some(fuel) = args.fuel {
+        store.set_fuel(fuel);
+    }
+    // Started before instantiation, so that start functions are bounded too.
+    let _ticker = args.timeout.map(|timeout| {
+        store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
+        engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT)
+    });
+    for spec in &args.preloads {
+        let (name, path) = spec
+            .split_once('=')
+            .ok_or_else(|| Usage(format!("`--preload {spec}`: expected NAME=FILE")))?;
+        let preload = load(path.as_ref())?;
+        let instance = linker
+            .instantiate(&mut store, &preload)
+            .with_context(|| format!("instantiating {path}"))?;
+        linker.instance(&mut store, name, instance)?;
+    }
     if args.trap_unknown_imports {
         linker.define_unknown_imports_as_traps(&module)?;
     }
@@ -137,27 +218,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.file.display()
         )
     })?;
-    let mut store = Store::new(&engine, limits.build());
-    store.limiter(|limits| limits);
-    if let Some(fuel) = args.fuel {
-        store.set_fuel(fuel);
-    }
-    // Started before instantiation, so that the start function is bounded too.
-    let _ticker = args.timeout.map(|timeout| {
-        store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
-        engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT)
-    });
     let instance = pre.instantiate(&mut store)?;
-    let name = match args.invoke {
-        Some(name) => name,
-        None => match ["_start", "main"]
-            .into_iter()
-            .find(|n| instance.get_func(&mut store, n).is_some())
-        {
-            Some(n) => n.to_owned(),
-            None if args.args.is_empty() => return Ok(()),
-            None => return Err(Usage("no export to call: pass --invoke NAME".into()).into()),
-        },
+    let print_fuel = |store: &Store<Host>| -> anyhow::Result<()> {
+        if let (true, Some(fuel)) = (args.print_fuel, args.fuel) {
+            eprintln!("fuel consumed: {}", fuel - store.get_fuel()?);
+        }
+        Ok(())
+    };
+    // A WASI command: `_start`, with the arguments given to the guest.
+    let command = instance.get_func(&mut store, "_start");
+    if let (None, Some(start)) = (&args.invoke, command) {
+        let ran = start.call(&mut store, &[], &mut []);
+        print_fuel(&store)?;
+        return Ok(ran?);
+    }
+    // A reactor is initialised before its export is called.
+    if let Some(init) = instance.get_func(&mut store, "_initialize") {
+        init.call(&mut store, &[], &mut [])?;
+    }
+    let name = match &args.invoke {
+        Some(name) => name.clone(),
+        None if instance.get_func(&mut store, "main").is_some() => "main".to_owned(),
+        None if args.args.is_empty() => return Ok(()),
+        None => return Err(Usage("no export to call: pass --invoke NAME".into()).into()),
     };
     let func = instance
         .get_func(&mut store, &name)
@@ -180,9 +263,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
     let called = func.call(&mut store, &vals, &mut results);
-    if let (true, Some(fuel)) = (args.print_fuel, args.fuel) {
-        eprintln!("fuel consumed: {}", fuel - store.get_fuel()?);
-    }
+    print_fuel(&store)?;
     called?;
     for v in &results {
         println!("{}", show(v));

@@ -793,12 +793,12 @@ impl WasiCtx {
         if lookup & abi::LOOKUP_SYMLINK_FOLLOW == 0 {
             host |= OFlags::NOFOLLOW;
         }
-        let opened = fs::open(
-            dir.fd.as_fd(),
-            Self::path(m, path, path_len)?,
-            host,
-            Mode::from_raw_mode(0o666),
-        )?;
+        // openat2 refuses a mode without O_CREAT.
+        let mode = match host.contains(OFlags::CREATE) {
+            true => Mode::from_raw_mode(0o666),
+            false => Mode::empty(),
+        };
+        let opened = fs::open(dir.fd.as_fd(), Self::path(m, path, path_len)?, host, mode)?;
         let is_dir = oflags & oflags::DIRECTORY != 0
             || FileType::from_raw_mode(retry(|| rustix::fs::fstat(&opened))?.st_mode)
                 == FileType::Directory;
