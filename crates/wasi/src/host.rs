@@ -443,8 +443,8 @@ impl WasiCtx {
 
     /// A file's descriptor (not stdio, not a directory).
     fn file(&self, fd: u32, needed: u64) -> Result<BorrowedFd<'_>> {
-        match &self.entry(fd, needed)?.desc {
-            Desc::File(f) => Ok(f.as_fd()),
+        match &self.entry(fd, 0)?.desc {
+            Desc::File(f) => self.entry(fd, needed).map(|_| f.as_fd()),
             Desc::Dir(_) => Err(Errno::ISDIR),
             _ => Err(Errno::SPIPE),
         }
@@ -756,6 +756,8 @@ impl WasiCtx {
         flags: u32,
         out: u32,
     ) -> Result<()> {
+        // The result's place first: a descriptor is never opened that the guest cannot learn.
+        m.slice(out, 4)?;
         let oflags = oflags as u16;
         let mut needed = rights::PATH_OPEN;
         if oflags & oflags::CREAT != 0 {

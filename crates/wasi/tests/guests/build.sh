@@ -1,0 +1,8 @@
+#!/bin/sh
+# Rebuilds the WASI test guests (checked in, so that tests need no toolchain): Debian's
+# clang, lld, wasi-libc and libclang-rt-*-dev-wasm32.
+set -eu
+cd "$(dirname "$0")"
+for src in *.c; do
+  clang --target=wasm32-wasi --sysroot=/usr -O2 -Wall -Werror -s "$src" -o "${src%.c}.wasm"
+done
