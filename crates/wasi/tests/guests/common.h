@@ -28,9 +28,14 @@ static inline const char *errno_name(int e) {
   }
 }
 
-// A libc call: 0 or more is success, -1 sets errno.
-#define CHECK(label, call) \
-  do { errno = 0; long r_ = (long)(call); printf("%s: %s\n", label, r_ >= 0 ? "OK" : errno_name(errno)); } while (0)
+// A libc call (evaluated here, after errno is cleared): 0 or more is success, -1 sets errno.
+#define CHECK(label, call)                                                       \
+  do {                                                                           \
+    errno = 0;                                                                   \
+    long r_ = (long)(call);                                                      \
+    printf("%s: %s\n", label,                                                    \
+           r_ >= 0 ? "OK" : errno ? errno_name(errno) : "failed without errno"); \
+  } while (0)
 
 // Imports that wasi-libc does not declare (or declares with a computed length).
 #define WASI_IMPORT(name) \

@@ -25,14 +25,13 @@ int main(void) {
 
   CHECK("mkdir d", mkdir("d", 0755));
   CHECK("mkdir d again", mkdir("d", 0755));
-  int fd = open("d/f", O_CREAT | O_WRONLY | O_TRUNC, 0644);
-  CHECK("create d/f", fd);
+  int fd;
+  CHECK("create d/f", fd = open("d/f", O_CREAT | O_WRONLY | O_TRUNC, 0644));
   CHECK("write", write(fd, "hello world", 11));
   CHECK("close", close(fd));
   CHECK("close again", close(fd));
 
-  fd = open("d/f", O_RDWR);
-  CHECK("open d/f", fd);
+  CHECK("open d/f", fd = open("d/f", O_RDWR));
   CHECK("read 5", read(fd, buf, 5));
   printf("read: %s\n", buf);
   printf("seek to 6: %ld\n", (long)lseek(fd, 6, SEEK_SET));
@@ -62,8 +61,8 @@ int main(void) {
   CHECK("stat d/h", stat("d/h", &st));
   printf("nlink %d\n", (int)st.st_nlink);
   CHECK("symlink g d/s", symlink("g", "d/s"));
-  ssize_t n = readlink("d/s", buf, sizeof buf);
-  CHECK("readlink d/s", n);
+  ssize_t n;
+  CHECK("readlink d/s", n = readlink("d/s", buf, sizeof buf));
   buf[n > 0 ? n : 0] = 0;
   printf("readlink: %s\n", buf);
   CHECK("lstat d/s", lstat("d/s", &st));
@@ -117,8 +116,8 @@ int main(void) {
   RAW("unlink mine", __wasi_path_unlink_file(3, "mine"));
 
   // The read-only preopen "ro" (descriptor 4).
-  int ro = open("ro/r.txt", O_RDONLY);
-  CHECK("ro: open for reading", ro);
+  int ro;
+  CHECK("ro: open for reading", ro = open("ro/r.txt", O_RDONLY));
   memset(buf, 0, sizeof buf);
   CHECK("ro: read", read(ro, buf, sizeof buf));
   printf("ro: read: %s", buf);
@@ -128,8 +127,8 @@ int main(void) {
       raw_path_open(4, 0, (int32_t) "r.txt", 5, 0, __WASI_RIGHTS_FD_WRITE, 0, 0, (int32_t)&rofd));
   // wasi-libc asks only for the rights the directory passes on, so its open succeeds
   // read-only, and writing through it fails.
-  int w = open("ro/r.txt", O_WRONLY);
-  CHECK("ro: libc open for writing", w);
+  int w;
+  CHECK("ro: libc open for writing", w = open("ro/r.txt", O_WRONLY));
   CHECK("ro: write through it", write(w, "x", 1));
   CHECK("ro: create", open("ro/new", O_CREAT | O_WRONLY, 0644));
   CHECK("ro: mkdir", mkdir("ro/dir", 0755));

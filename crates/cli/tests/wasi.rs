@@ -1,0 +1,207 @@
+//! `ephem run` of WASI programs, with wasmtime's flags: arguments and environment, preopened
+//! directories, preloaded modules, the guest's exit status, and the Sightglass programs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ephem(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ephem"))
+        .args(["run", "--no-cache"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn guest(name: &str) -> String {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../wasi/tests/guests/{name}.wasm"));
+    path.to_str().unwrap().to_owned()
+}
+
+fn stdout(out: &Output) -> &str {
+    std::str::from_utf8(&out.stdout).unwrap()
+}
+
+#[test]
+fn arguments_after_the_module_and_env_flags_reach_the_guest() {
+    let dir = ephem_test_support::temp_dir();
+    let basics = guest("basics");
+    let out = ephem(
+        dir.path(),
+        &[
+            "--env",
+            "FOO=bar",
+            "--env",
+            "EMPTY=",
+            &basics,
+            "args",
+            "--not-a-flag",
+            "x y",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected = format!(
+        "arg 0: {basics}\narg 1: args\narg 2: --not-a-flag\narg 3: x y\nenv: FOO=bar\nenv: EMPTY=\n"
+    );
+    assert_eq!(stdout(&out), expected);
+}
+
+#[test]
+fn the_guests_exit_status_is_the_commands() {
+    let dir = ephem_test_support::temp_dir();
+    for status in [0, 3, 255] {
+        let out = ephem(dir.path(), &[&guest("basics"), "exit", &status.to_string()]);
+        assert_eq!(out.status.code(), Some(status));
+        assert_eq!(out.stderr, b"", "an exit is not an error");
+    }
+}
+
+#[test]
+fn dir_flags_preopen_read_write_and_read_only_directories() {
+    let root = ephem_test_support::temp_dir();
+    let (sandbox, ro) = (root.path().join("sandbox"), root.path().join("ro"));
+    std::fs::create_dir_all(sandbox.join("sub")).unwrap();
+    std::fs::create_dir_all(root.path().join("outside")).unwrap();
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::write(ro.join("r.txt"), "read only\n").unwrap();
+    std::os::unix::fs::symlink("../outside", sandbox.join("out")).unwrap();
+    let dir_spec = format!("{}::.", sandbox.display());
+    let ro_spec = format!("{}::ro", ro.display());
+    let out = ephem(
+        root.path(),
+        &["--dir", &dir_spec, "--dir-ro", &ro_spec, &guest("fs")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    for line in [
+        "mkdir d: OK",
+        "rmdir d: OK",
+        "open out/secret: ENOTCAPABLE",
+        "ro: read: read only",
+        "ro: create: ENOTCAPABLE",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "`{line}` missing from:\n{text}"
+        );
+    }
+    // Without `--dir`, the guest has no directory at all.
+    let out = ephem(root.path(), &[&guest("fs")]);
+    assert!(
+        stdout(&out).starts_with("mkdir d: ENOTCAPABLE\n"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!root.path().join("d").exists());
+}
+
+#[test]
+fn preload_links_another_modules_exports_under_a_name() {
+    let dir = ephem_test_support::temp_dir();
+    std::fs::write(
+        dir.path().join("helper.wat"),
+        r#"(module (func (export "answer") (result i32) (i32.const 41)))"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("main.wat"),
+        r#"(module (import "helper" "answer" (func $a (result i32)))
+             (func (export "run") (result i32) (i32.add (call $a) (i32.const 1))))"#,
+    )
+    .unwrap();
+    let out = ephem(
+        dir.path(),
+        &[
+            "--preload",
+            "helper=helper.wat",
+            "--invoke",
+            "run",
+            "main.wat",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout(&out), "42\n");
+    let out = ephem(dir.path(), &["--preload", "helper", "main.wat"]);
+    assert_eq!(out.status.code(), Some(2), "NAME=FILE is a usage error");
+}
+
+/// Every Sightglass program without SIMD, run as wasmtime runs them: in its directory,
+/// preopened as `.`, with `bench.start`/`bench.end` preloaded. Its output must be exactly the
+/// expected output.
+#[test]
+fn sightglass_programs_print_their_expected_output() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/sightglass");
+    if !root.is_dir() {
+        eprintln!("skipped: {} is absent", root.display());
+        return;
+    }
+    let tmp = ephem_test_support::temp_dir();
+    let bench = tmp.path().join("bench.wat");
+    std::fs::write(
+        &bench,
+        r#"(module (func (export "start")) (func (export "end")))"#,
+    )
+    .unwrap();
+    let preload = format!("bench={}", bench.display());
+    let mut programs = Vec::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        for wasm in std::fs::read_dir(&dir).unwrap() {
+            let wasm = wasm.unwrap().path();
+            if wasm.extension().is_some_and(|e| e == "wasm") {
+                programs.push((dir.clone(), wasm));
+            }
+        }
+    }
+    programs.sort();
+    let mut ran = 0;
+    for (dir, wasm) in programs {
+        let stem = wasm.file_stem().unwrap().to_str().unwrap();
+        if dir.ends_with("blake3-simd") {
+            eprintln!("skipped {stem} in {}: needs SIMD", dir.display());
+            continue;
+        }
+        let out = ephem(
+            &dir,
+            &["--dir", ".", "--preload", &preload, wasm.to_str().unwrap()],
+        );
+        let expected = |stream: &str| std::fs::read(dir.join(format!("{stem}.{stream}.expected")));
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            wasm.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout(&out).as_bytes(),
+            expected("stdout").unwrap(),
+            "{}",
+            wasm.display()
+        );
+        assert_eq!(
+            out.stderr,
+            expected("stderr").unwrap(),
+            "{}",
+            wasm.display()
+        );
+        ran += 1;
+    }
+    assert!(
+        ran >= 20,
+        "only {ran} programs found under {}",
+        root.display()
+    );
+}
