@@ -8,6 +8,10 @@
 //! (unknown function imports trap, imported memories and tables are created), instantiate, call
 //! the export if named, drop the store and module.
 //!
+//! Host functions match ephem's side: wasmtime's own WASI preview 1 (`wasmtime-wasi`), with a
+//! fresh context per invocation for modules that import it (stdout and stderr into memory
+//! pipes), and Sightglass's `bench.start`/`bench.end` doing nothing.
+//!
 //! wasmtime's compiled files go to a directory of their own, beside ephem's cache.
 
 use std::path::Path;
@@ -51,19 +55,48 @@ fn wasmtime_engine() -> anyhow::Result<wasmtime::Engine> {
     Ok(wasmtime::Engine::new(&config)?)
 }
 
-/// The embedder's host functions for the module at `path`, defined once: stubs that trap.
-fn wasmtime_host(engine: &wasmtime::Engine, path: &Path) -> anyhow::Result<wasmtime::Linker<()>> {
+/// A wasmtime store's data: a WASI context for modules that import WASI.
+struct WtData {
+    wasi: Option<wasmtime_wasi::p1::WasiP1Ctx>,
+}
+
+/// The embedder's host functions for the module at `path`, defined once: WASI, the Sightglass
+/// brackets, stubs that trap for the rest. Also: whether the module imports WASI.
+fn wasmtime_host(
+    engine: &wasmtime::Engine,
+    path: &Path,
+) -> anyhow::Result<(wasmtime::Linker<WtData>, bool)> {
     // SAFETY: as in `wasmtime_invoke`.
     let module = unsafe { wasmtime::Module::deserialize_file(engine, path)? };
     let mut linker = wasmtime::Linker::new(engine);
+    wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |d: &mut WtData| {
+        d.wasi
+            .as_mut()
+            .expect("modules that import WASI get a context")
+    })?;
+    linker.func_wrap("bench", "start", || {})?;
+    linker.func_wrap("bench", "end", || {})?;
     linker.define_unknown_imports_as_traps(&module)?;
-    Ok(linker)
+    let wasi = module.imports().any(|i| i.module() == ephem_wasi::MODULE);
+    Ok((linker, wasi))
+}
+
+/// A fresh WASI context, as ephem's side builds one: the module's name as its only argument,
+/// output into memory.
+fn wasmtime_wasi_ctx(name: &str) -> wasmtime_wasi::p1::WasiP1Ctx {
+    use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+    wasmtime_wasi::WasiCtxBuilder::new()
+        .arg(name)
+        .stdout(MemoryOutputPipe::new(fresh::CAPTURE_BYTES))
+        .stderr(MemoryOutputPipe::new(fresh::CAPTURE_BYTES))
+        .build_p1()
 }
 
 fn wasmtime_invoke(
     engine: &wasmtime::Engine,
     path: &Path,
-    host: &wasmtime::Linker<()>,
+    (host, wasi): &(wasmtime::Linker<WtData>, bool),
+    name: &str,
     export: Option<&str>,
 ) -> anyhow::Result<WtSample> {
     let mut s = WtSample::default();
@@ -73,7 +106,10 @@ fn wasmtime_invoke(
     let module = unsafe { wasmtime::Module::deserialize_file(engine, path)? };
     let t1 = Instant::now();
     s.deserialize = t1 - t0;
-    let mut store = wasmtime::Store::new(engine, ());
+    let data = WtData {
+        wasi: wasi.then(|| wasmtime_wasi_ctx(name)),
+    };
+    let mut store = wasmtime::Store::new(engine, data);
     // Fresh memories and tables for this instance; the host functions are the embedder's.
     let mut imports = Vec::with_capacity(module.imports().len());
     for import in module.imports() {
@@ -131,7 +167,7 @@ fn main() -> anyhow::Result<()> {
         let path = dir.join("wasmtime").join(format!("{}.cwasm", subject.key));
         std::fs::write(&path, wt.precompile_module(&wasm)?)?;
         let host = wasmtime_host(&wt, &path)?;
-        wasmtime_invoke(&wt, &path, &host, args.invoke.as_deref())?;
+        wasmtime_invoke(&wt, &path, &host, &subject.name, args.invoke.as_deref())?;
         paths.push((path, host));
     }
     let mut theirs = vec![Vec::with_capacity(args.invocations); paths.len()];
@@ -139,7 +175,14 @@ fn main() -> anyhow::Result<()> {
     for _ in 0..args.invocations * paths.len() {
         let i = picker.pick(paths.len());
         let (path, host) = &paths[i];
-        theirs[i].push(wasmtime_invoke(&wt, path, host, args.invoke.as_deref())?);
+        let name = &ours.subjects[i].name;
+        theirs[i].push(wasmtime_invoke(
+            &wt,
+            path,
+            host,
+            name,
+            args.invoke.as_deref(),
+        )?);
     }
 
     if !args.json {

@@ -2,18 +2,46 @@
 //! comparison runs beside it (with the same arguments, [`FreshArgs`], flattened into its own).
 //!
 //! Every module is compiled once into the cache, and the embedder's host functions are defined
-//! once (stubs that trap, of the types the module imports), as an embedder defines its API once.
+//! once, as an embedder defines its API once: WASI preview 1, Sightglass's `bench.start` and
+//! `bench.end` (which do nothing here), and stubs that trap for any other import. A WASI
+//! command runs with a fresh WASI context per invocation (its name as the only argument, no
+//! directories, stdout and stderr captured in memory), built from a template made once.
 //! Then each invocation picks a module at random and takes the whole path with no loaded module
 //! carried over from earlier invocations: open the artifact from the cache by key, load its code,
 //! link its imports (the host functions, and fresh memories and tables of the declared types),
 //! instantiate in a new [`Store`] (memories, segments, start), call the export if one is named,
-//! and tear everything down (drop the store and the module).
+//! and tear everything down (drop the store and the module). The WASI context is built with the
+//! store, in `link`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ephem::{Cache, Compiler, Engine, EngineConfig, Linker, Module, Store, Val, ValType};
+use ephem_wasi::{Output, WasiCtx, WasiCtxBuilder};
+
+/// What a guest may write to stdout or stderr in one invocation.
+pub const CAPTURE_BYTES: usize = 1 << 20;
+
+/// The host functions of the workload for `module`: WASI, Sightglass's brackets, and stubs
+/// that trap for everything else it imports.
+pub fn host(engine: &Engine, module: &Module) -> anyhow::Result<Linker<WasiCtx>> {
+    let mut host = Linker::new(engine);
+    ephem_wasi::add_to_linker(&mut host, |c: &mut WasiCtx| c)?;
+    host.func_wrap("bench", "start", || {})?;
+    host.func_wrap("bench", "end", || {})?;
+    host.define_unknown_imports_as_traps(module)?;
+    Ok(host)
+}
+
+/// The WASI context template for `subject`: its name as the only argument, output captured.
+pub fn wasi_template(subject: &Subject) -> anyhow::Result<WasiCtxBuilder> {
+    let mut b = WasiCtxBuilder::new();
+    b.arg(&subject.name)?;
+    b.stdout(Output::Capture(CAPTURE_BYTES))
+        .stderr(Output::Capture(CAPTURE_BYTES));
+    Ok(b)
+}
 
 /// A module of the workload, compiled into the cache.
 #[derive(Clone, Debug)]
@@ -112,8 +140,7 @@ pub fn measure(
     let mut hosts = Vec::new();
     for s in &subjects {
         let module = Module::from_artifact(engine, cache.open(&s.key)?.context("cached")?);
-        let mut host = Linker::new(engine);
-        host.define_unknown_imports_as_traps(&module)?;
+        let host = (host(engine, &module)?, wasi_template(s)?);
         invoke(engine, cache, s, &host, export)?;
         hosts.push(host);
     }
@@ -137,7 +164,7 @@ pub fn invoke(
     engine: &Engine,
     cache: &Cache,
     subject: &Subject,
-    host: &Linker<()>,
+    (host, wasi): &(Linker<WasiCtx>, WasiCtxBuilder),
     export: Option<&str>,
 ) -> anyhow::Result<Sample> {
     let mut s = Sample::default();
@@ -148,7 +175,7 @@ pub fn invoke(
     let module = Module::from_artifact(engine, artifact);
     let t1 = Instant::now();
     s.open = t1 - t0;
-    let mut store = Store::new(engine, ());
+    let mut store = Store::new(engine, wasi.build());
     let pre = host.instantiate_pre(&module)?;
     let t2 = Instant::now();
     s.link = t2 - t1;

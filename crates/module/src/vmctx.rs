@@ -51,8 +51,9 @@ pub struct VmTable {
 
 /// The first field of the context a host adapter receives: the function it calls with the
 /// context, the caller's vmctx (null when the host called) and a pointer to the arguments
-/// (results are written back there). A non-zero return means the host function failed; the
-/// adapter then traps with `HostError`.
+/// (results are written back there). A host function that fails does not return (the runtime
+/// ends the call into wasm itself); a non-zero return would make the adapter trap with
+/// `HostError`, which is kept as a backstop.
 pub type HostCall =
     unsafe extern "C" fn(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw) -> u32;
 

@@ -147,7 +147,9 @@ impl HostFunc {
         + 'static,
     ) -> HostFunc {
         HostFunc {
-            header: HostFuncHeader { call: host_call },
+            header: HostFuncHeader {
+                call: crate::arch::ephem_host_call,
+            },
             type_id: engine.type_id(&ty),
             ty: Arc::new(ty),
             call: Box::new(call),
@@ -201,8 +203,32 @@ pub(crate) enum HostFailure {
     Panic(Box<dyn Any + Send>),
 }
 
-/// What a host function's adapter calls (see [`HostFuncHeader`]).
-unsafe extern "C" fn host_call(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw) -> u32 {
+/// What a host function's adapter calls, through `arch::ephem_host_call`, which passes `fp`,
+/// its frame pointer. A failed host function does not return: the failure is kept in the store
+/// and the call into wasm ends at once (`signals::raise_host_error`), without a signal.
+pub(crate) unsafe extern "C" fn host_call(
+    ctx: *mut u8,
+    caller_vmctx: *mut u8,
+    values: *mut ValRaw,
+    fp: usize,
+) -> u32 {
+    // SAFETY: per this function's contract with the adapter.
+    if unsafe { run_host(ctx, caller_vmctx, values) } {
+        return 0;
+    }
+    // SAFETY: `fp` is `ephem_host_call`'s, called by an adapter inside a call into wasm; this
+    // frame holds nothing to drop (the failure is in the store), nor do the stub's and the
+    // generated frames above it.
+    unsafe { crate::signals::raise_host_error(fp) }
+}
+
+/// Runs the host function of `ctx` on the adapter's arguments; `false` (with the failure kept
+/// in the store) if it failed.
+///
+/// # Safety
+/// As `host_call`: `ctx` is a `HostFunc` the running store keeps alive, `values` holds
+/// max(params, results) values, a non-null `caller_vmctx` is a live instance's.
+unsafe fn run_host(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw) -> bool {
     // SAFETY: adapters only receive the `HostFunc` their funcref was made with, which the store
     // running this call keeps alive.
     let hf = unsafe { &*ctx.cast::<HostFunc>() };
@@ -219,13 +245,13 @@ unsafe extern "C" fn host_call(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut
         (hf.call)(store, caller, values)
     }));
     let failure = match outcome {
-        Ok(Ok(())) => return 0,
+        Ok(Ok(())) => return true,
         Ok(Err(e)) => HostFailure::Error(e),
         Err(panic) => HostFailure::Panic(panic),
     };
     // SAFETY: the store that entered wasm on this thread; no reference into it is live here.
     unsafe { (*store).host_failure = Some(failure) };
-    1
+    false
 }
 
 /// A function: of a wasm instance, or of the host. A handle, valid with the store it was made

@@ -1022,6 +1022,7 @@ impl Trap {
         let offset = (site.at.pc - site.at.code_start) as u32;
         let artifact = &module.artifact;
         let kind = artifact.trap_at(offset).unwrap_or(match site.signal {
+            0 => TrapKind::HostError,
             libc::SIGSEGV | libc::SIGBUS => TrapKind::MemoryOutOfBounds,
             libc::SIGFPE => TrapKind::IntegerDivisionByZero,
             _ => TrapKind::Unreachable,

@@ -44,6 +44,7 @@ pub struct CodeSite {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TrapSite {
     pub at: CodeSite,
+    /// The signal that stopped wasm, or 0 when a host function failed (see [`raise_host_error`]).
     pub signal: i32,
     pub callers: [CodeSite; MAX_FRAMES],
     pub depth: usize,
@@ -202,6 +203,41 @@ fn record_callers(site: &mut TrapSite, sp: usize, mut fp: usize, top: usize) {
         }
         fp = next;
     }
+}
+
+/// Ends the innermost call into wasm on this thread because a host function failed, without a
+/// signal: records the host adapter's frame and the wasm frames above it, as the handler would,
+/// and continues at the trap landing.
+///
+/// # Safety
+/// `fp` must be the frame pointer of `ephem_host_call` as a host adapter called it, inside a
+/// call into wasm on this thread, and every frame between here and that call's entry stub
+/// must be free of destructors still to run.
+pub unsafe fn raise_host_error(fp: usize) -> ! {
+    let state = CURRENT.with(Cell::get);
+    // SAFETY: per the contract, a call into wasm is running on this thread: `state` is its
+    // CallState, and `[fp, fp + 16)` holds the adapter's frame pointer and return address.
+    let (state, adapter_fp, ret) = unsafe {
+        (
+            &mut *state,
+            *(fp as *const usize),
+            *((fp + 8) as *const usize),
+        )
+    };
+    let (code_start, tag) = registry::lookup(ret).expect("host adapters are published code");
+    state.trap = TrapSite {
+        at: CodeSite {
+            pc: ret,
+            code_start,
+            tag,
+        },
+        signal: 0,
+        ..TrapSite::default()
+    };
+    record_callers(&mut state.trap, fp, adapter_fp, state.saved_sp);
+    // SAFETY: `saved_sp` is the entry stub's, below every frame being abandoned, none of which
+    // has anything left to drop (per the contract).
+    unsafe { arch::ephem_unwind(state.saved_sp) }
 }
 
 unsafe extern "C" fn on_signal(

@@ -6,6 +6,11 @@
 //! `trampoline(vmctx, callee, values)`; it returns 0. `ephem_trap_landing`, entered by the
 //! signal handler with the stack pointer set back to the saved one, restores the registers and
 //! returns 1 from the stub instead.
+//!
+//! Host functions unwind the same way without a signal: adapters call them through
+//! `ephem_host_call`, which gives `func::host_call` its own frame pointer (the start of the
+//! chain of wasm frames above it) so that a failed host call can record where it was and
+//! `ephem_unwind` to the landing directly.
 
 use ephem_module::ValRaw;
 
@@ -42,6 +47,20 @@ std::arch::global_asm!(
     "ephem_trap_landing:",
     "mov eax, 1",
     "jmp 2b",
+    ".globl ephem_unwind",
+    "ephem_unwind:",
+    "mov rsp, rdi",
+    "jmp ephem_trap_landing",
+    ".globl ephem_host_call",
+    ".type ephem_host_call,@function",
+    "ephem_host_call:",
+    "push rbp",
+    "mov rbp, rsp",
+    "mov rcx, rbp",
+    "call {host_call}",
+    "pop rbp",
+    "ret",
+    host_call = sym crate::func::host_call,
 );
 
 unsafe extern "C" {
@@ -53,6 +72,12 @@ unsafe extern "C" {
         values: *mut ValRaw,
     ) -> u32;
     fn ephem_trap_landing();
+    /// Continues at the trap landing with stack pointer `sp` (the one `ephem_enter_wasm`
+    /// saved): the call into wasm returns 1.
+    pub fn ephem_unwind(sp: usize) -> !;
+    /// What host adapters call: `func::host_call` with this frame's pointer as a fourth
+    /// argument.
+    pub fn ephem_host_call(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw) -> u32;
 }
 
 /// The faulting instruction's address.
