@@ -78,8 +78,11 @@ fn trusted() -> MemFlagsData {
     MemFlagsData::trusted()
 }
 
+/// A field of the vmctx (or a table it points at) that never changes while the instance lives:
+/// memory bases (a memory's reservation never moves), pointers to tables, globals and the
+/// epoch, type ids. `can_move` lets Cranelift hoist such loads out of loops.
 fn readonly() -> MemFlagsData {
-    MemFlagsData::trusted().with_readonly()
+    MemFlagsData::trusted().with_readonly().with_can_move()
 }
 
 fn heap() -> MemFlagsData {

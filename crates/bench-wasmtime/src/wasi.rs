@@ -1,0 +1,313 @@
+//! `wasi-vs-wasmtime`: WASI programs (the Sightglass layout) on ephem and on wasmtime, in one
+//! run: execution time between the program's `bench.start` and `bench.end` calls, and compile
+//! time, with ratios and their geometric means.
+//!
+//! Each program runs as wasmtime's Sightglass runner runs it: its directory preopened as `.`,
+//! its name as its only argument, a fresh instance and WASI context per run (stdout and
+//! stderr into memory, checked against `NAME.stdout.expected` where there is one, so that both
+//! engines are known to have done the work). Runs alternate between the engines. Both compile
+//! with their default settings (Cranelift, optimised for speed); wasmtime with its default
+//! engine configuration and its own WASI (`wasmtime-wasi`).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "WASI programs on ephem and on wasmtime: execution and compile time")]
+struct Args {
+    /// Directories of programs (`*.wasm`, each with its inputs beside it).
+    #[arg(required = true)]
+    dirs: Vec<PathBuf>,
+    /// Runs per program and engine (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What a run's host functions record.
+#[derive(Default)]
+struct Marks {
+    start: Option<Instant>,
+    end: Option<Instant>,
+}
+
+impl Marks {
+    fn measured(&self) -> anyhow::Result<Duration> {
+        match (self.start, self.end) {
+            (Some(s), Some(e)) => Ok(e - s),
+            _ => bail!("the program did not call bench.start and bench.end"),
+        }
+    }
+}
+
+struct Ours {
+    wasi: ephem_wasi::WasiCtx,
+    marks: Marks,
+}
+
+struct Theirs {
+    wasi: wasmtime_wasi::p1::WasiP1Ctx,
+    marks: Marks,
+}
+
+const OUTPUT: usize = 64 << 20;
+
+/// One program on ephem: compile time, and a function that runs it once.
+struct EphemProgram {
+    compile: Duration,
+    pre: ephem::InstancePre<Ours>,
+    template: ephem_wasi::WasiCtxBuilder,
+    engine: ephem::Engine,
+}
+
+impl EphemProgram {
+    fn new(wasm: &[u8], dir: &Path, name: &str) -> anyhow::Result<EphemProgram> {
+        let engine = ephem::Engine::default();
+        let compiler = ephem::Compiler::new()?;
+        let t = Instant::now();
+        let compiled = compiler.compile(wasm)?;
+        let compile = t.elapsed();
+        let module = ephem::Module::new(&engine, &compiled)?;
+        let mut linker = ephem::Linker::new(&engine);
+        ephem_wasi::add_to_linker(&mut linker, |d: &mut Ours| &mut d.wasi)?;
+        linker.func_wrap("bench", "start", |mut c: ephem::Caller<'_, Ours>| {
+            c.data_mut().marks.start = Some(Instant::now())
+        })?;
+        linker.func_wrap("bench", "end", |mut c: ephem::Caller<'_, Ours>| {
+            c.data_mut().marks.end = Some(Instant::now())
+        })?;
+        let pre = linker.instantiate_pre(&module)?;
+        let mut template = ephem_wasi::WasiCtxBuilder::new();
+        template
+            .arg(name)?
+            .stdout(ephem_wasi::Output::Capture(OUTPUT))
+            .stderr(ephem_wasi::Output::Capture(OUTPUT))
+            .preopened_dir(dir, ".", ephem_wasi::DirPerms::ReadWrite)?;
+        Ok(EphemProgram {
+            compile,
+            pre,
+            template,
+            engine,
+        })
+    }
+
+    /// The measured time and the program's stdout.
+    fn run(&self) -> anyhow::Result<(Duration, Vec<u8>)> {
+        let data = Ours {
+            wasi: self.template.build(),
+            marks: Marks::default(),
+        };
+        let mut store = ephem::Store::new(&self.engine, data);
+        let instance = self.pre.instantiate(&mut store)?;
+        let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+        match start.call(&mut store, ()) {
+            Ok(()) => {}
+            Err(e) if ephem_wasi::exit_code(&e) == Some(0) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let data = store.data_mut();
+        Ok((data.marks.measured()?, data.wasi.take_stdout()))
+    }
+}
+
+/// One program on wasmtime.
+struct WasmtimeProgram {
+    compile: Duration,
+    pre: wasmtime::InstancePre<Theirs>,
+    engine: wasmtime::Engine,
+    dir: PathBuf,
+    name: String,
+}
+
+impl WasmtimeProgram {
+    fn new(wasm: &[u8], dir: &Path, name: &str) -> anyhow::Result<WasmtimeProgram> {
+        let engine = wasmtime::Engine::default();
+        let t = Instant::now();
+        let module = wasmtime::Module::new(&engine, wasm)?;
+        let compile = t.elapsed();
+        let mut linker = wasmtime::Linker::new(&engine);
+        wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |d: &mut Theirs| &mut d.wasi)?;
+        linker.func_wrap("bench", "start", |mut c: wasmtime::Caller<'_, Theirs>| {
+            c.data_mut().marks.start = Some(Instant::now())
+        })?;
+        linker.func_wrap("bench", "end", |mut c: wasmtime::Caller<'_, Theirs>| {
+            c.data_mut().marks.end = Some(Instant::now())
+        })?;
+        let pre = linker.instantiate_pre(&module)?;
+        Ok(WasmtimeProgram {
+            compile,
+            pre,
+            engine,
+            dir: dir.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    fn run(&self) -> anyhow::Result<(Duration, Vec<u8>)> {
+        use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+        let stdout = MemoryOutputPipe::new(OUTPUT);
+        let wasi = wasmtime_wasi::WasiCtxBuilder::new()
+            .arg(&self.name)
+            .stdout(stdout.clone())
+            .stderr(MemoryOutputPipe::new(OUTPUT))
+            .preopened_dir(&self.dir, ".", wasmtime_wasi::FsPerms::ReadWrite)?
+            .build_p1();
+        let data = Theirs {
+            wasi,
+            marks: Marks::default(),
+        };
+        let mut store = wasmtime::Store::new(&self.engine, data);
+        let instance = self.pre.instantiate(&mut store)?;
+        let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+        if let Err(e) = start.call(&mut store, ()) {
+            match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+                Some(wasmtime_wasi::I32Exit(0)) => {}
+                _ => return Err(e.into()),
+            }
+        }
+        let measured = store.data().marks.measured()?;
+        drop(store);
+        Ok((measured, stdout.contents().to_vec()))
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1000.0)
+}
+
+fn geomean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
+}
+
+/// What the table calls a program: its file's stem, or its directory's name for Sightglass's
+/// `benchmark.wasm`.
+fn label(dir: &Path, name: &str) -> String {
+    match (name, dir.file_name()) {
+        ("benchmark", Some(d)) => d.to_string_lossy().into_owned(),
+        _ => name.to_owned(),
+    }
+}
+
+/// Measured times below this are too short to compare (timer and call overheads dominate):
+/// reported, left out of the means.
+const TOO_SHORT: Duration = Duration::from_micros(100);
+
+/// The programs under `dirs`: (directory, file, name).
+fn programs(dirs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, PathBuf, String)>> {
+    let mut found = Vec::new();
+    for dir in dirs {
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+        for e in entries {
+            let path = e?.path();
+            if path.extension().is_some_and(|x| x == "wasm") {
+                let name = path
+                    .file_stem()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                found.push((dir.clone(), path, name));
+                // Sightglass names every program `benchmark` in a directory of its name.
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    if !args.json {
+        println!(
+            "{:<22} {:>12} {:>12} {:>7} | {:>13} {:>13} {:>7}",
+            "program", "ephem ms", "wasmtime ms", "ratio", "compile ephem", "wasmtime ms", "ratio"
+        );
+    }
+    let (mut exec_ratios, mut compile_ratios) = (Vec::new(), Vec::new());
+    for (dir, path, name) in programs(&args.dirs)? {
+        let wasm = std::fs::read(&path)?;
+        let ours = match EphemProgram::new(&wasm, &dir, &name) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("skipped {}: {e:#}", path.display());
+                continue;
+            }
+        };
+        let theirs = WasmtimeProgram::new(&wasm, &dir, &name)?;
+        let expected = std::fs::read(dir.join(format!("{name}.stdout.expected"))).ok();
+        let (mut e, mut w) = (Vec::new(), Vec::new());
+        for _ in 0..args.runs {
+            let (t, out) = ours.run().with_context(|| format!("ephem: {name}"))?;
+            let (u, theirs_out) = theirs.run().with_context(|| format!("wasmtime: {name}"))?;
+            if let Some(expected) = &expected {
+                if &out != expected || &theirs_out != expected {
+                    bail!("{name}: output differs from {name}.stdout.expected");
+                }
+            }
+            e.push(t);
+            w.push(u);
+        }
+        let (e, w) = (median(e), median(w));
+        let exec = e.as_secs_f64() / w.as_secs_f64();
+        let compile = ours.compile.as_secs_f64() / theirs.compile.as_secs_f64();
+        let comparable = e.min(w) >= TOO_SHORT;
+        if comparable {
+            exec_ratios.push(exec);
+        }
+        compile_ratios.push(compile);
+        let name = label(&dir, &name);
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"program": name, "ephem_exec_ns": e.as_nanos() as u64,
+                    "wasmtime_exec_ns": w.as_nanos() as u64, "exec_ratio": exec,
+                    "ephem_compile_ns": ours.compile.as_nanos() as u64,
+                    "wasmtime_compile_ns": theirs.compile.as_nanos() as u64,
+                    "compile_ratio": compile, "in_mean": comparable})
+            );
+        } else {
+            let exec = match comparable {
+                true => format!("{exec:>6.2}×"),
+                false => format!("{:>7}", "short"),
+            };
+            println!(
+                "{:<22} {:>12} {:>12} {} | {:>13} {:>13} {:>6.2}×",
+                name,
+                ms(e),
+                ms(w),
+                exec,
+                ms(ours.compile),
+                ms(theirs.compile),
+                compile
+            );
+        }
+    }
+    if exec_ratios.is_empty() {
+        bail!("no program ran");
+    }
+    let (ge, gc) = (geomean(&exec_ratios), geomean(&compile_ratios));
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"geomean_exec_ratio": ge, "geomean_compile_ratio": gc})
+        );
+    } else {
+        println!(
+            "geometric mean: execution {ge:.2}× wasmtime's time, compile {gc:.2}× (ephem / wasmtime; below 1 is faster)"
+        );
+    }
+    Ok(())
+}
