@@ -27,6 +27,18 @@ struct Args {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
+    /// Compile and run both engines with this metering: epoch-deadline checks or fuel (with a
+    /// deadline and fuel that never run out), to measure what it costs on real programs.
+    #[arg(long, value_enum, default_value = "off")]
+    metering: Metering,
+}
+
+/// Which bounding checks both engines compile in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Metering {
+    Off,
+    Deadline,
+    Fuel,
 }
 
 /// What a run's host functions record.
@@ -63,12 +75,22 @@ struct EphemProgram {
     pre: ephem::InstancePre<Ours>,
     template: ephem_wasi::WasiCtxBuilder,
     engine: ephem::Engine,
+    metering: Metering,
 }
 
 impl EphemProgram {
-    fn new(wasm: &[u8], dir: &Path, name: &str) -> anyhow::Result<EphemProgram> {
+    fn new(
+        wasm: &[u8],
+        dir: &Path,
+        name: &str,
+        metering: Metering,
+    ) -> anyhow::Result<EphemProgram> {
         let engine = ephem::Engine::default();
-        let compiler = ephem::Compiler::new()?;
+        let compiler = match metering {
+            Metering::Off => ephem::Compiler::new()?,
+            Metering::Deadline => ephem::Compiler::new()?.with_interruption_checks(),
+            Metering::Fuel => ephem::Compiler::new()?.with_fuel(),
+        };
         let t = Instant::now();
         let compiled = compiler.compile(wasm)?;
         let compile = t.elapsed();
@@ -93,6 +115,7 @@ impl EphemProgram {
             pre,
             template,
             engine,
+            metering,
         })
     }
 
@@ -103,6 +126,11 @@ impl EphemProgram {
             marks: Marks::default(),
         };
         let mut store = ephem::Store::new(&self.engine, data);
+        match self.metering {
+            Metering::Off => {}
+            Metering::Deadline => store.set_epoch_deadline(u64::MAX / 2),
+            Metering::Fuel => store.set_fuel(u64::MAX),
+        }
         let instance = self.pre.instantiate(&mut store)?;
         let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
         match start.call(&mut store, ()) {
@@ -122,11 +150,20 @@ struct WasmtimeProgram {
     engine: wasmtime::Engine,
     dir: PathBuf,
     name: String,
+    metering: Metering,
 }
 
 impl WasmtimeProgram {
-    fn new(wasm: &[u8], dir: &Path, name: &str) -> anyhow::Result<WasmtimeProgram> {
-        let engine = wasmtime::Engine::default();
+    fn new(
+        wasm: &[u8],
+        dir: &Path,
+        name: &str,
+        metering: Metering,
+    ) -> anyhow::Result<WasmtimeProgram> {
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(metering == Metering::Deadline);
+        config.consume_fuel(metering == Metering::Fuel);
+        let engine = wasmtime::Engine::new(&config)?;
         let t = Instant::now();
         let module = wasmtime::Module::new(&engine, wasm)?;
         let compile = t.elapsed();
@@ -145,6 +182,7 @@ impl WasmtimeProgram {
             engine,
             dir: dir.to_owned(),
             name: name.to_owned(),
+            metering,
         })
     }
 
@@ -162,6 +200,11 @@ impl WasmtimeProgram {
             marks: Marks::default(),
         };
         let mut store = wasmtime::Store::new(&self.engine, data);
+        match self.metering {
+            Metering::Off => {}
+            Metering::Deadline => store.set_epoch_deadline(u64::MAX / 2),
+            Metering::Fuel => store.set_fuel(u64::MAX)?,
+        }
         let instance = self.pre.instantiate(&mut store)?;
         let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
         if let Err(e) = start.call(&mut store, ()) {
@@ -239,14 +282,14 @@ fn main() -> anyhow::Result<()> {
     let (mut exec_ratios, mut compile_ratios) = (Vec::new(), Vec::new());
     for (dir, path, name) in programs(&args.dirs)? {
         let wasm = std::fs::read(&path)?;
-        let ours = match EphemProgram::new(&wasm, &dir, &name) {
+        let ours = match EphemProgram::new(&wasm, &dir, &name, args.metering) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("skipped {}: {e:#}", path.display());
                 continue;
             }
         };
-        let theirs = WasmtimeProgram::new(&wasm, &dir, &name)?;
+        let theirs = WasmtimeProgram::new(&wasm, &dir, &name, args.metering)?;
         let expected = std::fs::read(dir.join(format!("{name}.stdout.expected"))).ok();
         let (mut e, mut w) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {

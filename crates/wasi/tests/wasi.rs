@@ -133,6 +133,17 @@ fn stdin_in_memory_reaches_captured_stdout() {
 }
 
 #[test]
+fn a_filter_reads_its_request_and_writes_its_response() {
+    let (result, ctx) = run("wc", &[], |b| {
+        b.stdin(ephem_wasi::Input::Bytes(
+            b"one\ntwo\nthree".as_slice().into(),
+        ));
+    });
+    result.unwrap();
+    assert_eq!(text(ctx.stdout()), "2 13\n");
+}
+
+#[test]
 fn captured_output_is_bounded_and_the_guest_is_told() {
     let (result, ctx) = run("basics", &["cat"], |b| {
         b.stdin(ephem_wasi::Input::Bytes(
