@@ -7,7 +7,9 @@
 //! stderr into memory, checked against `NAME.stdout.expected` where there is one, so that both
 //! engines are known to have done the work). Runs alternate between the engines. Both compile
 //! with their default settings (Cranelift, optimised for speed); wasmtime with its default
-//! engine configuration and its own WASI (`wasmtime-wasi`).
+//! engine configuration and its own WASI (`wasmtime-wasi`). With several `--metering` modes,
+//! every mode of a program runs in the same round-robin, so their overheads share the machine's
+//! state.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -27,10 +29,11 @@ struct Args {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
-    /// Compile and run both engines with this metering: epoch-deadline checks or fuel (with a
-    /// deadline and fuel that never run out), to measure what it costs on real programs.
-    #[arg(long, value_enum, default_value = "off")]
-    metering: Metering,
+    /// Metering modes to compile and run both engines with, side by side in the run
+    /// (`off,deadline,fuel`): epoch-deadline checks or fuel, with a deadline and fuel that never
+    /// run out. Overheads are against the first mode given.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    metering: Vec<Metering>,
 }
 
 /// Which bounding checks both engines compile in.
@@ -268,89 +271,148 @@ fn programs(dirs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, PathBuf, String)>>
     Ok(found)
 }
 
+/// One program in one metering mode on both engines, and its runs so far.
+struct Pair {
+    mode: Metering,
+    ours: EphemProgram,
+    theirs: WasmtimeProgram,
+    ephem_runs: Vec<Duration>,
+    wasmtime_runs: Vec<Duration>,
+}
+
+/// Per mode: ratios that go into the geometric means.
+#[derive(Default)]
+struct Means {
+    exec: Vec<f64>,
+    compile: Vec<f64>,
+    ephem_overhead: Vec<f64>,
+    wasmtime_overhead: Vec<f64>,
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
+    let modes = &args.metering;
     if !args.json {
         println!(
-            "{:<22} {:>12} {:>12} {:>7} | {:>13} {:>13} {:>7}",
-            "program", "ephem ms", "wasmtime ms", "ratio", "compile ephem", "wasmtime ms", "ratio"
+            "{:<22} {:<8} {:>10} {:>11} {:>7} | {:>8} {:>8} | {:>10} {:>11} {:>7}",
+            "program", "metering", "ephem ms", "wasmtime ms", "ratio", "ephem÷", "wtime÷",
+            "compile ms", "wasmtime ms", "ratio"
         );
     }
-    let (mut exec_ratios, mut compile_ratios) = (Vec::new(), Vec::new());
+    let mut means: Vec<Means> = modes.iter().map(|_| Means::default()).collect();
     for (dir, path, name) in programs(&args.dirs)? {
         let wasm = std::fs::read(&path)?;
-        let ours = match EphemProgram::new(&wasm, &dir, &name, args.metering) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("skipped {}: {e:#}", path.display());
-                continue;
-            }
-        };
-        let theirs = WasmtimeProgram::new(&wasm, &dir, &name, args.metering)?;
+        let mut pairs = Vec::new();
+        for &mode in modes {
+            let ours = match EphemProgram::new(&wasm, &dir, &name, mode) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("skipped {}: {e:#}", path.display());
+                    break;
+                }
+            };
+            let theirs = WasmtimeProgram::new(&wasm, &dir, &name, mode)?;
+            pairs.push(Pair {
+                mode,
+                ours,
+                theirs,
+                ephem_runs: Vec::new(),
+                wasmtime_runs: Vec::new(),
+            });
+        }
+        if pairs.len() < modes.len() {
+            continue;
+        }
         let expected = std::fs::read(dir.join(format!("{name}.stdout.expected"))).ok();
-        let (mut e, mut w) = (Vec::new(), Vec::new());
+        // Round-robin over engines and modes, so that drift on the machine hits all alike.
         for _ in 0..args.runs {
-            let (t, out) = ours.run().with_context(|| format!("ephem: {name}"))?;
-            let (u, theirs_out) = theirs.run().with_context(|| format!("wasmtime: {name}"))?;
-            if let Some(expected) = &expected {
-                if &out != expected || &theirs_out != expected {
+            for p in &mut pairs {
+                let (t, out) = p.ours.run().with_context(|| format!("ephem: {name}"))?;
+                let (u, theirs) = p.theirs.run().with_context(|| format!("wasmtime: {name}"))?;
+                if let Some(expected) = &expected
+                    && (&out != expected || &theirs != expected)
+                {
                     bail!("{name}: output differs from {name}.stdout.expected");
                 }
+                p.ephem_runs.push(t);
+                p.wasmtime_runs.push(u);
             }
-            e.push(t);
-            w.push(u);
         }
-        let (e, w) = (median(e), median(w));
-        let exec = e.as_secs_f64() / w.as_secs_f64();
-        let compile = ours.compile.as_secs_f64() / theirs.compile.as_secs_f64();
-        let comparable = e.min(w) >= TOO_SHORT;
-        if comparable {
-            exec_ratios.push(exec);
+        let medians: Vec<(Duration, Duration)> = pairs
+            .iter()
+            .map(|p| (median(p.ephem_runs.clone()), median(p.wasmtime_runs.clone())))
+            .collect();
+        let (e0, w0) = medians[0];
+        let label = label(&dir, &name);
+        for ((p, &(e, w)), m) in pairs.iter().zip(&medians).zip(&mut means) {
+            let exec = e.as_secs_f64() / w.as_secs_f64();
+            let compile = p.ours.compile.as_secs_f64() / p.theirs.compile.as_secs_f64();
+            let (eo, wo) = (
+                e.as_secs_f64() / e0.as_secs_f64(),
+                w.as_secs_f64() / w0.as_secs_f64(),
+            );
+            let comparable = e0.min(w0) >= TOO_SHORT;
+            if comparable {
+                m.exec.push(exec);
+                m.ephem_overhead.push(eo);
+                m.wasmtime_overhead.push(wo);
+            }
+            m.compile.push(compile);
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"program": label, "metering": format!("{:?}", p.mode),
+                        "ephem_exec_ns": e.as_nanos() as u64,
+                        "wasmtime_exec_ns": w.as_nanos() as u64, "exec_ratio": exec,
+                        "ephem_over_first_mode": eo, "wasmtime_over_first_mode": wo,
+                        "ephem_compile_ns": p.ours.compile.as_nanos() as u64,
+                        "wasmtime_compile_ns": p.theirs.compile.as_nanos() as u64,
+                        "compile_ratio": compile, "in_mean": comparable})
+                );
+            } else {
+                let ratio = |x: f64| match comparable {
+                    true => format!("{x:>6.2}×"),
+                    false => format!("{:>7}", "short"),
+                };
+                println!(
+                    "{:<22} {:<8} {:>10} {:>11} {} | {:>8} {:>8} | {:>10} {:>11} {:>6.2}×",
+                    label,
+                    format!("{:?}", p.mode).to_lowercase(),
+                    ms(e),
+                    ms(w),
+                    ratio(exec),
+                    ratio(eo),
+                    ratio(wo),
+                    ms(p.ours.compile),
+                    ms(p.theirs.compile),
+                    compile
+                );
+            }
         }
-        compile_ratios.push(compile);
-        let name = label(&dir, &name);
+    }
+    for (mode, m) in modes.iter().zip(&means) {
+        if m.exec.is_empty() {
+            bail!("no program ran long enough to compare");
+        }
+        let (ge, gc) = (geomean(&m.exec), geomean(&m.compile));
+        let (eo, wo) = (geomean(&m.ephem_overhead), geomean(&m.wasmtime_overhead));
         if args.json {
             println!(
                 "{}",
-                serde_json::json!({"program": name, "ephem_exec_ns": e.as_nanos() as u64,
-                    "wasmtime_exec_ns": w.as_nanos() as u64, "exec_ratio": exec,
-                    "ephem_compile_ns": ours.compile.as_nanos() as u64,
-                    "wasmtime_compile_ns": theirs.compile.as_nanos() as u64,
-                    "compile_ratio": compile, "in_mean": comparable})
+                serde_json::json!({"metering": format!("{mode:?}"), "geomean_exec_ratio": ge,
+                    "geomean_compile_ratio": gc, "geomean_ephem_over_first_mode": eo,
+                    "geomean_wasmtime_over_first_mode": wo})
             );
         } else {
-            let exec = match comparable {
-                true => format!("{exec:>6.2}×"),
-                false => format!("{:>7}", "short"),
-            };
             println!(
-                "{:<22} {:>12} {:>12} {} | {:>13} {:>13} {:>6.2}×",
-                name,
-                ms(e),
-                ms(w),
-                exec,
-                ms(ours.compile),
-                ms(theirs.compile),
-                compile
+                "geometric mean, {}: execution {ge:.2}× wasmtime's time, compile {gc:.2}×; \
+                 over the first mode: ephem {eo:.2}×, wasmtime {wo:.2}×",
+                format!("{mode:?}").to_lowercase()
             );
         }
-    }
-    if exec_ratios.is_empty() {
-        bail!("no program ran");
-    }
-    let (ge, gc) = (geomean(&exec_ratios), geomean(&compile_ratios));
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"geomean_exec_ratio": ge, "geomean_compile_ratio": gc})
-        );
-    } else {
-        println!(
-            "geometric mean: execution {ge:.2}× wasmtime's time, compile {gc:.2}× (ephem / wasmtime; below 1 is faster)"
-        );
     }
     Ok(())
 }
