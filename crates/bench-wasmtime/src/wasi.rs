@@ -298,8 +298,16 @@ fn main() -> anyhow::Result<()> {
     if !args.json {
         println!(
             "{:<22} {:<8} {:>10} {:>11} {:>7} | {:>8} {:>8} | {:>10} {:>11} {:>7}",
-            "program", "metering", "ephem ms", "wasmtime ms", "ratio", "ephem÷", "wtime÷",
-            "compile ms", "wasmtime ms", "ratio"
+            "program",
+            "metering",
+            "ephem ms",
+            "wasmtime ms",
+            "ratio",
+            "ephem÷",
+            "wtime÷",
+            "compile ms",
+            "wasmtime ms",
+            "ratio"
         );
     }
     let mut means: Vec<Means> = modes.iter().map(|_| Means::default()).collect();
@@ -331,7 +339,10 @@ fn main() -> anyhow::Result<()> {
         for _ in 0..args.runs {
             for p in &mut pairs {
                 let (t, out) = p.ours.run().with_context(|| format!("ephem: {name}"))?;
-                let (u, theirs) = p.theirs.run().with_context(|| format!("wasmtime: {name}"))?;
+                let (u, theirs) = p
+                    .theirs
+                    .run()
+                    .with_context(|| format!("wasmtime: {name}"))?;
                 if let Some(expected) = &expected
                     && (&out != expected || &theirs != expected)
                 {
@@ -343,7 +354,12 @@ fn main() -> anyhow::Result<()> {
         }
         let medians: Vec<(Duration, Duration)> = pairs
             .iter()
-            .map(|p| (median(p.ephem_runs.clone()), median(p.wasmtime_runs.clone())))
+            .map(|p| {
+                (
+                    median(p.ephem_runs.clone()),
+                    median(p.wasmtime_runs.clone()),
+                )
+            })
             .collect();
         let (e0, w0) = medians[0];
         let label = label(&dir, &name);

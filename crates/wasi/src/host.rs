@@ -72,6 +72,8 @@ fn filetype_of(mode: u32) -> u8 {
 }
 
 /// A `filestat` in the guest's layout.
+// `struct stat`'s field types differ between architectures: the casts are needed elsewhere.
+#[allow(clippy::unnecessary_cast)]
 fn filestat(st: &rustix::fs::Stat) -> [u8; FILESTAT_SIZE as usize] {
     let mut b = [0u8; FILESTAT_SIZE as usize];
     let time = |s: i64, ns: u64| (s as u64).wrapping_mul(1_000_000_000).wrapping_add(ns);
@@ -205,6 +207,8 @@ enum Sub {
     Failed(Errno),
 }
 
+// The functions take the ABI's arguments as they come.
+#[allow(clippy::too_many_arguments)]
 impl WasiCtx {
     fn strings_get(
         strings: &crate::ctx::Strings,
