@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::abi::{Errno, rights};
-use crate::mem::Result;
+use crate::mem::{GuestMemory, Result};
 
 /// NUL-terminated strings back to back, as `args_get` and `environ_get` hand them out.
 #[derive(Clone, Default)]
@@ -22,6 +22,23 @@ pub(crate) struct Strings {
 }
 
 impl Strings {
+    /// `args_get`/`environ_get`: the strings at `buf`, a pointer to each at `ptrs`.
+    pub(crate) fn get(&self, m: &mut GuestMemory<'_>, ptrs: u32, buf: u32) -> Result<()> {
+        m.write(buf, &self.bytes)?;
+        let mut offset = 0u32;
+        for (i, s) in self.bytes.split_inclusive(|&b| b == 0).enumerate() {
+            m.set_u32(ptrs.wrapping_add(4 * i as u32), buf.wrapping_add(offset))?;
+            offset += s.len() as u32;
+        }
+        Ok(())
+    }
+
+    /// `args_sizes_get`/`environ_sizes_get`: how many, and their bytes with the NULs.
+    pub(crate) fn sizes_get(&self, m: &mut GuestMemory<'_>, count: u32, size: u32) -> Result<()> {
+        m.set_size(count, self.count)?;
+        m.set_size(size, self.bytes.len())
+    }
+
     fn push(&mut self, s: &[u8]) -> std::result::Result<(), BuildError> {
         if s.contains(&0) {
             return Err(BuildError::Nul(String::from_utf8_lossy(s).into_owned()));

@@ -210,52 +210,35 @@ enum Sub {
 // The functions take the ABI's arguments as they come.
 #[allow(clippy::too_many_arguments)]
 impl WasiCtx {
-    fn strings_get(
-        strings: &crate::ctx::Strings,
-        m: &mut GuestMemory<'_>,
-        ptrs: u32,
-        buf: u32,
-    ) -> Result<()> {
-        m.write(buf, &strings.bytes)?;
-        let mut offset = 0u32;
-        for (i, s) in strings.bytes.split_inclusive(|&b| b == 0).enumerate() {
-            m.set_u32(ptrs + 4 * i as u32, buf.wrapping_add(offset))?;
-            offset += s.len() as u32;
-        }
-        Ok(())
-    }
-
     pub(crate) fn args_get(&mut self, m: &mut GuestMemory<'_>, argv: u32, buf: u32) -> Result<()> {
-        Self::strings_get(&self.args, m, argv, buf)
+        self.args.get(m, argv, buf)
     }
 
     pub(crate) fn args_sizes_get(
         &mut self,
         m: &mut GuestMemory<'_>,
-        count: u32,
+        n: u32,
         size: u32,
     ) -> Result<()> {
-        m.set_size(count, self.args.count)?;
-        m.set_size(size, self.args.bytes.len())
+        self.args.sizes_get(m, n, size)
     }
 
     pub(crate) fn environ_get(
         &mut self,
         m: &mut GuestMemory<'_>,
-        environ: u32,
+        env: u32,
         buf: u32,
     ) -> Result<()> {
-        Self::strings_get(&self.env, m, environ, buf)
+        self.env.get(m, env, buf)
     }
 
     pub(crate) fn environ_sizes_get(
         &mut self,
         m: &mut GuestMemory<'_>,
-        count: u32,
+        n: u32,
         size: u32,
     ) -> Result<()> {
-        m.set_size(count, self.env.count)?;
-        m.set_size(size, self.env.bytes.len())
+        self.env.sizes_get(m, n, size)
     }
 
     pub(crate) fn clock_res_get(
@@ -340,7 +323,8 @@ impl WasiCtx {
                 retry(|| rustix::io::read(file, &mut *buf))
             }),
             (Desc::File(file), Some(offset)) => read_each(m, &iovs, |buf, done| {
-                retry(|| rustix::io::pread(file, &mut *buf, offset + done as u64))
+                let at = offset.checked_add(done as u64).ok_or(Errno::OVERFLOW)?;
+                retry(|| rustix::io::pread(file, &mut *buf, at))
             }),
             (Desc::Dir(_), _) => Err(Errno::ISDIR),
             (Desc::Stdout | Desc::Stderr, _) => Err(Errno::BADF),

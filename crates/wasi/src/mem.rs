@@ -84,7 +84,7 @@ impl GuestMemory<'_> {
     /// The byte slices of a ciovec array, to write out.
     pub fn gather(&self, iovs: &[(u32, u32)]) -> Vec<std::io::IoSlice<'_>> {
         iovs.iter()
-            .map(|&(p, l)| std::io::IoSlice::new(&self.0[p as usize..(p + l) as usize]))
+            .map(|&(p, l)| std::io::IoSlice::new(&self.0[p as usize..p as usize + l as usize]))
             .collect()
     }
 }
