@@ -167,14 +167,15 @@ fn max_stack_bounds_recursion() {
     );
     let out = ephem(&["run", file, "--invoke", "down", "20000"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "20000\n");
+    // Flags go before the arguments: from the first argument on, everything is the guest's.
     let out = ephem(&[
         "run",
         file,
+        "--max-stack",
+        "64k",
         "--invoke",
         "down",
         "20000",
-        "--max-stack",
-        "64k",
     ]);
     assert_eq!(out.status.code(), Some(134));
     assert!(String::from_utf8_lossy(&out.stderr).contains("call stack exhausted"));
@@ -186,12 +187,12 @@ fn fuel_bounds_a_guest_and_is_printed() {
     let fib30 = [
         "run",
         "examples/fib.wat",
-        "--invoke",
-        "fib",
-        "30",
         "--fuel",
         "1000000",
         "--print-fuel",
+        "--invoke",
+        "fib",
+        "30",
     ];
     let out = ephem(&fib30);
     assert!(

@@ -138,6 +138,25 @@ fn preload_links_another_modules_exports_under_a_name() {
     assert_eq!(out.status.code(), Some(2), "NAME=FILE is a usage error");
 }
 
+#[test]
+fn a_reactor_is_initialised_before_its_export_is_invoked() {
+    let dir = ephem_test_support::temp_dir();
+    std::fs::write(
+        dir.path().join("reactor.wat"),
+        r#"(module (global $ready (mut i32) (i32.const 0))
+             (func (export "_initialize") (global.set $ready (i32.const 1)))
+             (func (export "ready") (result i32) (global.get $ready)))"#,
+    )
+    .unwrap();
+    let out = ephem(dir.path(), &["--invoke", "ready", "reactor.wat"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout(&out), "1\n");
+}
+
 /// Every Sightglass program without SIMD, run as wasmtime runs them: in its directory,
 /// preopened as `.`, with `bench.start`/`bench.end` preloaded. Its output must be exactly the
 /// expected output.

@@ -5,7 +5,9 @@
 //! inherited yet); `proc_raise` returns `ENOTSUP` (a guest cannot signal the host process);
 //! `poll_oneoff` and other blocking calls are not interrupted by an epoch deadline, since the
 //! host is never interrupted inside its own code; rights are reported and checked per
-//! descriptor, and a read-only preopen's files and directories inherit rights without writes.
+//! descriptor, and a read-only preopen's files and directories inherit rights without writes;
+//! `fd_fdstat_set_flags` changes only files the guest opened (on stdio and directories, whose
+//! host descriptors are shared, it succeeds without effect).
 
 use std::io::IoSlice;
 use std::num::NonZeroU64;
@@ -522,7 +524,12 @@ impl WasiCtx {
         if flags & !settable != 0 {
             return Err(Errno::NOTSUP);
         }
-        let Some(host) = self.host_fd(fd, rights::FD_FDSTAT_SET_FLAGS)? else {
+        // Only a file of the guest's own is changed. Stdio and directories share host
+        // descriptors (the process's stdio, preopens shared between contexts), whose flags are
+        // not the guest's to change: the request is accepted and has no effect (Go sets its
+        // stdio non-blocking at start).
+        self.entry(fd, rights::FD_FDSTAT_SET_FLAGS)?;
+        let Ok(host) = self.file(fd, 0) else {
             return Ok(());
         };
         let current = retry(|| rustix::fs::fcntl_getfl(host))?;

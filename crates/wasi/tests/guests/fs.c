@@ -53,6 +53,9 @@ int main(void) {
   printf("size %lld\n", (long long)st.st_size);
   CHECK("fsync", fsync(fd));
   CHECK("fdatasync", fdatasync(fd));
+  CHECK("set append", fcntl(fd, F_SETFL, O_APPEND));
+  printf("append: %d\n", (fcntl(fd, F_GETFL) & O_APPEND) != 0);
+  CHECK("set stdout non-blocking", fcntl(1, F_SETFL, O_NONBLOCK));
   CHECK("close", close(fd));
 
   CHECK("rename d/f d/g", rename("d/f", "d/g"));
