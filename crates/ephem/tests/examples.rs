@@ -9,6 +9,9 @@ mod fresh;
 #[path = "../../../examples/threads.rs"]
 mod threads;
 
+#[path = "../../../examples/wasi.rs"]
+mod wasi;
+
 #[test]
 fn hello_runs() {
     hello::main().unwrap();
@@ -25,6 +28,11 @@ fn threads_runs() {
 }
 
 #[test]
+fn wasi_runs() {
+    wasi::main().unwrap();
+}
+
+#[test]
 fn every_example_is_run_here() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let mut examples: Vec<String> = std::fs::read_dir(dir)
@@ -37,7 +45,7 @@ fn every_example_is_run_here() {
     examples.sort();
     assert_eq!(
         examples,
-        ["fresh", "hello", "threads"],
+        ["fresh", "hello", "threads", "wasi"],
         "a new example needs a test here"
     );
 }
