@@ -331,6 +331,31 @@ fn files_and_directories_work_beneath_a_preopen_and_nothing_escapes_it() {
 }
 
 #[test]
+fn a_large_directory_is_listed_whole_over_several_readdir_calls() {
+    let dir = ephem_test_support::temp_dir();
+    for i in 0..3000 {
+        std::fs::write(
+            dir.path().join(format!("a-longish-file-name-number-{i}")),
+            "",
+        )
+        .unwrap();
+    }
+    let (result, ctx) = run("ls", &["data"], |b| {
+        b.preopened_dir(dir.path(), "data", DirPerms::ReadOnly)
+            .unwrap();
+    });
+    result.unwrap();
+    // The host's own listing, plus `.` and `..`.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    let bytes: usize = names.iter().map(|e| e.file_name().len()).sum::<usize>() + 3;
+    let expected = format!("{} entries, {bytes} name bytes\n", names.len() + 2);
+    assert_eq!(text(ctx.stdout()), expected);
+}
+
+#[test]
 fn a_symlink_swapped_during_opens_never_leads_outside() {
     let (_root, sandbox, _outside, _ro) = layout();
     std::fs::create_dir(sandbox.join("inside")).unwrap();
