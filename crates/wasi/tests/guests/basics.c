@@ -27,6 +27,11 @@ int main(int argc, char **argv) {
     struct timespec nap = {0, 20 * 1000000};
     CHECK("nanosleep", nanosleep(&nap, NULL));
     printf("slept at least 20ms: %d\n", ns(CLOCK_MONOTONIC) - t0 >= 20 * 1000000);
+    // Until an absolute time (poll_oneoff's abstime clock subscription).
+    int64_t until = ns(CLOCK_MONOTONIC) + 20 * 1000000;
+    struct timespec at = {until / 1000000000, until % 1000000000};
+    printf("clock_nanosleep until: %d\n", clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL));
+    printf("woke after it: %d\n", ns(CLOCK_MONOTONIC) >= until);
     printf("realtime after 2020: %d\n", ns(CLOCK_REALTIME) > (int64_t)1577836800 * 1000000000);
     printf("process cpu time: %d\n", ns(CLOCK_PROCESS_CPUTIME_ID) > 0);
     struct timespec res;

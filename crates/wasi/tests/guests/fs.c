@@ -96,6 +96,35 @@ int main(void) {
   CHECK("rmdir d", rmdir("d"));
   CHECK("rmdir d again", rmdir("d"));
 
+  // The rest of the descriptor functions, on a file of its own.
+  int m, other;
+  CHECK("create m", m = open("m", O_CREAT | O_EXCL | O_RDWR, 0644));
+  CHECK("create m exclusively again", open("m", O_CREAT | O_EXCL | O_RDWR, 0644));
+  CHECK("fadvise", -posix_fadvise(m, 0, 0, POSIX_FADV_SEQUENTIAL));
+  printf("fadvise bad advice: %s\n", errno_name(posix_fadvise(m, 0, 0, 99)));
+  struct timespec ftimes[2] = {{2000000000, 0}, {2000000000, 0}};
+  CHECK("futimens", futimens(m, ftimes));
+  CHECK("fstat", fstat(m, &st));
+  printf("mtime %lld\n", (long long)st.st_mtim.tv_sec);
+  CHECK("open other", other = open("ro/r.txt", O_RDONLY));
+  RAW("renumber m over other", __wasi_fd_renumber(m, other));
+  RAW("renumber from closed m", __wasi_fd_renumber(m, other));
+  CHECK("write through the new number", write(other, "moved", 5));
+  CHECK("fstat new number", fstat(other, &st));
+  printf("size %lld\n", (long long)st.st_size);
+  __wasi_fdstat_t fdstat;
+  RAW("fdstat", __wasi_fd_fdstat_get(other, &fdstat));
+  RAW("drop the write right",
+      __wasi_fd_fdstat_set_rights(other, fdstat.fs_rights_base & ~__WASI_RIGHTS_FD_WRITE, 0));
+  RAW("take it back",
+      __wasi_fd_fdstat_set_rights(other, fdstat.fs_rights_base, 0));
+  CHECK("write without the right", write(other, "x", 1));
+  char name[1];
+  RAW("preopen name into 1 byte", __wasi_fd_prestat_dir_name(4, (uint8_t *)name, 1));
+  RAW("sched_yield", __wasi_sched_yield());
+  CHECK("close", close(other));
+  CHECK("unlink m", unlink("m"));
+
   // Escapes, through the host's own errno.
   const int64_t READ = __WASI_RIGHTS_FD_READ;
   RAW("open ../outside/secret", open_raw("../outside/secret", 0, 0, READ));
