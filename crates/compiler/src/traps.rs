@@ -9,7 +9,6 @@ pub mod code {
     pub const UNDEFINED_ELEMENT: TrapCode = TrapCode::unwrap_user(2);
     pub const NULL_CALL: TrapCode = TrapCode::unwrap_user(3);
     pub const BAD_SIGNATURE: TrapCode = TrapCode::unwrap_user(4);
-    pub const HOST_ERROR: TrapCode = TrapCode::unwrap_user(5);
     pub const TABLE_OUT_OF_BOUNDS: TrapCode = TrapCode::unwrap_user(6);
     pub const INTERRUPTED: TrapCode = TrapCode::unwrap_user(7);
     pub const OUT_OF_FUEL: TrapCode = TrapCode::unwrap_user(8);
@@ -26,7 +25,6 @@ pub fn kind(trap: TrapCode) -> Option<TrapKind> {
         code::UNDEFINED_ELEMENT => TrapKind::UndefinedElement,
         code::NULL_CALL => TrapKind::IndirectCallToNull,
         code::BAD_SIGNATURE => TrapKind::BadSignature,
-        code::HOST_ERROR => TrapKind::HostError,
         code::TABLE_OUT_OF_BOUNDS => TrapKind::TableOutOfBounds,
         code::INTERRUPTED => TrapKind::Interrupted,
         code::OUT_OF_FUEL => TrapKind::OutOfFuel,

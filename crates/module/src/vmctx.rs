@@ -51,11 +51,9 @@ pub struct VmTable {
 
 /// The first field of the context a host adapter receives: the function it calls with the
 /// context, the caller's vmctx (null when the host called) and a pointer to the arguments
-/// (results are written back there). A host function that fails does not return (the runtime
-/// ends the call into wasm itself); a non-zero return would make the adapter trap with
-/// `HostError`, which is kept as a backstop.
-pub type HostCall =
-    unsafe extern "C" fn(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw) -> u32;
+/// (results are written back there). It returns only when the host function succeeded; a
+/// failure ends the call into wasm in the runtime, without returning here.
+pub type HostCall = unsafe extern "C" fn(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw);
 
 /// Layout every host function context starts with.
 #[repr(C)]

@@ -211,10 +211,10 @@ pub(crate) unsafe extern "C" fn host_call(
     caller_vmctx: *mut u8,
     values: *mut ValRaw,
     fp: usize,
-) -> u32 {
+) {
     // SAFETY: per this function's contract with the adapter.
     if unsafe { run_host(ctx, caller_vmctx, values) } {
-        return 0;
+        return;
     }
     // SAFETY: `fp` is `ephem_host_call`'s, called by an adapter inside a call into wasm; this
     // frame holds nothing to drop (the failure is in the store), nor do the stub's and the

@@ -1021,12 +1021,15 @@ impl Trap {
         let module = unsafe { &*(site.at.tag as *const ModuleInner) };
         let offset = (site.at.pc - site.at.code_start) as u32;
         let artifact = &module.artifact;
-        let kind = artifact.trap_at(offset).unwrap_or(match site.signal {
+        // Signal 0: a host function failed (the site is its adapter's call, not a trap).
+        let kind = match site.signal {
             0 => TrapKind::HostError,
-            libc::SIGSEGV | libc::SIGBUS => TrapKind::MemoryOutOfBounds,
-            libc::SIGFPE => TrapKind::IntegerDivisionByZero,
-            _ => TrapKind::Unreachable,
-        });
+            signal => artifact.trap_at(offset).unwrap_or(match signal {
+                libc::SIGSEGV | libc::SIGBUS => TrapKind::MemoryOutOfBounds,
+                libc::SIGFPE => TrapKind::IntegerDivisionByZero,
+                _ => TrapKind::Unreachable,
+            }),
+        };
         let (func, offset) = artifact
             .func_at(offset)
             .map_or((None, None), |(f, o)| (Some(f), Some(o)));

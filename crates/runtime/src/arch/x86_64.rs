@@ -77,7 +77,7 @@ unsafe extern "C" {
     pub fn ephem_unwind(sp: usize) -> !;
     /// What host adapters call: `func::host_call` with this frame's pointer as a fourth
     /// argument.
-    pub fn ephem_host_call(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw) -> u32;
+    pub fn ephem_host_call(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw);
 }
 
 /// The faulting instruction's address.
