@@ -295,7 +295,26 @@ pub(crate) struct Entry {
     pub(crate) inheriting: u64,
 }
 
+/// The entry of `fd` in `fds`, if it has every right in `needed` (a function of the table
+/// alone, for callers that borrow the context's other fields at the same time).
+pub(crate) fn lookup(fds: &[Option<Entry>], fd: u32, needed: u64) -> Result<&Entry> {
+    let entry = fds
+        .get(fd as usize)
+        .and_then(Option::as_ref)
+        .ok_or(Errno::BADF)?;
+    entry.allows(needed)?;
+    Ok(entry)
+}
+
 impl Entry {
+    /// `Ok` if the entry has every right in `needed`.
+    pub(crate) fn allows(&self, needed: u64) -> Result<()> {
+        match self.rights & needed == needed {
+            true => Ok(()),
+            false => Err(Errno::NOTCAPABLE),
+        }
+    }
+
     pub(crate) fn new(desc: Desc, rights: u64, inheriting: u64) -> Entry {
         Entry {
             desc,
@@ -368,15 +387,7 @@ impl WasiCtx {
 
     /// The entry of `fd`, if it has every right in `needed`.
     pub(crate) fn entry(&self, fd: u32, needed: u64) -> Result<&Entry> {
-        let entry = self
-            .fds
-            .get(fd as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Errno::BADF)?;
-        if entry.rights & needed != needed {
-            return Err(Errno::NOTCAPABLE);
-        }
-        Ok(entry)
+        lookup(&self.fds, fd, needed)
     }
 
     /// The directory `fd`, if it has every right in `needed`.
@@ -385,7 +396,7 @@ impl WasiCtx {
         let Desc::Dir(dir) = &entry.desc else {
             return Err(Errno::NOTDIR);
         };
-        self.entry(fd, needed)?;
+        entry.allows(needed)?;
         Ok(dir)
     }
 

@@ -20,7 +20,7 @@ use crate::abi::{
     self, DIRENT_SIZE, EVENT_SIZE, Errno, FDSTAT_SIZE, FILESTAT_SIZE, SUBSCRIPTION_SIZE, eventtype,
     fdflags, filetype, fstflags, oflags, rights,
 };
-use crate::ctx::{Desc, Dir, Entry, Input, Output, Sink, WasiCtx};
+use crate::ctx::{Desc, Dir, Entry, Input, Output, Sink, WasiCtx, lookup};
 use crate::fs;
 use crate::mem::{GuestMemory, Result};
 
@@ -300,13 +300,7 @@ impl WasiCtx {
             stdin_pos,
             ..
         } = self;
-        let entry = fds
-            .get(fd as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Errno::BADF)?;
-        if entry.rights & needed != needed {
-            return Err(Errno::NOTCAPABLE);
-        }
+        let entry = lookup(fds, fd, needed)?;
         match (&entry.desc, at) {
             (Desc::Stdin, Some(_)) => Err(Errno::SPIPE),
             (Desc::Stdin, None) => match stdin {
@@ -350,13 +344,7 @@ impl WasiCtx {
             stderr,
             ..
         } = self;
-        let entry = fds
-            .get(fd as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Errno::BADF)?;
-        if entry.rights & needed != needed {
-            return Err(Errno::NOTCAPABLE);
-        }
+        let entry = lookup(fds, fd, needed)?;
         match (&entry.desc, at) {
             (Desc::Stdout | Desc::Stderr, Some(_)) => Err(Errno::SPIPE),
             (Desc::Stdout, None) => write_sink(stdout, false, &bufs),
@@ -433,8 +421,9 @@ impl WasiCtx {
 
     /// A file's descriptor (not stdio, not a directory).
     fn file(&self, fd: u32, needed: u64) -> Result<BorrowedFd<'_>> {
-        match &self.entry(fd, 0)?.desc {
-            Desc::File(f) => self.entry(fd, needed).map(|_| f.as_fd()),
+        let entry = self.entry(fd, 0)?;
+        match &entry.desc {
+            Desc::File(f) => entry.allows(needed).map(|()| f.as_fd()),
             Desc::Dir(_) => Err(Errno::ISDIR),
             _ => Err(Errno::SPIPE),
         }
