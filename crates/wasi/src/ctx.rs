@@ -338,8 +338,18 @@ pub(crate) struct Dir {
     /// The guest's name for a preopened directory.
     pub(crate) preopen: Option<Arc<str>>,
     pub(crate) perms: DirPerms,
-    /// An open listing for `fd_readdir`, with the cookie of its next entry.
-    pub(crate) listing: Option<(rustix::fs::Dir, u64)>,
+    /// An open listing for `fd_readdir`, kept between calls.
+    pub(crate) listing: Option<Listing>,
+}
+
+/// A directory listing in progress: `fd_readdir` continues it when the guest asks for the
+/// entries after the last one it was given (or after the one before, when that was cut short).
+pub(crate) struct Listing {
+    pub(crate) dir: rustix::fs::Dir,
+    /// How many entries have been read from `dir`: the cookie of the last one.
+    pub(crate) read: u64,
+    /// The last entry read, as the guest receives it, when it did not fit whole.
+    pub(crate) cut: Option<Vec<u8>>,
 }
 
 /// The state of WASI for one instance (or several linked in one store).

@@ -20,7 +20,7 @@ use crate::abi::{
     self, DIRENT_SIZE, EVENT_SIZE, Errno, FDSTAT_SIZE, FILESTAT_SIZE, SUBSCRIPTION_SIZE, eventtype,
     fdflags, filetype, fstflags, oflags, rights,
 };
-use crate::ctx::{Desc, Dir, Entry, Input, Output, Sink, WasiCtx, lookup};
+use crate::ctx::{Desc, Dir, Entry, Input, Listing, Output, Sink, WasiCtx, lookup};
 use crate::fs;
 use crate::mem::{GuestMemory, Result};
 
@@ -683,40 +683,55 @@ impl WasiCtx {
         else {
             unreachable!("checked above")
         };
-        // The listing continues where the last call stopped; any other cookie starts over.
-        let (listing, next) = match &mut dir.listing {
-            Some((listing, next)) if *next <= cookie => (listing, next),
-            slot => {
-                let listing = retry(|| rustix::fs::Dir::read_from(&*dir.fd))?;
-                let (listing, next) = slot.insert((listing, 0));
-                (listing, next)
+        // The listing continues where the last call stopped, or repeats the entry it cut
+        // short; any other cookie starts it over.
+        let listing = match &mut dir.listing {
+            Some(l)
+                if cookie >= l.read
+                    || (l.cut.is_some() && l.read.checked_sub(1) == Some(cookie)) =>
+            {
+                l
             }
+            slot => slot.insert(Listing {
+                dir: retry(|| rustix::fs::Dir::read_from(&*dir.fd))?,
+                read: 0,
+                cut: None,
+            }),
         };
         let out = m.slice_mut(buf, len)?;
         let mut filled = 0;
-        while filled < out.len() {
-            let Some(entry) = listing.read() else { break };
+        // Copies `bytes` into the rest of `out`; `false` if they did not all fit.
+        let mut put = |bytes: &[u8]| {
+            let n = bytes.len().min(out.len() - filled);
+            out[filled..filled + n].copy_from_slice(&bytes[..n]);
+            filled += n;
+            n == bytes.len()
+        };
+        if let Some(cut) = listing.cut.take()
+            && cookie < listing.read
+            && !put(&cut)
+        {
+            listing.cut = Some(cut);
+        }
+        while listing.cut.is_none() {
+            let Some(entry) = listing.dir.read() else {
+                break;
+            };
             let entry = entry.map_err(Errno::from)?;
-            *next += 1;
-            if *next <= cookie {
+            listing.read += 1;
+            if listing.read <= cookie {
                 continue;
             }
             let name = entry.file_name().to_bytes();
             let mut head = [0u8; DIRENT_SIZE as usize];
-            head[0..8].copy_from_slice(&next.to_le_bytes()); // d_next
+            head[0..8].copy_from_slice(&listing.read.to_le_bytes()); // d_next
             head[8..16].copy_from_slice(&entry.ino().to_le_bytes()); // d_ino
             head[16..20].copy_from_slice(&(name.len() as u32).to_le_bytes()); // d_namlen
             head[20] = filetype_of(entry.file_type().as_raw_mode()); // d_type
-            for part in [&head[..], name] {
-                let n = part.len().min(out.len() - filled);
-                out[filled..filled + n].copy_from_slice(&part[..n]);
-                filled += n;
+            // A full buffer tells the guest to call again from the last entry it got whole.
+            if !(put(&head) && put(name)) {
+                listing.cut = Some([&head[..], name].concat());
             }
-        }
-        // A full buffer tells the guest to call again with the last cookie it saw whole, so
-        // an entry cut short is read again: the listing starts over for it.
-        if filled == out.len() {
-            dir.listing = None;
         }
         m.set_size(used, filled)
     }
