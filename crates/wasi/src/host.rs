@@ -738,10 +738,6 @@ impl WasiCtx {
 
     // --- paths -------------------------------------------------------------------------------
 
-    fn path<'m>(m: &'m GuestMemory<'_>, ptr: u32, len: u32) -> Result<&'m [u8]> {
-        m.slice(ptr, len)
-    }
-
     pub(crate) fn path_open(
         &mut self,
         m: &mut GuestMemory<'_>,
@@ -799,7 +795,7 @@ impl WasiCtx {
             true => Mode::from_raw_mode(0o666),
             false => Mode::empty(),
         };
-        let opened = fs::open(dir.fd.as_fd(), Self::path(m, path, path_len)?, host, mode)?;
+        let opened = fs::open(dir.fd.as_fd(), m.slice(path, path_len)?, host, mode)?;
         let is_dir = oflags & oflags::DIRECTORY != 0
             || FileType::from_raw_mode(retry(|| rustix::fs::fstat(&opened))?.st_mode)
                 == FileType::Directory;
@@ -826,7 +822,7 @@ impl WasiCtx {
         len: u32,
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_CREATE_DIRECTORY)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), Self::path(m, path, len)?)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), m.slice(path, len)?)?;
         retry(|| rustix::fs::mkdirat(&base, last.as_slice(), Mode::from_raw_mode(0o777)))
     }
 
@@ -838,7 +834,7 @@ impl WasiCtx {
         len: u32,
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_REMOVE_DIRECTORY)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), Self::path(m, path, len)?)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), m.slice(path, len)?)?;
         retry(|| rustix::fs::unlinkat(&base, last.as_slice(), AtFlags::REMOVEDIR))
     }
 
@@ -850,7 +846,7 @@ impl WasiCtx {
         len: u32,
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_UNLINK_FILE)?;
-        let path = Self::path(m, path, len)?;
+        let path = m.slice(path, len)?;
         let (base, last) = fs::parent(dir.fd.as_fd(), path)?;
         if path.ends_with(b"/") {
             // "file/" names a directory: never a file to unlink.
@@ -874,8 +870,8 @@ impl WasiCtx {
     ) -> Result<()> {
         let from = self.dir(fd, rights::PATH_RENAME_SOURCE)?;
         let to = self.dir(new_fd, rights::PATH_RENAME_TARGET)?;
-        let (b1, l1) = fs::parent(from.fd.as_fd(), Self::path(m, old, old_len)?)?;
-        let (b2, l2) = fs::parent(to.fd.as_fd(), Self::path(m, new, new_len)?)?;
+        let (b1, l1) = fs::parent(from.fd.as_fd(), m.slice(old, old_len)?)?;
+        let (b2, l2) = fs::parent(to.fd.as_fd(), m.slice(new, new_len)?)?;
         retry(|| rustix::fs::renameat(&b1, l1.as_slice(), &b2, l2.as_slice()))
     }
 
@@ -889,11 +885,11 @@ impl WasiCtx {
         new_len: u32,
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_SYMLINK)?;
-        let target = Self::path(m, old, old_len)?;
+        let target = m.slice(old, old_len)?;
         if target.contains(&0) {
             return Err(Errno::INVAL);
         }
-        let (base, last) = fs::parent(dir.fd.as_fd(), Self::path(m, new, new_len)?)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), m.slice(new, new_len)?)?;
         retry(|| rustix::fs::symlinkat(target, &base, last.as_slice()))
     }
 
@@ -911,8 +907,8 @@ impl WasiCtx {
         let from = self.dir(fd, rights::PATH_LINK_SOURCE)?;
         let to = self.dir(new_fd, rights::PATH_LINK_TARGET)?;
         let follow = lookup & abi::LOOKUP_SYMLINK_FOLLOW != 0;
-        let (b1, l1) = fs::resolve(from.fd.as_fd(), Self::path(m, old, old_len)?, follow)?;
-        let (b2, l2) = fs::parent(to.fd.as_fd(), Self::path(m, new, new_len)?)?;
+        let (b1, l1) = fs::resolve(from.fd.as_fd(), m.slice(old, old_len)?, follow)?;
+        let (b2, l2) = fs::parent(to.fd.as_fd(), m.slice(new, new_len)?)?;
         retry(|| rustix::fs::linkat(&b1, l1.as_slice(), &b2, l2.as_slice(), AtFlags::empty()))
     }
 
@@ -927,7 +923,7 @@ impl WasiCtx {
         used: u32,
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_READLINK)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), Self::path(m, path, len)?)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), m.slice(path, len)?)?;
         let target = retry(|| rustix::fs::readlinkat(&base, last.as_slice(), Vec::new()))?;
         let target = target.as_bytes();
         let n = target.len().min(buf_len as usize);
@@ -945,7 +941,7 @@ impl WasiCtx {
         out: u32,
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_FILESTAT_GET)?;
-        let path = Self::path(m, path, len)?;
+        let path = m.slice(path, len)?;
         let st = if lookup & abi::LOOKUP_SYMLINK_FOLLOW != 0 {
             let file = fs::open(dir.fd.as_fd(), path, OFlags::PATH, Mode::empty())?;
             retry(|| rustix::fs::fstat(&file))?
@@ -970,7 +966,7 @@ impl WasiCtx {
         let times = timestamps(atim, mtim, flags as u16)?;
         let dir = self.dir(fd, rights::PATH_FILESTAT_SET_TIMES)?;
         let follow = lookup & abi::LOOKUP_SYMLINK_FOLLOW != 0;
-        let (base, last) = fs::resolve(dir.fd.as_fd(), Self::path(m, path, len)?, follow)?;
+        let (base, last) = fs::resolve(dir.fd.as_fd(), m.slice(path, len)?, follow)?;
         retry(|| rustix::fs::utimensat(&base, last.as_slice(), &times, AtFlags::SYMLINK_NOFOLLOW))
     }
 
