@@ -9,27 +9,33 @@
 //! file is made: mapping and unmapping it, and faulting its pages in, cost more than the reads.
 //!
 //! # Verification
-//! The header is checked on every open (magic, format, ephem version, length, section bounds);
-//! the checksum over the whole file, the metadata and the CPU features are checked once per file
-//! identity (device, inode, size, modification time) per process, and the identity remembered.
-//! Hashing a multi-megabyte artifact on every invocation would cost more than everything else in
-//! the fresh path; hashing it once catches truncation, partial writes and corruption that
-//! happened before this process saw the file, which is what a cache on disk suffers. Files are
-//! replaced (rename), never rewritten in place: a new file is a new identity and is verified
-//! again. Artifacts made in memory by this process ([`Artifact::from_compiled`]) are not hashed
-//! at all.
+//! The header is checked on every open (magic, format, ephem version, length, section bounds).
+//! The seal (a keyed hash of the whole file, see [`crate::ArtifactKey`]), the metadata (every
+//! index and range the runtime reads, [`ephem_module::ModuleInfo::check`] and the tables here)
+//! and the CPU features are checked once per file identity (device, inode, size, modification
+//! time) and key per process, and the identity remembered. Hashing a multi-megabyte artifact on
+//! every invocation would cost more than everything else in the fresh path.
 //!
-//! An artifact is native code: opening one from a directory an attacker can write is as unsafe
-//! as running an executable from there. The checks make *accidental* damage safe, not hostile
-//! files.
+//! Remembering an identity is sound only for a file that nobody changes in place: the cache
+//! writes its entries read-only and replaces them only by rename (a new file is a new identity).
+//! A file that another user could write, or that has a write permission bit set, is *snapshotted*
+//! instead: copied into a sealed memory file, which nobody can change, and verified on every
+//! open. So code and images are only ever mapped from files that this user (or root) made
+//! read-only, and a guest fault reading such a file after it was truncated anyway (`SIGBUS`) is
+//! reported as an I/O error naming the file (see the runtime), not as a guest trap.
+//!
+//! Without the key the metadata checks still run ([`Artifact::open_unverified`]): they keep a
+//! damaged or forged file from making the runtime read out of bounds, but only the key vouches
+//! for the machine code and for what only the code knows (its vmctx layout, its types).
+//! Artifacts made in memory by this process ([`Artifact::from_compiled`]) are not checked.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd};
-use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex, OnceLock};
 
 use ephem_module::{
@@ -42,7 +48,7 @@ use crate::format::{
     ArchivedMemoryImage, ArchivedMeta, EPHEM_VERSION, FILE_PAGE, FORMAT_VERSION, HEADER_SIZE,
     MAGIC, Section, off,
 };
-use crate::{Error, cpu};
+use crate::{ArtifactKey, Error, cpu};
 
 /// Files whose text is shorter than [`SMALL_TEXT`] and ends within this many bytes are read up
 /// to the end of the text on open (a small module's metadata, tables and data come before it).
@@ -60,6 +66,8 @@ const FIRST_READ: usize = 4 << 10;
 /// A compiled module in a file (or a memory file), ready to load.
 pub struct Artifact {
     file: File,
+    /// Where it was opened from (for errors), if from a path.
+    path: Option<PathBuf>,
     file_len: u64,
     sections: [Range<u64>; 6],
     /// The file's first bytes: header, metadata (an archive, read in place), function table,
@@ -94,9 +102,45 @@ pub struct Identity {
     mtime_ns: i64,
 }
 
-/// Files verified in this process (checksum, metadata, CPU), with how many bytes opening them
-/// reads: the next open of the same identity reads exactly that much, with one `pread`.
-static VERIFIED: LazyLock<Mutex<HashMap<Identity, usize>>> = LazyLock::new(Mutex::default);
+/// Files verified in this process (seal under the key, or `None` when opened unverified;
+/// metadata; CPU), with how many bytes opening them reads: the next open of the same identity
+/// reads exactly that much, with one `pread`.
+type Verified = HashMap<(Identity, Option<[u8; 32]>), usize>;
+static VERIFIED: LazyLock<Mutex<Verified>> = LazyLock::new(Mutex::default);
+
+/// This process's effective user id (asked once: it decides which files are trusted to stay
+/// as they are, see the module documentation).
+fn euid() -> u32 {
+    static EUID: OnceLock<u32> = OnceLock::new();
+    *EUID.get_or_init(|| rustix::process::geteuid().as_raw())
+}
+
+/// Whether nobody but this user or root can change the file in place: no write permission bit,
+/// and owned by this user or root (the owner could add one).
+fn unchangeable(stat: &rustix::fs::Stat) -> bool {
+    stat.st_mode & 0o222 == 0 && (stat.st_uid == euid() || stat.st_uid == 0)
+}
+
+/// A sealed memory file holding what `file` holds now: nobody can write, grow or shrink it.
+fn snapshot(file: &File) -> Result<File, Error> {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let fd = rustix::fs::memfd_create(
+        "ephem-artifact-snapshot",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )
+    .map_err(std::io::Error::from)?;
+    // SAFETY: `fd` is a fresh descriptor we own; the File takes ownership of it.
+    let mut copy = unsafe { File::from_raw_fd(fd.into_raw_fd()) };
+    let mut reader = file;
+    rustix::fs::seek(reader, rustix::fs::SeekFrom::Start(0)).map_err(std::io::Error::from)?;
+    std::io::copy(&mut reader, &mut copy)?;
+    rustix::fs::fcntl_add_seals(
+        &copy,
+        SealFlags::SEAL | SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE,
+    )
+    .map_err(std::io::Error::from)?;
+    Ok(copy)
+}
 
 fn damaged(why: impl Into<String>) -> Error {
     Error::Damaged(why.into())
@@ -118,9 +162,24 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// Whether `bytes` start like an artifact (to tell one from a wasm file).
+/// Whether `bytes` start like an artifact (to tell one from a wasm file): the magic, or a
+/// header that is an artifact's in all but a damaged magic (so that opening it reports the
+/// damage, rather than the bytes being read as wasm or text).
 pub fn is_artifact(bytes: &[u8]) -> bool {
-    bytes.starts_with(&MAGIC)
+    bytes.starts_with(&MAGIC) || looks_like_artifact(bytes)
+}
+
+/// An artifact header with a damaged magic: at most two of its bytes differ, or the format and
+/// ephem version fields that follow it are intact.
+fn looks_like_artifact(h: &[u8]) -> bool {
+    let Some(magic) = h.get(off::MAGIC..off::MAGIC + 8) else {
+        return false;
+    };
+    let differ = magic.iter().zip(&MAGIC).filter(|(a, b)| a != b).count();
+    let version = EPHEM_VERSION.as_bytes();
+    let fields_intact = h.get(off::FORMAT..off::FORMAT + 4) == Some(&FORMAT_VERSION.to_le_bytes())
+        && h.get(off::VERSION..off::VERSION + version.len()) == Some(version);
+    differ <= 2 || fields_intact
 }
 
 fn read_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), Error> {
@@ -131,19 +190,53 @@ fn read_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), Error> {
 }
 
 impl Artifact {
-    /// Opens the artifact at `path`.
-    pub fn open(path: &Path) -> Result<Artifact, Error> {
-        Artifact::from_file(File::open(path)?, true)
+    /// Opens the artifact at `path` for execution: it must be sealed under `key`. Its metadata
+    /// and CPU features are checked too (see the module documentation).
+    pub fn open(path: &Path, key: &ArtifactKey) -> Result<Artifact, Error> {
+        Artifact::open_with(path, Some(key), false)
+    }
+
+    /// Opens the artifact at `path` without checking its seal: its metadata is checked, so a
+    /// damaged file is refused, but its machine code is run as it is.
+    ///
+    /// # Safety
+    /// The caller vouches that the file's machine code is what ephem compiled for it (that
+    /// nobody could have written it but a trusted compiler): running forged code is running
+    /// an arbitrary native program.
+    pub unsafe fn open_unverified(path: &Path) -> Result<Artifact, Error> {
+        Artifact::open_with(path, None, false)
+    }
+
+    /// Opens `path` (never blocking on a FIFO; with `nofollow`, not through a symlink), then as
+    /// [`Artifact::open`], or unverified without a key.
+    pub(crate) fn open_with(
+        path: &Path,
+        key: Option<&ArtifactKey>,
+        nofollow: bool,
+    ) -> Result<Artifact, Error> {
+        use rustix::fs::OFlags;
+        let mut flags = OFlags::NONBLOCK;
+        if nofollow {
+            flags |= OFlags::NOFOLLOW;
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags.bits() as i32)
+            .open(path)?;
+        let mut artifact = Artifact::from_file(file, Some(key))?;
+        artifact.path = Some(path.to_owned());
+        Ok(artifact)
     }
 
     /// Serialises `compiled` into an anonymous memory file and opens that: a module compiled
     /// in this process takes exactly the path of one read from disk (its memory images are
     /// mapped copy-on-write from the memory file).
     pub fn from_compiled(compiled: &CompiledModule) -> Result<Artifact, Error> {
-        Artifact::in_memory(&crate::to_bytes(compiled))
+        let unsealed = ArtifactKey::from_bytes([0; 32]);
+        Artifact::in_memory(&crate::to_bytes(compiled, &[0; 32], &unsealed))
     }
 
-    /// Opens artifact bytes this process wrote, through a memory file (not hashed: see the
+    /// Opens artifact bytes this process wrote, through a memory file (not checked: see the
     /// module documentation).
     pub(crate) fn in_memory(bytes: &[u8]) -> Result<Artifact, Error> {
         let fd = rustix::fs::memfd_create("ephem-artifact", rustix::fs::MemfdFlags::CLOEXEC)
@@ -151,13 +244,25 @@ impl Artifact {
         // SAFETY: `fd` is a fresh descriptor we own; the File takes ownership of it.
         let mut file = unsafe { File::from_raw_fd(fd.into_raw_fd()) };
         file.write_all(bytes)?;
-        Artifact::from_file(file, false)
+        Artifact::from_file(file, None)
     }
 
-    /// Opens the artifact in `file`; with `verify`, its checksum is checked unless this file
-    /// identity was verified before.
-    fn from_file(file: File, verify: bool) -> Result<Artifact, Error> {
-        let stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
+    /// Opens the artifact in `file`. `check`: `None` for bytes this process wrote (nothing is
+    /// checked but the header); else the key to verify the seal with (`Some(None)`: the
+    /// metadata only), unless this file identity and key were verified before.
+    fn from_file(file: File, check: Option<Option<&ArtifactKey>>) -> Result<Artifact, Error> {
+        let mut file = file;
+        let mut stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(damaged("not a regular file"));
+        }
+        // A file someone could change in place is read from a snapshot, verified every time.
+        let mut remember = check.is_some();
+        if check.is_some() && !unchangeable(&stat) {
+            file = snapshot(&file)?;
+            stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
+            remember = false;
+        }
         let file_len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
         let identity = Identity {
             dev: stat.st_dev,
@@ -166,12 +271,11 @@ impl Artifact {
             mtime: stat.st_mtime,
             mtime_ns: stat.st_mtime_nsec as i64,
         };
-        let known = verify
-            .then(|| {
-                let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
-                verified.get(&identity).copied()
-            })
-            .flatten();
+        let verified_as = check.map(|key| (identity, key.map(|k| *k.bytes())));
+        let known = verified_as.as_ref().filter(|_| remember).and_then(|id| {
+            let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
+            verified.get(id).copied()
+        });
         let mut front = AlignedVec::<16>::new();
         front.resize(known.unwrap_or(FIRST_READ).min(file_len as usize), 0);
         read_at(&file, &mut front, 0)?;
@@ -187,7 +291,11 @@ impl Artifact {
 
         let h = &front[..HEADER_SIZE];
         if h[off::MAGIC..off::MAGIC + 8] != MAGIC {
-            return Err(Error::NotArtifact);
+            return Err(if looks_like_artifact(h) {
+                damaged("bad magic")
+            } else {
+                Error::NotArtifact
+            });
         }
         let format = u32_at(h, off::FORMAT);
         if format != FORMAT_VERSION {
@@ -242,6 +350,7 @@ impl Artifact {
         }
         let artifact = Artifact {
             file,
+            path: None,
             file_len,
             sections,
             front,
@@ -249,36 +358,39 @@ impl Artifact {
             accessed: stat.st_atime,
             identity,
         };
+        let Some(key) = check else {
+            // Written by this process: trusted (and checked in debug builds, for the tests).
+            if cfg!(debug_assertions) {
+                artifact.check_metadata()?;
+            }
+            return Ok(artifact);
+        };
         if known.is_some() {
             return Ok(artifact);
         }
 
         // Everything that is proportional to the file or to the metadata is done once per file
-        // identity (see the module documentation); artifacts this process wrote are trusted.
-        if verify || cfg!(debug_assertions) {
-            if verify {
-                let mut whole = vec![0u8; file_len as usize];
-                read_at(&artifact.file, &mut whole, 0)?;
-                let h = &artifact.front[..HEADER_SIZE];
-                if crate::format::checksum(&whole)[..] != h[off::CHECKSUM..off::CHECKSUM + 32] {
-                    return Err(damaged("checksum mismatch"));
-                }
+        // identity and key (see the module documentation).
+        if let Some(key) = key {
+            let mut whole = vec![0u8; file_len as usize];
+            read_at(&artifact.file, &mut whole, 0)?;
+            let h = &artifact.front[..HEADER_SIZE];
+            if crate::format::seal(&whole, key)[..] != h[off::SEAL..off::SEAL + 32] {
+                return Err(Error::Unsealed);
             }
-            rkyv::access::<ArchivedMeta, rkyv::rancor::Error>(artifact.meta_bytes())
-                .map_err(|e| damaged(format!("metadata: {e}")))?;
-            artifact.check_consistency()?;
         }
+        artifact.check_metadata()?;
         let target = &artifact.meta().target;
         cpu::check(
             &target.arch,
             target.cpu_features.iter().map(|f| f.as_str()),
             cpu::host_has,
         )?;
-        if verify {
+        if let Some(id) = verified_as.filter(|_| remember) {
             VERIFIED
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(identity, artifact.front.len());
+                .insert(id, artifact.front.len());
         }
         Ok(artifact)
     }
@@ -307,8 +419,53 @@ impl Artifact {
         unsafe { rkyv::access_unchecked::<ArchivedMeta>(self.meta_bytes()) }
     }
 
-    /// Cross-checks the metadata against the sections, so that nothing read later indexes out
-    /// of bounds. Proportional to the metadata, like decoding it.
+    /// Validates the metadata archive, then cross-checks it against itself and the sections, so
+    /// that nothing read later indexes out of bounds. Proportional to the metadata.
+    fn check_metadata(&self) -> Result<(), Error> {
+        rkyv::access::<ArchivedMeta, rkyv::rancor::Error>(self.meta_bytes())
+            .map_err(|e| damaged(format!("metadata: {e}")))?;
+        let info: ephem_module::ModuleInfo = ephem_module::native(&self.meta().info);
+        info.check()
+            .map_err(|why| damaged(format!("metadata: {why}")))?;
+        if self.escaping() != crate::format::escaping(&info).as_slice() {
+            return Err(damaged(
+                "metadata: the escaping functions are not the module's",
+            ));
+        }
+        self.check_consistency()?;
+        self.check_tables()
+    }
+
+    /// The function and trap tables: every function's code lies inside the text, in order, and
+    /// the trap table is sorted and names known kinds.
+    fn check_tables(&self) -> Result<(), Error> {
+        let text = self.text_len() as u64;
+        let mut end = 0u64;
+        for f in self.funcs() {
+            let (start, len) = (u64::from(f.offset), u64::from(f.len));
+            if start < end || start + len > text {
+                return Err(damaged("a function's code lies outside the text"));
+            }
+            end = start + len;
+        }
+        let traps = self.lazy_section(&self.traps, Section::Traps)?;
+        let mut last = None;
+        for entry in traps.chunks_exact(8) {
+            let at = u32_at(entry, 0);
+            if last.is_some_and(|l| l >= at)
+                || u64::from(at) >= text
+                || TrapKind::from_code(u32_at(entry, 4)).is_none()
+            {
+                return Err(damaged(
+                    "the trap table is not sorted, or names unknown traps",
+                ));
+            }
+            last = Some(at);
+        }
+        Ok(())
+    }
+
+    /// Cross-checks the metadata against the sections.
     fn check_consistency(&self) -> Result<(), Error> {
         let m = self.meta();
         let info = &m.info;
@@ -404,6 +561,19 @@ impl Artifact {
             }
         }
         Ok(bytes)
+    }
+
+    /// Where the artifact was opened from, if from a path.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The cache key of the wasm this artifact was compiled from (see [`crate::Cache::key`]),
+    /// as the header records it.
+    pub fn source(&self) -> [u8; 32] {
+        self.front[off::SOURCE..off::SOURCE + 32]
+            .try_into()
+            .expect("32 bytes")
     }
 
     /// What identifies the file's contents (see [`Identity`]).

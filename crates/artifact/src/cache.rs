@@ -3,29 +3,49 @@
 //! - **Key**: BLAKE3 of the compiler's fingerprint, ephem's version, the format version and the
 //!   wasm bytes. Embedders that already identify modules by a hash compute the key once
 //!   ([`Cache::key`]) and open by key on every invocation, so the hot path never hashes wasm.
-//! - **Atomic writes**: an artifact is written to a temporary file in the same directory,
-//!   flushed to disk and renamed into place, so a reader sees a whole file or none, whatever
-//!   other processes or crashes do. Two processes compiling the same module both rename a
-//!   complete, identical file; the last one wins.
-//! - **Damage**: an entry that cannot be used (damaged, other version, other CPU, not an
-//!   artifact) is removed and recompiled.
+//!   Every artifact records the key it was compiled for ([`Artifact::source`]); an entry holding
+//!   another one is damage.
+//! - **Sealed**: entries are sealed with the deployment's [`ArtifactKey`]: the one given
+//!   ([`Cache::with_key`]), else the `key` file in the directory, made on first use (mode 0600).
+//!   An entry that does not verify is damage.
+//! - **Atomic, read-only writes**: an artifact is written to a temporary file in the same
+//!   directory (mode 0444), flushed to disk and renamed into place, so a reader sees a whole file
+//!   or none, whatever other processes or crashes do. Entries are never written in place, which
+//!   is what lets a process verify a file once and remember its identity (see [`Artifact`]). Two
+//!   processes compiling the same module both rename a complete, identical file.
+//! - **Damage**: an entry that cannot be used (damaged, unsealed, another module's, other
+//!   version, other CPU, not an artifact, not a regular file) is removed and recompiled. Entries
+//!   are opened without blocking and without following a symbolic link, so a FIFO or a link at
+//!   a key's path is replaced, never waited on or followed.
 //! - **Size bound**: after each write, least recently used entries are removed until the
-//!   directory is within the bound. Use is recorded in the access time, which a hit sets when it
-//!   is more than [`TOUCH_INTERVAL_SECS`] old (so hits rarely make an extra system call).
+//!   directory is within the bound, counting the blocks files take on disk. Use is recorded in
+//!   the access time, which a hit sets when it is more than [`TOUCH_INTERVAL_SECS`] old (so
+//!   hits rarely make an extra system call). A full disk (`ENOSPC`) evicts room for the entry
+//!   and the write is tried once more.
+//! - **Temporary files** are named after their writer's process id; one whose writer is gone
+//!   (or older than [`STALE_TEMP_SECS`]) is stale, counted by [`Cache::stats`] and removed by the
+//!   next write, eviction and [`Cache::clear`]. This assumes the processes sharing a cache
+//!   directory share a pid namespace.
 //! - **Failure to write** (unwritable directory, full disk) never fails a load: the artifact is
 //!   kept in memory and [`Outcome::Uncached`] says why.
 
 use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ephem_module::CompiledModule;
 
 use crate::format::{EPHEM_VERSION, FORMAT_VERSION};
-use crate::{Artifact, Error};
+use crate::{Artifact, ArtifactKey, Error};
 
 /// File name extension of cache entries.
 const EXT: &str = "ephem";
+/// File name extension of temporary files.
+const TEMP_EXT: &str = "tmp";
+/// A temporary file older than this is stale even if a process with its writer's id runs.
+pub const STALE_TEMP_SECS: u64 = 600;
 /// A hit refreshes an entry's access time when it is older than this.
 pub const TOUCH_INTERVAL_SECS: i64 = 3600;
 /// Default size bound: 1 GiB.
@@ -36,6 +56,8 @@ pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 pub struct Cache {
     dir: PathBuf,
     max_bytes: u64,
+    /// The deployment's key: given, or loaded from (made in) the directory on first use.
+    key: OnceLock<Result<ArtifactKey, String>>,
 }
 
 /// Where an artifact came from.
@@ -53,18 +75,63 @@ pub enum Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheStats {
     pub entries: usize,
+    /// Temporary files, of writers still running or stale.
+    pub temps: usize,
+    /// Bytes on disk (allocated blocks) of entries and temporary files.
     pub bytes: u64,
     pub max_bytes: u64,
+}
+
+/// One file in the cache directory.
+struct File {
+    path: PathBuf,
+    /// Allocated on disk.
+    bytes: u64,
+    accessed: i64,
+    kind: Kind,
+}
+
+#[derive(PartialEq)]
+enum Kind {
+    Entry,
+    Temp { stale: bool },
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Cache {
+    /// A cache in `dir` whose artifacts are sealed with the key in `dir/key` (made on first
+    /// use).
     pub fn new(dir: impl Into<PathBuf>, max_bytes: u64) -> Cache {
         Cache {
             dir: dir.into(),
             max_bytes,
+            key: OnceLock::new(),
         }
+    }
+
+    /// A cache in `dir` whose artifacts are sealed with `key` (a key a fleet shares).
+    pub fn with_key(dir: impl Into<PathBuf>, max_bytes: u64, key: ArtifactKey) -> Cache {
+        Cache {
+            dir: dir.into(),
+            max_bytes,
+            key: OnceLock::from(Ok(key)),
+        }
+    }
+
+    /// Where the cache keeps the key it makes.
+    pub fn key_path(&self) -> PathBuf {
+        self.dir.join("key")
+    }
+
+    /// The key entries are sealed with.
+    pub fn artifact_key(&self) -> Result<&ArtifactKey, Error> {
+        self.key
+            .get_or_init(|| {
+                ArtifactKey::load_or_create(&self.key_path()).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|why| Error::Key(why.clone()))
     }
 
     /// `$EPHEM_CACHE_DIR`, else `$XDG_CACHE_HOME/ephem`, else `$HOME/.cache/ephem`.
@@ -94,6 +161,13 @@ impl Cache {
         h.finalize().to_hex().to_string()
     }
 
+    /// What an artifact for the entry `key` records as its source ([`Artifact::source`]): the
+    /// key's 32 bytes (a key from [`Cache::key`] is their hex), or the hash of a key of the
+    /// embedder's own. An artifact written elsewhere with this source is a valid entry.
+    pub fn source(key: &str) -> [u8; 32] {
+        source_of(key)
+    }
+
     /// Where the entry for `key` lives.
     pub fn path(&self, key: &str) -> PathBuf {
         // One allocation: this is on every invocation's path.
@@ -106,19 +180,43 @@ impl Cache {
     }
 
     /// Opens the entry for `key`. `Ok(None)` when there is none; an entry that cannot be used
-    /// is removed and reported as the error.
+    /// is removed and reported as the error, which names it.
     pub fn open(&self, key: &str) -> Result<Option<Artifact>, Error> {
         let path = self.path(key);
-        match Artifact::open(&path) {
+        let entry_error = |e: Error| Error::Entry {
+            path: path.clone(),
+            source: Box::new(e),
+        };
+        let sealer = self.artifact_key()?;
+        let opened = Artifact::open_with(&path, Some(sealer), true).and_then(|artifact| {
+            if artifact.source() == source_of(key) {
+                Ok(artifact)
+            } else {
+                Err(Error::OtherSource)
+            }
+        });
+        match opened {
             Ok(artifact) => {
                 self.touch(&artifact);
                 Ok(Some(artifact))
             }
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(Error::Io(e)) => Err(Error::Io(e)),
+            // Not an entry a reader may follow or open: a symbolic link, a socket.
+            Err(Error::Io(e))
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc_errno::ELOOP | libc_errno::ENXIO)
+                ) =>
+            {
+                remove_entry(&path);
+                Err(entry_error(Error::Damaged(format!(
+                    "not a regular file ({e})"
+                ))))
+            }
+            Err(e @ Error::Io(_)) => Err(entry_error(e)),
             Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                Err(e)
+                remove_entry(&path);
+                Err(entry_error(e))
             }
         }
     }
@@ -132,23 +230,67 @@ impl Cache {
     where
         E: From<Error>,
     {
+        self.get_or_compile_with(key, compile, write_atomic)
+    }
+
+    /// As [`Cache::get_or_compile`], writing files with `write` (tests inject failures here).
+    fn get_or_compile_with<E>(
+        &self,
+        key: &str,
+        compile: impl FnOnce() -> Result<CompiledModule, E>,
+        write: impl Fn(&Path, &[u8]) -> std::io::Result<()>,
+    ) -> Result<(Artifact, Outcome), E>
+    where
+        E: From<Error>,
+    {
         let replaced = match self.open(key) {
             Ok(Some(artifact)) => return Ok((artifact, Outcome::Hit)),
             Ok(None) => None,
             Err(e) => Some(e.to_string()),
         };
-        let bytes = crate::to_bytes(&compile()?);
+        let compiled = compile()?;
+        let sealer = match self.artifact_key() {
+            Ok(k) => k,
+            Err(e) => {
+                let why = format!("cannot use the compile cache {}: {e}", self.dir.display());
+                let artifact = Artifact::from_compiled(&compiled)?;
+                return Ok((artifact, Outcome::Uncached { why }));
+            }
+        };
+        let bytes = crate::to_bytes(&compiled, &source_of(key), sealer);
         let path = self.path(key);
-        let stored = write_atomic(&path, &bytes).and_then(|()| {
-            let _ = self.evict(&path);
-            Artifact::open(&path).map_err(|e| std::io::Error::other(e.to_string()))
+        let stored = self.store(&path, &bytes, write).and_then(|()| {
+            let _ = self.evict(&path, self.max_bytes);
+            Artifact::open_with(&path, Some(sealer), true)
+                .map_err(|e| std::io::Error::other(e.to_string()))
         });
         match stored {
             Ok(artifact) => Ok((artifact, Outcome::Compiled { replaced })),
             Err(e) => {
-                let why = format!("cannot use the compile cache {}: {e}", self.dir.display());
+                let why = format!(
+                    "cannot use the compile cache {}: {}: {e}",
+                    self.dir.display(),
+                    path.display()
+                );
                 Ok((Artifact::in_memory(&bytes)?, Outcome::Uncached { why }))
             }
+        }
+    }
+
+    /// Writes an entry; on a full disk, evicts at least its size and tries once more.
+    fn store(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        write: impl Fn(&Path, &[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        match write(path, bytes) {
+            Err(e) if e.raw_os_error() == Some(libc_errno::ENOSPC) => {
+                let total: u64 = self.files()?.iter().map(|f| f.bytes).sum();
+                self.evict(path, total.saturating_sub(bytes.len() as u64))?;
+                write(path, bytes)
+            }
+            other => other,
         }
     }
 
@@ -173,73 +315,191 @@ impl Cache {
         }
     }
 
-    /// Every entry: path, size, last access time.
-    fn entries(&self) -> std::io::Result<Vec<(PathBuf, u64, i64)>> {
+    /// Every entry and temporary file.
+    fn files(&self) -> std::io::Result<Vec<File>> {
         let mut out = Vec::new();
         let dir = match std::fs::read_dir(&self.dir) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
             Err(e) => return Err(e),
         };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
         for entry in dir {
-            let path = entry?.path();
-            if path.extension().is_some_and(|e| e == EXT)
-                && let Ok(st) = rustix::fs::stat(&path)
-            {
-                out.push((path, st.st_size as u64, st.st_atime));
-            }
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let path = entry.path();
+            let kind = match path.extension() {
+                Some(e) if e == EXT => Kind::Entry,
+                Some(e) if e == TEMP_EXT => Kind::Temp { stale: false },
+                _ => continue,
+            };
+            // Gone meanwhile (another process evicted or renamed it): not ours to count.
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let kind = match kind {
+                Kind::Temp { .. } => Kind::Temp {
+                    stale: now - meta.mtime() > STALE_TEMP_SECS as i64
+                        || !temp_writer(&path).is_some_and(process_runs),
+                },
+                entry => entry,
+            };
+            out.push(File {
+                path,
+                bytes: meta.blocks() * 512,
+                accessed: meta.atime(),
+                kind,
+            });
         }
         Ok(out)
     }
 
-    /// Removes least recently used entries (never `keep`) until the cache fits its bound.
-    fn evict(&self, keep: &Path) -> std::io::Result<()> {
-        let mut entries = self.entries()?;
-        let mut total: u64 = entries.iter().map(|e| e.1).sum();
-        entries.sort_by_key(|e| e.2);
-        for (path, size, _) in entries {
-            if total <= self.max_bytes {
+    /// Removes stale temporary files, then least recently used entries (never `keep`) until
+    /// the cache takes at most `target` bytes.
+    fn evict(&self, keep: &Path, target: u64) -> std::io::Result<()> {
+        let mut files = self.files()?;
+        let mut total: u64 = files.iter().map(|f| f.bytes).sum();
+        for f in files
+            .iter()
+            .filter(|f| f.kind == Kind::Temp { stale: true })
+        {
+            if remove(&f.path).is_ok() {
+                total -= f.bytes;
+            }
+        }
+        files.retain(|f| f.kind == Kind::Entry);
+        files.sort_by_key(|f| f.accessed);
+        for f in files {
+            if total <= target {
                 break;
             }
-            if path != keep && std::fs::remove_file(&path).is_ok() {
-                total -= size;
+            if f.path != keep && remove(&f.path).is_ok() {
+                total -= f.bytes;
             }
         }
         Ok(())
     }
 
     pub fn stats(&self) -> std::io::Result<CacheStats> {
-        let entries = self.entries()?;
+        let files = self.files()?;
         Ok(CacheStats {
-            entries: entries.len(),
-            bytes: entries.iter().map(|e| e.1).sum(),
+            entries: files.iter().filter(|f| f.kind == Kind::Entry).count(),
+            temps: files.iter().filter(|f| f.kind != Kind::Entry).count(),
+            bytes: files.iter().map(|f| f.bytes).sum(),
             max_bytes: self.max_bytes,
         })
     }
 
-    /// Removes every entry; returns how many.
+    /// Removes every entry and stale temporary file; returns how many entries. Files another
+    /// process removed meanwhile are not an error.
     pub fn clear(&self) -> std::io::Result<usize> {
-        let entries = self.entries()?;
-        for (path, _, _) in &entries {
-            std::fs::remove_file(path)?;
+        let mut entries = 0;
+        for f in self.files()? {
+            if f.kind == (Kind::Temp { stale: false }) {
+                continue;
+            }
+            match std::fs::remove_file(&f.path) {
+                Ok(()) => entries += usize::from(f.kind == Kind::Entry),
+                // Another process removed it meanwhile.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("removing {}: {e}", f.path.display()),
+                    ));
+                }
+            }
         }
-        Ok(entries.len())
+        Ok(entries)
     }
 }
 
-/// Writes `bytes` to `path` so that `path` never holds a partial file: a temporary file in the
-/// same directory, flushed to disk, then renamed over `path`.
+/// Error numbers the cache tells apart.
+mod libc_errno {
+    pub const ELOOP: i32 = rustix::io::Errno::LOOP.raw_os_error();
+    pub const ENXIO: i32 = rustix::io::Errno::NXIO.raw_os_error();
+    pub const ENOSPC: i32 = rustix::io::Errno::NOSPC.raw_os_error();
+}
+
+/// The header's record of the wasm an entry is for (see [`Cache::source`]).
+fn source_of(key: &str) -> [u8; 32] {
+    match blake3::Hash::from_hex(key) {
+        Ok(h) => *h.as_bytes(),
+        Err(_) => *blake3::hash(key.as_bytes()).as_bytes(),
+    }
+}
+
+/// Removes a file; one that is already gone is not an error.
+fn remove(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Removes whatever is at an entry's path (a damaged file, a FIFO, a link, a directory), best
+/// effort: the next write replaces it anyway, or reports why it cannot.
+fn remove_entry(path: &Path) {
+    let is_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+    let _ = if is_dir {
+        std::fs::remove_dir_all(path)
+    } else {
+        remove(path)
+    };
+}
+
+/// A temporary file for `path` in its directory: `.NAME.PID.N.tmp`.
+pub(crate) fn temp_path(path: &Path) -> PathBuf {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    dir.join(format!(
+        ".{name}.{}.{}.{TEMP_EXT}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// The process id a temporary file's name records.
+fn temp_writer(path: &Path) -> Option<u32> {
+    let name = path.file_name()?.to_str()?;
+    let mut parts = name.rsplit('.');
+    let (_tmp, _n, pid) = (parts.next()?, parts.next()?, parts.next()?);
+    pid.parse().ok()
+}
+
+/// Whether a process with this id exists (in this pid namespace).
+fn process_runs(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        // It exists but belongs to someone else.
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
+/// Writes `bytes` to `path` so that `path` never holds a partial file and is never written in
+/// place: a read-only temporary file (mode 0444) in the same directory, flushed to disk, then
+/// renamed over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let temp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let temp = temp_path(path);
     let result = (|| {
-        let mut file = std::fs::File::create(&temp)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&temp, path)

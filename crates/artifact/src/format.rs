@@ -10,8 +10,9 @@
 //! page → images   one per memory image, each starting on a page
 //! ```
 //!
-//! The header names every section by (offset, length) and carries a checksum of the whole file
-//! (taken with the checksum field as zeros). Opening reads everything before `traps` (and, for a
+//! The header names every section by (offset, length), records the cache key of the wasm the
+//! artifact came from (`source`), and carries the seal: a keyed BLAKE3 of the whole file (taken
+//! with the seal field as zeros) under the deployment's [`ArtifactKey`]. Opening reads everything before `traps` (and, for a
 //! small module, everything up to the end of its text): `meta` is validated and then read in
 //! place, like `funcs`; `data` is what instantiation copies. `traps` is read on the first trap;
 //! `text` is copied or mapped, images are mapped or copied into linear memory.
@@ -21,19 +22,25 @@ use ephem_module::{
 };
 use rkyv::{Archive, Serialize};
 
+use crate::ArtifactKey;
+
 /// The first bytes of every artifact.
 pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes.
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
 /// Alignment of the text and of memory images in the file: the host page size on every target
 /// ephem supports (4 KiB; a 16 KiB-page aarch64 host would need this raised).
 pub const FILE_PAGE: usize = 4096;
-/// An image is not built for a memory whose initialised span exceeds this: a sparse layout
-/// would bloat the file with zeros, and the segments are applied by copying instead.
-pub const MAX_IMAGE_BYTES: u64 = 64 << 20;
+/// An image stores at most this many pages for every page of data its segments write, plus
+/// [`IMAGE_SLACK_PAGES`]; a memory whose segments are spread more thinly gets no image (they
+/// are copied at instantiation instead). So an artifact's size is bounded by its module's data,
+/// never by the span of its offsets: a few bytes at 0 and at 64 MiB do not make a 64 MiB file.
+pub const IMAGE_PAGES_PER_DATA_PAGE: u64 = 4;
+/// See [`IMAGE_PAGES_PER_DATA_PAGE`].
+pub const IMAGE_SLACK_PAGES: u64 = 16;
 
 /// Byte that fills the text's last page after the code: `int3`.
 const TEXT_FILL: u8 = 0xCC;
@@ -43,9 +50,11 @@ pub(crate) mod off {
     pub const FORMAT: usize = 8;
     pub const VERSION: usize = 16;
     pub const VERSION_LEN: usize = 32;
-    pub const CHECKSUM: usize = 48;
+    pub const SEAL: usize = 48;
     pub const FILE_LEN: usize = 80;
     pub const SECTIONS: usize = 88;
+    /// After the six sections' (offset, length) pairs.
+    pub const SOURCE: usize = 184;
 }
 
 /// The sections the header locates, in file order.
@@ -109,7 +118,7 @@ pub(crate) struct Meta {
 /// `ref.func` may only name functions of the first three, and direct calls never read a
 /// funcref, so instantiation fills in only these (and the imported ones): the others are
 /// never read.
-fn escaping(info: &ModuleInfo) -> Vec<u32> {
+pub(crate) fn escaping(info: &ModuleInfo) -> Vec<u32> {
     let refs = info.elems.iter().flat_map(|e| &e.items);
     let mut funcs: Vec<u32> = refs
         .chain(&info.global_inits)
@@ -132,8 +141,9 @@ fn escaping(info: &ModuleInfo) -> Vec<u32> {
 /// The image of memory `memory`, if its active segments allow one: every segment that targets
 /// it has a constant offset and lies within its minimum size (so instantiation cannot trap on
 /// it; an imported memory is at least that large), and the initialised span is at most
-/// [`MAX_IMAGE_BYTES`]. Later segments overwrite earlier ones, as applying them in order would.
-/// Returns the image (its `section_offset` still 0) and its bytes.
+/// the compiler's `max_image_bytes` and dense enough (see [`IMAGE_PAGES_PER_DATA_PAGE`]).
+/// Later segments overwrite earlier ones, as applying them in order would. Returns the image
+/// (its `section_offset` still 0) and its bytes.
 fn plan_image(compiled: &CompiledModule, memory: u32) -> Option<(MemoryImage, Vec<u8>)> {
     let info = &compiled.info;
     let min_bytes = u64::from(info.memories[memory as usize].min) * 65536;
@@ -163,7 +173,12 @@ fn plan_image(compiled: &CompiledModule, memory: u32) -> Option<(MemoryImage, Ve
         .map(|(start, r)| start + u64::from(r.end - r.start))
         .max()?
         .next_multiple_of(FILE_PAGE as u64);
-    if hi - lo > MAX_IMAGE_BYTES {
+    let data_bytes: u64 = spans.iter().map(|(_, r)| u64::from(r.end - r.start)).sum();
+    let data_pages = data_bytes.div_ceil(FILE_PAGE as u64);
+    let pages = (hi - lo) / FILE_PAGE as u64;
+    if hi - lo > compiled.max_image_bytes
+        || pages > IMAGE_PAGES_PER_DATA_PAGE * data_pages + IMAGE_SLACK_PAGES
+    {
         return None;
     }
     let mut bytes = vec![0; (hi - lo) as usize];
@@ -196,8 +211,9 @@ fn pad_to(out: &mut Vec<u8>, align: usize, fill: u8) {
     out.resize(out.len().next_multiple_of(align), fill);
 }
 
-/// Serialises `compiled` into artifact bytes.
-pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
+/// Serialises `compiled` into artifact bytes, recording `source` (the cache key of the wasm it
+/// came from, see [`crate::Cache::key`]) and sealed under `key`.
+pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey) -> Vec<u8> {
     let info = &compiled.info;
     let planned: Vec<(MemoryImage, Vec<u8>)> = (0..info.memories.len() as u32)
         .filter_map(|m| plan_image(compiled, m))
@@ -279,7 +295,7 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
     }
     section(&mut out, Section::Images, start);
 
-    // Header last: it holds the final length, then the checksum of the whole file.
+    // Header last: it holds the final length, then the seal of the whole file.
     let file_len = out.len() as u64;
     let h = &mut out[..HEADER_SIZE];
     h[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
@@ -293,16 +309,25 @@ pub fn to_bytes(compiled: &CompiledModule) -> Vec<u8> {
         h[at..at + 8].copy_from_slice(&offset.to_le_bytes());
         h[at + 8..at + 16].copy_from_slice(&len.to_le_bytes());
     }
-    let sum = checksum(&out);
-    out[off::CHECKSUM..off::CHECKSUM + 32].copy_from_slice(&sum);
+    h[off::SOURCE..off::SOURCE + 32].copy_from_slice(source);
+    let sum = seal(&out, key);
+    out[off::SEAL..off::SEAL + 32].copy_from_slice(&sum);
     out
 }
 
-/// The checksum of a whole artifact: BLAKE3 of every byte, with the checksum field as zeros.
-pub(crate) fn checksum(file: &[u8]) -> [u8; 32] {
-    let mut h = blake3::Hasher::new();
-    h.update(&file[..off::CHECKSUM]);
+/// The seal of a whole artifact: BLAKE3 keyed with `key` of every byte, with the seal field as
+/// zeros.
+pub fn seal(file: &[u8], key: &ArtifactKey) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_keyed(key.bytes());
+    h.update(&file[..off::SEAL]);
     h.update(&[0; 32]);
-    h.update(&file[off::CHECKSUM + 32..]);
+    h.update(&file[off::SEAL + 32..]);
     *h.finalize().as_bytes()
+}
+
+/// Seals artifact bytes again under `key` (after editing them: for tools and tests that
+/// forge artifacts on purpose).
+pub fn reseal(file: &mut [u8], key: &ArtifactKey) {
+    let sum = seal(file, key);
+    file[off::SEAL..off::SEAL + 32].copy_from_slice(&sum);
 }

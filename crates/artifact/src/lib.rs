@@ -9,16 +9,20 @@
 //! opening checks it. The runtime loads an [`Artifact`]; nothing here needs the compiler.
 //!
 //! The [`Cache`] stores artifacts by the hash of the wasm they came from and the compiler's
-//! fingerprint.
+//! fingerprint. Artifacts are sealed with a deployment's [`ArtifactKey`]: one that does not
+//! verify under the key is never opened for execution unless the embedder opts in
+//! ([`Artifact::open_unverified`]).
 
 mod artifact;
 mod cache;
 pub mod cpu;
 pub mod format;
+mod key;
 
 pub use artifact::{Artifact, Identity, SMALL_TEXT, is_artifact};
-pub use cache::{Cache, CacheStats, DEFAULT_MAX_BYTES, Outcome, write_atomic};
+pub use cache::{Cache, CacheStats, DEFAULT_MAX_BYTES, Outcome, STALE_TEMP_SECS, write_atomic};
 pub use format::{ArchivedMemoryImage, MemoryImage, to_bytes};
+pub use key::ArtifactKey;
 
 /// Why an artifact cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +31,19 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("not an ephem artifact")]
     NotArtifact,
+    #[error("artifact key {0}")]
+    Key(String),
+    #[error(
+        "artifact was not sealed with this deployment's key (forged, or from another deployment)"
+    )]
+    Unsealed,
+    #[error("artifact was compiled from another module than the cache entry's")]
+    OtherSource,
+    #[error("{}: {source}", path.display())]
+    Entry {
+        path: std::path::PathBuf,
+        source: Box<Error>,
+    },
     #[error(
         "artifact format {found} is not the one this ephem reads ({})",
         format::FORMAT_VERSION

@@ -22,7 +22,7 @@ use ephem_code_memory::{CodePool, LoadedCode, PoolConfig};
 #[derive(clap::Args)]
 pub struct Args {
     /// Sizes to measure, with an optional k or m suffix.
-    #[arg(long, value_delimiter = ',', value_parser = crate::load::parse_size,
+    #[arg(long, value_delimiter = ',', value_parser = crate::load::parse_nonzero_size,
           default_value = "4k,16k,64k,256k,1m,4m,16m")]
     sizes: Vec<usize>,
     /// Repetitions per size and way (default: scaled to the size).
@@ -106,7 +106,8 @@ fn image_row(
     compiled.data = (0..size).map(|i| (i % 251) as u8 + 1).collect();
     compiled.info.datas[0].range = 0..size as u32;
     let path = dir.join(format!("image-{size}.ephem"));
-    ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled))?;
+    let key = ephem::ArtifactKey::generate()?;
+    ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled, &[0; 32], &key))?;
 
     // Slots do not keep their images between instances here: every instance pays for its
     // image, as one of a module that was not run just before would.
@@ -126,7 +127,7 @@ fn image_row(
     let copying = engine(usize::MAX, size.max(MemoryConfig::default().keep_resident))?;
     let mapping = engine(0, MemoryConfig::default().keep_resident)?;
     let run = |engine: &Engine, every: bool| -> anyhow::Result<Duration> {
-        let module = Module::from_file(engine, &path)?;
+        let module = Module::from_file(engine, &path, &key)?;
         let t = Instant::now();
         let mut store = Store::new(engine, ());
         let instance = Instance::new(&mut store, &module, &[])?;

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, bail};
-use ephem::{Cache, Compiler, Engine, Module, Outcome};
+use ephem::{ArtifactKey, Cache, Compiler, Engine, Module, Outcome};
 
-/// Where the compile cache is.
+/// Where the compile cache is, and the key artifacts are sealed with.
 #[derive(clap::Args, Clone, Debug)]
 pub struct CacheArgs {
     /// Compile cache directory (default: $EPHEM_CACHE_DIR, else the user cache directory).
@@ -16,18 +16,44 @@ pub struct CacheArgs {
     /// Size bound of the cache in MiB; least recently used entries go first.
     #[arg(long, value_name = "MIB", default_value_t = ephem_artifact::DEFAULT_MAX_BYTES >> 20)]
     cache_max_mib: u64,
+    /// The deployment's artifact key: a file of 64 hex digits that only this user (or root)
+    /// can write. Artifacts are sealed with it and only artifacts it verifies are run
+    /// (default: the `key` file in the cache directory, made on first use).
+    #[arg(long, value_name = "FILE")]
+    artifact_key: Option<PathBuf>,
 }
 
 impl CacheArgs {
-    pub fn cache(&self) -> anyhow::Result<Cache> {
-        let dir = match &self.cache_dir {
-            Some(d) => d.clone(),
-            None => Cache::default_dir().context(
-                "no cache directory: set $EPHEM_CACHE_DIR or $HOME, or pass --cache-dir",
-            )?,
-        };
-        Ok(Cache::new(dir, self.cache_max_mib << 20))
+    fn dir(&self) -> anyhow::Result<PathBuf> {
+        match &self.cache_dir {
+            Some(d) => Ok(d.clone()),
+            None => Cache::default_dir()
+                .context("no cache directory: set $EPHEM_CACHE_DIR or $HOME, or pass --cache-dir"),
+        }
     }
+
+    pub fn cache(&self) -> anyhow::Result<Cache> {
+        let (dir, max) = (self.dir()?, self.cache_max_mib << 20);
+        Ok(match &self.artifact_key {
+            Some(file) => Cache::with_key(dir, max, ArtifactKey::from_file(file)?),
+            None => Cache::new(dir, max),
+        })
+    }
+
+    /// The key artifacts are sealed with and verified by.
+    pub fn key(&self) -> anyhow::Result<ArtifactKey> {
+        Ok(self.cache()?.artifact_key()?.clone())
+    }
+}
+
+/// How artifact files given on the command line are opened.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TrustArgs {
+    /// Run artifact files without checking that they are sealed with the deployment's key
+    /// (their metadata is still checked). Only for artifacts from a source you trust as you
+    /// would trust an executable.
+    #[arg(long)]
+    trust_artifact: bool,
 }
 
 /// Says once per process why the cache could not be used.
@@ -50,12 +76,20 @@ pub fn load(
     compiler: &Compiler,
     engine: &Engine,
     path: &Path,
-    cache: Option<&Cache>,
+    cache: (&CacheArgs, Option<&Cache>),
+    trust: &TrustArgs,
 ) -> anyhow::Result<Module> {
+    let (cache_args, cache) = cache;
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if ephem_artifact::is_artifact(&bytes) {
-        return Module::from_file(engine, path)
-            .with_context(|| format!("opening {}", path.display()));
+        let opened = if trust.trust_artifact {
+            // SAFETY: the user asked for this file's code to be run as it is.
+            unsafe { Module::from_file_unverified(engine, path) }
+        } else {
+            let key = cache_args.key()?;
+            Module::from_file(engine, path, &key)
+        };
+        return opened.with_context(|| format!("opening {}", path.display()));
     }
     let module = match cache {
         Some(cache) => {
@@ -77,16 +111,44 @@ pub struct CompileArgs {
     /// Where to write the artifact.
     #[arg(short, long)]
     output: PathBuf,
+    /// The key it is sealed with (see `--artifact-key`), and the cache whose key is the default.
+    #[command(flatten)]
+    cache: CacheArgs,
+    #[command(flatten)]
+    image: ImageArgs,
+}
+
+/// Bounds on what a compiled artifact holds.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ImageArgs {
+    /// The largest memory image an artifact may hold (a `k`, `m` or `g` suffix for KiB, MiB,
+    /// GiB; 0: none): a memory whose initial data spans more is initialised by copying its
+    /// segments instead.
+    #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
+    max_image_size: Option<usize>,
+}
+
+impl ImageArgs {
+    pub fn apply(&self, compiler: Compiler) -> Compiler {
+        match self.max_image_size {
+            Some(bytes) => compiler.with_max_image_bytes(bytes as u64),
+            None => compiler,
+        }
+    }
 }
 
 /// `ephem compile IN -o OUT`.
 pub fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
-    let compiled = Compiler::new()?
+    let compiler = args.image.apply(Compiler::new()?);
+    let compiled = compiler
         .compile(&bytes)
         .with_context(|| format!("compiling {}", args.input.display()))?;
-    ephem_artifact::write_atomic(&args.output, &ephem_artifact::to_bytes(&compiled))
+    // The cache's key for this wasm, so that the artifact is also a valid entry for it.
+    let source = Cache::source(&Cache::key(&bytes, &compiler.fingerprint()));
+    let sealed = ephem_artifact::to_bytes(&compiled, &source, &args.cache.key()?);
+    ephem_artifact::write_atomic(&args.output, &sealed)
         .with_context(|| format!("writing {}", args.output.display()))?;
     Ok(())
 }
@@ -106,6 +168,7 @@ pub fn command(cmd: CacheCommand) -> anyhow::Result<()> {
             let s = cache.stats()?;
             println!("directory: {}", cache.dir().display());
             println!("entries: {}", s.entries);
+            println!("temporary files: {}", s.temps);
             println!("bytes: {}", s.bytes);
             println!("max_bytes: {}", s.max_bytes);
         }

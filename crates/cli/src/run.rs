@@ -18,6 +18,10 @@ pub struct Args {
     no_cache: bool,
     #[command(flatten)]
     cache: crate::cache::CacheArgs,
+    #[command(flatten)]
+    trust: crate::cache::TrustArgs,
+    #[command(flatten)]
+    image: crate::cache::ImageArgs,
     /// The export to call (default: `_start`, or `main`, or the start function alone).
     #[arg(long)]
     invoke: Option<String>,
@@ -168,14 +172,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(args.cache.cache()?)
     };
     // Interruption checks only where a deadline needs them (they cost time in loops).
-    let mut compiler = ephem::Compiler::new()?;
+    let mut compiler = args.image.apply(ephem::Compiler::new()?);
     if args.timeout.is_some() {
         compiler = compiler.with_interruption_checks();
     }
     if args.fuel.is_some() {
         compiler = compiler.with_fuel();
     }
-    let load = |path| crate::cache::load(&compiler, &engine, path, cache.as_ref());
+    let load = |path| {
+        let cache = (&args.cache, cache.as_ref());
+        crate::cache::load(&compiler, &engine, path, cache, &args.trust)
+    };
     let module = load(&args.file)?;
     let mut limits = StoreLimitsBuilder::new();
     if let Some(bytes) = args.max_memory {

@@ -55,6 +55,7 @@ fn concurrent_processes_fill_the_cache_with_one_whole_entry() {
     let names: Vec<String> = std::fs::read_dir(&cache)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "key")
         .collect();
     assert_eq!(
         names.len(),
@@ -100,10 +101,15 @@ fn compile_writes_an_artifact_that_run_accepts() {
     .output()
     .unwrap());
     assert_eq!(out, "441\n");
-    assert!(
-        !cache.exists(),
-        "running an artifact does not touch the cache"
+    let names: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["key"], "running an artifact adds no cache entry");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&artifact).unwrap().permissions(),
     );
+    assert_eq!(mode & 0o222, 0, "artifacts are written read-only: {mode:o}");
 
     // A damaged artifact is refused with a clear message, and nothing runs.
     let mut bytes = std::fs::read(&artifact).unwrap();
@@ -152,4 +158,144 @@ fn an_unusable_cache_warns_once_and_runs() {
     .unwrap();
     assert!(out.stderr.is_empty());
     assert_eq!(ok(out), "441\n");
+}
+
+/// The issue's reproduction: B's artifact copied over A's cache entry used to run B's code.
+#[test]
+fn an_entry_copied_from_another_module_runs_the_right_module() {
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
+    let cache = dir.join("cache");
+    let (a, b) = (dir.join("a.wat"), dir.join("b.wat"));
+    std::fs::write(
+        &a,
+        r#"(module (func (export "f") (result i32) i32.const 1))"#,
+    )
+    .unwrap();
+    std::fs::write(
+        &b,
+        r#"(module (func (export "f") (result i32) i32.const 2))"#,
+    )
+    .unwrap();
+    let run = |m: &Path| {
+        ephem(&cache, &["run", m.to_str().unwrap(), "--invoke", "f"])
+            .output()
+            .unwrap()
+    };
+    assert_eq!(ok(run(&a)), "1\n");
+    let entry_of = |before: &[PathBuf]| -> PathBuf {
+        let mut now: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        now.retain(|p| p.extension().is_some_and(|e| e == "ephem") && !before.contains(p));
+        assert_eq!(now.len(), 1);
+        now.pop().unwrap()
+    };
+    let entry_a = entry_of(&[]);
+    assert_eq!(ok(run(&b)), "2\n");
+    let entry_b = entry_of(std::slice::from_ref(&entry_a));
+    std::fs::remove_file(&entry_a).unwrap();
+    std::fs::copy(&entry_b, &entry_a).unwrap();
+    let out = run(&a);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(ok(out), "1\n", "A's code runs, not B's");
+    assert!(
+        err.contains("another module") && err.contains(&*entry_a.to_string_lossy()),
+        "{err}"
+    );
+    // The entry was replaced: the next run is a quiet hit.
+    let out = run(&a);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ok(out), "1\n");
+}
+
+#[test]
+fn artifacts_run_only_under_the_key_that_sealed_them() {
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
+    let module = big_module(&dir);
+    let artifact = dir.join("big.ephem");
+    let (key1, key2) = (dir.join("key1"), dir.join("key2"));
+    for (path, digit) in [(&key1, "1"), (&key2, "2")] {
+        std::fs::write(path, digit.repeat(64) + "\n").unwrap();
+    }
+    let cache = dir.join("cache");
+    let compile = [
+        "compile",
+        module.to_str().unwrap(),
+        "-o",
+        artifact.to_str().unwrap(),
+    ];
+    ok(ephem(
+        &cache,
+        &[&compile[..], &["--artifact-key", key1.to_str().unwrap()]].concat(),
+    )
+    .output()
+    .unwrap());
+    let run = |extra: &[&str]| {
+        let args = [
+            &["run", artifact.to_str().unwrap()][..],
+            extra,
+            &["--invoke", "main"],
+        ]
+        .concat();
+        ephem(&cache, &args).output().unwrap()
+    };
+    assert_eq!(
+        ok(run(&["--artifact-key", key1.to_str().unwrap()])),
+        "441\n"
+    );
+    for refused in [run(&["--artifact-key", key2.to_str().unwrap()]), run(&[])] {
+        assert!(!refused.status.success());
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            err.contains("not sealed with this deployment's key"),
+            "{err}"
+        );
+    }
+    // The explicit opt-in runs it anyway.
+    assert_eq!(ok(run(&["--trust-artifact"])), "441\n");
+    // A key file that others may write is refused.
+    std::fs::set_permissions(&key1, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let out = run(&["--artifact-key", key1.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another user could change"));
+}
+
+#[test]
+fn an_artifact_with_a_damaged_magic_is_reported_as_damaged() {
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
+    let cache = dir.join("cache");
+    let module = big_module(&dir);
+    let artifact = dir.join("big.ephem");
+    ok(ephem(
+        &cache,
+        &[
+            "compile",
+            module.to_str().unwrap(),
+            "-o",
+            artifact.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap());
+    let bytes = std::fs::read(&artifact).unwrap();
+    for at in [0, 3, 7] {
+        let mut b = bytes.clone();
+        b[at] = b'?';
+        let damaged = dir.join(format!("magic{at}.ephem"));
+        std::fs::write(&damaged, &b).unwrap();
+        let out = ephem(&cache, &["run", damaged.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("damaged") && err.contains("magic"), "{err}");
+    }
 }

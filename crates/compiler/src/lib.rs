@@ -55,6 +55,8 @@ pub struct Compiler {
     /// The fuel cost of each operator, and the name that identifies the table in the
     /// fingerprint; `None`: no metering.
     fuel: Option<(&'static str, FuelCosts)>,
+    /// See [`Compiler::with_max_image_bytes`].
+    max_image_bytes: u64,
 }
 
 /// The fuel an operator costs (see [`Compiler::with_fuel`]).
@@ -114,6 +116,7 @@ impl Compiler {
             isa,
             epoch_checks: false,
             fuel: None,
+            max_image_bytes: ephem_module::DEFAULT_MAX_IMAGE_BYTES,
         })
     }
 
@@ -143,10 +146,20 @@ impl Compiler {
         self
     }
 
-    /// A description of everything that changes the generated code (target and settings).
+    /// This compiler, bounding each memory image in its artifacts to `bytes` (default
+    /// [`ephem_module::DEFAULT_MAX_IMAGE_BYTES`]; 0: no images). A memory whose initialised
+    /// span is larger has its data segments copied at instantiation instead, so an untrusted
+    /// module cannot make a large artifact from little data.
+    pub fn with_max_image_bytes(mut self, bytes: u64) -> Compiler {
+        self.max_image_bytes = bytes;
+        self
+    }
+
+    /// A description of everything that changes the generated code and the artifact (target
+    /// and settings).
     pub fn fingerprint(&self) -> String {
         format!(
-            "{} {} {} epoch_checks={} fuel={}",
+            "{} {} {} epoch_checks={} fuel={} max_image={}",
             self.isa.triple(),
             self.isa.flags(),
             self.isa
@@ -156,7 +169,8 @@ impl Compiler {
                 .collect::<Vec<_>>()
                 .join(","),
             self.epoch_checks,
-            self.fuel.map_or("off", |(name, _)| name)
+            self.fuel.map_or("off", |(name, _)| name),
+            self.max_image_bytes
         )
     }
 
@@ -225,6 +239,7 @@ impl Compiler {
             .collect::<Result<_, _>>()?;
         let mut module = link(parsed.info, compiled, defined, types, parsed.data)?;
         module.target = self.target();
+        module.max_image_bytes = self.max_image_bytes;
         Ok(module)
     }
 
@@ -355,6 +370,7 @@ fn link(
         host_adapters: offsets[defined + types..].to_vec(),
         traps,
         data,
+        max_image_bytes: 0,
     })
 }
 

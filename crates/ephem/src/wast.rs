@@ -202,8 +202,14 @@ impl<'c> Runner<'c> {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path =
             std::env::temp_dir().join(format!("ephem-wast-{}-{n}.ephem", std::process::id()));
-        ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled))?;
-        let module = Module::from_file(&self.engine, &path);
+        // A key of this run's own: the files are sealed and verified as a cache's would be.
+        static KEY: std::sync::LazyLock<ephem_artifact::ArtifactKey> =
+            std::sync::LazyLock::new(|| {
+                ephem_artifact::ArtifactKey::generate().expect("the system's random source")
+            });
+        let bytes = ephem_artifact::to_bytes(&compiled, &[0; 32], &KEY);
+        ephem_artifact::write_atomic(&path, &bytes)?;
+        let module = Module::from_file(&self.engine, &path, &KEY);
         // The open artifact keeps the file's pages; the name is not needed any more.
         let _ = std::fs::remove_file(&path);
         Ok(module?)

@@ -3,8 +3,8 @@
 //! the next, and memories grow past their images.
 
 use ephem::{
-    Artifact, Compiler, Engine, EngineConfig, Extern, Global, GlobalType, Instance, Linker, Memory,
-    MemoryConfig, MemoryType, Module, PoolConfig, Store, Val, ValType,
+    Artifact, ArtifactKey, Compiler, Engine, EngineConfig, Extern, Global, GlobalType, Instance,
+    Linker, Memory, MemoryConfig, MemoryType, Module, PoolConfig, Store, Val, ValType,
 };
 use ephem_artifact::{Error, format};
 
@@ -20,15 +20,22 @@ const WAT: &str = r#"
 "#;
 const IMAGE_AT: i32 = 65552;
 
-fn artifact_bytes(wat: &str) -> Vec<u8> {
-    ephem_artifact::to_bytes(&Compiler::new().unwrap().compile(wat.as_bytes()).unwrap())
+/// The deployment key these tests seal and open with.
+const KEY: ArtifactKey = ArtifactKey::from_bytes([7; 32]);
+
+fn seal(c: &ephem_module::CompiledModule) -> Vec<u8> {
+    ephem_artifact::to_bytes(c, &[0; 32], &KEY)
 }
 
-/// Writes `bytes` to a fresh file (a fresh identity, so its checksum is verified) and opens it.
+fn artifact_bytes(wat: &str) -> Vec<u8> {
+    seal(&Compiler::new().unwrap().compile(wat.as_bytes()).unwrap())
+}
+
+/// Writes `bytes` to a fresh file (a fresh identity, so its seal is verified) and opens it.
 fn open(dir: &std::path::Path, name: &str, bytes: &[u8]) -> Result<Artifact, Error> {
     let path = dir.join(name);
     std::fs::write(&path, bytes).unwrap();
-    Artifact::open(&path)
+    Artifact::open(&path, &KEY)
 }
 
 /// An instance in a store of its own: dropping it frees its memory slot and code.
@@ -152,22 +159,21 @@ fn damaged_artifacts_are_refused() {
         let mut b = bytes.clone();
         b[at] ^= 0x10;
         let e = open(&dir, &format!("flip{i}"), &b).unwrap_err();
-        assert!(
-            matches!(e, Error::Damaged(ref w) if w.contains("checksum")),
-            "{e}"
-        );
+        assert!(matches!(e, Error::Unsealed), "{e}");
     }
 
     // Damaged header fields.
     let mut b = bytes.clone();
     b[0] ^= 1;
-    assert!(matches!(open(&dir, "magic", &b), Err(Error::NotArtifact)));
+    assert!(matches!(open(&dir, "magic", &b), Err(Error::Damaged(w)) if w.contains("magic")));
     let mut b = bytes.clone();
     b[80] ^= 1; // file length
     assert!(matches!(open(&dir, "len", &b), Err(Error::Damaged(_))));
     let mut b = bytes.clone();
-    b[88 + 8] = 0xff; // length of the first section
-    assert!(matches!(open(&dir, "section", &b), Err(Error::Damaged(_))));
+    b[88 + 15] = 0xff; // length of the first section, beyond the file
+    assert!(
+        matches!(open(&dir, "section", &b), Err(Error::Damaged(w)) if w.contains("out of bounds"))
+    );
     // Not an artifact at all.
     assert!(matches!(
         open(&dir, "wasm", b"\0asm\x01\0\0\0"),
@@ -202,7 +208,7 @@ fn artifacts_from_other_versions_and_formats_are_refused() {
     ));
 }
 
-/// Intact files (valid checksums) whose metadata does not fit the module are refused before
+/// Intact files (valid seals) whose metadata does not fit the module are refused before
 /// anything is loaded: here an export of a function the module does not have, which would put
 /// a funcref past the end of the function table.
 #[test]
@@ -214,9 +220,9 @@ fn artifacts_whose_metadata_does_not_fit_are_refused() {
         name: "ghost".into(),
         index: ephem_module::EntityIndex::Func(999),
     });
-    let e = open(&dir, "ghost", &ephem_artifact::to_bytes(&c)).unwrap_err();
+    let e = open(&dir, "ghost", &seal(&c)).unwrap_err();
     assert!(
-        matches!(e, Error::Damaged(ref w) if w.contains("metadata does not match")),
+        matches!(e, Error::Damaged(ref w) if w.contains("export \"ghost\"")),
         "{e}"
     );
 }
@@ -228,9 +234,9 @@ fn artifacts_for_another_cpu_are_refused() {
     let compiled = |edit: &dyn Fn(&mut ephem_module::Target)| {
         let mut c = Compiler::new().unwrap().compile(WAT.as_bytes()).unwrap();
         edit(&mut c.target);
-        ephem_artifact::to_bytes(&c)
+        seal(&c)
     };
-    // Intact files (valid checksums) that claim what this machine cannot run.
+    // Intact files (valid seals) that claim what this machine cannot run.
     let unknown = compiled(&|t| t.cpu_features.push("has_teleport".into()));
     assert!(matches!(
         open(&dir, "unknown", &unknown),

@@ -46,7 +46,10 @@ fn hits_misses_and_damaged_entries() {
     match outcome {
         Outcome::Compiled {
             replaced: Some(why),
-        } => assert!(why.contains("checksum"), "{why}"),
+        } => assert!(
+            why.contains("not sealed") && why.contains(&*path.to_string_lossy()),
+            "{why}"
+        ),
         other => panic!("{other:?}"),
     }
     assert_eq!(run(&engine, &m), 1);

@@ -181,9 +181,11 @@ fn fuel_consumed_is_the_same_whatever_the_loading_and_threads() {
     let tmp = ephem_test_support::temp_dir();
     let path = tmp.path().join("kernels.ephem");
     let compiled = metered().compile(wat).unwrap();
-    ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled)).unwrap();
+    let key = ephem::ArtifactKey::from_bytes([7; 32]);
+    ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled, &[0; 32], &key))
+        .unwrap();
     let engine = Engine::default();
-    let m = Module::from_file(&engine, &path).unwrap();
+    let m = Module::from_file(&engine, &path, &key).unwrap();
     assert_eq!(
         run(&engine, &m, "mixed", 5000, u64::MAX >> 2).0,
         reference,

@@ -19,9 +19,11 @@ fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
     let compiled = Compiler::new().unwrap().compile(wat.as_bytes()).unwrap();
     let dir = ephem_test_support::temp_dir();
     let path = dir.path().join("small.ephem");
-    ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled)).unwrap();
+    let key = ephem::ArtifactKey::from_bytes([7; 32]);
+    ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled, &[0; 32], &key))
+        .unwrap();
     let engine = Engine::default();
-    let module = Module::from_file(&engine, &path).unwrap();
+    let module = Module::from_file(&engine, &path, &key).unwrap();
     drop(dir);
     let run = || -> bool {
         let mut store = Store::new(&engine, ());

@@ -12,6 +12,7 @@
 //! that the host calls (arguments in, results out through `values`), and a *host adapter* with
 //! the wasm signature that wasm calls to reach a host function (see [`HostFuncHeader`]).
 
+mod check;
 mod vmctx;
 
 use rkyv::{Archive, Deserialize, Serialize};
@@ -496,7 +497,13 @@ pub struct CompiledModule {
     pub traps: Vec<(u32, TrapKind)>,
     /// Bytes of all data segments.
     pub data: Vec<u8>,
+    /// The largest memory image the artifact may hold (a memory whose image would be larger
+    /// gets its segments copied at instantiation); 0: no images.
+    pub max_image_bytes: u64,
 }
+
+/// The default bound on one memory image in an artifact.
+pub const DEFAULT_MAX_IMAGE_BYTES: u64 = 64 << 20;
 
 impl CompiledModule {
     /// The kind of trap raised by the instruction at `offset` in the text, if it is one.

@@ -523,6 +523,9 @@ pub(crate) unsafe fn invoke(
     let Err(site) = outcome else { return Ok(()) };
     // SAFETY: wasm has returned; nothing else references the store now.
     let failure = unsafe { (*store).host_failure.take() };
+    if let Some(e) = Trap::file_fault(&site) {
+        return Err(e);
+    }
     let mut trap = Trap::from_site(&site);
     match failure {
         Some(HostFailure::Panic(panic)) => std::panic::resume_unwind(panic),

@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use ephem_artifact::Artifact;
+use ephem_artifact::{Artifact, ArtifactKey};
 use ephem_code_memory::LoadedCode;
 use ephem_module::{
     ArchivedConstExpr, ArchivedSegmentMode, Builtin, CompiledModule, ConstExpr, EntityIndex,
@@ -61,9 +61,28 @@ impl Module {
         ))
     }
 
-    /// Opens the artifact at `path` (see [`Artifact::open`] for what is checked).
-    pub fn from_file(engine: &Engine, path: &std::path::Path) -> Result<Module, Error> {
-        Ok(Module::from_artifact(engine, Artifact::open(path)?))
+    /// Opens the artifact at `path`, which must be sealed with `key` (see [`Artifact::open`]
+    /// for what is checked).
+    pub fn from_file(
+        engine: &Engine,
+        path: &std::path::Path,
+        key: &ArtifactKey,
+    ) -> Result<Module, Error> {
+        Ok(Module::from_artifact(engine, Artifact::open(path, key)?))
+    }
+
+    /// Opens the artifact at `path` without checking its seal (its metadata is checked).
+    ///
+    /// # Safety
+    /// As [`Artifact::open_unverified`]: the caller vouches for the file's machine code.
+    pub unsafe fn from_file_unverified(
+        engine: &Engine,
+        path: &std::path::Path,
+    ) -> Result<Module, Error> {
+        // SAFETY: per the contract.
+        Ok(Module::from_artifact(engine, unsafe {
+            Artifact::open_unverified(path)?
+        }))
     }
 
     /// Prepares an open artifact for instantiation with `engine`.
@@ -998,16 +1017,15 @@ impl InstanceData {
                 [seg.range.start.to_native() as usize..seg.range.end.to_native() as usize]
         };
         let memory = self.memory(store, mem);
-        let (Some(src_end), Some(dst_end)) = (src.checked_add(len), dst.checked_add(len)) else {
+        let (Some(src_end), Some(dst_end)) = (
+            end_within(src, len, bytes.len()),
+            end_within(dst, len, memory.len()),
+        ) else {
             return false;
         };
-        if src_end as usize > bytes.len() || dst_end as usize > memory.len() {
-            return false;
-        }
         // SAFETY: bounds checked; no wasm runs while we copy.
         unsafe {
-            memory.bytes()[dst as usize..dst_end as usize]
-                .copy_from_slice(&bytes[src as usize..src_end as usize])
+            memory.bytes()[dst as usize..dst_end].copy_from_slice(&bytes[src as usize..src_end])
         };
         true
     }
@@ -1015,6 +1033,26 @@ impl InstanceData {
 
 /// Resolves a trap site (from the signal handler) to a [`Trap`].
 impl Trap {
+    /// A `SIGBUS` in wasm code is no trap: the only memory that can raise it is a mapping of an
+    /// artifact file (text or memory image) that was truncated underneath (guard regions raise
+    /// `SIGSEGV`). It is reported as an I/O error naming the artifact of the code that faulted.
+    pub(crate) fn file_fault(site: &TrapSite) -> Option<Error> {
+        if site.signal != libc::SIGBUS {
+            return None;
+        }
+        // SAFETY: as in `from_site`.
+        let module = unsafe { &*(site.at.tag as *const ModuleInner) };
+        let file = module.artifact.path().map_or_else(
+            || "an in-memory artifact".to_owned(),
+            |p| p.display().to_string(),
+        );
+        Some(Error::Artifact(ephem_artifact::Error::Io(
+            std::io::Error::other(format!(
+                "{file} could not be read while in use (it was truncated or changed underneath)"
+            )),
+        )))
+    }
+
     pub(crate) fn from_site(site: &TrapSite) -> Trap {
         // SAFETY: the tag is the `ModuleInner` of the published code that trapped; that code's
         // instance is alive in the store that ran the call, and keeps its module.
@@ -1025,7 +1063,7 @@ impl Trap {
         let kind = match site.signal {
             0 => TrapKind::HostError,
             signal => artifact.trap_at(offset).unwrap_or(match signal {
-                libc::SIGSEGV | libc::SIGBUS => TrapKind::MemoryOutOfBounds,
+                libc::SIGSEGV => TrapKind::MemoryOutOfBounds,
                 libc::SIGFPE => TrapKind::IntegerDivisionByZero,
                 _ => TrapKind::Unreachable,
             }),
@@ -1096,14 +1134,21 @@ unsafe extern "C" fn memory_fill(vmctx: *mut u8, mem: u32, dst: u32, val: u32, l
         return 2;
     }
     let memory = i.memory(store, mem);
-    match dst.checked_add(len) {
-        Some(end) if end as usize <= memory.len() => {
+    match end_within(dst, len, memory.len()) {
+        Some(end) => {
             // SAFETY: bounds checked; the calling wasm code is suspended in this call.
-            unsafe { memory.bytes()[dst as usize..end as usize].fill(val as u8) };
+            unsafe { memory.bytes()[dst as usize..end].fill(val as u8) };
             0
         }
-        _ => 1,
+        None => 1,
     }
+}
+
+/// The end of `[at, at + len)` if it lies within `limit` bytes. Computed in `usize` (64 bits on
+/// every host ephem supports): a range may end exactly at 2^32, at the end of a 4 GiB memory.
+fn end_within(at: u32, len: u32, limit: usize) -> Option<usize> {
+    let end = at as usize + len as usize;
+    (end <= limit).then_some(end)
 }
 
 unsafe extern "C" fn memory_copy(
@@ -1120,8 +1165,7 @@ unsafe extern "C" fn memory_copy(
         return 2;
     }
     let (d, s) = (i.memory(store, dst_mem), i.memory(store, src_mem));
-    let ok = |at: u32, m: &LinearMemory| at.checked_add(len).is_some_and(|e| e as usize <= m.len());
-    if !ok(dst, d) || !ok(src, s) {
+    if end_within(dst, len, d.len()).is_none() || end_within(src, len, s.len()).is_none() {
         return 1;
     }
     // SAFETY: both ranges checked; `copy` allows overlap (same memory).

@@ -40,7 +40,7 @@ mod typed;
 use std::sync::Arc;
 
 pub use engine::{DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_WASM_STACK, Engine, EngineConfig, EpochTicker};
-pub use ephem_artifact::{Artifact, Cache, Outcome};
+pub use ephem_artifact::{Artifact, ArtifactKey, Cache, Outcome};
 pub use ephem_code_memory::{PoolConfig, Strategy};
 pub use ephem_module::{FuncType, GlobalType, MemoryType, TableType, TrapKind, ValType};
 pub use externals::{Extern, Global, Memory, Table};

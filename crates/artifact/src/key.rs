@@ -1,0 +1,114 @@
+//! The deployment's artifact key: the secret under which artifacts are sealed.
+//!
+//! An artifact's integrity code is a keyed BLAKE3 of the whole file. Anyone who can write an
+//! artifact can recompute an unkeyed hash, so only a key makes the code mean "written by this
+//! deployment": opening for execution checks it, and a file that does not verify is refused.
+//!
+//! A key is 32 random bytes, kept in a file as 64 hex digits. The cache makes one in its
+//! directory on first use (mode 0600, see [`ArtifactKey::load_or_create`]); a fleet that shares
+//! artifacts gives every node the same key file. A key file that another user could write is
+//! refused: whoever can change the key can seal code of their own.
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use crate::Error;
+
+/// A 256-bit key for sealing and verifying artifacts.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ArtifactKey([u8; 32]);
+
+impl std::fmt::Debug for ArtifactKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ArtifactKey(..)")
+    }
+}
+
+fn key_error(path: &Path, why: impl std::fmt::Display) -> Error {
+    Error::Key(format!("{}: {why}", path.display()))
+}
+
+impl ArtifactKey {
+    /// The key with these bytes.
+    pub const fn from_bytes(bytes: [u8; 32]) -> ArtifactKey {
+        ArtifactKey(bytes)
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// A fresh random key.
+    pub fn generate() -> std::io::Result<ArtifactKey> {
+        let mut bytes = [0u8; 32];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            filled += rustix::rand::getrandom(
+                &mut bytes[filled..],
+                rustix::rand::GetRandomFlags::empty(),
+            )
+            .map_err(std::io::Error::from)?;
+        }
+        Ok(ArtifactKey(bytes))
+    }
+
+    /// The key as 64 lowercase hex digits (what a key file holds).
+    pub fn to_hex(&self) -> String {
+        blake3::Hash::from_bytes(self.0).to_hex().to_string()
+    }
+
+    /// Reads a key file: 64 hex digits, surrounding whitespace allowed. The file must be a
+    /// regular file that no other user can write (owned by this user or root, no group or
+    /// other write permission).
+    pub fn from_file(path: &Path) -> Result<ArtifactKey, Error> {
+        let meta = std::fs::metadata(path).map_err(|e| key_error(path, e))?;
+        if !meta.is_file() {
+            return Err(key_error(path, "not a regular file"));
+        }
+        let euid = rustix::process::geteuid().as_raw();
+        if meta.mode() & 0o022 != 0 || (meta.uid() != euid && meta.uid() != 0) {
+            return Err(key_error(
+                path,
+                "another user could change this key file (it must belong to this user or root \
+                 and not be writable by group or others)",
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| key_error(path, e))?;
+        let hash = blake3::Hash::from_hex(text.trim())
+            .map_err(|_| key_error(path, "not a key (64 hex digits)"))?;
+        Ok(ArtifactKey(*hash.as_bytes()))
+    }
+
+    /// Reads the key file at `path`, or creates it with a fresh key (mode 0600) if there is
+    /// none. Processes that create it at once agree on one key: each writes a complete
+    /// temporary file and hard-links it into place, and a loser reads the winner's.
+    pub fn load_or_create(path: &Path) -> Result<ArtifactKey, Error> {
+        match ArtifactKey::from_file(path) {
+            Err(Error::Key(_)) if !path.exists() => {}
+            other => return other,
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| key_error(dir, e))?;
+        let key = ArtifactKey::generate().map_err(|e| key_error(path, e))?;
+        let temp = crate::cache::temp_path(path);
+        let written = (|| {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&temp)?;
+            // The mode given to open is filtered by the umask; 0600 is what we want whatever it is.
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            writeln!(file, "{}", key.to_hex())?;
+            file.sync_all()?;
+            std::fs::hard_link(&temp, path)
+        })();
+        let _ = std::fs::remove_file(&temp);
+        match written {
+            Ok(()) => Ok(key),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => ArtifactKey::from_file(path),
+            Err(e) => Err(key_error(path, e)),
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Consistency of a [`ModuleInfo`] read from a file: every index points inside its index space
+//! and every type is one the runtime can act on.
+//!
+//! The compiler only produces infos from validated wasm; this check is for infos read back
+//! from an artifact, whose metadata may be damaged or forged. It proves what the runtime's
+//! reads of the metadata rely on (nothing indexes out of bounds, constants have the types their
+//! users expect, the start function takes and returns nothing), not that the metadata matches
+//! the machine code: only the artifact's key vouches for that.
+
+use crate::{ConstExpr, EntityIndex, ImportKind, ModuleInfo, SegmentMode, ValType};
+
+/// The largest memory, in pages (4 GiB).
+const MAX_PAGES: u32 = 65536;
+
+impl ModuleInfo {
+    /// Checks that the info is self-consistent (see the module documentation); the error says
+    /// what is not.
+    pub fn check(&self) -> Result<(), String> {
+        let types = self.types.len();
+        let funcs = self.funcs.len();
+        if let Some(f) = self.funcs.iter().position(|&t| t as usize >= types) {
+            return Err(format!(
+                "function {f} has type {} of {types}",
+                self.funcs[f]
+            ));
+        }
+        let imported = [
+            self.imported_funcs as usize,
+            self.imported_tables as usize,
+            self.imported_memories as usize,
+            self.imported_globals as usize,
+        ];
+        let defined = [
+            funcs,
+            self.tables.len(),
+            self.memories.len(),
+            self.globals.len(),
+        ];
+        if imported.iter().zip(&defined).any(|(i, d)| i > d) {
+            return Err("more imports than entities".into());
+        }
+        // Imports come first in each index space, in order, with the declared types.
+        let mut seen = [0usize; 4];
+        for import in &self.imports {
+            let (space, matches) = match &import.kind {
+                ImportKind::Func(t) => (0, self.funcs.get(seen[0]) == Some(t)),
+                ImportKind::Table(t) => (1, self.tables.get(seen[1]) == Some(t)),
+                ImportKind::Memory(t) => (2, self.memories.get(seen[2]) == Some(t)),
+                ImportKind::Global(t) => (3, self.globals.get(seen[3]) == Some(t)),
+            };
+            if !matches {
+                return Err(format!(
+                    "import {}::{} does not match its entity",
+                    import.module, import.name
+                ));
+            }
+            seen[space] += 1;
+        }
+        if seen != imported {
+            return Err("import counts do not match the imports".into());
+        }
+        for t in &self.tables {
+            if !t.elem.is_ref() || t.max.is_some_and(|m| m < t.min) {
+                return Err(format!("bad table type {t:?}"));
+            }
+        }
+        for m in &self.memories {
+            if m.min > MAX_PAGES || m.max.is_some_and(|x| x < m.min || x > MAX_PAGES) {
+                return Err(format!("bad memory type {m:?}"));
+            }
+        }
+
+        // Constant expressions: what they read exists, and they have the type wanted.
+        let const_type = |e: &ConstExpr, want: ValType| -> Result<(), String> {
+            let ok = match *e {
+                ConstExpr::I32(_) => want == ValType::I32,
+                ConstExpr::I64(_) => want == ValType::I64,
+                ConstExpr::F32(_) => want == ValType::F32,
+                ConstExpr::F64(_) => want == ValType::F64,
+                ConstExpr::RefNull => want.is_ref(),
+                ConstExpr::RefFunc(f) => want == ValType::FuncRef && (f as usize) < funcs,
+                // Initialisers read imported globals only (WebAssembly 2.0), which exist
+                // before any defined one is initialised.
+                ConstExpr::GlobalGet(g) => {
+                    g < self.imported_globals && self.globals[g as usize].ty == want
+                }
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("constant {e:?} where a {want:?} is wanted"))
+            }
+        };
+        let defined_globals = self.globals.len() - self.imported_globals as usize;
+        if self.global_inits.len() != defined_globals {
+            return Err("one initialiser per defined global is wanted".into());
+        }
+        for (init, g) in self.global_inits.iter().zip(&self.globals[imported[3]..]) {
+            const_type(init, g.ty)?;
+        }
+
+        for e in &self.exports {
+            let (index, len) = match e.index {
+                EntityIndex::Func(i) => (i, funcs),
+                EntityIndex::Table(i) => (i, self.tables.len()),
+                EntityIndex::Memory(i) => (i, self.memories.len()),
+                EntityIndex::Global(i) => (i, self.globals.len()),
+            };
+            if index as usize >= len {
+                return Err(format!(
+                    "export {:?} names {:?}, which is not there",
+                    e.name, e.index
+                ));
+            }
+        }
+        if let Some(start) = self.start {
+            let ty = self
+                .funcs
+                .get(start as usize)
+                .map(|&t| &self.types[t as usize]);
+            if !ty.is_some_and(|t| t.params.is_empty() && t.results.is_empty()) {
+                return Err(format!(
+                    "start function {start} is not a function of no values"
+                ));
+            }
+        }
+
+        for (i, seg) in self.elems.iter().enumerate() {
+            if !seg.ty.is_ref() {
+                return Err(format!("element segment {i} holds {:?}", seg.ty));
+            }
+            if let SegmentMode::Active { index, offset } = &seg.mode {
+                let table = self.tables.get(*index as usize);
+                if table.is_none_or(|t| t.elem != seg.ty) {
+                    return Err(format!("element segment {i} does not fit table {index}"));
+                }
+                const_type(offset, ValType::I32)?;
+            }
+            for item in &seg.items {
+                const_type(item, seg.ty)?;
+            }
+        }
+        for (i, seg) in self.datas.iter().enumerate() {
+            if seg.range.start > seg.range.end {
+                return Err(format!("data segment {i} has a reversed range"));
+            }
+            if let SegmentMode::Active { index, offset } = &seg.mode {
+                if *index as usize >= self.memories.len() {
+                    return Err(format!("data segment {i} targets memory {index}"));
+                }
+                const_type(offset, ValType::I32)?;
+            }
+        }
+        if let Some(n) = self.names.iter().find(|n| n.func as usize >= funcs) {
+            return Err(format!(
+                "a name for function {}, which is not there",
+                n.func
+            ));
+        }
+        Ok(())
+    }
+}
