@@ -509,3 +509,61 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compiled(n: i32) -> CompiledModule {
+        let wat = format!(r#"(module (func (export "f") (result i32) i32.const {n}))"#);
+        ephem_compiler::Compiler::new()
+            .unwrap()
+            .compile(wat.as_bytes())
+            .unwrap()
+    }
+
+    /// A disk that is full until something is removed: the first write fails with `ENOSPC`,
+    /// eviction makes room (the least recently used entry goes), and the one retry stores the
+    /// entry.
+    #[test]
+    fn a_full_disk_evicts_room_and_retries_once() {
+        let tmp = ephem_test_support::temp_dir();
+        let cache = Cache::new(tmp.path(), u64::MAX);
+        for n in 0..3 {
+            let key = format!("{n:064x}");
+            cache
+                .get_or_compile(&key, || Ok::<_, Error>(compiled(n)))
+                .unwrap();
+        }
+        let full = std::sync::atomic::AtomicUsize::new(0);
+        let write = |path: &Path, bytes: &[u8]| {
+            if full.fetch_add(1, Ordering::Relaxed) == 0 {
+                return Err(std::io::Error::from_raw_os_error(libc_errno::ENOSPC));
+            }
+            write_atomic(path, bytes)
+        };
+        let key = format!("{:064x}", 99);
+        let (_, outcome) = cache
+            .get_or_compile_with(&key, || Ok::<_, Error>(compiled(99)), write)
+            .unwrap();
+        assert_eq!(outcome, Outcome::Compiled { replaced: None });
+        assert_eq!(full.load(Ordering::Relaxed), 2, "one retry");
+        let stats = cache.stats().unwrap();
+        assert!(stats.entries < 4, "room was made: {stats:?}");
+        assert!(cache.path(&key).exists());
+
+        // A disk that stays full: one retry only, and the module still loads, from memory.
+        let always_full =
+            |_: &Path, _: &[u8]| Err(std::io::Error::from_raw_os_error(libc_errno::ENOSPC));
+        let key = format!("{:064x}", 100);
+        let (_, outcome) = cache
+            .get_or_compile_with(&key, || Ok::<_, Error>(compiled(100)), always_full)
+            .unwrap();
+        match outcome {
+            Outcome::Uncached { why } => {
+                assert!(why.contains(&*cache.path(&key).to_string_lossy()), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

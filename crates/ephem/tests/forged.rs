@@ -1,0 +1,389 @@
+//! Forged artifacts: metadata edited and sealed again with the key (what an attacker who holds
+//! the key, or a user of `open_unverified`, can make) is refused with a clear error or opens and
+//! instantiates without a panic or a wild jump: never trusted to index out of bounds.
+
+use ephem::{Artifact, ArtifactKey, Compiler, Engine, Linker, Module, Store};
+use ephem_artifact::format;
+use ephem_module::{
+    CompiledModule, ConstExpr, EntityIndex, Export, ImportKind, SegmentMode, TrapKind, ValType,
+};
+
+const KEY: ArtifactKey = ArtifactKey::from_bytes([5; 32]);
+
+/// Something of every kind the metadata describes: imports of each sort, an active and a
+/// passive data segment, active, passive and declared element segments, globals initialised
+/// from constants, an import and a function reference, exports of each sort, names.
+const WAT: &str = r#"(module
+  (import "env" "f" (func $imp (param i32) (result i32)))
+  (import "env" "g" (global $gimp i32))
+  (memory (export "mem") 1 4)
+  (table (export "tab") 4 funcref)
+  (global $a (export "a") i32 (global.get $gimp))
+  (global $r funcref (ref.func $two))
+  (data (i32.const 16) "active")
+  (data $p "passive segment: thirty-one by.")
+  (elem (i32.const 0) $one $two)
+  (elem $pe func $one)
+  (elem declare func $three)
+  (func $one (result i32) i32.const 1)
+  (func $two (result i32) i32.const 2)
+  (func $three (result i32) (ref.func $three) drop i32.const 3)
+  (func (export "run") (result i32)
+    (memory.init $p (i32.const 100) (i32.const 0) (i32.const 31))
+    (i32.add (call_indirect (result i32) (i32.const 1)) (call $imp (i32.const 40)))))"#;
+
+fn compiled() -> CompiledModule {
+    Compiler::new().unwrap().compile(WAT.as_bytes()).unwrap()
+}
+
+fn open_bytes(name: &str, bytes: &[u8]) -> Result<Artifact, ephem_artifact::Error> {
+    let tmp = ephem_test_support::temp_dir();
+    let path = tmp.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    Artifact::open(&path, &KEY)
+}
+
+fn forge(edit: impl FnOnce(&mut CompiledModule)) -> Result<Artifact, ephem_artifact::Error> {
+    let mut c = compiled();
+    edit(&mut c);
+    open_bytes(
+        "forged.ephem",
+        &ephem_artifact::to_bytes(&c, &[0; 32], &KEY),
+    )
+}
+
+fn run(artifact: Artifact) -> Result<i32, ephem::Error> {
+    instantiate(artifact, true)
+}
+
+/// Instantiates the module with its imports, and calls `run` if `call`.
+fn instantiate(artifact: Artifact, call: bool) -> Result<i32, ephem::Error> {
+    let engine = Engine::default();
+    let module = Module::from_artifact(&engine, artifact);
+    let mut linker = Linker::new(&engine);
+    linker.func_wrap("env", "f", |x: i32| x)?;
+    let mut store = Store::new(&engine, ());
+    let g = ephem::Global::new(
+        &mut store,
+        ephem::GlobalType {
+            ty: ValType::I32,
+            mutable: false,
+        },
+        ephem::Val::I32(9),
+    )?;
+    linker.define(&store, "env", "g", g)?;
+    let instance = linker.instantiate(&mut store, &module)?;
+    if !call {
+        return Ok(0);
+    }
+    let run = instance.get_typed_func::<(), i32>(&mut store, "run")?;
+    run.call(&mut store, ())
+}
+
+#[test]
+fn the_intact_module_runs() {
+    assert_eq!(run(forge(|_| {}).unwrap()).unwrap(), 42);
+}
+
+/// Each forgery, named after what it breaks, is refused when the file is opened, with an
+/// error that says the metadata is damaged. The first five are the crashes the issue reproduced.
+#[test]
+fn forged_metadata_is_refused_at_open() {
+    type Edit = Box<dyn Fn(&mut CompiledModule)>;
+    let export = |index| {
+        Box::new(move |c: &mut CompiledModule| {
+            c.info.exports.push(Export {
+                name: "forged".into(),
+                index,
+            })
+        }) as Edit
+    };
+    let forgeries: Vec<(&str, Edit)> = vec![
+        (
+            "export of a function that is not there",
+            export(EntityIndex::Func(999)),
+        ),
+        (
+            "function code outside the text",
+            Box::new(|c| c.funcs[0].offset = c.text.len() as u32 + 64),
+        ),
+        (
+            "import of a type that is not there",
+            Box::new(|c| c.info.imports[0].kind = ImportKind::Func(999)),
+        ),
+        (
+            "element item that is not a reference",
+            Box::new(|c| c.info.elems[0].items[0] = ConstExpr::I32(5)),
+        ),
+        (
+            "export of a table that is not there",
+            export(EntityIndex::Table(3)),
+        ),
+        (
+            "export of a memory that is not there",
+            export(EntityIndex::Memory(1)),
+        ),
+        (
+            "export of a global that is not there",
+            export(EntityIndex::Global(40)),
+        ),
+        (
+            "function code that overlaps the next",
+            Box::new(|c| c.funcs[1].offset = c.funcs[0].offset),
+        ),
+        (
+            "function code past the end of the text",
+            Box::new(|c| c.funcs[0].len = u32::MAX),
+        ),
+        (
+            "element item of a function that is not there",
+            Box::new(|c| c.info.elems[1].items[0] = ConstExpr::RefFunc(999)),
+        ),
+        (
+            "element segment for a table that is not there",
+            Box::new(|c| {
+                c.info.elems[0].mode = SegmentMode::Active {
+                    index: 7,
+                    offset: ConstExpr::I32(0),
+                }
+            }),
+        ),
+        (
+            "element offset that is not an i32",
+            Box::new(|c| {
+                c.info.elems[0].mode = SegmentMode::Active {
+                    index: 0,
+                    offset: ConstExpr::I64(0),
+                }
+            }),
+        ),
+        (
+            "element segment of numbers",
+            Box::new(|c| c.info.elems[1].ty = ValType::I32),
+        ),
+        (
+            "data segment for a memory that is not there",
+            Box::new(|c| {
+                c.info.datas[0].mode = SegmentMode::Active {
+                    index: 2,
+                    offset: ConstExpr::I32(0),
+                }
+            }),
+        ),
+        (
+            "data offset reading a global that is not there",
+            Box::new(|c| {
+                c.info.datas[1].mode = SegmentMode::Active {
+                    index: 0,
+                    offset: ConstExpr::GlobalGet(77),
+                }
+            }),
+        ),
+        (
+            "global initialised with a value of another type",
+            Box::new(|c| c.info.global_inits[1] = ConstExpr::I32(0x1000)),
+        ),
+        (
+            "global initialised from a defined global",
+            Box::new(|c| c.info.global_inits[0] = ConstExpr::GlobalGet(1)),
+        ),
+        (
+            "a global without an initialiser",
+            Box::new(|c| {
+                c.info.global_inits.pop();
+            }),
+        ),
+        (
+            "start function that is not there",
+            Box::new(|c| c.info.start = Some(999)),
+        ),
+        (
+            "start function that takes an argument",
+            Box::new(|c| c.info.start = Some(0)),
+        ),
+        (
+            "function of a type that is not there",
+            Box::new(|c| *c.info.funcs.last_mut().unwrap() = 999),
+        ),
+        (
+            "more imported functions than functions",
+            Box::new(|c| c.info.imported_funcs = 100),
+        ),
+        (
+            "import counts that do not match the imports",
+            Box::new(|c| c.info.imported_globals = 0),
+        ),
+        (
+            "imported global of another type than declared",
+            Box::new(|c| c.info.globals[0].ty = ValType::F64),
+        ),
+        (
+            "memory larger than 4 GiB",
+            Box::new(|c| {
+                c.info.memories[0] = ephem_module::MemoryType {
+                    min: 70000,
+                    max: None,
+                }
+            }),
+        ),
+        (
+            "table of numbers",
+            Box::new(|c| c.info.tables[0].elem = ValType::F32),
+        ),
+        (
+            "table with a maximum below its minimum",
+            Box::new(|c| c.info.tables[0].max = Some(1)),
+        ),
+        (
+            "name for a function that is not there",
+            Box::new(|c| {
+                c.info.names.push(ephem_module::FuncName {
+                    func: 500,
+                    name: "x".into(),
+                })
+            }),
+        ),
+        (
+            "relocation outside the text",
+            Box::new(|c| {
+                c.relocs.push(ephem_module::Reloc {
+                    offset: c.text.len() as u32,
+                    target: ephem_module::LibCall::CeilF32,
+                    addend: 0,
+                })
+            }),
+        ),
+        (
+            "trampoline outside the text",
+            Box::new(|c| c.trampolines[0] = c.text.len() as u32 + 1),
+        ),
+        (
+            "one trampoline too few",
+            Box::new(|c| {
+                c.trampolines.pop();
+            }),
+        ),
+        (
+            "trap table out of order",
+            Box::new(|c| {
+                c.traps.push((0, TrapKind::Unreachable));
+            }),
+        ),
+        (
+            "trap outside the text",
+            Box::new(|c| {
+                c.traps
+                    .push((c.text.len() as u32 + 8, TrapKind::Unreachable))
+            }),
+        ),
+    ];
+    for (what, edit) in forgeries {
+        match forge(edit) {
+            Err(ephem_artifact::Error::Damaged(why)) => {
+                assert!(
+                    why.contains("metadata")
+                        || why.contains("table")
+                        || why.contains("text")
+                        || why.contains("sections"),
+                    "{what}: {why}"
+                )
+            }
+            Err(e) => panic!("{what}: refused, but not as damage: {e}"),
+            Ok(_) => panic!("{what}: opened"),
+        }
+    }
+}
+
+/// The escaping-function list (the funcrefs instantiation fills in) must be exactly the
+/// module's: one left out would leave an exported function's funcref empty.
+#[test]
+fn a_forged_escaping_list_is_refused() {
+    let good = ephem_artifact::to_bytes(&compiled(), &[0; 32], &KEY);
+    let artifact = open_bytes("good.ephem", &good).unwrap();
+    let escaping: Vec<u32> = artifact.escaping().iter().map(|f| f.to_native()).collect();
+    assert!(!escaping.is_empty());
+    // Find the archived list in the metadata by its contents and shift one entry.
+    let needle: Vec<u8> = escaping.iter().flat_map(|f| f.to_le_bytes()).collect();
+    let at = good
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("the list is archived as little-endian u32s");
+    let mut forged = good.clone();
+    forged[at] = forged[at].wrapping_add(1);
+    ephem_artifact::format::reseal(&mut forged, &KEY);
+    let e = open_bytes("forged.ephem", &forged).unwrap_err();
+    assert!(
+        e.to_string().contains("escaping") || e.to_string().contains("metadata"),
+        "{e}"
+    );
+}
+
+/// A data segment whose range reaches past the segment data (the writer cannot make one: the
+/// range is edited in the file). The issue's panic in `instance.rs`.
+#[test]
+fn a_forged_data_range_is_refused() {
+    let good = ephem_artifact::to_bytes(&compiled(), &[0; 32], &KEY);
+    // The passive segment is the only one stored outside the image: its range is 0..31.
+    let needle: Vec<u8> = [0u32, 31].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let at = format::HEADER_SIZE
+        + good[format::HEADER_SIZE..]
+            .windows(8)
+            .position(|w| w == needle)
+            .expect("the archived range");
+    let mut forged = good.clone();
+    forged[at + 4..at + 8].copy_from_slice(&(1u32 << 30).to_le_bytes());
+    format::reseal(&mut forged, &KEY);
+    let e = open_bytes("forged.ephem", &forged).unwrap_err();
+    assert!(e.to_string().contains("metadata"), "{e}");
+}
+
+/// Random edits of everything before the text (metadata, function table, segment data, trap
+/// table), each sealed again: every one is refused cleanly, or opens and instantiates (or fails
+/// to, with an error). A panic or a crash fails the test. Seeded: the same edits every run. The
+/// module is not called: an edit the checks cannot see (the code's own layout, its types) is
+/// what only the key vouches for.
+#[test]
+fn randomly_forged_metadata_never_crashes_the_host() {
+    let good = ephem_artifact::to_bytes(&compiled(), &[0; 32], &KEY);
+    let text_start =
+        u64::from_le_bytes(good[88 + 4 * 16..88 + 4 * 16 + 8].try_into().unwrap()) as usize;
+    let front = format::HEADER_SIZE..text_start;
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        // xorshift64*
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let (mut refused, mut opened) = (0, 0);
+    for _ in 0..1000 {
+        let mut forged = good.clone();
+        for _ in 0..1 + next() % 4 {
+            let at = front.start + (next() as usize) % front.len();
+            forged[at] = match next() % 3 {
+                0 => forged[at] ^ (1 << (next() % 8)),
+                1 => next() as u8,
+                _ => forged[at].wrapping_add(1),
+            };
+        }
+        format::reseal(&mut forged, &KEY);
+        let outcome = std::panic::catch_unwind(|| match open_bytes("random.ephem", &forged) {
+            Ok(artifact) => {
+                let _ = instantiate(artifact, false);
+                true
+            }
+            Err(_) => false,
+        });
+        match outcome {
+            Ok(true) => opened += 1,
+            Ok(false) => refused += 1,
+            Err(_) => panic!("a forged artifact made the host panic"),
+        }
+    }
+    eprintln!("{refused} refused, {opened} opened");
+    assert!(
+        refused > 100,
+        "edits are caught ({refused} refused, {opened} opened)"
+    );
+}
