@@ -91,7 +91,7 @@ impl std::fmt::Debug for Artifact {
 }
 
 /// What identifies a file's contents: device, inode, size and modification time. Used to
-/// remember that a file's checksum was verified, and by the runtime to recognise a memory image
+/// remember that a file's seal was verified, and by the runtime to recognise a memory image
 /// it already has mapped (a live mapping keeps its inode from being reused).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Identity {

@@ -30,7 +30,7 @@
 //!   kept in memory and [`Outcome::Uncached`] says why.
 
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -491,6 +491,17 @@ fn process_runs(pid: u32) -> bool {
 /// place: a read-only temporary file (mode 0444) in the same directory, flushed to disk, then
 /// renamed over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temp = write_temp(path, bytes, 0o444)?;
+    let renamed = std::fs::rename(&temp, path);
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    renamed
+}
+
+/// Writes `bytes` to a new temporary file for `path` (see [`temp_path`]) with exactly `mode`,
+/// flushed to disk; returns its path. Nothing is left behind on failure.
+pub(crate) fn write_temp(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<PathBuf> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let temp = temp_path(path);
@@ -498,16 +509,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o444)
+            .mode(mode)
             .open(&temp)?;
+        // The umask may have taken bits away; `mode` is what is wanted, whatever it is.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, path)
+        file.sync_all()
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
+    match result {
+        Ok(()) => Ok(temp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&temp);
+            Err(e)
+        }
     }
-    result
 }
 
 #[cfg(test)]

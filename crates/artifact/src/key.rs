@@ -9,8 +9,7 @@
 //! artifacts gives every node the same key file. A key file that another user could write is
 //! refused: whoever can change the key can seal code of their own.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::Error;
@@ -91,19 +90,10 @@ impl ArtifactKey {
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| key_error(dir, e))?;
         let key = ArtifactKey::generate().map_err(|e| key_error(path, e))?;
-        let temp = crate::cache::temp_path(path);
-        let written = (|| {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temp)?;
-            // The mode given to open is filtered by the umask; 0600 is what we want whatever it is.
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            writeln!(file, "{}", key.to_hex())?;
-            file.sync_all()?;
-            std::fs::hard_link(&temp, path)
-        })();
+        let line = format!("{}\n", key.to_hex());
+        let temp = crate::cache::write_temp(path, line.as_bytes(), 0o600)
+            .map_err(|e| key_error(path, e))?;
+        let written = std::fs::hard_link(&temp, path);
         let _ = std::fs::remove_file(&temp);
         match written {
             Ok(()) => Ok(key),

@@ -128,7 +128,7 @@ pub struct Results {
 }
 
 /// Runs the workload: each module once to warm up (the first open of a file verifies its
-/// checksum, once per process), then `invocations * modules` invocations in random order.
+/// seal, once per process), then `invocations * modules` invocations in random order.
 pub fn measure(
     engine: &Engine,
     cache: &Cache,

@@ -33,6 +33,14 @@ fn big_module(dir: &Path) -> PathBuf {
     path
 }
 
+/// `ephem compile MODULE -o ARTIFACT EXTRA…`, sealed with the cache's key unless `EXTRA`
+/// names another.
+fn compile(cache: &Path, module: &Path, artifact: &Path, extra: &[&str]) {
+    let (module, artifact) = (module.to_str().unwrap(), artifact.to_str().unwrap());
+    let args = [&["compile", module, "-o", artifact][..], extra].concat();
+    ok(ephem(cache, &args).output().unwrap());
+}
+
 #[test]
 fn concurrent_processes_fill_the_cache_with_one_whole_entry() {
     let tmp = ephem_test_support::temp_dir();
@@ -83,17 +91,7 @@ fn compile_writes_an_artifact_that_run_accepts() {
     let cache = dir.join("cache");
     let module = big_module(&dir);
     let artifact = dir.join("big.ephem");
-    ok(ephem(
-        &cache,
-        &[
-            "compile",
-            module.to_str().unwrap(),
-            "-o",
-            artifact.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap());
+    compile(&cache, &module, &artifact, &[]);
     let out = ok(ephem(
         &cache,
         &["run", artifact.to_str().unwrap(), "--invoke", "main"],
@@ -225,18 +223,12 @@ fn artifacts_run_only_under_the_key_that_sealed_them() {
         std::fs::write(path, digit.repeat(64) + "\n").unwrap();
     }
     let cache = dir.join("cache");
-    let compile = [
-        "compile",
-        module.to_str().unwrap(),
-        "-o",
-        artifact.to_str().unwrap(),
-    ];
-    ok(ephem(
+    compile(
         &cache,
-        &[&compile[..], &["--artifact-key", key1.to_str().unwrap()]].concat(),
-    )
-    .output()
-    .unwrap());
+        &module,
+        &artifact,
+        &["--artifact-key", key1.to_str().unwrap()],
+    );
     let run = |extra: &[&str]| {
         let args = [
             &["run", artifact.to_str().unwrap()][..],
@@ -274,17 +266,7 @@ fn an_artifact_with_a_damaged_magic_is_reported_as_damaged() {
     let cache = dir.join("cache");
     let module = big_module(&dir);
     let artifact = dir.join("big.ephem");
-    ok(ephem(
-        &cache,
-        &[
-            "compile",
-            module.to_str().unwrap(),
-            "-o",
-            artifact.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap());
+    compile(&cache, &module, &artifact, &[]);
     let bytes = std::fs::read(&artifact).unwrap();
     for at in [0, 3, 7] {
         let mut b = bytes.clone();
