@@ -48,6 +48,7 @@ use crate::format::{
     ArchivedMemoryImage, ArchivedMeta, EPHEM_VERSION, FILE_PAGE, FORMAT_VERSION, HEADER_SIZE,
     MAGIC, Section, off,
 };
+use crate::key::KeyId;
 use crate::{ArtifactKey, Error, cpu};
 
 /// Files whose text is shorter than [`SMALL_TEXT`] and ends within this many bytes are read up
@@ -105,7 +106,7 @@ pub struct Identity {
 /// Files verified in this process (seal under the key, or `None` when opened unverified;
 /// metadata; CPU), with how many bytes opening them reads: the next open of the same identity
 /// reads exactly that much, with one `pread`.
-type Verified = HashMap<(Identity, Option<[u8; 32]>), usize>;
+type Verified = HashMap<(Identity, Option<KeyId>), usize, foldhash::fast::RandomState>;
 static VERIFIED: LazyLock<Mutex<Verified>> = LazyLock::new(Mutex::default);
 
 /// This process's effective user id (asked once: it decides which files are trusted to stay
@@ -193,7 +194,7 @@ impl Artifact {
     /// Opens the artifact at `path` for execution: it must be sealed under `key`. Its metadata
     /// and CPU features are checked too (see the module documentation).
     pub fn open(path: &Path, key: &ArtifactKey) -> Result<Artifact, Error> {
-        Artifact::open_with(path, Some(key), false)
+        Artifact::open_with(path.to_owned(), Some(key), false)
     }
 
     /// Opens the artifact at `path` without checking its seal: its metadata is checked, so a
@@ -204,13 +205,13 @@ impl Artifact {
     /// nobody could have written it but a trusted compiler): running forged code is running
     /// an arbitrary native program.
     pub unsafe fn open_unverified(path: &Path) -> Result<Artifact, Error> {
-        Artifact::open_with(path, None, false)
+        Artifact::open_with(path.to_owned(), None, false)
     }
 
     /// Opens `path` (never blocking on a FIFO; with `nofollow`, not through a symlink), then as
     /// [`Artifact::open`], or unverified without a key.
     pub(crate) fn open_with(
-        path: &Path,
+        path: PathBuf,
         key: Option<&ArtifactKey>,
         nofollow: bool,
     ) -> Result<Artifact, Error> {
@@ -222,9 +223,9 @@ impl Artifact {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(flags.bits() as i32)
-            .open(path)?;
+            .open(&path)?;
         let mut artifact = Artifact::from_file(file, Some(key))?;
-        artifact.path = Some(path.to_owned());
+        artifact.path = Some(path);
         Ok(artifact)
     }
 
@@ -271,7 +272,7 @@ impl Artifact {
             mtime: stat.st_mtime,
             mtime_ns: stat.st_mtime_nsec as i64,
         };
-        let verified_as = check.map(|key| (identity, key.map(|k| *k.bytes())));
+        let verified_as = check.map(|key| (identity, key.map(ArtifactKey::id)));
         let known = verified_as.as_ref().filter(|_| remember).and_then(|id| {
             let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
             verified.get(id).copied()

@@ -182,19 +182,20 @@ impl Cache {
     /// Opens the entry for `key`. `Ok(None)` when there is none; an entry that cannot be used
     /// is removed and reported as the error, which names it.
     pub fn open(&self, key: &str) -> Result<Option<Artifact>, Error> {
-        let path = self.path(key);
-        let entry_error = |e: Error| Error::Entry {
-            path: path.clone(),
-            source: Box::new(e),
-        };
         let sealer = self.artifact_key()?;
-        let opened = Artifact::open_with(&path, Some(sealer), true).and_then(|artifact| {
-            if artifact.source() == source_of(key) {
+        let opened = Artifact::open_with(self.path(key), Some(sealer), true).and_then(|artifact| {
+            if source_is(key, &artifact.source()) {
                 Ok(artifact)
             } else {
                 Err(Error::OtherSource)
             }
         });
+        // Only a failure needs the path again (the artifact keeps it).
+        let path = || self.path(key);
+        let entry_error = |e: Error| Error::Entry {
+            path: path(),
+            source: Box::new(e),
+        };
         match opened {
             Ok(artifact) => {
                 self.touch(&artifact);
@@ -208,14 +209,14 @@ impl Cache {
                     Some(libc_errno::ELOOP | libc_errno::ENXIO)
                 ) =>
             {
-                remove_entry(&path);
+                remove_entry(&path());
                 Err(entry_error(Error::Damaged(format!(
                     "not a regular file ({e})"
                 ))))
             }
             Err(e @ Error::Io(_)) => Err(entry_error(e)),
             Err(e) => {
-                remove_entry(&path);
+                remove_entry(&path());
                 Err(entry_error(e))
             }
         }
@@ -261,7 +262,7 @@ impl Cache {
         let path = self.path(key);
         let stored = self.store(&path, &bytes, write).and_then(|()| {
             let _ = self.evict(&path, self.max_bytes);
-            Artifact::open_with(&path, Some(sealer), true)
+            Artifact::open_with(path.clone(), Some(sealer), true)
                 .map_err(|e| std::io::Error::other(e.to_string()))
         });
         match stored {
@@ -321,7 +322,10 @@ impl Cache {
         let dir = match std::fs::read_dir(&self.dir) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(e),
+            Err(e) => {
+                let why = format!("reading {}: {e}", self.dir.display());
+                return Err(std::io::Error::new(e.kind(), why));
+            }
         };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -424,6 +428,19 @@ mod libc_errno {
     pub const ELOOP: i32 = rustix::io::Errno::LOOP.raw_os_error();
     pub const ENXIO: i32 = rustix::io::Errno::NXIO.raw_os_error();
     pub const ENOSPC: i32 = rustix::io::Errno::NOSPC.raw_os_error();
+}
+
+/// Whether `source` is what [`source_of`] makes of `key`, without decoding the key into a
+/// buffer: this is on every invocation's path.
+fn source_is(key: &str, source: &[u8; 32]) -> bool {
+    let k = key.as_bytes();
+    if k.len() != 64 || !k.iter().all(u8::is_ascii_hexdigit) {
+        return source_of(key) == *source;
+    }
+    let nibble = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
+    k.chunks_exact(2)
+        .zip(source)
+        .all(|(pair, &b)| nibble(pair[0]) << 4 | nibble(pair[1]) == b)
 }
 
 /// The header's record of the wasm an entry is for (see [`Cache::source`]).
@@ -535,6 +552,26 @@ mod tests {
             .unwrap()
             .compile(wat.as_bytes())
             .unwrap()
+    }
+
+    #[test]
+    fn a_source_matches_exactly_its_own_key() {
+        let hex = Cache::key(b"(module)", "fp");
+        let keys = [
+            hex.clone(),
+            hex.to_uppercase(),
+            "x".repeat(64),
+            "an embedder's own key".to_owned(),
+        ];
+        for key in &keys {
+            assert!(source_is(key, &source_of(key)), "{key}");
+            for other in keys.iter().filter(|o| !o.eq_ignore_ascii_case(key)) {
+                assert!(!source_is(key, &source_of(other)), "{key} / {other}");
+            }
+        }
+        let mut off_by_one = source_of(&hex);
+        off_by_one[31] ^= 1;
+        assert!(!source_is(&hex, &off_by_one));
     }
 
     /// A disk that is full until something is removed: the first write fails with `ENOSPC`,

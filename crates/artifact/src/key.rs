@@ -11,12 +11,29 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use crate::Error;
 
 /// A 256-bit key for sealing and verifying artifacts.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ArtifactKey([u8; 32]);
+#[derive(Clone)]
+pub struct ArtifactKey {
+    bytes: [u8; 32],
+    /// See [`ArtifactKey::id`]; made on first use (opening a known file asks for it).
+    id: OnceLock<KeyId>,
+}
+
+impl PartialEq for ArtifactKey {
+    fn eq(&self, other: &ArtifactKey) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for ArtifactKey {}
+
+/// A short name for a key that reveals nothing of it: what a process remembers of the key a file
+/// was verified with.
+pub(crate) type KeyId = u64;
 
 impl std::fmt::Debug for ArtifactKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -31,11 +48,22 @@ fn key_error(path: &Path, why: impl std::fmt::Display) -> Error {
 impl ArtifactKey {
     /// The key with these bytes.
     pub const fn from_bytes(bytes: [u8; 32]) -> ArtifactKey {
-        ArtifactKey(bytes)
+        ArtifactKey {
+            bytes,
+            id: OnceLock::new(),
+        }
     }
 
     pub(crate) fn bytes(&self) -> &[u8; 32] {
-        &self.0
+        &self.bytes
+    }
+
+    /// See [`KeyId`]: the start of a hash keyed with the key.
+    pub(crate) fn id(&self) -> KeyId {
+        *self.id.get_or_init(|| {
+            let h = blake3::keyed_hash(&self.bytes, b"ephem artifact key id");
+            u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"))
+        })
     }
 
     /// A fresh random key.
@@ -49,12 +77,12 @@ impl ArtifactKey {
             )
             .map_err(std::io::Error::from)?;
         }
-        Ok(ArtifactKey(bytes))
+        Ok(ArtifactKey::from_bytes(bytes))
     }
 
     /// The key as 64 lowercase hex digits (what a key file holds).
     pub fn to_hex(&self) -> String {
-        blake3::Hash::from_bytes(self.0).to_hex().to_string()
+        blake3::Hash::from_bytes(self.bytes).to_hex().to_string()
     }
 
     /// Reads a key file: 64 hex digits, surrounding whitespace allowed. The file must be a
@@ -76,7 +104,7 @@ impl ArtifactKey {
         let text = std::fs::read_to_string(path).map_err(|e| key_error(path, e))?;
         let hash = blake3::Hash::from_hex(text.trim())
             .map_err(|_| key_error(path, "not a key (64 hex digits)"))?;
-        Ok(ArtifactKey(*hash.as_bytes()))
+        Ok(ArtifactKey::from_bytes(*hash.as_bytes()))
     }
 
     /// Reads the key file at `path`, or creates it with a fresh key (mode 0600) if there is

@@ -21,7 +21,7 @@ const WAT: &str = r#"
 const IMAGE_AT: i32 = 65552;
 
 /// The deployment key these tests seal and open with.
-const KEY: ArtifactKey = ArtifactKey::from_bytes([7; 32]);
+static KEY: ArtifactKey = ArtifactKey::from_bytes([7; 32]);
 
 fn seal(c: &ephem_module::CompiledModule) -> Vec<u8> {
     ephem_artifact::to_bytes(c, &[0; 32], &KEY)

@@ -8,7 +8,7 @@ use ephem_module::{
     CompiledModule, ConstExpr, EntityIndex, Export, ImportKind, SegmentMode, TrapKind, ValType,
 };
 
-const KEY: ArtifactKey = ArtifactKey::from_bytes([5; 32]);
+static KEY: ArtifactKey = ArtifactKey::from_bytes([5; 32]);
 
 /// Something of every kind the metadata describes: imports of each sort, an active and a
 /// passive data segment, active, passive and declared element segments, globals initialised

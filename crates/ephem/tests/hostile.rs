@@ -155,7 +155,7 @@ fn mapping_engine() -> Engine {
     .unwrap()
 }
 
-const KEY: ArtifactKey = ArtifactKey::from_bytes([9; 32]);
+static KEY: ArtifactKey = ArtifactKey::from_bytes([9; 32]);
 
 fn write_artifact(path: &Path, wat: &str) {
     let compiled = Compiler::new().unwrap().compile(wat.as_bytes()).unwrap();
