@@ -353,7 +353,8 @@ fn odd_files_at_a_keys_path_are_replaced_without_blocking_or_following() {
     let entry =
         Cache::new(&cache_dir, 1 << 30).path(&Cache::key(w.as_bytes(), &compiler.fingerprint()));
     std::fs::create_dir_all(&cache_dir).unwrap();
-    let makers: [(&str, Box<dyn Fn(&Path)>); 3] = [
+    type Maker<'a> = Box<dyn Fn(&Path) + 'a>;
+    let makers: [(&str, Maker); 3] = [
         (
             "fifo",
             Box::new(|p: &Path| {
