@@ -271,6 +271,28 @@ fn sparse_data_does_not_amplify_the_artifact() {
     assert_eq!(call_f(&engine, &m), i32::from(b'e'));
 }
 
+/// The size bound counts what files take on disk: a sparse file of a gigabyte takes nothing.
+#[test]
+fn the_cache_counts_bytes_on_disk() {
+    let tmp = ephem_test_support::temp_dir();
+    let cache = Cache::new(tmp.path(), 1 << 30);
+    let sparse = cache.path(&"f".repeat(64));
+    std::fs::create_dir_all(tmp.path()).unwrap();
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let dense = cache.path(&"e".repeat(64));
+    std::fs::write(&dense, vec![1u8; 1 << 20]).unwrap();
+    let stats = cache.stats().unwrap();
+    assert_eq!(stats.entries, 2);
+    assert!(
+        (1 << 20..2 << 20).contains(&stats.bytes),
+        "{} bytes counted",
+        stats.bytes
+    );
+}
+
 fn temp_name(pid: u32) -> String {
     format!(".{}.ephem.{pid}.0.tmp", "0".repeat(64))
 }
