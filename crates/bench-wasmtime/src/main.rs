@@ -6,7 +6,7 @@
 //! modules precompiled to files once, then `Module::deserialize_file` on every invocation, since
 //! the workload has too many modules to keep them loaded. Each invocation: deserialize, link
 //! (unknown function imports trap, imported memories and tables are created), instantiate, call
-//! the export if named, drop the store and module.
+//! the same export as ephem's side calls (see `ephem_bench::fresh`), drop the store and module.
 //!
 //! Host functions match ephem's side: wasmtime's own WASI preview 1 (`wasmtime-wasi`), with a
 //! fresh context per invocation for modules that import it (stdout and stderr into memory
@@ -167,7 +167,7 @@ fn main() -> anyhow::Result<()> {
         let path = dir.join("wasmtime").join(format!("{}.cwasm", subject.key));
         std::fs::write(&path, wt.precompile_module(&wasm)?)?;
         let host = wasmtime_host(&wt, &path)?;
-        wasmtime_invoke(&wt, &path, &host, &subject.name, args.invoke.as_deref())?;
+        wasmtime_invoke(&wt, &path, &host, &subject.name, subject.export.as_deref())?;
         paths.push((path, host));
     }
     let mut theirs = vec![Vec::with_capacity(args.invocations); paths.len()];
@@ -175,13 +175,13 @@ fn main() -> anyhow::Result<()> {
     for _ in 0..args.invocations * paths.len() {
         let i = picker.pick(paths.len());
         let (path, host) = &paths[i];
-        let name = &ours.subjects[i].name;
+        let subject = &ours.subjects[i];
         theirs[i].push(wasmtime_invoke(
             &wt,
             path,
             host,
-            name,
-            args.invoke.as_deref(),
+            &subject.name,
+            subject.export.as_deref(),
         )?);
     }
 
@@ -205,11 +205,13 @@ fn main() -> anyhow::Result<()> {
             println!(
                 "{}",
                 serde_json::json!({"runtime": "ephem", "module": subject.name,
+                    "export": subject.export,
                     "median_ns": em.as_nanos() as u64, "p90_ns": ep.as_nanos() as u64})
             );
             println!(
                 "{}",
                 serde_json::json!({"runtime": "wasmtime", "module": subject.name,
+                    "export": subject.export,
                     "median_ns": wm.as_nanos() as u64, "p90_ns": wp.as_nanos() as u64,
                     "parts_median_ns": {
                         "deserialize": part(|s| s.deserialize), "link": part(|s| s.link),
@@ -223,7 +225,7 @@ fn main() -> anyhow::Result<()> {
         } else {
             println!(
                 "{:<16} {:>12} {:>12} {:>14} {:>14} {:>7.1}×",
-                subject.name,
+                subject.label(),
                 us(em),
                 us(ep),
                 us(wm),

@@ -9,9 +9,14 @@
 //! Then each invocation picks a module at random and takes the whole path with no loaded module
 //! carried over from earlier invocations: open the artifact from the cache by key, load its code,
 //! link its imports (the host functions, and fresh memories and tables of the declared types),
-//! instantiate in a new [`Store`] (memories, segments, start), call the export if one is named,
-//! and tear everything down (drop the store and the module). The WASI context is built with the
+//! instantiate in a new [`Store`] (memories, segments, start), call the module's export, and
+//! tear everything down (drop the store and the module). The WASI context is built with the
 //! store, in `link`.
+//!
+//! An invocation calls the module, since that is the workload: the export named by `--invoke`,
+//! else `_start`, else the first exported function that takes no arguments ([`default_export`]);
+//! a module with none of these is only instantiated, as `--instantiate-only` does for every one.
+//! The wasmtime comparison calls the same export of each module.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -47,10 +52,22 @@ pub fn wasi_template(subject: &Subject) -> anyhow::Result<WasiCtxBuilder> {
 #[derive(Clone, Debug)]
 pub struct Subject {
     pub name: String,
+    /// The export every invocation calls (with zero arguments), if any.
+    pub export: Option<String>,
     /// Its cache key (computed once, as an embedder that addresses modules by hash would).
     pub key: String,
     pub text_bytes: usize,
     pub artifact_bytes: u64,
+}
+
+impl Subject {
+    /// `module:export`, or the module alone when nothing is called.
+    pub fn label(&self) -> String {
+        match &self.export {
+            Some(export) => format!("{}:{export}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// One invocation's time, by part.
@@ -90,12 +107,36 @@ impl Sample {
     }
 }
 
-/// Compiles every file into `cache` (if not there yet).
+/// Which export an invocation calls.
+#[derive(Clone, Copy, Debug)]
+pub enum Call<'a> {
+    /// This one, in every module.
+    Named(&'a str),
+    /// Each module's [`default_export`].
+    Default,
+    /// None: instantiate only (which runs the start function).
+    Nothing,
+}
+
+/// The export the workload calls in `module` when none is named: `_start`, else the first
+/// exported function without parameters, in export order.
+pub fn default_export(module: &Module) -> Option<String> {
+    let callable: Vec<&str> = module
+        .exports()
+        .filter(|e| matches!(&e.ty, ephem::ExternType::Func(t) if t.params.is_empty()))
+        .map(|e| e.name)
+        .collect();
+    let start = callable.iter().find(|&&name| name == "_start");
+    start.or(callable.first()).map(|&name| name.to_owned())
+}
+
+/// Compiles every file into `cache` (if not there yet), and picks the export each calls.
 pub fn prepare(
     compiler: &Compiler,
     engine: &Engine,
     cache: &Cache,
     files: &[PathBuf],
+    call: Call<'_>,
 ) -> anyhow::Result<Vec<Subject>> {
     files
         .iter()
@@ -111,8 +152,14 @@ pub fn prepare(
                 || path.display().to_string(),
                 |n| n.to_string_lossy().into_owned(),
             );
+            let export = match call {
+                Call::Named(name) => Some(name.to_owned()),
+                Call::Default => default_export(&module),
+                Call::Nothing => None,
+            };
             Ok(Subject {
                 name,
+                export,
                 key: Cache::key(&wasm, &compiler.fingerprint()),
                 text_bytes: module.artifact().text_len(),
                 artifact_bytes: module.artifact().file_len(),
@@ -133,22 +180,22 @@ pub fn measure(
     engine: &Engine,
     cache: &Cache,
     files: &[PathBuf],
-    export: Option<&str>,
+    call: Call<'_>,
     invocations: usize,
 ) -> anyhow::Result<Results> {
-    let subjects = prepare(&Compiler::new()?, engine, cache, files)?;
+    let subjects = prepare(&Compiler::new()?, engine, cache, files, call)?;
     let mut hosts = Vec::new();
     for s in &subjects {
         let module = Module::from_artifact(engine, cache.open(&s.key)?.context("cached")?);
         let host = (host(engine, &module)?, wasi_template(s)?);
-        invoke(engine, cache, s, &host, export)?;
+        invoke(engine, cache, s, &host)?;
         hosts.push(host);
     }
     let mut samples = vec![Vec::with_capacity(invocations); subjects.len()];
     let mut picker = Picker::new(0x5eed);
     for _ in 0..invocations * subjects.len() {
         let i = picker.pick(subjects.len());
-        samples[i].push(invoke(engine, cache, &subjects[i], &hosts[i], export)?);
+        samples[i].push(invoke(engine, cache, &subjects[i], &hosts[i])?);
     }
     Ok(Results { subjects, samples })
 }
@@ -165,7 +212,6 @@ pub fn invoke(
     cache: &Cache,
     subject: &Subject,
     (host, wasi): &(Linker<WasiCtx>, WasiCtxBuilder),
-    export: Option<&str>,
 ) -> anyhow::Result<Sample> {
     let mut s = Sample::default();
     let t0 = Instant::now();
@@ -186,7 +232,7 @@ pub fn invoke(
     s.memories = timings.memories;
     s.instantiate = timings.check_imports + timings.initialise;
     let t3 = Instant::now();
-    if let Some(name) = export {
+    if let Some(name) = &subject.export {
         let func = instance
             .get_func(&mut store, name)
             .with_context(|| format!("{} exports no function `{name}`", subject.name))?;
@@ -237,10 +283,13 @@ pub struct FreshArgs {
     /// Modules (.wasm or .wat).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// Call this export (with zero arguments) in every invocation; default: only instantiate
-    /// (which runs the start function).
-    #[arg(long)]
+    /// Call this export (with zero arguments) in every invocation; default: `_start`, else
+    /// each module's first exported function without parameters.
+    #[arg(long, conflicts_with = "instantiate_only")]
     pub invoke: Option<String>,
+    /// Call nothing: only instantiate (which runs the start function).
+    #[arg(long)]
+    pub instantiate_only: bool,
     /// Invocations per module (modules are picked at random, so each gets about this many).
     #[arg(long, default_value_t = 2000)]
     pub invocations: usize,
@@ -298,17 +347,20 @@ impl FreshArgs {
         })
     }
 
+    /// Which export the invocations call.
+    pub fn call(&self) -> Call<'_> {
+        match (&self.invoke, self.instantiate_only) {
+            (Some(name), _) => Call::Named(name),
+            (None, true) => Call::Nothing,
+            (None, false) => Call::Default,
+        }
+    }
+
     /// Runs the workload on ephem, with the cache in `dir`.
     pub fn measure(&self, dir: &std::path::Path) -> anyhow::Result<Results> {
         let engine = self.engine()?;
         let cache = Cache::new(dir.join("ephem"), u64::MAX);
-        measure(
-            &engine,
-            &cache,
-            &self.files,
-            self.invoke.as_deref(),
-            self.invocations,
-        )
+        measure(&engine, &cache, &self.files, self.call(), self.invocations)
     }
 }
 
@@ -357,6 +409,7 @@ pub fn run(args: FreshArgs) -> anyhow::Result<()> {
                 serde_json::json!({
                     "runtime": "ephem",
                     "module": subject.name,
+                    "export": subject.export,
                     "median_ns": median.as_nanos() as u64,
                     "p90_ns": p90.as_nanos() as u64,
                     "invocations": samples.len(),
@@ -368,7 +421,7 @@ pub fn run(args: FreshArgs) -> anyhow::Result<()> {
         } else {
             println!(
                 "{:<16} {:>9} {:>9} {:>9} |               {}",
-                subject.name,
+                subject.label(),
                 subject.text_bytes / 1024,
                 us(median),
                 us(p90),

@@ -65,3 +65,49 @@ fn bench_thresholds_measures_both_ways_at_each_size() {
         assert!(values.iter().all(|&ns| ns > 0), "{line}");
     }
 }
+
+/// Without `--invoke`, every invocation calls `_start`, else the module's first exported
+/// function that takes no arguments; a module without one is only instantiated, and
+/// `--instantiate-only` calls nothing anywhere.
+#[test]
+fn bench_fresh_calls_each_modules_own_export_by_default() {
+    let tmp = temp_dir();
+    let dir = tmp.path();
+    let modules = [
+        (
+            "start.wat",
+            r#"(module (func (export "a") (result i32) i32.const 1) (func (export "_start")))"#,
+            Some("_start"),
+        ),
+        (
+            "first.wat",
+            r#"(module (func (export "p") (param i32)) (func (export "q") (result i32) i32.const 2) (func (export "r")))"#,
+            Some("q"),
+        ),
+        (
+            "none.wat",
+            r#"(module (memory (export "m") 1) (func (export "p") (param i64)))"#,
+            None,
+        ),
+    ];
+    for (name, wat, _) in &modules {
+        std::fs::write(dir.join(name), wat).unwrap();
+    }
+    for instantiate_only in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephem"));
+        cmd.args(["bench", "fresh", "--json", "--invocations", "5"])
+            .arg("--dir")
+            .arg(dir.join(format!("work{instantiate_only}")));
+        if instantiate_only {
+            cmd.arg("--instantiate-only");
+        }
+        cmd.args(modules.iter().map(|(name, _, _)| dir.join(name)));
+        let lines = json_lines(&mut cmd);
+        assert_eq!(lines.len(), 3);
+        for (line, (name, _, export)) in lines.iter().zip(&modules) {
+            assert_eq!(line["module"], *name);
+            let expected = if instantiate_only { None } else { *export };
+            assert_eq!(line["export"].as_str(), expected, "{line}");
+        }
+    }
+}
