@@ -14,6 +14,7 @@
 mod chart;
 pub mod fresh;
 pub mod load;
+pub mod stress;
 pub mod thresholds;
 
 /// `ephem bench …`.
@@ -25,6 +26,10 @@ pub enum Bench {
     Fresh(fresh::FreshArgs),
     /// Copying against mapping text and memory images, across sizes.
     Thresholds(thresholds::Args),
+    /// Writes generated modules of the shapes that made the fresh path grow (many functions,
+    /// many data segments, a large funcref table, an imported memory touched by the start
+    /// function), for `bench fresh`.
+    StressModules(stress::Args),
 }
 
 /// Runs a benchmark command.
@@ -33,5 +38,6 @@ pub fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::Load(args) => load::run(args),
         Bench::Fresh(args) => fresh::run(args),
         Bench::Thresholds(args) => thresholds::run(args),
+        Bench::StressModules(args) => stress::run(args),
     }
 }
