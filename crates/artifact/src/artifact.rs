@@ -428,7 +428,7 @@ impl Artifact {
         let info: ephem_module::ModuleInfo = ephem_module::native(&self.meta().info);
         info.check()
             .map_err(|why| damaged(format!("metadata: {why}")))?;
-        if self.escaping() != crate::format::escaping(&info).as_slice() {
+        if self.escaping() != info.escaping().as_slice() {
             return Err(damaged(
                 "metadata: the escaping functions are not the module's",
             ));

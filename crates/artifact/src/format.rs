@@ -17,9 +17,7 @@
 //! place, like `funcs`; `data` is what instantiation copies. `traps` is read on the first trap;
 //! `text` is copied or mapped, images are mapped or copied into linear memory.
 
-use ephem_module::{
-    CompiledModule, ConstExpr, EntityIndex, ModuleInfo, Reloc, SegmentMode, Target,
-};
+use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Reloc, SegmentMode, Target};
 use rkyv::{Archive, Serialize};
 
 use crate::ArtifactKey;
@@ -109,33 +107,8 @@ pub(crate) struct Meta {
     pub trampolines: Vec<u32>,
     pub host_adapters: Vec<u32>,
     pub images: Vec<MemoryImage>,
-    /// See [`escaping`].
+    /// See [`ModuleInfo::escaping`].
     pub escaping: Vec<u32>,
-}
-
-/// The defined functions whose funcref anything can see (module indices, sorted): those in
-/// element segments, global initialisers and exports, and the start function. WebAssembly's
-/// `ref.func` may only name functions of the first three, and direct calls never read a
-/// funcref, so instantiation fills in only these (and the imported ones): the others are
-/// never read.
-pub(crate) fn escaping(info: &ModuleInfo) -> Vec<u32> {
-    let refs = info.elems.iter().flat_map(|e| &e.items);
-    let mut funcs: Vec<u32> = refs
-        .chain(&info.global_inits)
-        .filter_map(|e| match e {
-            ConstExpr::RefFunc(f) => Some(*f),
-            _ => None,
-        })
-        .chain(info.exports.iter().filter_map(|e| match e.index {
-            EntityIndex::Func(f) => Some(f),
-            _ => None,
-        }))
-        .chain(info.start)
-        .filter(|&f| f >= info.imported_funcs)
-        .collect();
-    funcs.sort_unstable();
-    funcs.dedup();
-    funcs
 }
 
 /// The image of memory `memory`, if its active segments allow one: every segment that targets
@@ -260,7 +233,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         trampolines: compiled.trampolines.clone(),
         host_adapters: compiled.host_adapters.clone(),
         images,
-        escaping: escaping(&compiled.info),
+        escaping: compiled.info.escaping(),
     };
     let meta_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&meta).expect("metadata always encodes");
 

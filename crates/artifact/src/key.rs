@@ -111,9 +111,10 @@ impl ArtifactKey {
     /// none. Processes that create it at once agree on one key: each writes a complete
     /// temporary file and hard-links it into place, and a loser reads the winner's.
     pub fn load_or_create(path: &Path) -> Result<ArtifactKey, Error> {
-        match ArtifactKey::from_file(path) {
-            Err(Error::Key(_)) if !path.exists() => {}
-            other => return other,
+        // Decided by whether anything is there, not by why reading failed: a reader that lost a
+        // race to a creator must not report the creator's file as missing.
+        if std::fs::symlink_metadata(path).is_ok() {
+            return ArtifactKey::from_file(path);
         }
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| key_error(dir, e))?;

@@ -197,9 +197,11 @@ impl Compiler {
         parsed.info.interruptible = self.epoch_checks;
         parsed.info.metered = self.fuel.is_some();
         let offsets = VmOffsets::new(&parsed.info);
+        let escaping = parsed.info.escaping();
         let env = translate::Env {
             info: &parsed.info,
             offsets: &offsets,
+            escaping: &escaping,
             call_conv: self.isa.default_call_conv(),
             frontend: self.isa.frontend_config(),
             fuel_costs: self.fuel.map(|(_, costs)| costs),

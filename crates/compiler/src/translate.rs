@@ -68,6 +68,9 @@ pub fn wasm_signature(call_conv: CallConv, ty: &ephem_module::FuncType) -> Signa
 pub struct Env<'a> {
     pub info: &'a ModuleInfo,
     pub offsets: &'a VmOffsets,
+    /// The escaping functions ([`ModuleInfo::escaping`]): their funcrefs follow the imported
+    /// functions' in the vmctx.
+    pub escaping: &'a [u32],
     pub call_conv: CallConv,
     pub frontend: cranelift_codegen::isa::TargetFrontendConfig,
     /// Operator costs, for metered code.
@@ -998,10 +1001,17 @@ impl Translator<'_, '_> {
             }
             O::RefIsNull => self.eqz(),
             O::RefFunc { function_index } => {
+                let imported = self.env.info.imported_funcs;
+                let slot = VmOffsets::funcref_slot(imported, self.env.escaping, function_index)
+                    .ok_or_else(|| {
+                        CompileError::Unsupported(format!(
+                            "ref.func {function_index} of an undeclared function"
+                        ))
+                    })?;
                 let v = self
                     .b
                     .ins()
-                    .iadd_imm_u(self.vmctx, self.env.offsets.funcref(function_index) as i64);
+                    .iadd_imm_u(self.vmctx, self.env.offsets.funcref(slot) as i64);
                 self.push(v);
             }
 

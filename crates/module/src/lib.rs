@@ -330,6 +330,31 @@ pub struct FuncName {
 }
 
 impl ModuleInfo {
+    /// The defined functions whose funcref anything can see (module indices, sorted): those in
+    /// element segments, global initialisers and exports, and the start function. WebAssembly's
+    /// `ref.func` may only name functions of the first three, and direct calls never read a
+    /// funcref, so only these (and the imported functions) have a funcref in the vmctx (see
+    /// [`VmOffsets::funcref_slot`]).
+    pub fn escaping(&self) -> Vec<u32> {
+        let refs = self.elems.iter().flat_map(|e| &e.items);
+        let mut funcs: Vec<u32> = refs
+            .chain(&self.global_inits)
+            .filter_map(|e| match e {
+                ConstExpr::RefFunc(f) => Some(*f),
+                _ => None,
+            })
+            .chain(self.exports.iter().filter_map(|e| match e.index {
+                EntityIndex::Func(f) => Some(f),
+                _ => None,
+            }))
+            .chain(self.start)
+            .filter(|&f| f >= self.imported_funcs)
+            .collect();
+        funcs.sort_unstable();
+        funcs.dedup();
+        funcs
+    }
+
     pub fn func_type(&self, func: u32) -> &FuncType {
         &self.types[self.funcs[func as usize] as usize]
     }

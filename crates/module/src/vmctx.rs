@@ -11,7 +11,8 @@
 //! tables      *mut VmTable                  (elements pointer and length; may move on grow)
 //! globals     *mut ValRaw                   (16 bytes each, owned by the global)
 //! type ids    u32 per type, engine-wide canonical ids for signature checks
-//! funcrefs    VmFuncRef per function, imported ones first
+//! funcrefs    VmFuncRef per imported function, then per escaping defined one (see
+//!             [`ModuleInfo::escaping`](crate::ModuleInfo::escaping))
 //! ```
 
 use crate::ModuleInfo;
@@ -161,14 +162,14 @@ const PTR: u32 = 8;
 /// What the layout depends on, in [`VmOffsets::from_counts`] order, from a module's info, owned
 /// or archived (the same field names on both).
 macro_rules! counts {
-    ($info:expr) => {{
+    ($info:expr, $funcref_slots:expr) => {{
         let i = $info;
         [
             i.memories.len(),
             i.tables.len(),
             i.globals.len(),
             i.types.len(),
-            i.funcs.len(),
+            $funcref_slots,
         ]
         .map(|n| n as u32)
     }};
@@ -195,16 +196,18 @@ impl VmOffsets {
     pub const TABLE_LENGTH: u32 = 8;
 
     pub fn new(info: &ModuleInfo) -> VmOffsets {
-        VmOffsets::from_counts(counts!(info))
+        let slots = info.imported_funcs as usize + info.escaping().len();
+        VmOffsets::from_counts(counts!(info, slots))
     }
 
-    /// As [`VmOffsets::new`], for an archived module.
-    pub fn for_archived(info: &crate::ArchivedModuleInfo) -> VmOffsets {
-        VmOffsets::from_counts(counts!(info))
+    /// As [`VmOffsets::new`], for an archived module with `escaping` escaping functions.
+    pub fn for_archived(info: &crate::ArchivedModuleInfo, escaping: usize) -> VmOffsets {
+        let slots = info.imported_funcs.to_native() as usize + escaping;
+        VmOffsets::from_counts(counts!(info, slots))
     }
 
     /// The layout for a module with these numbers of memories, tables, globals, types and
-    /// functions (imported ones included).
+    /// funcref slots.
     fn from_counts(
         [
             memory_count,
@@ -247,7 +250,24 @@ impl VmOffsets {
     pub fn type_id(&self, i: u32) -> u32 {
         self.type_ids + 4 * i
     }
-    pub fn funcref(&self, i: u32) -> u32 {
-        self.funcrefs + Self::FUNCREF_SIZE * i
+    /// The funcref in `slot` (see [`VmOffsets::funcref_slot`]).
+    pub fn funcref(&self, slot: u32) -> u32 {
+        self.funcrefs + Self::FUNCREF_SIZE * slot
+    }
+
+    /// The funcref slot of function `func` of a module with `imported` imported functions and
+    /// the sorted `escaping` ones ([`ModuleInfo::escaping`]): its index for an imported one,
+    /// else `imported` plus its rank among the escaping. `None` for a function whose funcref
+    /// nothing can see.
+    pub fn funcref_slot<T: Copy + Into<u32>>(
+        imported: u32,
+        escaping: &[T],
+        func: u32,
+    ) -> Option<u32> {
+        if func < imported {
+            return Some(func);
+        }
+        let rank = escaping.binary_search_by_key(&func, |&f| f.into()).ok()?;
+        Some(imported + rank as u32)
     }
 }

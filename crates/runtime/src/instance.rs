@@ -51,6 +51,17 @@ struct ModuleInner {
     type_ids: Vec<u32>,
 }
 
+impl ModuleInner {
+    /// The vmctx funcref slot of function `func`, which is imported or escaping: the only
+    /// functions anything can take a funcref of (the metadata checks hold every export, element
+    /// item, global initialiser and start function to that).
+    fn funcref_slot(&self, func: u32) -> u32 {
+        let imported = self.artifact.info().imported_funcs.to_native();
+        let escaping = self.artifact.escaping();
+        VmOffsets::funcref_slot(imported, escaping, func).expect("an escaping function")
+    }
+}
+
 impl Module {
     /// Prepares a freshly compiled module for instantiation with `engine` (through an artifact
     /// in a memory file: see the module documentation).
@@ -89,7 +100,7 @@ impl Module {
     pub fn from_artifact(engine: &Engine, artifact: Artifact) -> Module {
         let info = artifact.info();
         let type_ids = engine.type_ids(&info.types);
-        let offsets = VmOffsets::for_archived(info);
+        let offsets = VmOffsets::for_archived(info, artifact.escaping().len());
         Module {
             inner: Arc::new(ModuleInner {
                 engine: engine.clone(),
@@ -637,7 +648,7 @@ pub(crate) unsafe fn instantiate(
     let o = &m.offsets;
     let vmctx = VmCtx::new(o.size);
     let vm = vmctx.ptr();
-    let funcref_at = |f: u32| vm.wrapping_add(o.funcref(f) as usize) as usize;
+    let funcref_at = |f: u32| vm.wrapping_add(o.funcref(m.funcref_slot(f)) as usize) as usize;
     // SAFETY (all writes below): offsets come from this module's `VmOffsets`.
     unsafe {
         vmctx.write(VmOffsets::STACK_LIMIT, store.stack_limit.get().cast_const());
@@ -675,9 +686,9 @@ pub(crate) unsafe fn instantiate(
             let at = NonNull::new(funcref_at(i as u32) as *mut VmFuncRef).expect("in the vmctx");
             f.imported_at(store, at);
         }
-        // Only funcrefs something can read: see `Artifact::escaping`.
+        // Only funcrefs something can read have a slot: see `ModuleInfo::escaping`.
         let imported = info.imported_funcs.to_native();
-        for i in artifact.escaping() {
+        for (rank, i) in artifact.escaping().iter().enumerate() {
             let i = i.to_native();
             let ty = info.funcs[i as usize].to_native() as usize;
             let fr = VmFuncRef {
@@ -686,7 +697,7 @@ pub(crate) unsafe fn instantiate(
                 trampoline: text_base.add(trampolines[ty].to_native() as usize),
                 type_id: m.type_ids[ty],
             };
-            vmctx.write(o.funcref(i), fr);
+            vmctx.write(o.funcref(imported + rank as u32), fr);
         }
     }
     // Globals: imported ones first; initialisers may read them and take funcrefs.
@@ -926,9 +937,11 @@ impl InstanceData {
         }
     }
 
+    /// Function `index`, which has a funcref (it is imported or escaping).
     fn func(&self, store: &StoreOpaque, index: u32) -> Func {
-        let o = &self.module.inner.offsets;
-        let ptr = self.vmctx.ptr().wrapping_add(o.funcref(index) as usize) as *mut VmFuncRef;
+        let m = &self.module.inner;
+        let at = m.offsets.funcref(m.funcref_slot(index));
+        let ptr = self.vmctx.ptr().wrapping_add(at as usize) as *mut VmFuncRef;
         Func::wasm(store.id, NonNull::new(ptr).expect("in the vmctx"))
     }
 
@@ -956,11 +969,11 @@ impl InstanceData {
     fn elem_item(&self, store: &StoreOpaque, e: &ConstExpr) -> usize {
         match *e {
             ConstExpr::RefNull => 0,
-            ConstExpr::RefFunc(f) => self
-                .vmctx
-                .ptr()
-                .wrapping_add(self.module.inner.offsets.funcref(f) as usize)
-                as usize,
+            ConstExpr::RefFunc(f) => {
+                let m = &self.module.inner;
+                let at = m.offsets.funcref(m.funcref_slot(f));
+                self.vmctx.ptr().wrapping_add(at as usize) as usize
+            }
             ConstExpr::GlobalGet(g) => {
                 store.globals[self.globals[g as usize] as usize].get() as usize
             }
