@@ -70,12 +70,14 @@ pub struct Artifact {
     /// Where it was opened from (for errors), if from a path.
     path: Option<PathBuf>,
     file_len: u64,
-    sections: [Range<u64>; 6],
+    sections: [Range<u64>; Section::ALL.len()],
     /// The file's first bytes: header, metadata (an archive, read in place), function table,
     /// segment data.
     front: AlignedVec<16>,
     /// The trap table, read on first use.
     traps: OnceLock<Vec<u8>>,
+    /// The images' spans, read on first use.
+    spans: OnceLock<Vec<u8>>,
     /// Last access time (seconds) when opened, for the cache's eviction order.
     pub(crate) accessed: i64,
     identity: Identity,
@@ -318,7 +320,7 @@ impl Artifact {
                 "{file_len} bytes on disk, the header says {header_len}"
             )));
         }
-        let mut sections: [Range<u64>; 6] = Default::default();
+        let mut sections: [Range<u64>; Section::ALL.len()] = Default::default();
         for (i, s) in Section::ALL.iter().enumerate() {
             let at = off::SECTIONS + i * 16;
             let (start, size) = (u64_at(h, at), u64_at(h, at + 8));
@@ -356,6 +358,7 @@ impl Artifact {
             sections,
             front,
             traps: OnceLock::new(),
+            spans: OnceLock::new(),
             accessed: stat.st_atime,
             identity,
         };
@@ -497,6 +500,9 @@ impl Artifact {
                 d.range.start <= d.range.end
                     && d.range.end.to_native() as usize <= sec(Section::Data)
             })
+            && m.data_index.len() == info.datas.len()
+            && m.data_index.windows(2).all(|w| w[0] < w[1])
+            && sec(Section::Spans) % 16 == 0
             && m.images.iter().all(|i| {
                 let (memory, offset, len) = (
                     i.memory.to_native(),
@@ -504,26 +510,31 @@ impl Artifact {
                     i.len.to_native(),
                 );
                 let section_offset = i.section_offset.to_native();
-                let mut last = offset;
-                let spans_fit = i.spans.iter().all(|[start, end]| {
-                    let (start, end) = (start.to_native(), end.to_native());
-                    let fits = last <= start && start < end && end <= offset.saturating_add(len);
-                    last = end;
-                    fits
-                });
+                let [first, end] = i.spans.map(|s| s.to_native() as usize);
                 (memory as usize) < info.memories.len()
-                    && spans_fit
+                    && first <= end
+                    && end <= sec(Section::Spans) / 16
                     && offset % FILE_PAGE as u64 == 0
                     && section_offset % FILE_PAGE as u64 == 0
                     && section_offset.saturating_add(len) <= sec(Section::Images) as u64
                     && offset.saturating_add(len)
                         <= u64::from(info.memories[memory as usize].min.to_native()) * 65536
             });
-        if ok {
-            Ok(())
-        } else {
-            Err(damaged("metadata does not match the sections"))
+        if !ok {
+            return Err(damaged("metadata does not match the sections"));
         }
+        // Each image's spans: sorted, disjoint, within the image.
+        for image in m.images.iter() {
+            let (offset, len) = (image.offset.to_native(), image.len.to_native());
+            let mut last = offset;
+            for (start, end) in self.image_spans(image)? {
+                if !(last <= start && start < end && end <= offset.saturating_add(len)) {
+                    return Err(damaged("an image's spans do not fit it"));
+                }
+                last = end;
+            }
+        }
+        Ok(())
     }
 
     fn section_len(&self, s: Section) -> usize {
@@ -707,6 +718,32 @@ impl Artifact {
     /// The image of memory `memory` (module index), if it has one.
     pub fn image(&self, memory: u32) -> Option<&ArchivedMemoryImage> {
         self.meta().images.iter().find(|i| i.memory == memory)
+    }
+
+    /// The ranges of linear memory (start, end) that `image`'s data segments write, in order
+    /// (read from the file on first use).
+    pub fn image_spans(
+        &self,
+        image: &ArchivedMemoryImage,
+    ) -> Result<impl Iterator<Item = (u64, u64)> + '_, Error> {
+        let all = self.lazy_section(&self.spans, Section::Spans)?;
+        let [first, end] = image.spans.map(|s| s.to_native() as usize);
+        let entries = all
+            .get(first * 16..end * 16)
+            .ok_or_else(|| damaged("an image's spans lie outside the section"))?;
+        Ok(entries
+            .chunks_exact(16)
+            .map(|e| (u64_at(e, 0), u64_at(e, 8))))
+    }
+
+    /// Where data segment `data` (module index) is in [`ArchivedModuleInfo::datas`], if the
+    /// artifact keeps it: it does not keep the active segments its images hold, which
+    /// instantiation has applied and dropped.
+    pub fn data_slot(&self, data: u32) -> Option<usize> {
+        self.meta()
+            .data_index
+            .binary_search_by_key(&data, |d| d.to_native())
+            .ok()
     }
 
     /// Reads an image into `dst` (`image.len` bytes).

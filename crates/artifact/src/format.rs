@@ -6,6 +6,7 @@
 //!        funcs    per defined function: code offset u32, code length u32
 //!        data     the bytes of every data segment that no image holds
 //!        traps    per trapping instruction, sorted: code offset u32, kind u32
+//!        spans    per image, the ranges its segments write: start u64, end u64
 //! page → text     the machine code; the rest of its last page is `int3`
 //! page → images   one per memory image, each starting on a page
 //! ```
@@ -14,7 +15,8 @@
 //! artifact came from (`source`), and carries the seal: a keyed BLAKE3 of the whole file (taken
 //! with the seal field as zeros) under the deployment's [`ArtifactKey`]. Opening reads everything before `traps` (and, for a
 //! small module, everything up to the end of its text): `meta` is validated and then read in
-//! place, like `funcs`; `data` is what instantiation copies. `traps` is read on the first trap;
+//! place, like `funcs`; `data` is what instantiation copies. `traps` is read on the first trap,
+//! `spans` when an image must be applied to a memory that may hold data already;
 //! `text` is copied or mapped, images are mapped or copied into linear memory.
 
 use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Reloc, SegmentMode, Target};
@@ -25,7 +27,7 @@ use crate::ArtifactKey;
 /// The first bytes of every artifact.
 pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes.
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -51,11 +53,11 @@ pub(crate) mod off {
     pub const SEAL: usize = 48;
     pub const FILE_LEN: usize = 80;
     pub const SECTIONS: usize = 88;
-    /// After the six sections' (offset, length) pairs.
-    pub const SOURCE: usize = 184;
+    /// After the seven sections' (offset, length) pairs.
+    pub const SOURCE: usize = 200;
 }
 
-/// The sections the header locates, in file order.
+/// The sections the header locates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Section {
     Meta,
@@ -64,16 +66,18 @@ pub(crate) enum Section {
     Data,
     Text,
     Images,
+    Spans,
 }
 
 impl Section {
-    pub const ALL: [Section; 6] = [
+    pub const ALL: [Section; 7] = [
         Section::Meta,
         Section::Funcs,
         Section::Traps,
         Section::Data,
         Section::Text,
         Section::Images,
+        Section::Spans,
     ];
 }
 
@@ -92,9 +96,12 @@ pub struct MemoryImage {
     pub len: u64,
     /// Where the image starts in the images section (page-aligned, as the section is).
     pub section_offset: u64,
-    /// The bytes the data segments write, as sorted disjoint `[start, end)` ranges in linear
-    /// memory, within `[offset, offset + len)`; the rest of the image is zeros.
-    pub spans: Vec<[u64; 2]>,
+    /// Which entries of the spans section are this image's (`[first, end)`): the bytes the data
+    /// segments write, as sorted disjoint `[start, end)` ranges in linear memory, within
+    /// `[offset, offset + len)`; the rest of the image is zeros. Kept out of the metadata: one
+    /// span per segment would make every open read them, and only a memory that may hold data
+    /// already needs them.
+    pub spans: [u32; 2],
 }
 
 /// The metadata: validated when an artifact is opened, then read in place (archived, with
@@ -109,6 +116,11 @@ pub(crate) struct Meta {
     pub images: Vec<MemoryImage>,
     /// See [`ModuleInfo::escaping`].
     pub escaping: Vec<u32>,
+    /// The module index of each data segment in `info.datas`, ascending: an artifact keeps only
+    /// the segments no image holds (passive ones, and active ones for memories without an
+    /// image), so that nothing on the fresh path grows with the segments an image holds. A
+    /// segment not listed is an active one its image applied: dropped at instantiation.
+    pub data_index: Vec<u32>,
 }
 
 /// The image of memory `memory`, if its active segments allow one: every segment that targets
@@ -117,7 +129,10 @@ pub(crate) struct Meta {
 /// the compiler's `max_image_bytes` and dense enough (see [`IMAGE_PAGES_PER_DATA_PAGE`]).
 /// Later segments overwrite earlier ones, as applying them in order would. Returns the image
 /// (its `section_offset` still 0) and its bytes.
-fn plan_image(compiled: &CompiledModule, memory: u32) -> Option<(MemoryImage, Vec<u8>)> {
+fn plan_image(
+    compiled: &CompiledModule,
+    memory: u32,
+) -> Option<(MemoryImage, Vec<[u64; 2]>, Vec<u8>)> {
     let info = &compiled.info;
     let min_bytes = u64::from(info.memories[memory as usize].min) * 65536;
     let mut spans = Vec::new();
@@ -175,9 +190,9 @@ fn plan_image(compiled: &CompiledModule, memory: u32) -> Option<(MemoryImage, Ve
         offset: lo,
         len: bytes.len() as u64,
         section_offset: 0,
-        spans: merged,
+        spans: [0; 2],
     };
-    Some((image, bytes))
+    Some((image, merged, bytes))
 }
 
 fn pad_to(out: &mut Vec<u8>, align: usize, fill: u8) {
@@ -188,44 +203,54 @@ fn pad_to(out: &mut Vec<u8>, align: usize, fill: u8) {
 /// came from, see [`crate::Cache::key`]) and sealed under `key`.
 pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey) -> Vec<u8> {
     let info = &compiled.info;
-    let planned: Vec<(MemoryImage, Vec<u8>)> = (0..info.memories.len() as u32)
+    let planned: Vec<(MemoryImage, Vec<[u64; 2]>, Vec<u8>)> = (0..info.memories.len() as u32)
         .filter_map(|m| plan_image(compiled, m))
         .collect();
 
     // The metadata goes right after the header: HEADER_SIZE keeps it aligned for reading in
     // place from a buffer that holds the file's first bytes.
     let mut out = vec![0u8; HEADER_SIZE];
-    let mut sections = [(0u64, 0u64); 6];
+    let mut sections = [(0u64, 0u64); Section::ALL.len()];
     let mut section = |out: &mut Vec<u8>, s: Section, start: usize| {
         sections[s as usize] = (start as u64, (out.len() - start) as u64);
     };
 
-    let mut at = 0u64;
+    let (mut at, mut span_at) = (0u64, 0u32);
     let images: Vec<MemoryImage> = planned
         .iter()
-        .map(|(image, _)| {
+        .map(|(image, spans, _)| {
+            let first = span_at;
+            span_at += spans.len() as u32;
             let placed = MemoryImage {
                 section_offset: at,
+                spans: [first, span_at],
                 ..image.clone()
             };
             at += image.len;
             placed
         })
         .collect();
-    // Segment data that an image already holds is not stored again: those segments get an
-    // empty range (instantiation drops them without reading), the others their bytes.
+    // Segments that an image holds are left out (see `Meta::data_index`); the others keep
+    // their bytes.
     let mut info = info.clone();
     let mut data = Vec::new();
-    for seg in &mut info.datas {
+    let mut data_index = Vec::new();
+    let mut kept = Vec::new();
+    for (i, seg) in compiled.info.datas.iter().enumerate() {
         let covered = matches!(seg.mode, SegmentMode::Active { index, .. }
-            if planned.iter().any(|(image, _)| image.memory == index));
-        let bytes = &compiled.data[seg.range.start as usize..seg.range.end as usize];
-        let start = data.len() as u32;
-        if !covered {
-            data.extend_from_slice(bytes);
+            if planned.iter().any(|(image, _, _)| image.memory == index));
+        if covered {
+            continue;
         }
-        seg.range = start..data.len() as u32;
+        let start = data.len() as u32;
+        data.extend_from_slice(&compiled.data[seg.range.start as usize..seg.range.end as usize]);
+        kept.push(ephem_module::DataSegment {
+            mode: seg.mode.clone(),
+            range: start..data.len() as u32,
+        });
+        data_index.push(i as u32);
     }
+    info.datas = kept;
     let meta = Meta {
         target: compiled.target.clone(),
         info,
@@ -234,6 +259,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         host_adapters: compiled.host_adapters.clone(),
         images,
         escaping: compiled.info.escaping(),
+        data_index,
     };
     let meta_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&meta).expect("metadata always encodes");
 
@@ -255,6 +281,12 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         out.extend_from_slice(&kind.code().to_le_bytes());
     }
     section(&mut out, Section::Traps, start);
+    let start = out.len();
+    for [from, to] in planned.iter().flat_map(|(_, spans, _)| spans) {
+        out.extend_from_slice(&from.to_le_bytes());
+        out.extend_from_slice(&to.to_le_bytes());
+    }
+    section(&mut out, Section::Spans, start);
 
     pad_to(&mut out, FILE_PAGE, 0);
     let start = out.len();
@@ -263,7 +295,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
     pad_to(&mut out, FILE_PAGE, TEXT_FILL);
 
     let start = out.len();
-    for (_, bytes) in &planned {
+    for (_, _, bytes) in &planned {
         out.extend_from_slice(bytes);
     }
     section(&mut out, Section::Images, start);

@@ -557,3 +557,55 @@ fn an_image_replacing_a_larger_one_leaves_only_zeros_around_it() {
         }
     }
 }
+
+/// An artifact keeps only the data segments no image holds, so that opening and instantiating
+/// do not grow with the segments an image applies; the ones it leaves out still behave as
+/// dropped active segments (`memory.init` of zero bytes works, of more traps; `data.drop` does
+/// nothing), and the passive ones it keeps work by their module index.
+#[test]
+fn segments_an_image_holds_are_left_out_and_behave_as_dropped() {
+    let mut wat = String::from("(module (memory (export \"mem\") 1)\n");
+    for k in 0..1000 {
+        wat += &format!("(data (i32.const {}) \"{}\")\n", k * 4, k % 10);
+    }
+    wat += r#"(data $p "passive")
+      (func (export "init") (param i32 i32) (memory.init 1000 (local.get 0) (i32.const 0) (local.get 1)))
+      (func (export "init_active") (param i32) (memory.init 7 (i32.const 0) (i32.const 0) (local.get 0)))
+      (func (export "drop_active") (data.drop 7))
+      (func (export "drop_passive") (data.drop 1000))
+      (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0))))"#;
+    let tmp = ephem_test_support::temp_dir();
+    let artifact = open(tmp.path(), "segments.ephem", &artifact_bytes(&wat)).unwrap();
+    assert_eq!(artifact.images().len(), 1);
+    assert_eq!(
+        artifact.info().datas.len(),
+        1,
+        "only the passive segment is kept"
+    );
+    assert_eq!(artifact.data_slot(1000), Some(0));
+    assert_eq!(artifact.data_slot(7), None);
+
+    let engine = Engine::default();
+    let module = Module::from_artifact(&engine, artifact);
+    let mut run = Run::new(&module, &[]);
+    assert_eq!(run.load(4 * 999), i32::from(b'9'));
+    run.call("init_active", &[Val::I32(0)]);
+    let trap = run.try_call("init_active", &[Val::I32(1)]).unwrap_err();
+    assert_eq!(
+        trap.trap().unwrap().kind,
+        ephem::TrapKind::MemoryOutOfBounds
+    );
+    run.call("drop_active", &[]);
+    run.call("init", &[Val::I32(8000), Val::I32(7)]);
+    assert_eq!(run.load(8000), i32::from(b'p'));
+    assert_eq!(run.load(8006), i32::from(b'e'));
+    run.call("drop_passive", &[]);
+    let trap = run
+        .try_call("init", &[Val::I32(8000), Val::I32(1)])
+        .unwrap_err();
+    assert_eq!(
+        trap.trap().unwrap().kind,
+        ephem::TrapKind::MemoryOutOfBounds
+    );
+    run.call("init", &[Val::I32(8000), Val::I32(0)]);
+}

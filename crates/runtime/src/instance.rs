@@ -810,11 +810,9 @@ impl ImageSource for ArtifactImage<'_> {
     fn read(&self, dst: &mut [u8]) -> Result<(), Error> {
         Ok(self.artifact.read_image(self.image, dst)?)
     }
-    fn spans(&self) -> impl Iterator<Item = (usize, usize)> {
-        self.image
-            .spans
-            .iter()
-            .map(|s| (s[0].to_native() as usize, s[1].to_native() as usize))
+    fn spans(&self) -> Result<Vec<(usize, usize)>, Error> {
+        let spans = self.artifact.image_spans(self.image)?;
+        Ok(spans.map(|(s, e)| (s as usize, e as usize)).collect())
     }
 }
 
@@ -885,18 +883,16 @@ unsafe fn initialise(
                 return Err(e);
             }
         }
+        // The artifact keeps only the segments no image holds (`Artifact::data_slot`): every
+        // active one here targets a memory without an image.
         for (i, seg) in info.datas.iter().enumerate() {
             let ArchivedSegmentMode::Active { index, offset } = &seg.mode else {
                 continue;
             };
-            let index = index.to_native();
-            // The memory's image already holds every active segment for it.
-            if artifact.image(index).is_none() {
-                let dst = inner.eval_offset(store, &offset.native());
-                let len = seg.range.end.to_native() - seg.range.start.to_native();
-                if !inner.memory_init(store, index, i as u32, dst, 0, len) {
-                    return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));
-                }
+            let dst = inner.eval_offset(store, &offset.native());
+            let len = seg.range.end.to_native() - seg.range.start.to_native();
+            if !inner.memory_init_at(store, index.to_native(), Some(i), dst, 0, len) {
+                return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));
             }
             inner.dropped_datas.borrow_mut()[i] = true;
         }
@@ -1012,6 +1008,7 @@ impl InstanceData {
         true
     }
 
+    /// `memory.init` of data segment `data` (module index).
     fn memory_init(
         &self,
         store: &StoreOpaque,
@@ -1021,13 +1018,28 @@ impl InstanceData {
         src: u32,
         len: u32,
     ) -> bool {
+        let slot = self.module.inner.artifact.data_slot(data);
+        self.memory_init_at(store, mem, slot, dst, src, len)
+    }
+
+    /// `memory.init` of the segment in `slot` of the artifact's kept segments; `None`: an
+    /// active segment its image applied, dropped since instantiation (it reads as empty).
+    fn memory_init_at(
+        &self,
+        store: &StoreOpaque,
+        mem: u32,
+        slot: Option<usize>,
+        dst: u32,
+        src: u32,
+        len: u32,
+    ) -> bool {
         let artifact = &self.module.inner.artifact;
-        let seg = &artifact.info().datas[data as usize];
-        let bytes: &[u8] = if self.dropped_datas.borrow()[data as usize] {
-            &[]
-        } else {
-            &artifact.data()
-                [seg.range.start.to_native() as usize..seg.range.end.to_native() as usize]
+        let bytes: &[u8] = match slot {
+            Some(k) if !self.dropped_datas.borrow()[k] => {
+                let range = &artifact.info().datas[k].range;
+                &artifact.data()[range.start.to_native() as usize..range.end.to_native() as usize]
+            }
+            _ => &[],
         };
         let memory = self.memory(store, mem);
         let (Some(src_end), Some(dst_end)) = (
@@ -1211,7 +1223,10 @@ unsafe extern "C" fn memory_init(
 unsafe extern "C" fn data_drop(vmctx: *mut u8, data: u32) {
     // SAFETY: as above.
     let (i, _) = unsafe { instance(vmctx) };
-    i.dropped_datas.borrow_mut()[data as usize] = true;
+    // A segment the artifact does not keep was applied by its image and is dropped already.
+    if let Some(k) = i.module.inner.artifact.data_slot(data) {
+        i.dropped_datas.borrow_mut()[k] = true;
+    }
 }
 
 unsafe extern "C" fn table_grow(vmctx: *mut u8, table: u32, delta: u32, init: u64) -> u32 {

@@ -96,7 +96,7 @@ pub(crate) trait ImageSource {
     /// Reads the whole image into `dst` (of the image's length).
     fn read(&self, dst: &mut [u8]) -> Result<(), crate::Error>;
     /// The spans (start, end; memory offsets) that data segments write, in order.
-    fn spans(&self) -> impl Iterator<Item = (usize, usize)>;
+    fn spans(&self) -> Result<Vec<(usize, usize)>, crate::Error>;
 }
 
 impl MemoryConfig {
@@ -540,7 +540,7 @@ impl LinearMemory {
             Claim::Written => {
                 let mut bytes = vec![0; size];
                 image.read(&mut bytes)?;
-                for (start, end) in image.spans() {
+                for (start, end) in image.spans()? {
                     let (start, end) = (start - offset, end - offset);
                     dst[start..end].copy_from_slice(&bytes[start..end]);
                 }
