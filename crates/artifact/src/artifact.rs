@@ -649,6 +649,12 @@ impl Artifact {
         &self.meta().trampolines
     }
 
+    /// Per item of element segment `elem`, the funcref slot of a `ref.func` item (see the
+    /// format's `Meta::elem_slots`).
+    pub fn elem_slots(&self, elem: u32) -> &[u32_le] {
+        &self.meta().elem_slots[elem as usize]
+    }
+
     /// The defined functions whose funcrefs instantiation must fill in (module indices,
     /// sorted; see the format).
     pub fn escaping(&self) -> &[u32_le] {

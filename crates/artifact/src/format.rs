@@ -121,6 +121,24 @@ pub(crate) struct Meta {
     /// image), so that nothing on the fresh path grows with the segments an image holds. A
     /// segment not listed is an active one its image applied: dropped at instantiation.
     pub data_index: Vec<u32>,
+    /// Per element segment, per item: the funcref slot of a `ref.func` item (see
+    /// `VmOffsets::funcref_slot`), 0 for other items. Resolved here so that filling a table
+    /// is a multiply-add per element, not a search.
+    pub elem_slots: Vec<Vec<u32>>,
+}
+
+/// See [`Meta::elem_slots`].
+pub(crate) fn elem_slots(info: &ModuleInfo, escaping: &[u32]) -> Vec<Vec<u32>> {
+    let slot = |e: &ConstExpr| match *e {
+        ConstExpr::RefFunc(f) => {
+            ephem_module::VmOffsets::funcref_slot(info.imported_funcs, escaping, f).unwrap_or(0)
+        }
+        _ => 0,
+    };
+    info.elems
+        .iter()
+        .map(|seg| seg.items.iter().map(slot).collect())
+        .collect()
 }
 
 /// The image of memory `memory`, if its active segments allow one: every segment that targets
@@ -251,6 +269,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         data_index.push(i as u32);
     }
     info.datas = kept;
+    let escaping = compiled.info.escaping();
     let meta = Meta {
         target: compiled.target.clone(),
         info,
@@ -258,7 +277,8 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         trampolines: compiled.trampolines.clone(),
         host_adapters: compiled.host_adapters.clone(),
         images,
-        escaping: compiled.info.escaping(),
+        elem_slots: elem_slots(&compiled.info, &escaping),
+        escaping,
         data_index,
     };
     let meta_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&meta).expect("metadata always encodes");

@@ -962,21 +962,6 @@ impl InstanceData {
         &store.tables[self.tables[index as usize] as usize]
     }
 
-    fn elem_item(&self, store: &StoreOpaque, e: &ConstExpr) -> usize {
-        match *e {
-            ConstExpr::RefNull => 0,
-            ConstExpr::RefFunc(f) => {
-                let m = &self.module.inner;
-                let at = m.offsets.funcref(m.funcref_slot(f));
-                self.vmctx.ptr().wrapping_add(at as usize) as usize
-            }
-            ConstExpr::GlobalGet(g) => {
-                store.globals[self.globals[g as usize] as usize].get() as usize
-            }
-            _ => unreachable!("validated: element items are references"),
-        }
-    }
-
     fn table_init(
         &self,
         store: &StoreOpaque,
@@ -999,12 +984,23 @@ impl InstanceData {
         ) else {
             return false;
         };
-        for (k, i) in d.enumerate() {
-            table.set(
-                i as u32,
-                self.elem_item(store, &items[src as usize + k].native()),
-            );
-        }
+        let (src, len) = (src as usize, len as usize);
+        let slots = &self.module.inner.artifact.elem_slots(elem)[src..src + len];
+        let funcrefs = self.vmctx.ptr() as usize + self.module.inner.offsets.funcref(0) as usize;
+        let values = items[src..src + len]
+            .iter()
+            .zip(slots)
+            .map(|(item, slot)| match item {
+                ArchivedConstExpr::RefFunc(_) => {
+                    funcrefs + VmOffsets::FUNCREF_SIZE as usize * slot.to_native() as usize
+                }
+                ArchivedConstExpr::RefNull => 0,
+                ArchivedConstExpr::GlobalGet(g) => {
+                    store.globals[self.globals[g.to_native() as usize] as usize].get() as usize
+                }
+                _ => unreachable!("validated: element items are references"),
+            });
+        table.set_all(d.start as u32, values);
         true
     }
 
