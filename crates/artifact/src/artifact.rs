@@ -105,6 +105,20 @@ pub struct Identity {
     mtime_ns: i64,
 }
 
+impl Identity {
+    /// The identity as plain words (device, inode, size, modification time in seconds and
+    /// nanoseconds), for keys of other crates.
+    pub fn words(&self) -> [u64; 5] {
+        [
+            self.dev,
+            self.ino,
+            self.size as u64,
+            self.mtime as u64,
+            self.mtime_ns as u64,
+        ]
+    }
+}
+
 /// Files verified in this process (seal under the key, or `None` when opened unverified;
 /// metadata; CPU), with how many bytes opening them reads: the next open of the same identity
 /// reads exactly that much, with one `pread`.

@@ -73,7 +73,7 @@ fn text_row(dir: &std::path::Path, size: usize, repeat: usize) -> anyhow::Result
     };
     let map = |every: bool| -> anyhow::Result<Duration> {
         let t = Instant::now();
-        let code = LoadedCode::map_file(std::os::fd::AsFd::as_fd(&file), 0, size, 0)?;
+        let code = LoadedCode::map_file(std::os::fd::AsFd::as_fd(&file), 0, size, 0, None)?;
         touch_pages(&code, every);
         drop(code);
         Ok(t.elapsed())

@@ -15,6 +15,13 @@
 //!   code slot keeps its code: nothing refers to it, and the registry no longer resolves
 //!   addresses in it. Such a mapping keeps its file's pages (and a deleted file's disk space)
 //!   until then; the free regions bound how many.
+//! - **Affinity**: a load that names its text ([`TextId`]) takes back a free region that still
+//!   maps that very text, as it is: no system call, and the pages its earlier runs touched are
+//!   still present (no faults). A region is taken back only for an equal id, and the caller
+//!   promises that equal ids mean equal bytes (ephem's come from a file's identity: device,
+//!   inode, size and modification time, of files that are replaced, never rewritten; a mapping
+//!   keeps its inode alive, so the number cannot be reused meanwhile). A load without an id,
+//!   or for a text no free region holds, maps as above.
 //! - Texts larger than the largest class, or loads after the range is used up, get a mapping
 //!   of their own (the caller's fallback).
 
@@ -29,6 +36,14 @@ const RESERVE: usize = 64 << 30;
 const MIN_CLASS_SHIFT: u32 = 16;
 const MAX_CLASS_SHIFT: u32 = 30;
 const CLASSES: usize = (MAX_CLASS_SHIFT - MIN_CLASS_SHIFT + 1) as usize;
+/// Regions a class makes before a load that finds no free region holding its text evicts the
+/// text released longest ago (so that texts of one class that take turns keep a region each).
+const KEEP_PER_CLASS: usize = 32;
+
+/// What a text is, for taking back a free region that still maps it (see the module
+/// documentation): equal ids must mean equal bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TextId(pub [u64; 6]);
 
 /// A region that holds a mapped text; released (not unmapped) on drop.
 #[derive(Debug)]
@@ -38,11 +53,13 @@ pub(crate) struct Region {
     class: usize,
 }
 
-/// A region's place, and how far its mapped text reaches (bytes from its start).
+/// A region's place, how far its mapped text reaches (bytes from its start), and which text
+/// that is, if it is known to be exactly one.
 #[derive(Clone, Copy, Debug)]
 struct Place {
     at: usize,
     extent: usize,
+    holds: Option<TextId>,
 }
 
 #[derive(Debug)]
@@ -55,7 +72,10 @@ struct Arena {
 struct State {
     /// Offset of the first region never handed out.
     next: usize,
+    /// Free regions per class, in the order they were released.
     free: [Vec<Place>; CLASSES],
+    /// Regions made per class.
+    made: [usize; CLASSES],
 }
 
 /// Reserved on first use; `None` if the reservation failed (every text then gets a mapping of
@@ -67,9 +87,15 @@ static ARENA: LazyLock<Option<Arena>> = LazyLock::new(|| {
     })
 });
 
-/// Maps `len` bytes of `file` from `offset` (page-aligned) read+execute into a region; `None`
-/// when the arena cannot take it (see the module documentation).
-pub(crate) fn place(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<Option<Region>> {
+/// Maps `len` bytes of `file` from `offset` (page-aligned) read+execute into a region, or takes
+/// back a free region that maps the text `id` already; `None` when the arena cannot take it
+/// (see the module documentation).
+pub(crate) fn place(
+    file: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+    id: Option<TextId>,
+) -> io::Result<Option<Region>> {
     let Some(arena) = ARENA.as_ref() else {
         return Ok(None);
     };
@@ -84,18 +110,39 @@ pub(crate) fn place(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result
     let class = (shift - MIN_CLASS_SHIFT) as usize;
     let taken = {
         let mut state = arena.state.lock().unwrap_or_else(|e| e.into_inner());
-        let free = &mut state.free[class];
-        match free.iter().rposition(|f| f.extent <= pages) {
-            Some(i) => Some(free.swap_remove(i)),
-            None => free.pop(),
+        let State { next, free, made } = &mut *state;
+        let (free, made) = (&mut free[class], &mut made[class]);
+        let same = id.and_then(|id| free.iter().rposition(|f| f.holds == Some(id)));
+        if let Some(i) = same {
+            let place = free.remove(i);
+            return Ok(Some(Region {
+                arena,
+                place,
+                class,
+            }));
         }
-        .or_else(|| {
-            let at = state.next;
-            (at + (1 << shift) <= RESERVE).then(|| {
-                state.next += 1 << shift;
-                Place { at, extent: 0 }
-            })
-        })
+        // A region that holds no known text (a short one first); else a new region while the
+        // class keeps few; else the text released longest ago goes.
+        let unknown = free.iter().enumerate().filter(|(_, f)| f.holds.is_none());
+        let pick = unknown
+            .min_by_key(|(_, f)| f.extent > pages)
+            .map(|(i, _)| i);
+        let fresh = (*made < KEEP_PER_CLASS || free.is_empty()) && *next + (1 << shift) <= RESERVE;
+        match pick {
+            Some(i) => Some(free.remove(i)),
+            None if fresh => {
+                let at = *next;
+                *next += 1 << shift;
+                *made += 1;
+                Some(Place {
+                    at,
+                    extent: 0,
+                    holds: None,
+                })
+            }
+            None if free.is_empty() => None,
+            None => Some(free.remove(0)),
+        }
     };
     let Some(old) = taken else {
         return Ok(None);
@@ -107,6 +154,7 @@ pub(crate) fn place(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result
         place: Place {
             at: old.at,
             extent: 1 << shift,
+            holds: None,
         },
         class,
     };
@@ -115,6 +163,7 @@ pub(crate) fn place(file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result
         arena.range.clear(old.at + pages, old.extent - pages)?;
     }
     region.place.extent = pages;
+    region.place.holds = id;
     Ok(Some(region))
 }
 
@@ -172,14 +221,14 @@ mod tests {
         let page = page_size();
         // 20 and 17 pages: the same class (128 KiB with 4 KiB pages), distinct from other tests.
         let (long, short) = (file_of(20, 0xaa), file_of(17, 0xbb));
-        let first = place(long.as_fd(), 0, 20 * page).unwrap().unwrap();
+        let first = place(long.as_fd(), 0, 20 * page, None).unwrap().unwrap();
         let at = first.as_ptr() as usize;
         assert_eq!(perms(at), "r-xp");
         // SAFETY: the region maps 20 readable pages.
         assert_eq!(unsafe { *first.as_ptr().add(19 * page) }, 0xaa);
         drop(first);
 
-        let second = place(short.as_fd(), 0, 17 * page).unwrap().unwrap();
+        let second = place(short.as_fd(), 0, 17 * page, None).unwrap().unwrap();
         assert_eq!(second.as_ptr() as usize, at, "the free region is reused");
         // SAFETY: the region maps 17 readable pages.
         assert_eq!(unsafe { *second.as_ptr().add(16 * page) }, 0xbb);
@@ -189,5 +238,43 @@ mod tests {
             "the longer text's tail is gone"
         );
         assert_eq!(perms(at + 19 * page), "---p");
+    }
+
+    /// A free region that maps a text is taken back as it is for the same id (the file is
+    /// changed behind the mapping's back here, to show that nothing is mapped again), and never
+    /// for another id.
+    #[test]
+    fn a_region_is_taken_back_only_for_its_own_text() {
+        let page = page_size();
+        // 40 pages: the 256 KiB class, distinct from other tests.
+        let (a, b) = (file_of(40, 0x11), file_of(40, 0x22));
+        let (id_a, id_b) = (TextId([1; 6]), TextId([2; 6]));
+        let first = place(a.as_fd(), 0, 40 * page, Some(id_a)).unwrap().unwrap();
+        let at = first.as_ptr() as usize;
+        drop(first);
+        let again = place(b.as_fd(), 0, 40 * page, Some(id_a)).unwrap().unwrap();
+        assert_eq!(again.as_ptr() as usize, at);
+        // SAFETY: the region maps 40 readable pages.
+        assert_eq!(
+            unsafe { *again.as_ptr() },
+            0x11,
+            "taken back without mapping b"
+        );
+        drop(again);
+        let other = place(b.as_fd(), 0, 40 * page, Some(id_b)).unwrap().unwrap();
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { *other.as_ptr() },
+            0x22,
+            "another id maps its own text"
+        );
+        drop(other);
+        let back = place(a.as_fd(), 0, 40 * page, Some(id_a)).unwrap().unwrap();
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { *back.as_ptr() },
+            0x11,
+            "a's region was taken by b: mapped again"
+        );
     }
 }

@@ -46,6 +46,7 @@ use std::fmt;
 use std::io;
 use std::str::FromStr;
 
+pub use arena::TextId;
 pub use pool::{CodePool, CodeSlot, LoadedCode, PoolStats};
 pub use sys::{TRAP_FILL, page_size};
 

@@ -15,6 +15,7 @@ use std::os::fd::BorrowedFd;
 
 use crossbeam_queue::ArrayQueue;
 
+use crate::arena::TextId;
 use crate::slot::SlotMem;
 use crate::sys::{Mapping, Prot};
 use crate::{Error, PoolConfig, Strategy};
@@ -307,19 +308,21 @@ impl LoadedCode {
     ///
     /// This is the loading path for code too large to copy cheaply; it makes a system call
     /// (`mmap`, into a region of the arena (`arena.rs`) that the drop releases without
-    /// unmapping) and takes page faults on first execution of each page. The file must not be
-    /// modified while mapped (ephem only ever replaces files by rename).
+    /// unmapping) and takes page faults on first execution of each page, unless `id` names a
+    /// text that a free region still maps, which is then taken back as it is. The file must not
+    /// be modified while mapped (ephem only ever replaces files by rename).
     pub fn map_file(
         file: BorrowedFd<'_>,
         offset: u64,
         len: usize,
         tag: usize,
+        id: Option<TextId>,
     ) -> Result<LoadedCode, Error> {
         let io = |source| Error::Io {
             op: "map code from file",
             source,
         };
-        let (map, ptr) = match arena::place(file, offset, len).map_err(io)? {
+        let (map, ptr) = match arena::place(file, offset, len, id).map_err(io)? {
             Some(region) => {
                 let ptr = region.as_ptr();
                 (FileMap::Arena(region), ptr)

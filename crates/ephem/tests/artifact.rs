@@ -609,3 +609,41 @@ fn segments_an_image_holds_are_left_out_and_behave_as_dropped() {
     );
     run.call("init", &[Val::I32(8000), Val::I32(0)]);
 }
+
+/// Texts mapped from files keep their arena region when released, and the next load of the
+/// same file takes it back as it is. Two artifacts of the same size (so they compete for the
+/// same regions), loaded in turn many times, each run their own code; a file replaced by
+/// another at the same path (a new file, as the cache replaces entries) runs the new code.
+#[test]
+fn a_text_region_taken_back_runs_its_own_code_never_another() {
+    let tmp = ephem_test_support::temp_dir();
+    let wat = |n: i32| format!(r#"(module (func (export "f") (result i32) i32.const {n}))"#);
+    let write = |name: &str, n: i32| {
+        let path = tmp.path().join(name);
+        ephem_artifact::write_atomic(&path, &artifact_bytes(&wat(n))).unwrap();
+        path
+    };
+    let (a, b) = (write("a.ephem", 1111), write("b.ephem", 2222));
+    let engine = Engine::with_config(EngineConfig {
+        map_text_at: Some(0),
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let call = |path: &std::path::Path| {
+        let module = Module::from_file(&engine, path, &KEY).unwrap();
+        Run::new(&module, &[]).i32("f", &[])
+    };
+    for round in 0..200 {
+        let (first, second) = if round % 3 == 0 { (&b, &a) } else { (&a, &b) };
+        let want = |p: &std::path::Path| if p == a { 1111 } else { 2222 };
+        assert_eq!(call(first), want(first), "round {round}");
+        assert_eq!(call(second), want(second), "round {round}");
+    }
+    // The same path, a new file with other code.
+    let replaced = write("c.ephem", 3333);
+    std::fs::rename(&replaced, &a).unwrap();
+    for _ in 0..3 {
+        assert_eq!(call(&a), 3333);
+        assert_eq!(call(&b), 2222);
+    }
+}

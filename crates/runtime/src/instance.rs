@@ -22,7 +22,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ephem_artifact::{Artifact, ArtifactKey};
-use ephem_code_memory::LoadedCode;
+use ephem_code_memory::{LoadedCode, TextId};
 use ephem_module::{
     ArchivedConstExpr, ArchivedSegmentMode, Builtin, CompiledModule, ConstExpr, EntityIndex,
     ImportKind, Reloc, SegmentMode, TrapKind, ValRaw, VmFuncRef, VmOffsets, native,
@@ -823,11 +823,17 @@ fn load_code(module: &Module) -> Result<LoadedCode, Error> {
     let text_len = artifact.text_len();
     let tag = Arc::as_ptr(&module.inner) as usize;
     if artifact.relocs().is_empty() && m.engine.maps_text(text_len) {
+        // The file's identity names the text: a free arena region that still maps it is taken
+        // back with its pages present (files are replaced, never rewritten: see the artifact).
+        let [dev, ino, size, mtime, mtime_ns] = artifact.identity().words();
+        let offset = artifact.text_file_offset();
+        let id = TextId([dev, ino, size, mtime, mtime_ns, offset]);
         return Ok(LoadedCode::map_file(
             artifact.file(),
-            artifact.text_file_offset(),
+            offset,
             text_len,
             tag,
+            Some(id),
         )?);
     }
     let mut slot = m.engine.code_pool().acquire(text_len.max(1))?;
