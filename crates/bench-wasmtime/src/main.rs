@@ -185,6 +185,24 @@ fn main() -> anyhow::Result<()> {
         )?);
     }
 
+    // Throughput on `--threads` threads, as ephem's side measured it.
+    let throughput = (args.threads > 1)
+        .then(|| {
+            let per_thread = args.invocations * paths.len();
+            fresh::Throughput::measure(args.threads, per_thread, |thread| {
+                let mut picker = Picker::new(0x5eed + thread as u64);
+                for _ in 0..per_thread {
+                    let i = picker.pick(paths.len());
+                    let (path, host) = &paths[i];
+                    let subject = &ours.subjects[i];
+                    let export = subject.export.as_deref();
+                    wasmtime_invoke(&wt, path, host, &subject.name, export)?;
+                }
+                Ok(())
+            })
+        })
+        .transpose()?;
+
     if !args.json {
         println!(
             "{:<16} {:>12} {:>12} {:>14} {:>14} {:>8}",
@@ -233,6 +251,10 @@ fn main() -> anyhow::Result<()> {
                 ratio
             );
         }
+    }
+    if let (Some(ours), Some(theirs)) = (ours.throughput, throughput) {
+        ours.print("ephem", args.json);
+        theirs.print("wasmtime", args.json);
     }
     Ok(())
 }

@@ -168,10 +168,67 @@ pub fn prepare(
         .collect()
 }
 
-/// Per module: every invocation's sample.
+/// Per module: every invocation's sample; and, with more than one thread, throughput.
 pub struct Results {
     pub subjects: Vec<Subject>,
     pub samples: Vec<Vec<Sample>>,
+    pub throughput: Option<Throughput>,
+}
+
+/// Invocations per second, on one thread and on `threads` threads sharing one engine and
+/// cache (each thread as many invocations as the one-thread run made).
+#[derive(Clone, Copy, Debug)]
+pub struct Throughput {
+    pub threads: usize,
+    pub single: f64,
+    pub multi: f64,
+}
+
+impl Throughput {
+    /// Runs `work(thread)` (which makes `per_thread` invocations) on one thread, then on
+    /// `threads` at once, and times both.
+    pub fn measure(
+        threads: usize,
+        per_thread: usize,
+        work: impl Fn(usize) -> anyhow::Result<()> + Sync,
+    ) -> anyhow::Result<Throughput> {
+        let t = Instant::now();
+        work(0)?;
+        let single = per_thread as f64 / t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            let work = &work;
+            let handles: Vec<_> = (0..threads).map(|i| s.spawn(move || work(i))).collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("a benchmark thread panicked"))
+        })?;
+        let multi = (threads * per_thread) as f64 / t.elapsed().as_secs_f64();
+        Ok(Throughput {
+            threads,
+            single,
+            multi,
+        })
+    }
+
+    pub fn print(&self, runtime: &str, json: bool) {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"runtime": runtime, "threads": self.threads,
+                    "single_per_s": self.single, "multi_per_s": self.multi,
+                    "scaling": self.multi / self.single})
+            );
+        } else {
+            println!(
+                "{runtime} throughput: {:.0}/s on 1 thread, {:.0}/s on {} threads ({:.2}×)",
+                self.single,
+                self.multi,
+                self.threads,
+                self.multi / self.single
+            );
+        }
+    }
 }
 
 /// Runs the workload: each module once to warm up (the first open of a file verifies its
@@ -182,6 +239,7 @@ pub fn measure(
     files: &[PathBuf],
     call: Call<'_>,
     invocations: usize,
+    threads: usize,
 ) -> anyhow::Result<Results> {
     let subjects = prepare(&Compiler::new()?, engine, cache, files, call)?;
     let mut hosts = Vec::new();
@@ -197,7 +255,24 @@ pub fn measure(
         let i = picker.pick(subjects.len());
         samples[i].push(invoke(engine, cache, &subjects[i], &hosts[i])?);
     }
-    Ok(Results { subjects, samples })
+    let per_thread = invocations * subjects.len();
+    let throughput = (threads > 1)
+        .then(|| {
+            Throughput::measure(threads, per_thread, |thread| {
+                let mut picker = Picker::new(0x5eed + thread as u64);
+                for _ in 0..per_thread {
+                    let i = picker.pick(subjects.len());
+                    invoke(engine, cache, &subjects[i], &hosts[i])?;
+                }
+                Ok(())
+            })
+        })
+        .transpose()?;
+    Ok(Results {
+        subjects,
+        samples,
+        throughput,
+    })
 }
 
 /// Zero arguments of the given types.
@@ -296,6 +371,10 @@ pub struct FreshArgs {
     /// Print one JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also run the invocations on this many threads at once, over one engine and one cache,
+    /// and report throughput against one thread.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// Directory for compiled modules (default: a fresh temporary one, removed afterwards).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
@@ -360,7 +439,14 @@ impl FreshArgs {
     pub fn measure(&self, dir: &std::path::Path) -> anyhow::Result<Results> {
         let engine = self.engine()?;
         let cache = Cache::new(dir.join("ephem"), u64::MAX);
-        measure(&engine, &cache, &self.files, self.call(), self.invocations)
+        measure(
+            &engine,
+            &cache,
+            &self.files,
+            self.call(),
+            self.invocations,
+            self.threads,
+        )
     }
 }
 
@@ -432,6 +518,9 @@ pub fn run(args: FreshArgs) -> anyhow::Result<()> {
                     .join(" ")
             );
         }
+    }
+    if let Some(t) = r.throughput {
+        t.print("ephem", args.json);
     }
     Ok(())
 }

@@ -111,3 +111,35 @@ fn bench_fresh_calls_each_modules_own_export_by_default() {
         }
     }
 }
+
+/// `--threads 2` runs the invocations on two threads over one engine and cache as well, and
+/// reports throughput on one thread and on two.
+#[test]
+fn bench_fresh_reports_throughput_on_several_threads() {
+    let tmp = temp_dir();
+    let dir = tmp.path();
+    let a = dir.join("a.wat");
+    std::fs::write(&a, r#"(module (memory 1) (data (i32.const 0) "a") (func (export "run") (result i32) (i32.load8_u (i32.const 0))))"#).unwrap();
+    let lines = json_lines(
+        Command::new(env!("CARGO_BIN_EXE_ephem"))
+            .args([
+                "bench",
+                "fresh",
+                "--json",
+                "--invocations",
+                "50",
+                "--threads",
+                "2",
+            ])
+            .arg("--dir")
+            .arg(dir.join("work"))
+            .arg(&a),
+    );
+    assert_eq!(lines.len(), 2, "the module, then throughput");
+    let t = &lines[1];
+    assert_eq!(t["runtime"], "ephem");
+    assert_eq!(t["threads"], 2);
+    for key in ["single_per_s", "multi_per_s", "scaling"] {
+        assert!(t[key].as_f64().is_some_and(|v| v > 0.0), "{t}");
+    }
+}
