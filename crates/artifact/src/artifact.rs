@@ -78,6 +78,9 @@ pub struct Artifact {
     traps: OnceLock<Vec<u8>>,
     /// The images' spans, read on first use.
     spans: OnceLock<Vec<u8>>,
+    /// The function table and the names, read on first use.
+    funcs: OnceLock<Vec<u8>>,
+    names: OnceLock<Vec<u8>>,
     /// Last access time (seconds) when opened, for the cache's eviction order.
     pub(crate) accessed: i64,
     identity: Identity,
@@ -165,6 +168,17 @@ fn damaged(why: impl Into<String>) -> Error {
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// Entry `k` of the names section (after its count): function, start and end of its name's
+/// bytes.
+fn name_entry(names: &[u8], k: usize) -> (u32, u32, u32) {
+    let at = 4 + k * 12;
+    (
+        u32_at(names, at),
+        u32_at(names, at + 4),
+        u32_at(names, at + 8),
+    )
 }
 
 /// One 8-byte entry of the function table.
@@ -347,15 +361,13 @@ impl Artifact {
             }
         }
 
-        // Header, metadata, function table and segment data, in that order at the front of the
-        // file; and for a small module everything up to the end of its text, so that loading its
-        // code into a code slot is a copy from memory, with no system call of its own.
+        // Header, metadata and segment data, in that order at the front of the file; and for a
+        // small module everything up to the end of its text, so that loading its code into a
+        // code slot is a copy from memory, with no system call of its own.
         let sec = |s: Section| sections[s as usize].end;
         let text = &sections[Section::Text as usize];
         let small = text.end - text.start < SMALL_TEXT as u64;
-        let mut need = sec(Section::Meta)
-            .max(sec(Section::Funcs))
-            .max(sec(Section::Data));
+        let mut need = sec(Section::Meta).max(sec(Section::Data));
         if small && text.end <= READ_WHOLE_FRONT_UP_TO as u64 {
             need = need.max(text.end);
         }
@@ -373,6 +385,8 @@ impl Artifact {
             front,
             traps: OnceLock::new(),
             spans: OnceLock::new(),
+            funcs: OnceLock::new(),
+            names: OnceLock::new(),
             accessed: stat.st_atime,
             identity,
         };
@@ -459,12 +473,43 @@ impl Artifact {
     fn check_tables(&self) -> Result<(), Error> {
         let text = self.text_len() as u64;
         let mut end = 0u64;
-        for f in self.funcs() {
+        for f in self.funcs()? {
             let (start, len) = (u64::from(f.offset), u64::from(f.len));
             if start < end || start + len > text {
                 return Err(damaged("a function's code lies outside the text"));
             }
             end = start + len;
+        }
+        let imported = self.info().imported_funcs.to_native();
+        let code_matches = self
+            .escaping()
+            .iter()
+            .zip(self.escaping_code())
+            .all(|(f, code)| {
+                let f = f.to_native() - imported;
+                self.func(f as usize)
+                    .is_some_and(|loc| loc.offset == code.to_native())
+            });
+        if self.escaping().len() != self.escaping_code().len() || !code_matches {
+            return Err(damaged(
+                "the escaping functions' code is not the function table's",
+            ));
+        }
+        let names = self.lazy_section(&self.names, Section::Names)?;
+        let count = self.meta_names_count(names)?;
+        let mut last = None;
+        for k in 0..count {
+            let (func, start, end) = name_entry(names, k);
+            let in_bounds = start <= end && 4 + count * 12 + end as usize <= names.len();
+            if last.is_some_and(|l| l >= func)
+                || func >= self.info().funcs.len() as u32
+                || !in_bounds
+            {
+                return Err(damaged(
+                    "the names table is not sorted by function, or lies outside",
+                ));
+            }
+            last = Some(func);
         }
         let traps = self.lazy_section(&self.traps, Section::Traps)?;
         let mut last = None;
@@ -680,16 +725,58 @@ impl Artifact {
         &self.meta().host_adapters
     }
 
-    /// Where defined function `i` (0 = the first defined one) is in the text.
-    pub fn func(&self, i: usize) -> FuncLoc {
-        func_loc(&self.read_on_open(Section::Funcs)[i * 8..i * 8 + 8])
+    /// Where each escaping function's code starts (see [`Artifact::escaping`]).
+    pub fn escaping_code(&self) -> &[u32_le] {
+        &self.meta().escaping_code
+    }
+
+    /// Where defined function `i` (0 = the first defined one) is in the text (`None` when the
+    /// function table cannot be read, or has no such entry).
+    pub fn func(&self, i: usize) -> Option<FuncLoc> {
+        let table = self.lazy_section(&self.funcs, Section::Funcs).ok()?;
+        table.get(i * 8..i * 8 + 8).map(func_loc)
     }
 
     /// Where every defined function is in the text, in order.
-    pub fn funcs(&self) -> impl ExactSizeIterator<Item = FuncLoc> + '_ {
-        self.read_on_open(Section::Funcs)
-            .chunks_exact(8)
-            .map(func_loc)
+    pub fn funcs(&self) -> Result<impl ExactSizeIterator<Item = FuncLoc> + '_, Error> {
+        let table = self.lazy_section(&self.funcs, Section::Funcs)?;
+        Ok(table.chunks_exact(8).map(func_loc))
+    }
+
+    /// How many entries the names section has (its first word), checked against its length.
+    fn meta_names_count(&self, names: &[u8]) -> Result<usize, Error> {
+        if names.is_empty() {
+            return Ok(0);
+        }
+        let count = names.get(..4).map(|b| u32_at(b, 0) as usize);
+        count
+            .filter(|&n| {
+                n.checked_mul(12)
+                    .and_then(|b| b.checked_add(4))
+                    .is_some_and(|b| b <= names.len())
+            })
+            .ok_or_else(|| damaged("the names section is shorter than its count says"))
+    }
+
+    /// The name section's name of function `func`, if it has one (read on first use).
+    pub fn func_name(&self, func: u32) -> Option<String> {
+        let names = self.lazy_section(&self.names, Section::Names).ok()?;
+        let count = self.meta_names_count(names).ok()?;
+        let (mut lo, mut hi) = (0, count);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (f, start, end) = name_entry(names, mid);
+            match f.cmp(&func) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => {
+                    let base = 4 + count * 12;
+                    let bytes = names.get(base + start as usize..base + end as usize)?;
+                    return Some(String::from_utf8_lossy(bytes).into_owned());
+                }
+            }
+        }
+        None
     }
 
     /// The defined function whose code contains text `offset` (module index), and the
@@ -699,13 +786,13 @@ impl Artifact {
         let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.func(mid).offset <= offset {
+            if self.func(mid)?.offset <= offset {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        let f = self.func(lo.checked_sub(1)?);
+        let f = self.func(lo.checked_sub(1)?)?;
         (offset < f.offset.saturating_add(f.len)).then(|| {
             (
                 self.info().imported_funcs.to_native() + lo as u32 - 1,

@@ -3,10 +3,12 @@
 //! ```text
 //! 0      header (HEADER_SIZE bytes, fixed layout, little-endian)
 //!        meta     rkyv archive: target, module info, relocations, trampolines, memory images
-//!        funcs    per defined function: code offset u32, code length u32
 //!        data     the bytes of every data segment that no image holds
+//!        funcs    per defined function: code offset u32, code length u32
 //!        traps    per trapping instruction, sorted: code offset u32, kind u32
 //!        spans    per image, the ranges its segments write: start u64, end u64
+//!        names    count u32; per named function, by function: func u32, start u32, end u32;
+//!                 then the names' bytes (start and end index them)
 //! page → text     the machine code; the rest of its last page is `int3`
 //! page → images   one per memory image, each starting on a page
 //! ```
@@ -15,8 +17,10 @@
 //! artifact came from (`source`), and carries the seal: a keyed BLAKE3 of the whole file (taken
 //! with the seal field as zeros) under the deployment's [`ArtifactKey`]. Opening reads everything before `traps` (and, for a
 //! small module, everything up to the end of its text): `meta` is validated and then read in
-//! place, like `funcs`; `data` is what instantiation copies. `traps` is read on the first trap,
-//! `spans` when an image must be applied to a memory that may hold data already;
+//! place; `data` is what instantiation copies. The rest grows with the module's functions or
+//! segments and is read on first use: `funcs` and `names` on the first trap (backtraces),
+//! `traps` likewise, `spans` when an image must be applied to a memory that may hold data
+//! already;
 //! `text` is copied or mapped, images are mapped or copied into linear memory.
 
 use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Reloc, SegmentMode, Target};
@@ -27,7 +31,7 @@ use crate::ArtifactKey;
 /// The first bytes of every artifact.
 pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes.
-pub const FORMAT_VERSION: u32 = 10;
+pub const FORMAT_VERSION: u32 = 11;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -53,8 +57,8 @@ pub(crate) mod off {
     pub const SEAL: usize = 48;
     pub const FILE_LEN: usize = 80;
     pub const SECTIONS: usize = 88;
-    /// After the seven sections' (offset, length) pairs.
-    pub const SOURCE: usize = 200;
+    /// After the eight sections' (offset, length) pairs.
+    pub const SOURCE: usize = 216;
 }
 
 /// The sections the header locates.
@@ -67,10 +71,11 @@ pub(crate) enum Section {
     Text,
     Images,
     Spans,
+    Names,
 }
 
 impl Section {
-    pub const ALL: [Section; 7] = [
+    pub const ALL: [Section; 8] = [
         Section::Meta,
         Section::Funcs,
         Section::Traps,
@@ -78,6 +83,7 @@ impl Section {
         Section::Text,
         Section::Images,
         Section::Spans,
+        Section::Names,
     ];
 }
 
@@ -116,6 +122,9 @@ pub(crate) struct Meta {
     pub images: Vec<MemoryImage>,
     /// See [`ModuleInfo::escaping`].
     pub escaping: Vec<u32>,
+    /// Where each escaping function's code starts in the text, in the same order: all that
+    /// instantiation needs of the function table, which is read only for traps.
+    pub escaping_code: Vec<u32>,
     /// The module index of each data segment in `info.datas`, ascending: an artifact keeps only
     /// the segments no image holds (passive ones, and active ones for memories without an
     /// image), so that nothing on the fresh path grows with the segments an image holds. A
@@ -270,6 +279,19 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
     }
     info.datas = kept;
     let escaping = compiled.info.escaping();
+    let imported = compiled.info.imported_funcs;
+    // (An inconsistent module, which only a test forges, gets 0s; opening refuses it.)
+    let escaping_code = escaping
+        .iter()
+        .map(|&f| {
+            let loc = f
+                .checked_sub(imported)
+                .and_then(|i| compiled.funcs.get(i as usize));
+            loc.map_or(0, |l| l.offset)
+        })
+        .collect();
+    // Names are only for backtraces: a section of their own, read on the first trap.
+    let names = std::mem::take(&mut info.names);
     let meta = Meta {
         target: compiled.target.clone(),
         info,
@@ -279,6 +301,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         images,
         elem_slots: elem_slots(&compiled.info, &escaping),
         escaping,
+        escaping_code,
         data_index,
     };
     let meta_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&meta).expect("metadata always encodes");
@@ -287,14 +310,14 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
     out.extend_from_slice(&meta_bytes);
     section(&mut out, Section::Meta, start);
     let start = out.len();
+    out.extend_from_slice(&data);
+    section(&mut out, Section::Data, start);
+    let start = out.len();
     for f in &compiled.funcs {
         out.extend_from_slice(&f.offset.to_le_bytes());
         out.extend_from_slice(&f.len.to_le_bytes());
     }
     section(&mut out, Section::Funcs, start);
-    let start = out.len();
-    out.extend_from_slice(&data);
-    section(&mut out, Section::Data, start);
     let start = out.len();
     for &(at, kind) in &compiled.traps {
         out.extend_from_slice(&at.to_le_bytes());
@@ -307,6 +330,22 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         out.extend_from_slice(&to.to_le_bytes());
     }
     section(&mut out, Section::Spans, start);
+    let start = out.len();
+    if !names.is_empty() {
+        out.extend_from_slice(&(names.len() as u32).to_le_bytes());
+    }
+    let mut at = 0u32;
+    for n in &names {
+        let end = at + n.name.len() as u32;
+        for v in [n.func, at, end] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        at = end;
+    }
+    for n in &names {
+        out.extend_from_slice(n.name.as_bytes());
+    }
+    section(&mut out, Section::Names, start);
 
     pad_to(&mut out, FILE_PAGE, 0);
     let start = out.len();

@@ -365,15 +365,6 @@ impl ModuleInfo {
 
 /// The archived form is what the runtime reads, in place, from an artifact.
 impl ArchivedModuleInfo {
-    /// The name section's name of function `func`, if it has one.
-    pub fn func_name(&self, func: u32) -> Option<&str> {
-        let i = self
-            .names
-            .binary_search_by_key(&func, |n| n.func.to_native())
-            .ok()?;
-        Some(self.names[i].name.as_str())
-    }
-
     pub fn func_type(&self, func: u32) -> &ArchivedFuncType {
         &self.types[self.funcs[func as usize].to_native() as usize]
     }

@@ -688,11 +688,12 @@ pub(crate) unsafe fn instantiate(
         }
         // Only funcrefs something can read have a slot: see `ModuleInfo::escaping`.
         let imported = info.imported_funcs.to_native();
+        let code = artifact.escaping_code();
         for (rank, i) in artifact.escaping().iter().enumerate() {
             let i = i.to_native();
             let ty = info.funcs[i as usize].to_native() as usize;
             let fr = VmFuncRef {
-                code: text_base.add(artifact.func((i - imported) as usize).offset as usize),
+                code: text_base.add(code[rank].to_native() as usize),
                 vmctx: vm,
                 trampoline: text_base.add(trampolines[ty].to_native() as usize),
                 type_id: m.type_ids[ty],
@@ -1108,11 +1109,10 @@ impl Trap {
             .filter_map(|c| {
                 // SAFETY: as above: every frame's code is alive in the store that ran the call.
                 let module = unsafe { &*(c.tag as *const ModuleInner) };
-                let info = module.artifact.info();
                 let (func, offset) = module.artifact.func_at((c.pc - c.code_start) as u32)?;
                 Some(crate::FrameInfo {
                     func,
-                    name: info.func_name(func).map(str::to_owned),
+                    name: module.artifact.func_name(func),
                     offset,
                 })
             })
