@@ -1,12 +1,14 @@
 //! An open artifact: its header checked, its metadata decoded, the rest left in the file.
 //!
-//! Opening reads the header, the metadata and the function table with one or two `pread`s (one
-//! for a file this process opened before: it remembers how much to read) and reads the
-//! metadata in place; they grow with the module's declarations (types, imports, exports,
-//! segments) and the segment data no image holds, never with its code. The text is read
-//! straight into a code slot or mapped from the file, memory images are mapped or read straight
-//! into linear memory, the trap table is read on the first trap. No mapping of the whole
-//! file is made: mapping and unmapping it, and faulting its pages in, cost more than the reads.
+//! Opening reads the header, the metadata and the segment data no image holds with one or two
+//! `pread`s (one for a file this process opened before: it remembers how much to read) and
+//! reads the metadata in place; they grow with the module's declarations (types, imports,
+//! exports, escaping functions, segments no image holds), not with its code, its functions or
+//! the segments its images hold. The text is read straight into a code slot or mapped from the
+//! file, memory images are mapped or read straight into linear memory; the function table, the
+//! names and the trap table are read on the first trap, an image's spans when a memory that may
+//! hold data takes it. No mapping of the whole file is made: mapping and unmapping it, and
+//! faulting its pages in, cost more than the reads.
 //!
 //! # Verification
 //! The header is checked on every open (magic, format, ephem version, length, section bounds).
