@@ -73,8 +73,8 @@ pub struct Artifact {
     path: Option<PathBuf>,
     file_len: u64,
     sections: [Range<u64>; Section::ALL.len()],
-    /// The file's first bytes: header, metadata (an archive, read in place), function table,
-    /// segment data.
+    /// The file's first bytes: header, metadata (an archive, read in place), segment data (and
+    /// everything up to the end of a small module's text).
     front: AlignedVec<16>,
     /// The trap table, read on first use.
     traps: OnceLock<Vec<u8>>,
@@ -130,17 +130,18 @@ impl Identity {
 type Verified = HashMap<(Identity, Option<KeyId>), usize, foldhash::fast::RandomState>;
 static VERIFIED: LazyLock<Mutex<Verified>> = LazyLock::new(Mutex::default);
 
-/// This process's effective user id (asked once: it decides which files are trusted to stay
-/// as they are, see the module documentation).
-fn euid() -> u32 {
+/// Whether a file owned by `uid` belongs to this process's user or root: whoever owns a file
+/// can change its permissions, so only such files can be trusted to stay as they are (the
+/// effective user id is asked once).
+pub(crate) fn ours_or_roots(uid: u32) -> bool {
     static EUID: OnceLock<u32> = OnceLock::new();
-    *EUID.get_or_init(|| rustix::process::geteuid().as_raw())
+    uid == 0 || uid == *EUID.get_or_init(|| rustix::process::geteuid().as_raw())
 }
 
 /// Whether nobody but this user or root can change the file in place: no write permission bit,
 /// and owned by this user or root (the owner could add one).
 fn unchangeable(stat: &rustix::fs::Stat) -> bool {
-    stat.st_mode & 0o222 == 0 && (stat.st_uid == euid() || stat.st_uid == 0)
+    stat.st_mode & 0o222 == 0 && ours_or_roots(stat.st_uid)
 }
 
 /// A sealed memory file holding what `file` holds now: nobody can write, grow or shrink it.
@@ -172,15 +173,32 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
-/// Entry `k` of the names section (after its count): function, start and end of its name's
-/// bytes.
-fn name_entry(names: &[u8], k: usize) -> (u32, u32, u32) {
+/// How many entries the names section has (its first word), checked against its length.
+fn names_count(names: &[u8]) -> Result<usize, Error> {
+    if names.is_empty() {
+        return Ok(0);
+    }
+    let count = names.get(..4).map(|b| u32_at(b, 0) as usize);
+    count
+        .filter(|&n| n <= (names.len() - 4) / 12)
+        .ok_or_else(|| damaged("the names section is shorter than its count says"))
+}
+
+/// Where the names' bytes start in a names section of `count` entries.
+fn names_base(count: usize) -> usize {
+    4 + count * 12
+}
+
+/// Entry `k` of the names section: function, and the range of its name's bytes in the section
+/// (of `count` entries).
+fn name_entry(names: &[u8], count: usize, k: usize) -> (u32, Range<usize>) {
     let at = 4 + k * 12;
-    (
-        u32_at(names, at),
-        u32_at(names, at + 4),
-        u32_at(names, at + 8),
-    )
+    let base = names_base(count);
+    let (start, end) = (
+        u32_at(names, at + 4) as usize,
+        u32_at(names, at + 8) as usize,
+    );
+    (u32_at(names, at), base + start..base + end)
 }
 
 /// One 8-byte entry of the function table.
@@ -289,12 +307,12 @@ impl Artifact {
         if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
             return Err(damaged("not a regular file"));
         }
-        // A file someone could change in place is read from a snapshot, verified every time.
-        let mut remember = check.is_some();
-        if check.is_some() && !unchangeable(&stat) {
+        // A file someone could change in place is read from a snapshot, verified every time
+        // (never remembered).
+        let remember = check.is_some() && unchangeable(&stat);
+        if check.is_some() && !remember {
             file = snapshot(&file)?;
             stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
-            remember = false;
         }
         let file_len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
         let identity = Identity {
@@ -304,8 +322,10 @@ impl Artifact {
             mtime: stat.st_mtime,
             mtime_ns: stat.st_mtime_nsec as i64,
         };
-        let verified_as = check.map(|key| (identity, key.map(ArtifactKey::id)));
-        let known = verified_as.as_ref().filter(|_| remember).and_then(|id| {
+        let remembered_as = check
+            .filter(|_| remember)
+            .map(|key| (identity, key.map(ArtifactKey::id)));
+        let known = remembered_as.as_ref().and_then(|id| {
             let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
             verified.get(id).copied()
         });
@@ -420,7 +440,7 @@ impl Artifact {
             target.cpu_features.iter().map(|f| f.as_str()),
             cpu::host_has,
         )?;
-        if let Some(id) = verified_as.filter(|_| remember) {
+        if let Some(id) = remembered_as {
             VERIFIED
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -498,11 +518,11 @@ impl Artifact {
             ));
         }
         let names = self.lazy_section(&self.names, Section::Names)?;
-        let count = self.meta_names_count(names)?;
+        let count = names_count(names)?;
         let mut last = None;
         for k in 0..count {
-            let (func, start, end) = name_entry(names, k);
-            let in_bounds = start <= end && 4 + count * 12 + end as usize <= names.len();
+            let (func, bytes) = name_entry(names, count, k);
+            let in_bounds = bytes.start <= bytes.end && bytes.end <= names.len();
             if last.is_some_and(|l| l >= func)
                 || func >= self.info().funcs.len() as u32
                 || !in_bounds
@@ -745,36 +765,19 @@ impl Artifact {
         Ok(table.chunks_exact(8).map(func_loc))
     }
 
-    /// How many entries the names section has (its first word), checked against its length.
-    fn meta_names_count(&self, names: &[u8]) -> Result<usize, Error> {
-        if names.is_empty() {
-            return Ok(0);
-        }
-        let count = names.get(..4).map(|b| u32_at(b, 0) as usize);
-        count
-            .filter(|&n| {
-                n.checked_mul(12)
-                    .and_then(|b| b.checked_add(4))
-                    .is_some_and(|b| b <= names.len())
-            })
-            .ok_or_else(|| damaged("the names section is shorter than its count says"))
-    }
-
     /// The name section's name of function `func`, if it has one (read on first use).
     pub fn func_name(&self, func: u32) -> Option<String> {
         let names = self.lazy_section(&self.names, Section::Names).ok()?;
-        let count = self.meta_names_count(names).ok()?;
+        let count = names_count(names).ok()?;
         let (mut lo, mut hi) = (0, count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let (f, start, end) = name_entry(names, mid);
+            let (f, bytes) = name_entry(names, count, mid);
             match f.cmp(&func) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => {
-                    let base = 4 + count * 12;
-                    let bytes = names.get(base + start as usize..base + end as usize)?;
-                    return Some(String::from_utf8_lossy(bytes).into_owned());
+                    return Some(String::from_utf8_lossy(names.get(bytes)?).into_owned());
                 }
             }
         }

@@ -38,6 +38,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ephem_module::CompiledModule;
 
 use crate::format::{EPHEM_VERSION, FORMAT_VERSION};
+use rustix::io::Errno;
+
 use crate::{Artifact, ArtifactKey, Error};
 
 /// File name extension of cache entries.
@@ -165,7 +167,10 @@ impl Cache {
     /// key's 32 bytes (a key from [`Cache::key`] is their hex), or the hash of a key of the
     /// embedder's own. An artifact written elsewhere with this source is a valid entry.
     pub fn source(key: &str) -> [u8; 32] {
-        source_of(key)
+        match blake3::Hash::from_hex(key) {
+            Ok(h) => *h.as_bytes(),
+            Err(_) => *blake3::hash(key.as_bytes()).as_bytes(),
+        }
     }
 
     /// Where the entry for `key` lives.
@@ -190,36 +195,30 @@ impl Cache {
                 Err(Error::OtherSource)
             }
         });
-        // Only a failure needs the path again (the artifact keeps it).
-        let path = || self.path(key);
-        let entry_error = |e: Error| Error::Entry {
-            path: path(),
-            source: Box::new(e),
-        };
-        match opened {
+        let e = match opened {
             Ok(artifact) => {
                 self.touch(&artifact);
-                Ok(Some(artifact))
+                return Ok(Some(artifact));
             }
-            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             // Not an entry a reader may follow or open: a symbolic link, a socket.
             Err(Error::Io(e))
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc_errno::ELOOP | libc_errno::ENXIO)
-                ) =>
+                if matches!(Errno::from_io_error(&e), Some(Errno::LOOP | Errno::NXIO)) =>
             {
-                remove_entry(&path());
-                Err(entry_error(Error::Damaged(format!(
-                    "not a regular file ({e})"
-                ))))
+                Error::Damaged(format!("not a regular file ({e})"))
             }
-            Err(e @ Error::Io(_)) => Err(entry_error(e)),
-            Err(e) => {
-                remove_entry(&path());
-                Err(entry_error(e))
-            }
+            Err(e) => e,
+        };
+        // Only a failure needs the path again (the artifact keeps it). An I/O error says
+        // nothing of the entry; anything else is damage, and the entry goes.
+        let path = self.path(key);
+        if !matches!(e, Error::Io(_)) {
+            remove_entry(&path);
         }
+        Err(Error::Entry {
+            path,
+            source: Box::new(e),
+        })
     }
 
     /// The artifact for `key`: from the cache, or made by `compile` and stored.
@@ -258,7 +257,7 @@ impl Cache {
                 return Ok((artifact, Outcome::Uncached { why }));
             }
         };
-        let bytes = crate::to_bytes(&compiled, &source_of(key), sealer);
+        let bytes = crate::to_bytes(&compiled, &Cache::source(key), sealer);
         let path = self.path(key);
         let stored = self.store(&path, &bytes, write).and_then(|()| {
             let _ = self.evict(&path, self.max_bytes);
@@ -286,7 +285,7 @@ impl Cache {
         write: impl Fn(&Path, &[u8]) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
         match write(path, bytes) {
-            Err(e) if e.raw_os_error() == Some(libc_errno::ENOSPC) => {
+            Err(e) if Errno::from_io_error(&e) == Some(Errno::NOSPC) => {
                 let total: u64 = self.files()?.iter().map(|f| f.bytes).sum();
                 self.evict(path, total.saturating_sub(bytes.len() as u64))?;
                 write(path, bytes)
@@ -297,9 +296,7 @@ impl Cache {
 
     /// Sets the access time of a hit that was last recorded long ago (see the module docs).
     fn touch(&self, artifact: &Artifact) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+        let now = now_secs();
         if now - artifact.accessed > TOUCH_INTERVAL_SECS {
             let times = rustix::fs::Timestamps {
                 last_access: rustix::fs::Timespec {
@@ -327,9 +324,7 @@ impl Cache {
                 return Err(std::io::Error::new(e.kind(), why));
             }
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+        let now = now_secs();
         for entry in dir {
             let entry = match entry {
                 Ok(entry) => entry,
@@ -337,21 +332,24 @@ impl Cache {
                 Err(e) => return Err(e),
             };
             let path = entry.path();
-            let kind = match path.extension() {
-                Some(e) if e == EXT => Kind::Entry,
-                Some(e) if e == TEMP_EXT => Kind::Temp { stale: false },
-                _ => continue,
+            let (entry, temp) = match path.extension() {
+                Some(e) => (e == EXT, e == TEMP_EXT),
+                None => continue,
             };
+            if !entry && !temp {
+                continue;
+            }
             // Gone meanwhile (another process evicted or renamed it): not ours to count.
             let Ok(meta) = std::fs::symlink_metadata(&path) else {
                 continue;
             };
-            let kind = match kind {
-                Kind::Temp { .. } => Kind::Temp {
+            let kind = if entry {
+                Kind::Entry
+            } else {
+                Kind::Temp {
                     stale: now - meta.mtime() > STALE_TEMP_SECS as i64
                         || !temp_writer(&path).is_some_and(process_runs),
-                },
-                entry => entry,
+                }
             };
             out.push(File {
                 path,
@@ -407,10 +405,8 @@ impl Cache {
             if f.kind == (Kind::Temp { stale: false }) {
                 continue;
             }
-            match std::fs::remove_file(&f.path) {
-                Ok(()) => entries += usize::from(f.kind == Kind::Entry),
-                // Another process removed it meanwhile.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            match remove(&f.path) {
+                Ok(removed) => entries += usize::from(removed && f.kind == Kind::Entry),
                 Err(e) => {
                     return Err(std::io::Error::new(
                         e.kind(),
@@ -423,19 +419,12 @@ impl Cache {
     }
 }
 
-/// Error numbers the cache tells apart.
-mod libc_errno {
-    pub const ELOOP: i32 = rustix::io::Errno::LOOP.raw_os_error();
-    pub const ENXIO: i32 = rustix::io::Errno::NXIO.raw_os_error();
-    pub const ENOSPC: i32 = rustix::io::Errno::NOSPC.raw_os_error();
-}
-
-/// Whether `source` is what [`source_of`] makes of `key`, without decoding the key into a
+/// Whether `source` is what [`Cache::source`] makes of `key`, without decoding the key into a
 /// buffer: this is on every invocation's path.
 fn source_is(key: &str, source: &[u8; 32]) -> bool {
     let k = key.as_bytes();
     if k.len() != 64 || !k.iter().all(u8::is_ascii_hexdigit) {
-        return source_of(key) == *source;
+        return Cache::source(key) == *source;
     }
     let nibble = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
     k.chunks_exact(2)
@@ -443,20 +432,21 @@ fn source_is(key: &str, source: &[u8; 32]) -> bool {
         .all(|(pair, &b)| nibble(pair[0]) << 4 | nibble(pair[1]) == b)
 }
 
-/// The header's record of the wasm an entry is for (see [`Cache::source`]).
-fn source_of(key: &str) -> [u8; 32] {
-    match blake3::Hash::from_hex(key) {
-        Ok(h) => *h.as_bytes(),
-        Err(_) => *blake3::hash(key.as_bytes()).as_bytes(),
+/// Removes a file; one that is already gone (another process removed it) is not an error.
+/// Whether this call removed it.
+fn remove(path: &Path) -> std::io::Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
-/// Removes a file; one that is already gone is not an error.
-fn remove(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        other => other,
-    }
+/// Seconds since the epoch, now.
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Removes whatever is at an entry's path (a damaged file, a FIFO, a link, a directory), best
@@ -466,7 +456,7 @@ fn remove_entry(path: &Path) {
     let _ = if is_dir {
         std::fs::remove_dir_all(path)
     } else {
-        remove(path)
+        remove(path).map(drop)
     };
 }
 
@@ -564,12 +554,12 @@ mod tests {
             "an embedder's own key".to_owned(),
         ];
         for key in &keys {
-            assert!(source_is(key, &source_of(key)), "{key}");
+            assert!(source_is(key, &Cache::source(key)), "{key}");
             for other in keys.iter().filter(|o| !o.eq_ignore_ascii_case(key)) {
-                assert!(!source_is(key, &source_of(other)), "{key} / {other}");
+                assert!(!source_is(key, &Cache::source(other)), "{key} / {other}");
             }
         }
-        let mut off_by_one = source_of(&hex);
+        let mut off_by_one = Cache::source(&hex);
         off_by_one[31] ^= 1;
         assert!(!source_is(&hex, &off_by_one));
     }
@@ -590,7 +580,7 @@ mod tests {
         let full = std::sync::atomic::AtomicUsize::new(0);
         let write = |path: &Path, bytes: &[u8]| {
             if full.fetch_add(1, Ordering::Relaxed) == 0 {
-                return Err(std::io::Error::from_raw_os_error(libc_errno::ENOSPC));
+                return Err(std::io::Error::from(Errno::NOSPC));
             }
             write_atomic(path, bytes)
         };
@@ -605,8 +595,7 @@ mod tests {
         assert!(cache.path(&key).exists());
 
         // A disk that stays full: one retry only, and the module still loads, from memory.
-        let always_full =
-            |_: &Path, _: &[u8]| Err(std::io::Error::from_raw_os_error(libc_errno::ENOSPC));
+        let always_full = |_: &Path, _: &[u8]| Err(std::io::Error::from(Errno::NOSPC));
         let key = format!("{:064x}", 100);
         let (_, outcome) = cache
             .get_or_compile_with(&key, || Ok::<_, Error>(compiled(100)), always_full)

@@ -1007,7 +1007,12 @@ impl InstanceData {
                 }
                 _ => unreachable!("validated: element items are references"),
             });
-        table.set_all(d.start as u32, values);
+        // SAFETY: no other reference to the table's elements is alive while the host fills it
+        // (`values` reads globals and the vmctx, never a table).
+        let elements = unsafe { table.elements() };
+        for (element, v) in elements[d].iter_mut().zip(values) {
+            *element = v;
+        }
         true
     }
 

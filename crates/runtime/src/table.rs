@@ -75,17 +75,6 @@ impl TableData {
         Some(())
     }
 
-    /// Sets the elements from `start` on to `values` (which must fit: see [`TableData::range`]).
-    pub fn set_all(&self, start: u32, values: impl ExactSizeIterator<Item = usize>) {
-        // SAFETY: plain writes, single-threaded; no reference to the elements is held elsewhere
-        // while the host runs.
-        let elements = unsafe { &mut *self.elements.get() };
-        let end = start as usize + values.len();
-        for (slot, v) in elements[start as usize..end].iter_mut().zip(values) {
-            *slot = v;
-        }
-    }
-
     /// Whether the store's limiter lets this table grow by `delta` elements.
     ///
     /// # Safety
