@@ -3,8 +3,8 @@
 //! Opening reads the header, the metadata and the segment data no image holds with one or two
 //! `pread`s (one for a file this process opened before: it remembers how much to read) and
 //! reads the metadata in place; they grow with the module's declarations (types, imports,
-//! exports, escaping functions, segments no image holds), not with its code, its functions or
-//! the segments its images hold. The text is read straight into a code slot or mapped from the
+//! exports, eager functions, segments neither an image nor a lazy table holds), not with its
+//! code, its functions, its lazy tables or the segments its images hold. The text is read straight into a code slot or mapped from the
 //! file, memory images are mapped or read straight into linear memory; the function table, the
 //! names and the trap table are read on the first trap, an image's spans when a memory that may
 //! hold data takes it. No mapping of the whole file is made: mapping and unmapping it, and
@@ -233,6 +233,33 @@ fn looks_like_artifact(h: &[u8]) -> bool {
     differ <= 2 || fields_intact
 }
 
+/// Reads the file's bytes from `front.len()` up to `end` onto the end of `front`, into its spare
+/// capacity: zeroing a buffer that is about to be overwritten costs as much as a third of the
+/// read.
+fn read_front(file: &File, front: &mut AlignedVec<16>, end: usize) -> Result<(), Error> {
+    front.reserve(end.saturating_sub(front.len()));
+    while front.len() < end {
+        let at = front.len();
+        // SAFETY: `reserve` made room for `end` bytes; the spare part is only written.
+        let spare = unsafe {
+            std::slice::from_raw_parts_mut(
+                front
+                    .as_mut_ptr()
+                    .add(at)
+                    .cast::<std::mem::MaybeUninit<u8>>(),
+                end - at,
+            )
+        };
+        let (read, _) = rustix::io::pread(file, spare, at as u64).map_err(std::io::Error::from)?;
+        if read.is_empty() {
+            return Err(damaged("shorter than its header says"));
+        }
+        // SAFETY: `pread` initialised the `read.len()` bytes after `at`.
+        unsafe { front.set_len(at + read.len()) };
+    }
+    Ok(())
+}
+
 fn read_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), Error> {
     file.read_exact_at(buf, offset).map_err(|e| match e.kind() {
         std::io::ErrorKind::UnexpectedEof => damaged("shorter than its header says"),
@@ -330,8 +357,11 @@ impl Artifact {
             verified.get(id).copied()
         });
         let mut front = AlignedVec::<16>::new();
-        front.resize(known.unwrap_or(FIRST_READ).min(file_len as usize), 0);
-        read_at(&file, &mut front, 0)?;
+        read_front(
+            &file,
+            &mut front,
+            known.unwrap_or(FIRST_READ).min(file_len as usize),
+        )?;
         if front.len() < HEADER_SIZE {
             return Err(
                 if !front.is_empty() && MAGIC.starts_with(&front[..front.len().min(8)]) {
@@ -394,11 +424,7 @@ impl Artifact {
             need = need.max(text.end);
         }
         let need = need as usize;
-        if need > front.len() {
-            let got = front.len();
-            front.resize(need, 0);
-            read_at(&file, &mut front[got..], got as u64)?;
-        }
+        read_front(&file, &mut front, need)?;
         let artifact = Artifact {
             file,
             path: None,
@@ -481,19 +507,29 @@ impl Artifact {
         let info: ephem_module::ModuleInfo = ephem_module::native(&self.meta().info);
         info.check()
             .map_err(|why| damaged(format!("metadata: {why}")))?;
-        if self.escaping() != info.escaping().as_slice() {
+        let eager = info.escaping();
+        if self.eager() != eager.as_slice() {
             return Err(damaged(
-                "metadata: the escaping functions are not the module's",
+                "metadata: the eager functions are not the module's",
+            ));
+        }
+        let slots = crate::format::elem_slots(&info, &eager);
+        let archived = &self.meta().elem_slots;
+        let same = slots.len() == archived.len()
+            && (slots.iter().zip(archived.iter())).all(|(s, a)| a.as_slice() == s.as_slice());
+        if !same {
+            return Err(damaged(
+                "metadata: the element segments' funcref slots are not theirs",
             ));
         }
         self.check_consistency()?;
         self.check_tables()
     }
 
-    /// The function and trap tables: every function's code lies inside the text, in order, and
-    /// the trap table is sorted and names known kinds.
+    /// The function and trap tables: every function's code lies inside the machine code, in
+    /// order, and the trap table is sorted and names known kinds.
     fn check_tables(&self) -> Result<(), Error> {
-        let text = self.text_len() as u64;
+        let text = u64::from(self.code_len());
         let mut end = 0u64;
         for f in self.funcs()? {
             let (start, len) = (u64::from(f.offset), u64::from(f.len));
@@ -503,20 +539,20 @@ impl Artifact {
             end = start + len;
         }
         let imported = self.info().imported_funcs.to_native();
-        let code_matches = self
-            .escaping()
-            .iter()
-            .zip(self.escaping_code())
-            .all(|(f, code)| {
-                let f = f.to_native() - imported;
-                self.func(f as usize)
-                    .is_some_and(|loc| loc.offset == code.to_native())
-            });
-        if self.escaping().len() != self.escaping_code().len() || !code_matches {
+        let code_is = |f: u32, code: u32| {
+            f.checked_sub(imported)
+                .and_then(|f| self.func(f as usize))
+                .is_some_and(|loc| loc.offset == code)
+        };
+        let code_matches = (self.eager().iter())
+            .zip(self.eager_code())
+            .all(|(f, code)| code_is(f.to_native(), code.to_native()));
+        if self.eager().len() != self.eager_code().len() || !code_matches {
             return Err(damaged(
-                "the escaping functions' code is not the function table's",
+                "the eager functions' code is not the function table's",
             ));
         }
+        self.check_lazy(code_is)?;
         let names = self.lazy_section(&self.names, Section::Names)?;
         let count = names_count(names)?;
         let mut last = None;
@@ -550,11 +586,71 @@ impl Artifact {
         Ok(())
     }
 
+    /// The lazy funcrefs and tables in the text: the slots name defined functions, sorted,
+    /// with their code as the function table has it, and none eager; every table element is
+    /// null or a slot; tables are defined funcref ones, each named once.
+    fn check_lazy(&self, code_is: impl Fn(u32, u32) -> bool) -> Result<(), Error> {
+        let text_len = self.text_len();
+        let mut text = vec![0; text_len];
+        self.read_text(&mut text)?;
+        let code_len = self.code_len() as usize;
+        let words = |at: u32, count: u32| {
+            let start = at as usize;
+            if start < code_len {
+                return None;
+            }
+            let end = (count as usize)
+                .checked_mul(4)
+                .and_then(|n| n.checked_add(start));
+            let bytes = end
+                .filter(|_| start.is_multiple_of(4))
+                .and_then(|e| text.get(start..e));
+            bytes.map(|b| {
+                b.chunks_exact(4)
+                    .map(|w| u32_at(w, 0))
+                    .collect::<Vec<u32>>()
+            })
+        };
+        let bad = |why: &str| damaged(format!("the lazy funcrefs: {why}"));
+        let (at, count) = self.lazy_slots();
+        let slots = words(at, count.checked_mul(2).ok_or_else(|| bad("too many"))?)
+            .ok_or_else(|| bad("outside the text"))?;
+        let funcs: Vec<u32> = slots.iter().step_by(2).copied().collect();
+        let eager = self.eager();
+        let sound = funcs.windows(2).all(|w| w[0] < w[1])
+            && slots
+                .chunks_exact(2)
+                .all(|s| code_is(s[0], s[1]) && eager.binary_search(&s[0].into()).is_err());
+        if !sound {
+            return Err(bad("not the module's functions"));
+        }
+        let info = self.info();
+        let all = self.funcref_slots();
+        let mut seen = Vec::new();
+        for t in self.meta().lazy_tables.iter() {
+            let (table, len) = (t.table.to_native(), t.len.to_native());
+            let ty = info.tables.get(table as usize);
+            let fits = ty.is_some_and(|ty| {
+                table >= info.imported_tables.to_native()
+                    && matches!(ty.elem, ephem_module::ArchivedValType::FuncRef)
+                    && len <= ty.min.to_native()
+            });
+            let elements = words(t.at.to_native(), len).ok_or_else(|| bad("outside the text"))?;
+            if !fits || seen.contains(&table) || elements.iter().any(|&e| e > all) {
+                return Err(bad(
+                    "a table that cannot be lazy, or an element that is no slot",
+                ));
+            }
+            seen.push(table);
+        }
+        Ok(())
+    }
+
     /// Cross-checks the metadata against the sections.
     fn check_consistency(&self) -> Result<(), Error> {
         let m = self.meta();
         let info = &m.info;
-        let text = self.text_len();
+        let text = self.code_len() as usize;
         let sec = |s: Section| self.section_len(s);
         let types = info.types.len();
         let imports_fit = info.imported_funcs.to_native() as usize <= info.funcs.len()
@@ -562,6 +658,7 @@ impl Artifact {
             && info.imported_tables.to_native() as usize <= info.tables.len()
             && info.imported_globals.to_native() as usize <= info.globals.len();
         let ok = imports_fit
+            && text <= self.text_len()
             && sec(Section::Funcs) == 8 * info.defined_funcs()
             && sec(Section::Traps) % 8 == 0
             && m.trampolines.len() == types
@@ -574,7 +671,7 @@ impl Artifact {
                 .iter()
                 .all(|r| (r.offset.to_native() as usize).saturating_add(8) <= text)
             && info.funcs.iter().all(|t| (t.to_native() as usize) < types)
-            && m.escaping.iter().all(|f| {
+            && m.eager.iter().all(|f| {
                 (info.imported_funcs.to_native()..info.funcs.len() as u32).contains(&f.to_native())
             })
             && info.datas.iter().all(|d| {
@@ -736,10 +833,35 @@ impl Artifact {
         &self.meta().elem_slots[elem as usize]
     }
 
-    /// The defined functions whose funcrefs instantiation must fill in (module indices,
-    /// sorted; see the format).
-    pub fn escaping(&self) -> &[u32_le] {
-        &self.meta().escaping
+    /// The defined functions whose funcrefs instantiation fills in (module indices, sorted;
+    /// see `ephem_module::FuncrefLayout`).
+    pub fn eager(&self) -> &[u32_le] {
+        &self.meta().eager
+    }
+
+    /// The machine code's length (the text's first bytes; lazy funcref data follows it).
+    pub fn code_len(&self) -> u32 {
+        self.meta().code_len.to_native()
+    }
+
+    /// Funcref slots in all: imported, eager and lazy.
+    pub fn funcref_slots(&self) -> u32 {
+        let m = self.meta();
+        m.info.imported_funcs.to_native() + m.eager.len() as u32 + m.lazy_slots.to_native()
+    }
+
+    /// Where the lazy slots' functions and code offsets are in the text: `(at, count)`, 8
+    /// bytes per slot (function index, code offset), sorted by function.
+    pub fn lazy_slots(&self) -> (u32, u32) {
+        let m = self.meta();
+        (m.lazy_at.to_native(), m.lazy_slots.to_native())
+    }
+
+    /// Where table `table`'s initial elements are in the text, if it is lazy: `(at, len)`,
+    /// a u32 per element (0 null, else funcref slot + 1).
+    pub fn lazy_table(&self, table: u32) -> Option<(u32, u32)> {
+        let t = self.meta().lazy_tables.iter().find(|t| t.table == table)?;
+        Some((t.at.to_native(), t.len.to_native()))
     }
 
     /// Host adapter offset, per type.
@@ -747,9 +869,9 @@ impl Artifact {
         &self.meta().host_adapters
     }
 
-    /// Where each escaping function's code starts (see [`Artifact::escaping`]).
-    pub fn escaping_code(&self) -> &[u32_le] {
-        &self.meta().escaping_code
+    /// Where each eager function's code starts (see [`Artifact::eager`]).
+    pub fn eager_code(&self) -> &[u32_le] {
+        &self.meta().eager_code
     }
 
     /// Where defined function `i` (0 = the first defined one) is in the text (`None` when the

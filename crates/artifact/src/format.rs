@@ -9,7 +9,10 @@
 //!        spans    per image, the ranges its segments write: start u64, end u64
 //!        names    count u32; per named function, by function: func u32, start u32, end u32;
 //!                 then the names' bytes (start and end index them)
-//! page → text     the machine code; the rest of its last page is `int3`
+//! page → text     the machine code; then, 8-aligned, the lazy funcrefs (per lazy slot: func
+//!                 u32, code offset u32) and each lazy table's initial elements (u32: 0 null,
+//!                 else funcref slot + 1), which the runtime reads in place from the loaded
+//!                 text (see `ephem_module::FuncrefLayout`); the rest of its last page is `int3`
 //! page → images   one per memory image, each starting on a page
 //! ```
 //!
@@ -31,7 +34,7 @@ use crate::ArtifactKey;
 /// The first bytes of every artifact.
 pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes.
-pub const FORMAT_VERSION: u32 = 11;
+pub const FORMAT_VERSION: u32 = 12;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -120,27 +123,44 @@ pub(crate) struct Meta {
     pub trampolines: Vec<u32>,
     pub host_adapters: Vec<u32>,
     pub images: Vec<MemoryImage>,
-    /// See [`ModuleInfo::escaping`].
-    pub escaping: Vec<u32>,
-    /// Where each escaping function's code starts in the text, in the same order: all that
+    /// The eager functions (see `ephem_module::FuncrefLayout`): `info` (which keeps no segment
+    /// a lazy table absorbed) says they escape, and instantiation writes their funcrefs.
+    pub eager: Vec<u32>,
+    /// Where each eager function's code starts in the text, in the same order: all that
     /// instantiation needs of the function table, which is read only for traps.
-    pub escaping_code: Vec<u32>,
+    pub eager_code: Vec<u32>,
+    /// The machine code's length: the text's first bytes (the lazy funcrefs and tables follow).
+    pub code_len: u32,
+    /// How many lazy funcref slots follow the eager ones, and where in the text their
+    /// functions and code offsets are (8 bytes per slot).
+    pub lazy_slots: u32,
+    pub lazy_at: u32,
+    /// The lazy tables' initial elements, in the text.
+    pub lazy_tables: Vec<LazyTableAt>,
     /// The module index of each data segment in `info.datas`, ascending: an artifact keeps only
     /// the segments no image holds (passive ones, and active ones for memories without an
     /// image), so that nothing on the fresh path grows with the segments an image holds. A
     /// segment not listed is an active one its image applied: dropped at instantiation.
     pub data_index: Vec<u32>,
     /// Per element segment, per item: the funcref slot of a `ref.func` item (see
-    /// `VmOffsets::funcref_slot`), 0 for other items. Resolved here so that filling a table
+    /// `ephem_module::FuncrefLayout`), 0 for other items. Resolved here so that filling a table
     /// is a multiply-add per element, not a search.
     pub elem_slots: Vec<Vec<u32>>,
 }
 
+/// Where a lazy table's initial elements are in the text: `len` u32s from `at`.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize)]
+pub struct LazyTableAt {
+    pub table: u32,
+    pub at: u32,
+    pub len: u32,
+}
+
 /// See [`Meta::elem_slots`].
-pub(crate) fn elem_slots(info: &ModuleInfo, escaping: &[u32]) -> Vec<Vec<u32>> {
+pub(crate) fn elem_slots(info: &ModuleInfo, eager: &[u32]) -> Vec<Vec<u32>> {
     let slot = |e: &ConstExpr| match *e {
         ConstExpr::RefFunc(f) => {
-            ephem_module::VmOffsets::funcref_slot(info.imported_funcs, escaping, f).unwrap_or(0)
+            ephem_module::VmOffsets::eager_slot(info.imported_funcs, eager, f).unwrap_or(0)
         }
         _ => 0,
     };
@@ -278,20 +298,46 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         data_index.push(i as u32);
     }
     info.datas = kept;
-    let escaping = compiled.info.escaping();
+    // Segments a lazy table absorbed are kept as declared ones without items; the lazy data
+    // goes at the end of the text.
     let imported = compiled.info.imported_funcs;
+    let layout = ephem_module::FuncrefLayout::of(&compiled.info);
+    let stored = info.without_covered(&layout.covered);
+    info.elems = stored.elems;
     // (An inconsistent module, which only a test forges, gets 0s; opening refuses it.)
-    let escaping_code = escaping
+    let code_of = |f: u32| {
+        let loc = f
+            .checked_sub(imported)
+            .and_then(|i| compiled.funcs.get(i as usize));
+        loc.map_or(0, |l| l.offset)
+    };
+    let eager_code = layout.eager.iter().map(|&f| code_of(f)).collect();
+    let mut text = compiled.text.clone();
+    pad_to(&mut text, 8, TEXT_FILL);
+    let lazy_at = text.len() as u32;
+    for &f in &layout.lazy {
+        text.extend_from_slice(&f.to_le_bytes());
+        text.extend_from_slice(&code_of(f).to_le_bytes());
+    }
+    let lazy_tables = layout
+        .tables
         .iter()
-        .map(|&f| {
-            let loc = f
-                .checked_sub(imported)
-                .and_then(|i| compiled.funcs.get(i as usize));
-            loc.map_or(0, |l| l.offset)
+        .map(|t| {
+            let at = text.len() as u32;
+            for e in &t.elements {
+                let slot = e.and_then(|f| layout.slot(imported, f));
+                text.extend_from_slice(&slot.map_or(0, |s| s + 1).to_le_bytes());
+            }
+            LazyTableAt {
+                table: t.table,
+                at,
+                len: t.elements.len() as u32,
+            }
         })
         .collect();
     // Names are only for backtraces: a section of their own, read on the first trap.
     let names = std::mem::take(&mut info.names);
+    let elem_slots = elem_slots(&info, &layout.eager);
     let meta = Meta {
         target: compiled.target.clone(),
         info,
@@ -299,9 +345,13 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         trampolines: compiled.trampolines.clone(),
         host_adapters: compiled.host_adapters.clone(),
         images,
-        elem_slots: elem_slots(&compiled.info, &escaping),
-        escaping,
-        escaping_code,
+        elem_slots,
+        code_len: compiled.text.len() as u32,
+        lazy_slots: layout.lazy.len() as u32,
+        lazy_at,
+        lazy_tables,
+        eager: layout.eager,
+        eager_code,
         data_index,
     };
     let meta_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&meta).expect("metadata always encodes");
@@ -349,7 +399,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
 
     pad_to(&mut out, FILE_PAGE, 0);
     let start = out.len();
-    out.extend_from_slice(&compiled.text);
+    out.extend_from_slice(&text);
     section(&mut out, Section::Text, start);
     pad_to(&mut out, FILE_PAGE, TEXT_FILL);
 

@@ -196,12 +196,12 @@ impl Compiler {
         let mut parsed = parse::parse(&bytes)?;
         parsed.info.interruptible = self.epoch_checks;
         parsed.info.metered = self.fuel.is_some();
-        let offsets = VmOffsets::new(&parsed.info);
-        let escaping = parsed.info.escaping();
+        let layout = ephem_module::FuncrefLayout::of(&parsed.info);
+        let offsets = VmOffsets::new(&parsed.info, layout.slots(parsed.info.imported_funcs));
         let env = translate::Env {
             info: &parsed.info,
             offsets: &offsets,
-            escaping: &escaping,
+            layout: &layout,
             call_conv: self.isa.default_call_conv(),
             frontend: self.isa.frontend_config(),
             fuel_costs: self.fuel.map(|(_, costs)| costs),
@@ -230,6 +230,10 @@ impl Compiler {
                         }
                         ctx.clear();
                         let r = self.compile_unit(&env, &parsed, unit, &mut ctx, &mut fctx);
+                        if r.is_err() {
+                            // A translation that stopped early leaves its builder state behind.
+                            fctx = FunctionBuilderContext::new();
+                        }
                         *results[unit].lock().unwrap() = Some(r);
                     }
                 });

@@ -68,9 +68,8 @@ pub fn wasm_signature(call_conv: CallConv, ty: &ephem_module::FuncType) -> Signa
 pub struct Env<'a> {
     pub info: &'a ModuleInfo,
     pub offsets: &'a VmOffsets,
-    /// The escaping functions ([`ModuleInfo::escaping`]): their funcrefs follow the imported
-    /// functions' in the vmctx.
-    pub escaping: &'a [u32],
+    /// Where funcrefs live, and which tables are lazy.
+    pub layout: &'a ephem_module::FuncrefLayout,
     pub call_conv: CallConv,
     pub frontend: cranelift_codegen::isa::TargetFrontendConfig,
     /// Operator costs, for metered code.
@@ -676,11 +675,35 @@ impl Translator<'_, '_> {
         self.b.ins().iadd(elements, offset)
     }
 
+    /// Whether `table` holds funcrefs (stored tagged: see `ephem_module::vmctx`).
+    fn holds_funcrefs(&self, table: u32) -> bool {
+        self.env.info.tables[table as usize].elem == ValType::FuncRef
+    }
+
+    /// The funcref in element `index` of funcref table `table`, at `slot`: untagged, and made
+    /// by the runtime (a cold call) if it was never written.
+    fn funcref_element(&mut self, table: u32, index: Value, slot: Value) -> Value {
+        let raw = self.b.ins().load(I64, trusted(), slot, 0);
+        let make = self.b.create_block();
+        let join = self.b.create_block();
+        let tagged = self.b.append_block_param(join, I64);
+        self.b.set_cold_block(make);
+        self.b.ins().brif(raw, join, &[raw.into()], make, &[]);
+        self.b.switch_to_block(make);
+        let t = self.iconst32(table);
+        let made = self.builtin(Builtin::TableLazy, &[t, index]).unwrap();
+        self.b.ins().jump(join, &[made.into()]);
+        self.b.switch_to_block(join);
+        self.b
+            .ins()
+            .band_imm_s(tagged, !(VmOffsets::FUNCREF_WRITTEN as i64))
+    }
+
     fn call_indirect(&mut self, type_index: u32, table: u32) {
         self.spill_fuel();
         let index = self.pop();
         let slot = self.table_slot(table, index, code::UNDEFINED_ELEMENT);
-        let funcref = self.b.ins().load(I64, trusted(), slot, 0);
+        let funcref = self.funcref_element(table, index, slot);
         self.b.ins().trapz(funcref, code::NULL_CALL);
         let actual = self
             .b
@@ -937,12 +960,23 @@ impl Translator<'_, '_> {
             O::TableGet { table } => {
                 let index = self.pop();
                 let slot = self.table_slot(table, index, code::TABLE_OUT_OF_BOUNDS);
-                let v = self.b.ins().load(I64, trusted(), slot, 0);
+                let v = if self.holds_funcrefs(table) {
+                    self.funcref_element(table, index, slot)
+                } else {
+                    self.b.ins().load(I64, trusted(), slot, 0)
+                };
                 self.push(v);
             }
             O::TableSet { table } => {
                 let (index, value) = self.pop2();
                 let slot = self.table_slot(table, index, code::TABLE_OUT_OF_BOUNDS);
+                let value = if self.holds_funcrefs(table) {
+                    self.b
+                        .ins()
+                        .bor_imm_u(value, VmOffsets::FUNCREF_WRITTEN as i64)
+                } else {
+                    value
+                };
                 self.b.ins().store(trusted(), value, slot, 0);
             }
             O::TableSize { table } => {
@@ -1002,16 +1036,21 @@ impl Translator<'_, '_> {
             O::RefIsNull => self.eqz(),
             O::RefFunc { function_index } => {
                 let imported = self.env.info.imported_funcs;
-                let slot = VmOffsets::funcref_slot(imported, self.env.escaping, function_index)
-                    .ok_or_else(|| {
-                        CompileError::Unsupported(format!(
-                            "ref.func {function_index} of an undeclared function"
-                        ))
-                    })?;
-                let v = self
-                    .b
-                    .ins()
-                    .iadd_imm_u(self.vmctx, self.env.offsets.funcref(slot) as i64);
+                let layout = self.env.layout;
+                let slot = layout.slot(imported, function_index).ok_or_else(|| {
+                    CompileError::Unsupported(format!(
+                        "ref.func {function_index} of an undeclared function"
+                    ))
+                })?;
+                let v = if layout.is_lazy(imported, slot) {
+                    // Only a lazy table names it: its slot is written on first use.
+                    let f = self.iconst32(function_index);
+                    self.builtin(Builtin::RefFunc, &[f]).unwrap()
+                } else {
+                    self.b
+                        .ins()
+                        .iadd_imm_u(self.vmctx, self.env.offsets.funcref(slot) as i64)
+                };
                 self.push(v);
             }
 

@@ -294,16 +294,16 @@ fn forged_metadata_is_refused_at_open() {
     }
 }
 
-/// The escaping-function list (the funcrefs instantiation fills in) must be exactly the
+/// The eager-function list (the funcrefs instantiation fills in) must be exactly the
 /// module's: one left out would leave an exported function's funcref empty.
 #[test]
-fn a_forged_escaping_list_is_refused() {
+fn a_forged_eager_list_is_refused() {
     let good = ephem_artifact::to_bytes(&compiled(), &[0; 32], &KEY);
     let artifact = open_bytes("good.ephem", &good).unwrap();
-    let escaping: Vec<u32> = artifact.escaping().iter().map(|f| f.to_native()).collect();
-    assert!(!escaping.is_empty());
+    let eager: Vec<u32> = artifact.eager().iter().map(|f| f.to_native()).collect();
+    assert!(!eager.is_empty());
     // Find the archived list in the metadata by its contents and shift one entry.
-    let needle: Vec<u8> = escaping.iter().flat_map(|f| f.to_le_bytes()).collect();
+    let needle: Vec<u8> = eager.iter().flat_map(|f| f.to_le_bytes()).collect();
     let at = good
         .windows(needle.len())
         .position(|w| w == needle)
@@ -313,7 +313,7 @@ fn a_forged_escaping_list_is_refused() {
     ephem_artifact::format::reseal(&mut forged, &KEY);
     let e = open_bytes("forged.ephem", &forged).unwrap_err();
     assert!(
-        e.to_string().contains("escaping") || e.to_string().contains("metadata"),
+        e.to_string().contains("eager") || e.to_string().contains("metadata"),
         "{e}"
     );
 }
@@ -386,4 +386,46 @@ fn randomly_forged_metadata_never_crashes_the_host() {
         refused > 100,
         "edits are caught ({refused} refused, {opened} opened)"
     );
+}
+
+/// The lazy funcref data at the end of the text (see `ephem_module::FuncrefLayout`), edited in
+/// the file: a table element naming a slot past the vmctx's, and a lazy slot whose code is not
+/// its function's, are refused at open.
+#[test]
+fn forged_lazy_funcref_data_is_refused() {
+    const LAZY: &str = r#"(module
+      (table 4 funcref)
+      (elem (i32.const 1) $a $b)
+      (func $a (result i32) i32.const 1)
+      (func $b (result i32) i32.const 2)
+      (func (export "run") (result i32) (call_indirect (result i32) (i32.const 2))))"#;
+    let compiled = Compiler::new().unwrap().compile(LAZY.as_bytes()).unwrap();
+    let good = ephem_artifact::to_bytes(&compiled, &[0; 32], &KEY);
+    let artifact = open_bytes("good.ephem", &good).unwrap();
+    let text = artifact.text_file_offset() as usize;
+    let (table_at, len) = artifact.lazy_table(0).expect("the table is lazy");
+    let (slots_at, slots) = artifact.lazy_slots();
+    assert_eq!((len, slots), (3, 2));
+    assert_eq!(run(artifact).unwrap(), 2);
+
+    let edit = |at: usize, value: u32| {
+        let mut forged = good.clone();
+        forged[text + at..text + at + 4].copy_from_slice(&value.to_le_bytes());
+        format::reseal(&mut forged, &KEY);
+        open_bytes("forged.ephem", &forged)
+    };
+    // Element 2 names slot 999; then the second lazy slot's code is the first one's.
+    let first_code = u32::from_le_bytes(
+        good[text + slots_at as usize + 4..text + slots_at as usize + 8]
+            .try_into()
+            .unwrap(),
+    );
+    for (what, at, value) in [
+        ("element", table_at as usize + 8, 1000),
+        ("slot code", slots_at as usize + 12, first_code),
+        ("slot function", slots_at as usize + 8, 0),
+    ] {
+        let e = edit(at, value).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("lazy funcrefs"), "{what}: {e}");
+    }
 }

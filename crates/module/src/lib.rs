@@ -13,10 +13,12 @@
 //! the wasm signature that wasm calls to reach a host function (see [`HostFuncHeader`]).
 
 mod check;
+mod funcrefs;
 mod vmctx;
 
 use rkyv::{Archive, Deserialize, Serialize};
 
+pub use funcrefs::{FuncrefLayout, LazyTable};
 pub use vmctx::*;
 
 /// A WebAssembly value type (WebAssembly 2.0, without SIMD).
@@ -334,7 +336,8 @@ impl ModuleInfo {
     /// element segments, global initialisers and exports, and the start function. WebAssembly's
     /// `ref.func` may only name functions of the first three, and direct calls never read a
     /// funcref, so only these (and the imported functions) have a funcref in the vmctx (see
-    /// [`VmOffsets::funcref_slot`]).
+    /// [`FuncrefLayout`]: the eager ones are this set, for the module without the segments a
+    /// lazy table absorbed).
     pub fn escaping(&self) -> Vec<u32> {
         let refs = self.elems.iter().flat_map(|e| &e.items);
         let mut funcs: Vec<u32> = refs

@@ -11,9 +11,14 @@
 //! tables      *mut VmTable                  (elements pointer and length; may move on grow)
 //! globals     *mut ValRaw                   (16 bytes each, owned by the global)
 //! type ids    u32 per type, engine-wide canonical ids for signature checks
-//! funcrefs    VmFuncRef per imported function, then per escaping defined one (see
-//!             [`ModuleInfo::escaping`](crate::ModuleInfo::escaping))
+//! funcrefs    VmFuncRef per imported function, then per eager defined one, then per lazy one
+//!             (see [`FuncrefLayout`](crate::FuncrefLayout)); a lazy slot holds garbage until
+//!             it is first needed, and is then written (always with the same value)
 //! ```
+//!
+//! Funcref table elements (not externref ones) are stored *tagged*: 0 is an element never
+//! written, which a lazy table makes from its initial contents when it is first read (null
+//! for any other table); anything else is the funcref pointer (null included) with bit 0 set.
 
 use crate::ModuleInfo;
 
@@ -96,6 +101,11 @@ macro_rules! for_each_builtin {
             TableInit table_init(table: i32, elem: i32, dst: i32, src: i32, len: i32) -> i32;
             /// (elem)
             ElemDrop elem_drop(elem: i32);
+            /// (table, index) -> the element, tagged, made from the table's initial contents
+            /// (the element was 0, never written; the index is in bounds)
+            TableLazy table_lazy(table: i32, index: i32) -> i64;
+            /// (func) -> its funcref, written into its lazy slot
+            RefFunc ref_func(func: i32) -> i64;
         }
     };
 }
@@ -194,16 +204,17 @@ impl VmOffsets {
     pub const MEMORY_LENGTH: u32 = 8;
     pub const TABLE_ELEMENTS: u32 = 0;
     pub const TABLE_LENGTH: u32 = 8;
+    /// The bit set in a written funcref table element (see the module documentation).
+    pub const FUNCREF_WRITTEN: u64 = 1;
 
-    pub fn new(info: &ModuleInfo) -> VmOffsets {
-        let slots = info.imported_funcs as usize + info.escaping().len();
-        VmOffsets::from_counts(counts!(info, slots))
+    /// The layout for `info` with `slots` funcref slots ([`crate::FuncrefLayout::slots`]).
+    pub fn new(info: &ModuleInfo, slots: u32) -> VmOffsets {
+        VmOffsets::from_counts(counts!(info, slots as usize))
     }
 
-    /// As [`VmOffsets::new`], for an archived module with `escaping` escaping functions.
-    pub fn for_archived(info: &crate::ArchivedModuleInfo, escaping: usize) -> VmOffsets {
-        let slots = info.imported_funcs.to_native() as usize + escaping;
-        VmOffsets::from_counts(counts!(info, slots))
+    /// As [`VmOffsets::new`], for an archived module.
+    pub fn for_archived(info: &crate::ArchivedModuleInfo, slots: u32) -> VmOffsets {
+        VmOffsets::from_counts(counts!(info, slots as usize))
     }
 
     /// The layout for a module with these numbers of memories, tables, globals, types and
@@ -250,24 +261,19 @@ impl VmOffsets {
     pub fn type_id(&self, i: u32) -> u32 {
         self.type_ids + 4 * i
     }
-    /// The funcref in `slot` (see [`VmOffsets::funcref_slot`]).
+    /// The funcref in `slot` (see [`crate::FuncrefLayout`]).
     pub fn funcref(&self, slot: u32) -> u32 {
         self.funcrefs + Self::FUNCREF_SIZE * slot
     }
 
-    /// The funcref slot of function `func` of a module with `imported` imported functions and
-    /// the sorted `escaping` ones ([`ModuleInfo::escaping`]): its index for an imported one,
-    /// else `imported` plus its rank among the escaping. `None` for a function whose funcref
-    /// nothing can see.
-    pub fn funcref_slot<T: Copy + Into<u32>>(
-        imported: u32,
-        escaping: &[T],
-        func: u32,
-    ) -> Option<u32> {
+    /// The funcref slot of eager function `func` of a module with `imported` imported
+    /// functions and the sorted `eager` ones ([`crate::FuncrefLayout::eager`]): its index for
+    /// an imported one, else `imported` plus its rank among the eager. `None` for any other.
+    pub fn eager_slot<T: Copy + Into<u32>>(imported: u32, eager: &[T], func: u32) -> Option<u32> {
         if func < imported {
             return Some(func);
         }
-        let rank = escaping.binary_search_by_key(&func, |&f| f.into()).ok()?;
+        let rank = eager.binary_search_by_key(&func, |&f| f.into()).ok()?;
         Some(imported + rank as u32)
     }
 }

@@ -32,7 +32,7 @@ use crate::limits::Growing;
 use crate::memory::{Claim, ImageSource, LinearMemory};
 use crate::signals::{CodeSite, TrapSite};
 use crate::store::{AsContext, AsContextMut, StoreInner, StoreOpaque, Stored};
-use crate::table::{GlobalData, TableData};
+use crate::table::{GlobalData, LazyInit, TableData};
 use crate::{
     Engine, Error, Extern, Func, FuncType, Global, GlobalType, Memory, MemoryType, Table,
     TableType, Trap, TypedFunc, WasmParams, WasmResults,
@@ -52,13 +52,30 @@ struct ModuleInner {
 }
 
 impl ModuleInner {
-    /// The vmctx funcref slot of function `func`, which is imported or escaping: the only
-    /// functions anything can take a funcref of (the metadata checks hold every export, element
-    /// item, global initialiser and start function to that).
+    /// The vmctx funcref slot of function `func`, which is imported or eager: the only
+    /// functions the host takes a funcref of (the metadata checks hold every export, kept
+    /// element item, global initialiser and start function to that).
     fn funcref_slot(&self, func: u32) -> u32 {
         let imported = self.artifact.info().imported_funcs.to_native();
-        let escaping = self.artifact.escaping();
-        VmOffsets::funcref_slot(imported, escaping, func).expect("an escaping function")
+        let eager = self.artifact.eager();
+        VmOffsets::eager_slot(imported, eager, func).expect("an eager function")
+    }
+
+    /// The funcref of this module's function whose code starts at text offset `code` and has
+    /// type `ty`, for the instance whose text is at `text` and vmctx at `vm`.
+    fn funcref(&self, text: *const u8, vm: *mut u8, code: u32, ty: u32) -> VmFuncRef {
+        let trampoline = self.artifact.trampolines()[ty as usize].to_native();
+        VmFuncRef {
+            code: text.wrapping_add(code as usize),
+            vmctx: vm,
+            trampoline: text.wrapping_add(trampoline as usize),
+            type_id: self.type_ids[ty as usize],
+        }
+    }
+
+    /// The first lazy funcref slot (see `ephem_module::FuncrefLayout`).
+    fn first_lazy_slot(&self) -> u32 {
+        self.artifact.info().imported_funcs.to_native() + self.artifact.eager().len() as u32
     }
 }
 
@@ -100,7 +117,7 @@ impl Module {
     pub fn from_artifact(engine: &Engine, artifact: Artifact) -> Module {
         let info = artifact.info();
         let type_ids = engine.type_ids(&info.types);
-        let offsets = VmOffsets::for_archived(info, artifact.escaping().len());
+        let offsets = VmOffsets::for_archived(info, artifact.funcref_slots());
         Module {
             inner: Arc::new(ModuleInner {
                 engine: engine.clone(),
@@ -283,7 +300,7 @@ pub struct Instance(pub(crate) Stored);
 /// An instance's state, owned by its store.
 pub(crate) struct InstanceData {
     /// Dropped first: the code must be gone from the registry before its module can go.
-    _code: LoadedCode,
+    code: LoadedCode,
     vmctx: VmCtx,
     pub(crate) handle: Instance,
     /// The store that owns this instance, for builtins (its address is fixed).
@@ -298,11 +315,16 @@ pub(crate) struct InstanceData {
 }
 
 /// The vmctx bytes, 16-aligned.
-struct VmCtx(Box<[ValRaw]>);
+struct VmCtx(Box<[std::mem::MaybeUninit<ValRaw>]>);
 
 impl VmCtx {
-    fn new(size: u32) -> VmCtx {
-        VmCtx(vec![0; (size as usize).div_ceil(16).max(1)].into_boxed_slice())
+    /// A vmctx of `size` bytes, the first `zeroed` of them zeros; the rest (lazy funcref
+    /// slots) is written before anything reads it, so zeroing it would only cost time.
+    fn new(size: u32, zeroed: u32) -> VmCtx {
+        let mut words = Box::new_uninit_slice((size as usize).div_ceil(16).max(1));
+        let zeroed = (zeroed as usize).div_ceil(16).min(words.len());
+        words[..zeroed].fill(std::mem::MaybeUninit::new(0));
+        VmCtx(words)
     }
     fn ptr(&self) -> *mut u8 {
         self.0.as_ptr() as *mut u8
@@ -646,7 +668,7 @@ pub(crate) unsafe fn instantiate(
     }
 
     let o = &m.offsets;
-    let vmctx = VmCtx::new(o.size);
+    let vmctx = VmCtx::new(o.size, o.funcref(m.first_lazy_slot()));
     let vm = vmctx.ptr();
     let funcref_at = |f: u32| vm.wrapping_add(o.funcref(m.funcref_slot(f)) as usize) as usize;
     // SAFETY (all writes below): offsets come from this module's `VmOffsets`.
@@ -686,18 +708,12 @@ pub(crate) unsafe fn instantiate(
             let at = NonNull::new(funcref_at(i as u32) as *mut VmFuncRef).expect("in the vmctx");
             f.imported_at(store, at);
         }
-        // Only funcrefs something can read have a slot: see `ModuleInfo::escaping`.
+        // Eager funcrefs now; lazy ones when first needed (see `ephem_module::FuncrefLayout`).
         let imported = info.imported_funcs.to_native();
-        let code = artifact.escaping_code();
-        for (rank, i) in artifact.escaping().iter().enumerate() {
-            let i = i.to_native();
-            let ty = info.funcs[i as usize].to_native() as usize;
-            let fr = VmFuncRef {
-                code: text_base.add(code[rank].to_native() as usize),
-                vmctx: vm,
-                trampoline: text_base.add(trampolines[ty].to_native() as usize),
-                type_id: m.type_ids[ty],
-            };
+        let code = artifact.eager_code();
+        for (rank, i) in artifact.eager().iter().enumerate() {
+            let ty = info.funcs[i.to_native() as usize].to_native();
+            let fr = m.funcref(text_base, vm, code[rank].to_native(), ty);
             vmctx.write(o.funcref(imported + rank as u32), fr);
         }
     }
@@ -722,7 +738,7 @@ pub(crate) unsafe fn instantiate(
 
     let handle = Instance(store.next_instance());
     let data = Box::new(InstanceData {
-        _code: code,
+        code,
         vmctx,
         handle,
         store: store_ptr,
@@ -738,6 +754,16 @@ pub(crate) unsafe fn instantiate(
         data.vmctx
             .write(VmOffsets::INSTANCE, &*data as *const InstanceData)
     };
+    let owner: *const InstanceData = &*data;
+    for (i, &table) in data.tables.iter().enumerate() {
+        if artifact.lazy_table(i as u32).is_some() {
+            let lazy = LazyInit {
+                owner,
+                table: i as u32,
+            };
+            store.tables[table as usize].set_lazy(lazy);
+        }
+    }
     store.push_instance(data);
     // SAFETY: per the contract; `store` is not used past this point.
     let start = unsafe { initialise(store_ptr, handle, claimed) };
@@ -940,7 +966,7 @@ impl InstanceData {
         }
     }
 
-    /// Function `index`, which has a funcref (it is imported or escaping).
+    /// Function `index`, which has a funcref (it is imported or eager).
     fn func(&self, store: &StoreOpaque, index: u32) -> Func {
         let m = &self.module.inner;
         let at = m.offsets.funcref(m.funcref_slot(index));
@@ -1011,9 +1037,52 @@ impl InstanceData {
         // (`values` reads globals and the vmctx, never a table).
         let elements = unsafe { table.elements() };
         for (element, v) in elements[d].iter_mut().zip(values) {
-            *element = v;
+            *element = table.tag(v);
         }
         true
+    }
+
+    /// The funcref in `slot` of this instance's vmctx, written first if it is a lazy one.
+    fn slot_funcref(&self, slot: u32) -> usize {
+        let m = &*self.module.inner;
+        let vm = self.vmctx.ptr();
+        let first_lazy = m.first_lazy_slot();
+        if slot >= first_lazy {
+            let (at, _) = m.artifact.lazy_slots();
+            let entry = at as usize + 8 * (slot - first_lazy) as usize;
+            let text = self.code.as_ptr();
+            // SAFETY: the artifact's checks hold the lazy slots inside the text, which lives
+            // as long as this instance; entries are 4-aligned.
+            let [func, code] = unsafe { text.add(entry).cast::<[u32; 2]>().read() };
+            let ty = m.artifact.info().funcs[func as usize].to_native();
+            let fr = m.funcref(text, vm, code, ty);
+            // SAFETY: a funcref slot of this vmctx (slots are below `funcref_slots`).
+            unsafe { self.vmctx.write(m.offsets.funcref(slot), fr) };
+        }
+        vm as usize + m.offsets.funcref(slot) as usize
+    }
+
+    /// Element `index` of this instance's lazy table `table` (its own index), as its initial
+    /// contents say (0 for null, past their end too).
+    pub(crate) fn lazy_element(&self, table: u32, index: u32) -> usize {
+        let m = &*self.module.inner;
+        let Some((at, len)) = m.artifact.lazy_table(table) else {
+            return 0;
+        };
+        if index >= len {
+            return 0;
+        }
+        // SAFETY: the artifact's checks hold the table's elements inside the text, 4-aligned.
+        let slot = unsafe {
+            (self.code.as_ptr())
+                .add(at as usize + 4 * index as usize)
+                .cast::<u32>()
+                .read()
+        };
+        match slot.checked_sub(1) {
+            Some(slot) => self.slot_funcref(slot),
+            None => 0,
+        }
     }
 
     /// `memory.init` of data segment `data` (module index).
@@ -1257,7 +1326,7 @@ unsafe extern "C" fn table_fill(vmctx: *mut u8, table: u32, dst: u32, val: u64, 
     match t.range(dst, len) {
         Some(r) => {
             // SAFETY: no other reference to the elements is alive during a builtin.
-            unsafe { t.elements()[r].fill(val as usize) };
+            unsafe { t.elements()[r].fill(t.tag(val as usize)) };
             0
         }
         None => 1,
@@ -1281,6 +1350,9 @@ unsafe extern "C" fn table_copy(
     let (Some(dr), Some(sr)) = (d.range(dst, len), s.range(src, len)) else {
         return 1;
     };
+    // Elements never written are made first: copied as they are stored, they would be made
+    // from the destination's initial contents instead.
+    s.make_all(sr.clone());
     if std::ptr::eq(d, s) {
         // SAFETY: as above.
         unsafe { d.elements().copy_within(sr, dr.start) };
@@ -1307,6 +1379,37 @@ unsafe extern "C" fn table_init(
         return 2;
     }
     u32::from(!i.table_init(store, table, elem, dst, src, len))
+}
+
+unsafe extern "C" fn table_lazy(vmctx: *mut u8, table: u32, index: u32) -> u64 {
+    // SAFETY: as above.
+    let (i, store) = unsafe { instance(vmctx) };
+    let raw = i.table(store, table).raw(index);
+    raw.expect("generated code checked the bounds") as u64
+}
+
+unsafe extern "C" fn ref_func(vmctx: *mut u8, func: u32) -> u64 {
+    // SAFETY: as above.
+    let (i, _) = unsafe { instance(vmctx) };
+    let m = &*i.module.inner;
+    let (at, count) = m.artifact.lazy_slots();
+    let text = i.code.as_ptr();
+    // SAFETY: as in `slot_funcref`: the lazy slots' entries, sorted by function.
+    let func_of = |k: u32| unsafe { text.add(at as usize + 8 * k as usize).cast::<u32>().read() };
+    let (mut lo, mut hi) = (0, count);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if func_of(mid) < func {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    debug_assert!(
+        lo < count && func_of(lo) == func,
+        "the compiler asks for lazy functions"
+    );
+    i.slot_funcref(m.first_lazy_slot() + lo.min(count.saturating_sub(1))) as u64
 }
 
 unsafe extern "C" fn elem_drop(vmctx: *mut u8, elem: u32) {

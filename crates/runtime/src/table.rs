@@ -1,9 +1,13 @@
-//! Tables of references. Elements are raw pointers as generated code sees them: a funcref is a
-//! `*const VmFuncRef`, an externref an opaque non-zero handle, and null is 0.
+//! Tables of references. Elements are raw values as generated code sees them: an externref an
+//! opaque non-zero handle (null is 0); a funcref a `*const VmFuncRef` (null is 0), stored
+//! tagged (`ephem_module::vmctx`): 0 is an element never written, anything else the pointer
+//! with [`VmOffsets::FUNCREF_WRITTEN`] set. A never-written element of a lazy table is made
+//! from the table's initial contents ([`LazyInit`]) when first read, of any other table it is
+//! null. The methods here take and return untagged values.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 
-use ephem_module::{TableType, VmTable};
+use ephem_module::{TableType, ValType, VmOffsets, VmTable};
 
 use crate::limits::Growing;
 
@@ -14,6 +18,18 @@ pub struct TableData {
     def: Box<UnsafeCell<VmTable>>,
     elements: UnsafeCell<Vec<usize>>,
     ty: TableType,
+    lazy: Cell<Option<LazyInit>>,
+}
+
+const WRITTEN: usize = VmOffsets::FUNCREF_WRITTEN as usize;
+
+/// Where a lazy table's never-written elements come from: the instance that defined it (see
+/// [`crate::instance::InstanceData::lazy_element`]).
+#[derive(Clone, Copy)]
+pub(crate) struct LazyInit {
+    /// Valid as long as the table: the store frees its instances and tables together.
+    pub owner: *const crate::instance::InstanceData,
+    pub table: u32,
 }
 
 impl TableData {
@@ -29,9 +45,14 @@ impl TableData {
                 elements: std::ptr::null_mut(),
                 length: 0,
             })),
-            elements: UnsafeCell::new(vec![init; ty.min as usize]),
+            elements: UnsafeCell::new(Vec::new()),
             ty,
+            lazy: Cell::new(None),
         };
+        // Null stays "never written" (0), so that a lazy table's initial contents show through.
+        let init = if init == 0 { 0 } else { table.tag(init) };
+        // SAFETY: the table was just made; nothing else refers to its elements.
+        unsafe { *table.elements.get() = vec![init; ty.min as usize] };
         table.sync();
         Ok(table)
     }
@@ -64,15 +85,63 @@ impl TableData {
         unsafe { (*self.def.get()).length }
     }
 
+    /// Element `i`, if in bounds.
     pub fn get(&self, i: u32) -> Option<usize> {
-        // SAFETY: plain read, single-threaded.
-        unsafe { (&*self.elements.get()).get(i as usize).copied() }
+        self.raw(i).map(|raw| self.untag(raw))
     }
 
+    /// Element `i` as stored, made first if it was never written (so never 0 for a funcref
+    /// table), if in bounds.
+    pub fn raw(&self, i: u32) -> Option<usize> {
+        // SAFETY: plain read, single-threaded.
+        let raw = unsafe { *(&*self.elements.get()).get(i as usize)? };
+        if raw != 0 || !self.holds_funcrefs() {
+            return Some(raw);
+        }
+        let made = match self.lazy.get() {
+            // SAFETY: the owner lives as long as the table (see `LazyInit`).
+            Some(lazy) => unsafe { (*lazy.owner).lazy_element(lazy.table, i) },
+            None => 0,
+        };
+        let raw = made | WRITTEN;
+        // SAFETY: plain write, single-threaded; no reference to the elements is alive (making
+        // the element touched only the owner's vmctx).
+        unsafe { (&mut *self.elements.get())[i as usize] = raw };
+        Some(raw)
+    }
+
+    /// Sets element `i` to `v`, if in bounds.
     pub fn set(&self, i: u32, v: usize) -> Option<()> {
+        let v = self.tag(v);
         // SAFETY: plain write, single-threaded.
         unsafe { *(&mut *self.elements.get()).get_mut(i as usize)? = v };
         Some(())
+    }
+
+    /// Makes the never-written elements come from `lazy` (once, before anything reads them).
+    pub(crate) fn set_lazy(&self, lazy: LazyInit) {
+        self.lazy.set(Some(lazy));
+    }
+
+    fn holds_funcrefs(&self) -> bool {
+        self.ty.elem == ValType::FuncRef
+    }
+
+    /// `v` as stored.
+    pub(crate) fn tag(&self, v: usize) -> usize {
+        if self.holds_funcrefs() {
+            v | WRITTEN
+        } else {
+            v
+        }
+    }
+
+    fn untag(&self, raw: usize) -> usize {
+        if self.holds_funcrefs() {
+            raw & !WRITTEN
+        } else {
+            raw
+        }
     }
 
     /// Whether the store's limiter lets this table grow by `delta` elements.
@@ -99,6 +168,7 @@ impl TableData {
         if new > self.ty.max.unwrap_or(u32::MAX).min(MAX_ELEMENTS) {
             return None;
         }
+        let init = self.tag(init);
         // SAFETY: single-threaded; `sync` republishes the (possibly moved) elements.
         unsafe { (&mut *self.elements.get()).resize(new as usize, init) };
         self.sync();
@@ -111,6 +181,16 @@ impl TableData {
         (end <= self.len()).then_some(start as usize..end as usize)
     }
 
+    /// Makes every never-written element in `range` (in bounds), so that its stored values can
+    /// be copied elsewhere.
+    pub fn make_all(&self, range: std::ops::Range<usize>) {
+        for i in range {
+            self.raw(i as u32);
+        }
+    }
+
+    /// The elements as stored (see the module documentation).
+    ///
     /// # Safety
     /// No other reference to the elements may be alive.
     #[allow(clippy::mut_from_ref)] // Exclusivity is the documented caller contract.
