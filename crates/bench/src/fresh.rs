@@ -392,6 +392,10 @@ pub struct FreshArgs {
     /// Bytes of each memory slot zeroed in place (kept resident) on reset.
     #[arg(long, value_parser = crate::load::parse_size)]
     pub keep_resident: Option<usize>,
+    /// Bytes of the pages an instance wrote that a reset zeroes in place (found through the
+    /// page map); 0 turns the page map off, which is how resets worked before it.
+    #[arg(long, value_parser = crate::load::parse_size)]
+    pub resident_dirty_bytes: Option<usize>,
 }
 
 impl FreshArgs {
@@ -410,6 +414,9 @@ impl FreshArgs {
         config.memory.reuse_images = !self.no_image_reuse;
         if let Some(keep) = self.keep_resident {
             config.memory.keep_resident = keep;
+        }
+        if let Some(bytes) = self.resident_dirty_bytes {
+            config.memory.resident_dirty_bytes = bytes;
         }
         Ok(Engine::with_config(config)?)
     }

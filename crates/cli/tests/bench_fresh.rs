@@ -25,6 +25,8 @@ fn bench_fresh_prints_one_json_object_per_module() {
                 // Zero sizes are accepted where they mean something: no page kept resident.
                 "--keep-resident",
                 "0",
+                "--resident-dirty-bytes",
+                "0",
             ])
             .arg("--dir")
             .arg(dir.join("work"))

@@ -334,6 +334,63 @@ fn reused_memory_slots_never_show_the_previous_instance() {
     }
 }
 
+/// A memory without an image, larger than the part zeroed whole: its reset reads the page map
+/// and zeroes what the instance wrote in place, up to a bound, discarding the rest. Instances
+/// in one slot write a different pattern over spread pages each round (more pages than the bound
+/// in some rounds, far past the first megabyte so that the part read grows, in grown pages), and
+/// each finds every byte zero first; with the page map off (a bound of 0) too.
+#[test]
+fn resets_by_page_map_leave_nothing_behind() {
+    const SPREAD: &str = r#"(module (memory (export "mem") 256 512)
+      ;; Writes `v` at every `step`-th byte from `from` up to `to`.
+      (func (export "fill") (param $from i32) (param $to i32) (param $step i32) (param $v i32)
+        (loop $l
+          (i32.store8 (local.get $from) (local.get $v))
+          (local.set $from (i32.add (local.get $from) (local.get $step)))
+          (br_if $l (i32.lt_u (local.get $from) (local.get $to)))))
+      ;; The OR of every word of the memory.
+      (func (export "or_all") (result i32) (local $at i32) (local $acc i32)
+        (loop $l
+          (local.set $acc (i32.or (local.get $acc) (i32.load (local.get $at))))
+          (local.set $at (i32.add (local.get $at) (i32.const 4)))
+          (br_if $l (i32.lt_u (local.get $at) (i32.mul (memory.size) (i32.const 65536)))))
+        (local.get $acc))
+      (func (export "store") (param i32 i32) (i32.store8 (local.get 0) (local.get 1)))
+      (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0))))"#;
+    for resident_dirty_bytes in [0, 64 << 10, 2 << 20] {
+        let engine = Engine::with_config(EngineConfig {
+            memory: MemoryConfig {
+                max_idle_slots: 1,
+                resident_dirty_bytes,
+                ..MemoryConfig::default()
+            },
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let module = ephem::compile(&engine, SPREAD.as_bytes()).unwrap();
+        let mut base = None;
+        for round in 0..12i32 {
+            let mut run = Run::new(&module, &[]);
+            assert_eq!(*base.get_or_insert(run.base()), run.base(), "one slot");
+            assert_eq!(
+                run.i32("or_all", &[]),
+                0,
+                "{resident_dirty_bytes}: round {round}"
+            );
+            // Every page of the memory, a page in 7, or every 4th of the first 2 MiB.
+            let step = [4096, 7 * 4096, 4 * 4096][round as usize % 3] + round;
+            let to = if round % 3 == 2 { 2 << 20 } else { 256 * 65536 };
+            let args = [round * 13, to, step, 0x40 + round].map(Val::I32);
+            run.call("fill", &args);
+            assert_ne!(run.i32("or_all", &[]), 0);
+            if round % 4 == 3 {
+                assert_eq!(run.grow(4), 256);
+                run.store(256 * 65536 + 3 * 65536 + 9, 7);
+            }
+        }
+    }
+}
+
 #[test]
 fn memories_grow_beyond_their_image() {
     for map_image_at in [0, usize::MAX] {

@@ -32,6 +32,7 @@ mod libcalls;
 mod limits;
 mod linker;
 mod memory;
+mod pagemap;
 mod signals;
 mod store;
 mod table;

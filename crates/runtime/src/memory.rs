@@ -26,11 +26,23 @@
 //! bytes the segments write, copied out of the image.
 //!
 //! When the memory is dropped its slot is reset before anything else can take it, so nothing
-//! one instance wrote is visible to the next: the first [`MemoryConfig::keep_resident`] bytes of
-//! a slot without a mapped image are zeroed in place (they stay resident for the next instance),
-//! and everything else is discarded with `madvise(MADV_DONTNEED)`, after which anonymous pages
-//! read as zeros and the pages of a mapped image read as the file again. A slot keeps its image
-//! mapped while idle: the next memory of the same artifact file and size that takes it needs no
+//! one instance wrote is visible to the next:
+//!
+//! - A slot of at most [`MemoryConfig::keep_resident`] bytes without a mapped image is zeroed
+//!   in place (no system call; its pages stay resident for the next instance).
+//! - Any other slot reads the kernel's page map ([`crate::pagemap`]) and undoes exactly what the
+//!   instance did: pages it never touched, and image pages it only read (still the file's), are
+//!   left as they are; image pages it wrote are copied back from the image's file; anonymous
+//!   pages it wrote are zeroed in place, up to [`MemoryConfig::resident_dirty_bytes`] of them;
+//!   the rest (anonymous pages past that bound, swapped-out pages, and everything past the part
+//!   of the slot whose page map is read) is discarded with `madvise(MADV_DONTNEED)`, after
+//!   which anonymous pages read as zeros and the pages of a mapped image read as the file
+//!   again. So the next instance of the same module finds the pages it will read and write
+//!   present, and takes no fault for them; and a reset that discards nothing makes the kernel
+//!   flush no other core's TLB.
+//! - Without a page map, everything past `keep_resident` is discarded.
+//!
+//! A slot keeps its image mapped while idle: the next memory of the same artifact file and size that takes it needs no
 //! system call at all (the pool prefers such a slot), and any other memory first replaces the
 //! image with zero pages, or maps its own over it ([`MemoryConfig::reuse_images`] turns the
 //! reuse off: every memory then replaces the image it finds).
@@ -66,6 +78,12 @@ pub struct MemoryConfig {
     /// 128 KiB measured best on the corpus mix (`ephem bench fresh --keep-resident`, see
     /// BENCHMARKS.md): quickjs's 85 KiB of data segments land there.
     pub keep_resident: usize,
+    /// Bytes of the pages an instance wrote that a reset zeroes in place, keeping them
+    /// resident for the next instance, in slots larger than `keep_resident` or with an image
+    /// (see the module documentation); pages written past this are discarded. It bounds what an
+    /// idle slot keeps resident beyond `keep_resident`. 0 discards them all, as before the page
+    /// map was read.
+    pub resident_dirty_bytes: usize,
     /// Whether the next memory of the same artifact may take an idle slot's mapped image as it
     /// is (see the module documentation). Off, every memory replaces the image it finds: the
     /// cost of a workload whose modules never repeat.
@@ -123,6 +141,7 @@ impl Default for MemoryConfig {
             max_idle_slots: 128,
             reuse_images: true,
             keep_resident: 128 << 10,
+            resident_dirty_bytes: 2 << 20,
             map_image_at: 0,
             max_total_bytes: None,
         }
@@ -149,6 +168,12 @@ struct Slot {
     base: *mut u8,
     accessible: usize,
     image: Option<MappedImage>,
+    /// The file `image` is mapped from (a descriptor of our own): a reset copies back from it
+    /// the image pages an instance wrote (see [`Slot::reset_by_page_map`]).
+    image_file: Option<std::os::fd::OwnedFd>,
+    /// How much of the slot the next reset reads the page map for (see
+    /// [`Slot::reset_by_page_map`]).
+    scan: usize,
 }
 
 // SAFETY: a slot is plain address space owned by whoever holds it (the pool's list or one
@@ -171,6 +196,8 @@ impl Slot {
             base: base.cast(),
             accessible: 0,
             image: None,
+            image_file: None,
+            scan: MIN_SCAN,
         })
     }
 
@@ -213,6 +240,7 @@ impl Slot {
         if let Some(image) = self.image {
             self.zero_pages(image.offset, image.len)?;
             self.image = None;
+            self.image_file = None;
         }
         Ok(())
     }
@@ -246,6 +274,8 @@ impl Slot {
             let _ = self.unmap_image();
             return Err(e);
         }
+        // Without a descriptor of its own, a reset discards written image pages instead.
+        self.image_file = rustix::io::fcntl_dupfd_cloexec(image.file().0, 0).ok();
         if let Some(old) = self.image.replace(want) {
             let (start, end) = (want.offset, want.offset + want.len);
             let (old_start, old_end) = (old.offset, old.offset + old.len);
@@ -264,34 +294,174 @@ impl Slot {
     /// Makes everything an instance wrote disappear (see the module documentation): anonymous
     /// pages read as zeros again, a mapped image's pages as the file again. Without
     /// `reuse_image`, the image is marked as one no memory may take as it is.
-    fn reset(&mut self, keep_resident: usize, reuse_image: bool) -> rustix::io::Result<()> {
+    fn reset(&mut self, config: &MemoryConfig) -> rustix::io::Result<()> {
         let len = self.accessible;
+        if let Some(image) = &mut self.image {
+            image.reusable &= config.reuse_images;
+        }
+        if self.image.is_none() && len <= config.keep_resident {
+            // SAFETY: `[0, len)` is accessible anonymous memory and nothing else references it
+            // (the memory that used it is being dropped).
+            unsafe { std::ptr::write_bytes(self.base, 0, len) };
+            return Ok(());
+        }
+        if config.resident_dirty_bytes > 0 && self.reset_by_page_map(config)? {
+            return Ok(());
+        }
         // Zeroing in place only pays where the pages are anonymous and resident, which they
         // are not in a slot that held an image.
         let keep = if self.image.is_some() {
             0
         } else {
-            len.min(keep_resident)
+            config.keep_resident
         };
-        if let Some(image) = &mut self.image {
-            image.reusable &= reuse_image;
-        }
-        // SAFETY: `[0, keep)` is accessible anonymous memory and nothing else references it
-        // (the memory that used it is being dropped).
+        // SAFETY: as above, `[0, keep)` is accessible anonymous memory.
         unsafe { std::ptr::write_bytes(self.base, 0, keep) };
-        if len > keep {
-            // SAFETY: private pages of our own reservation. Discarding them makes anonymous
-            // pages read as zeros and private file pages as the file, which is the point.
+        self.discard(keep, len)
+    }
+
+    /// Discards `[from, to)`: private pages of our own reservation. Anonymous pages then read
+    /// as zeros and private file pages as the file, which is the point.
+    fn discard(&self, from: usize, to: usize) -> rustix::io::Result<()> {
+        if from < to {
+            // SAFETY: accessible pages of our own reservation, referenced by nothing.
             unsafe {
-                rustix::mm::madvise(
-                    self.base.add(keep).cast(),
-                    len - keep,
-                    Advice::LinuxDontNeed,
-                )?
+                rustix::mm::madvise(self.base.add(from).cast(), to - from, Advice::LinuxDontNeed)?
             };
         }
         Ok(())
     }
+
+    /// Copies `[from, to)`, pages of the mapped image, back from its file.
+    fn copy_back(&self, from: usize, to: usize) -> rustix::io::Result<()> {
+        let (Some(image), Some(file)) = (self.image, &self.image_file) else {
+            return self.discard(from, to);
+        };
+        let mut done = from;
+        while done < to {
+            // SAFETY: accessible pages of our own reservation inside the image, referenced by
+            // nothing (their memory is being dropped).
+            let dst = unsafe { std::slice::from_raw_parts_mut(self.base.add(done), to - done) };
+            let at = image.file_offset + (done - image.offset) as u64;
+            match rustix::io::pread(file, dst, at) {
+                Ok(n) if n > 0 => done += n,
+                // Short of the file (it cannot be, but never leave data behind): discard.
+                _ => return self.discard(done, to),
+            }
+        }
+        Ok(())
+    }
+
+    /// The reset by page map (see the module documentation); `false` if it cannot be read.
+    ///
+    /// Image pages the instance wrote are copied back from the image's file (one `pread` per
+    /// run of them), which leaves them present for the next instance and, unlike discarding,
+    /// makes the kernel flush no other core's TLB.
+    ///
+    /// Reading the page map costs per page read, touched or not (about 0.3 µs, then 4 ns per
+    /// page), so only the slot's first `scan` bytes and its image are read, and the rest is
+    /// discarded whole (which costs little, and flushes nothing, where nothing was touched).
+    /// The slot learns how far its instances write: `scan`
+    /// doubles, up to [`MAX_SCAN`], after a reset that found pages touched in the upper half of
+    /// what it read, densely enough (a page per [`SCAN_DENSITY`] bytes read) that the faults saved
+    /// outweigh the reading; it halves, down to [`MIN_SCAN`], after one that found none there.
+    fn reset_by_page_map(&mut self, config: &MemoryConfig) -> rustix::io::Result<bool> {
+        use crate::pagemap::{PAGE as HOST_PAGE, Page};
+        thread_local! {
+            static ENTRIES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+        }
+        let image = self.image.map_or(0..0, |i| i.offset..i.offset + i.len);
+        let scanned = self.accessible.min(self.scan.max(image.end));
+        ENTRIES.with_borrow_mut(|entries| {
+            if !crate::pagemap::read(self.base, scanned, entries) {
+                return Ok(false);
+            }
+            let mut budget = config.resident_dirty_bytes / HOST_PAGE;
+            let (mut touched, mut upper_touched) = (0, false);
+            // The runs of pages to discard, and of image pages to copy back, the scan is in.
+            let mut run: Option<usize> = None;
+            let mut copy: Option<usize> = None;
+            for (k, &entry) in entries.iter().enumerate() {
+                let at = k * HOST_PAGE;
+                let page = Page::of(entry);
+                if page == Page::Absent && run.is_none() && copy.is_none() {
+                    continue;
+                }
+                if page != Page::Absent {
+                    touched += 1;
+                    upper_touched |= at >= scanned / 2;
+                }
+                let written_image = page == Page::Private && image.contains(&at);
+                match (written_image && self.image_file.is_some(), copy) {
+                    (true, None) => copy = Some(at),
+                    (false, Some(start)) => {
+                        self.copy_back(start, at)?;
+                        copy = None;
+                    }
+                    _ => {}
+                }
+                let discard = match page {
+                    Page::Absent | Page::File => false,
+                    Page::Swapped => true,
+                    Page::Private if image.contains(&at) => self.image_file.is_none(),
+                    Page::Private => {
+                        // SAFETY: an accessible, present page of our reservation, referenced
+                        // by nothing (its memory is being dropped).
+                        let page =
+                            unsafe { std::slice::from_raw_parts_mut(self.base.add(at), HOST_PAGE) };
+                        // Reading first spares the shared zero page a copy-on-write fault.
+                        if is_zero(page) {
+                            false
+                        } else if budget > 0 {
+                            budget -= 1;
+                            page.fill(0);
+                            false
+                        } else {
+                            true
+                        }
+                    }
+                };
+                match (discard, run) {
+                    (true, None) => run = Some(at),
+                    (false, Some(start)) => {
+                        self.discard(start, at)?;
+                        run = None;
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(start) = copy {
+                self.copy_back(start, scanned)?;
+            }
+            self.discard(run.unwrap_or(scanned), self.accessible)?;
+            let dense = touched * SCAN_DENSITY >= scanned;
+            self.scan = if upper_touched && dense && scanned == self.scan {
+                (self.scan * 2).min(MAX_SCAN)
+            } else if !upper_touched {
+                (self.scan / 2).max(MIN_SCAN)
+            } else {
+                self.scan
+            };
+            Ok(true)
+        })
+    }
+}
+
+/// How much of a slot a reset reads the page map for: see [`Slot::reset_by_page_map`].
+const MIN_SCAN: usize = 256 << 10;
+/// See [`MIN_SCAN`].
+const MAX_SCAN: usize = 64 << 20;
+/// See [`MIN_SCAN`].
+const SCAN_DENSITY: usize = 256 << 10;
+
+/// Whether a page-aligned page is all zeros (a reduction without early exit vectorises).
+fn is_zero(page: &[u8]) -> bool {
+    // SAFETY: any bytes are valid u64s; `align_to` hands back whatever does not align.
+    let (head, words, tail) = unsafe { page.align_to::<u64>() };
+    // A written page usually shows it in its first word, which spares reading the rest.
+    words.first().is_none_or(|&w| w == 0)
+        && head.iter().chain(tail).all(|&b| b == 0)
+        && words.iter().fold(0, |acc, &w| acc | w) == 0
 }
 
 impl Drop for Slot {
@@ -365,11 +535,7 @@ impl MemoryPool {
     fn give_back(&self, mut slot: Slot) {
         let full = || self.idle.lock().unwrap_or_else(|e| e.into_inner()).len();
         // Beyond the bound, or if it cannot be reset, the slot is dropped (unmapped).
-        if full() >= self.config.max_idle_slots
-            || slot
-                .reset(self.config.keep_resident, self.config.reuse_images)
-                .is_err()
-        {
+        if full() >= self.config.max_idle_slots || slot.reset(&self.config).is_err() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
