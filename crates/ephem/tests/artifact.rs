@@ -377,6 +377,12 @@ fn resets_by_page_map_leave_nothing_behind() {
                 0,
                 "{resident_dirty_bytes}: round {round}"
             );
+            if round % 4 == 0 && round > 0 {
+                // What the last grown instance wrote past the minimum is zeros when grown again
+                // (its slot was reset, then shrunk back to the memory's size).
+                assert_eq!(run.grow(4), 256);
+                assert_eq!(run.i32("or_all", &[]), 0, "grown pages, round {round}");
+            }
             // Every page of the memory, a page in 7, or every 4th of the first 2 MiB.
             let step = [4096, 7 * 4096, 4 * 4096][round as usize % 3] + round;
             let to = if round % 3 == 2 { 2 << 20 } else { 256 * 65536 };
@@ -385,6 +391,7 @@ fn resets_by_page_map_leave_nothing_behind() {
             assert_ne!(run.i32("or_all", &[]), 0);
             if round % 4 == 3 {
                 assert_eq!(run.grow(4), 256);
+                run.call("fill", &[256 * 65536, 260 * 65536, 4093, 9].map(Val::I32));
                 run.store(256 * 65536 + 3 * 65536 + 9, 7);
             }
         }
@@ -703,4 +710,63 @@ fn a_text_region_taken_back_runs_its_own_code_never_another() {
         assert_eq!(call(&a), 3333);
         assert_eq!(call(&b), 2222);
     }
+}
+
+/// A module with thousands of trap sites and a text too large to be read on open: finding a
+/// trap reads the trap table's index and one block of it (see the format). Every site is found
+/// with its kind, in the first, a middle and the last block, and no other offset is; and a trap
+/// through the runtime names its kind.
+#[test]
+fn traps_are_found_through_the_trap_tables_index() {
+    let mut wat = String::from("(module (memory 1)\n");
+    for i in 0..3000 {
+        let loads = (1..6)
+            .map(|k| format!("(i32.load offset={} (local.get 0))", i * 4 + k))
+            .fold("(local.get 0)".to_string(), |acc, l| {
+                format!("(i32.xor {acc} {l})")
+            });
+        wat += &format!(
+            "(func $f{i} (param i32) (result i32) (i32.div_s {loads} (i32.load (local.get 0))))\n"
+        );
+    }
+    wat += "(func (export \"trap\") (result i32) (call $f2999 (i32.const -1))))";
+    let compiled = Compiler::new().unwrap().compile(wat.as_bytes()).unwrap();
+    assert!(compiled.traps.len() > 3 * format::TRAP_BLOCK);
+    assert!(
+        compiled.text.len() > ephem_artifact::SMALL_TEXT,
+        "text read on open"
+    );
+    let dir = ephem_test_support::temp_dir();
+    let bytes = ephem_artifact::to_bytes(&compiled, &[0; 32], &KEY);
+    // Read-only, as the cache writes entries: the first open verifies the file (and reads the
+    // whole table), the second remembers that and reads neither.
+    let path = dir.path().join("many.ephem");
+    ephem_artifact::write_atomic(&path, &bytes).unwrap();
+    drop(Artifact::open(&path, &KEY).unwrap());
+    let artifact = Artifact::open(&path, &KEY).unwrap();
+    let n = compiled.traps.len();
+    for &(at, kind) in compiled.traps[..20]
+        .iter()
+        .chain(&compiled.traps[n / 2 - 10..n / 2 + 10])
+        .chain(&compiled.traps[n - 20..])
+    {
+        assert_eq!(artifact.trap_at(at), Some(kind), "site {at}");
+    }
+    let sites: std::collections::HashSet<u32> = compiled.traps.iter().map(|t| t.0).collect();
+    let others = (0..compiled.text.len() as u32)
+        .step_by(97)
+        .filter(|o| !sites.contains(o));
+    for at in others.take(2000) {
+        assert_eq!(artifact.trap_at(at), None, "offset {at}");
+    }
+
+    let engine = Engine::default();
+    let module = Module::from_artifact(&engine, artifact);
+    let mut run = Run::new(&module, &[]);
+    let e = run.try_call("trap", &[]).unwrap_err();
+    assert_eq!(
+        e.trap().map(|t| t.kind),
+        Some(ephem::TrapKind::MemoryOutOfBounds),
+        "{e}"
+    );
 }

@@ -532,10 +532,17 @@ impl MemoryPool {
         }
     }
 
-    fn give_back(&self, mut slot: Slot) {
+    /// Takes back the slot of a memory that started at `initial` bytes: reset, then shrunk
+    /// back to that size if it grew, so that the next memory of its kind finds it with its
+    /// size and image (one `mprotect`, instead of replacing the image and faulting it in).
+    fn give_back(&self, mut slot: Slot, initial: usize) {
         let full = || self.idle.lock().unwrap_or_else(|e| e.into_inner()).len();
-        // Beyond the bound, or if it cannot be reset, the slot is dropped (unmapped).
-        if full() >= self.config.max_idle_slots || slot.reset(&self.config).is_err() {
+        // Beyond the bound, or if it cannot be reset, the slot is dropped (unmapped). The
+        // reset comes first: pages made inaccessible keep whatever they hold.
+        if full() >= self.config.max_idle_slots
+            || slot.reset(&self.config).is_err()
+            || slot.set_accessible(initial.min(slot.accessible)).is_err()
+        {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
@@ -870,7 +877,7 @@ impl Drop for LinearMemory {
             pool.release_bytes(self.len());
         }
         match &self.pool {
-            Some(pool) => pool.give_back(slot),
+            Some(pool) => pool.give_back(slot, self.ty.min as usize * PAGE as usize),
             None => drop(slot),
         }
     }
