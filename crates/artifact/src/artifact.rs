@@ -48,7 +48,7 @@ use rkyv::util::AlignedVec;
 
 use crate::format::{
     ArchivedMemoryImage, ArchivedMeta, EPHEM_VERSION, FILE_PAGE, FORMAT_VERSION, HEADER_SIZE,
-    MAGIC, Section, off,
+    MAGIC, Section, TRAP_BLOCK, off,
 };
 use crate::key::KeyId;
 use crate::{ArtifactKey, Error, cpu};
@@ -78,6 +78,8 @@ pub struct Artifact {
     front: AlignedVec<16>,
     /// The trap table, read on first use.
     traps: OnceLock<Vec<u8>>,
+    /// The trap table's index (see the format), read on the first trap.
+    trap_index: OnceLock<Vec<u8>>,
     /// The images' spans, read on first use.
     spans: OnceLock<Vec<u8>>,
     /// The function table and the names, read on first use.
@@ -260,6 +262,20 @@ fn read_front(file: &File, front: &mut AlignedVec<16>, end: usize) -> Result<(),
     Ok(())
 }
 
+/// The kind of the trap at code `offset` among sorted trap table `entries`.
+fn trap_in(entries: &[u8], offset: u32) -> Option<TrapKind> {
+    let (mut lo, mut hi) = (0, entries.len() / 8);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match u32_at(entries, mid * 8).cmp(&offset) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return TrapKind::from_code(u32_at(entries, mid * 8 + 4)),
+        }
+    }
+    None
+}
+
 fn read_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), Error> {
     file.read_exact_at(buf, offset).map_err(|e| match e.kind() {
         std::io::ErrorKind::UnexpectedEof => damaged("shorter than its header says"),
@@ -432,6 +448,7 @@ impl Artifact {
             sections,
             front,
             traps: OnceLock::new(),
+            trap_index: OnceLock::new(),
             spans: OnceLock::new(),
             funcs: OnceLock::new(),
             names: OnceLock::new(),
@@ -570,8 +587,15 @@ impl Artifact {
             last = Some(func);
         }
         let traps = self.lazy_section(&self.traps, Section::Traps)?;
+        let (entries, index) = traps.split_at(8 * self.trap_count());
+        let indexed = (entries.chunks_exact(8).step_by(TRAP_BLOCK))
+            .zip(index.chunks_exact(4))
+            .all(|(e, i)| e[..4] == *i);
+        if !indexed {
+            return Err(damaged("the trap table's index is not its own"));
+        }
         let mut last = None;
-        for entry in traps.chunks_exact(8) {
+        for entry in entries.chunks_exact(8) {
             let at = u32_at(entry, 0);
             if last.is_some_and(|l| l >= at)
                 || u64::from(at) >= text
@@ -660,7 +684,7 @@ impl Artifact {
         let ok = imports_fit
             && text <= self.text_len()
             && sec(Section::Funcs) == 8 * info.defined_funcs()
-            && sec(Section::Traps) % 8 == 0
+            && sec(Section::Traps) == crate::format::traps_len(m.trap_count.to_native() as usize)
             && m.trampolines.len() == types
             && m.host_adapters.len() == types
             && m.trampolines
@@ -931,17 +955,43 @@ impl Artifact {
     /// The kind of trap raised by the instruction at text `offset`, if it is a trapping one
     /// (`None` also when the trap table cannot be read).
     pub fn trap_at(&self, offset: u32) -> Option<TrapKind> {
-        let t = self.lazy_section(&self.traps, Section::Traps).ok()?;
-        let (mut lo, mut hi) = (0, t.len() / 8);
+        let count = self.trap_count();
+        let whole = self
+            .in_front(Section::Traps)
+            .or(self.traps.get().map(Vec::as_slice));
+        if let Some(t) = whole {
+            return trap_in(&t[..8 * count], offset);
+        }
+        // The block of the index entry at or before `offset`, read alone.
+        let index = match self.trap_index.get() {
+            Some(index) => index,
+            None => {
+                let r = &self.sections[Section::Traps as usize];
+                let mut index = vec![0; count.div_ceil(TRAP_BLOCK) * 4];
+                read_at(&self.file, &mut index, r.start + 8 * count as u64).ok()?;
+                self.trap_index.get_or_init(|| index)
+            }
+        };
+        let (mut lo, mut hi) = (0, index.len() / 4);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match u32_at(t, mid * 8).cmp(&offset) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return TrapKind::from_code(u32_at(t, mid * 8 + 4)),
+            if u32_at(index, 4 * mid) <= offset {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
         }
-        None
+        let block = lo.checked_sub(1)?;
+        let first = block * TRAP_BLOCK;
+        let mut entries = vec![0; 8 * TRAP_BLOCK.min(count - first)];
+        let start = self.sections[Section::Traps as usize].start + 8 * first as u64;
+        read_at(&self.file, &mut entries, start).ok()?;
+        trap_in(&entries, offset)
+    }
+
+    /// Entries in the trap table.
+    fn trap_count(&self) -> usize {
+        self.meta().trap_count.to_native() as usize
     }
 
     /// The memory images, at most one per memory.

@@ -5,7 +5,9 @@
 //!        meta     rkyv archive: target, module info, relocations, trampolines, memory images
 //!        data     the bytes of every data segment that no image holds
 //!        funcs    per defined function: code offset u32, code length u32
-//!        traps    per trapping instruction, sorted: code offset u32, kind u32
+//!        traps    per trapping instruction, sorted: code offset u32, kind u32; then an index:
+//!                 the code offset of every TRAP_BLOCK-th entry (u32), so that finding a trap
+//!                 reads the index and one block, not a table of megabytes
 //!        spans    per image, the ranges its segments write: start u64, end u64
 //!        names    count u32; per named function, by function: func u32, start u32, end u32;
 //!                 then the names' bytes (start and end index them)
@@ -34,7 +36,7 @@ use crate::ArtifactKey;
 /// The first bytes of every artifact.
 pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes.
-pub const FORMAT_VERSION: u32 = 12;
+pub const FORMAT_VERSION: u32 = 13;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -48,6 +50,14 @@ pub const FILE_PAGE: usize = 4096;
 pub const IMAGE_PAGES_PER_DATA_PAGE: u64 = 4;
 /// See [`IMAGE_PAGES_PER_DATA_PAGE`].
 pub const IMAGE_SLACK_PAGES: u64 = 16;
+
+/// Entries of the trap table per entry of its index (see the layout above).
+pub const TRAP_BLOCK: usize = 512;
+
+/// The trap section's length for `count` entries: the entries and their index.
+pub(crate) fn traps_len(count: usize) -> usize {
+    count * 8 + count.div_ceil(TRAP_BLOCK) * 4
+}
 
 /// Byte that fills the text's last page after the code: `int3`.
 const TEXT_FILL: u8 = 0xCC;
@@ -129,6 +139,8 @@ pub(crate) struct Meta {
     /// Where each eager function's code starts in the text, in the same order: all that
     /// instantiation needs of the function table, which is read only for traps.
     pub eager_code: Vec<u32>,
+    /// Entries in the trap table (see the layout above).
+    pub trap_count: u32,
     /// The machine code's length: the text's first bytes (the lazy funcrefs and tables follow).
     pub code_len: u32,
     /// How many lazy funcref slots follow the eager ones, and where in the text their
@@ -347,6 +359,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         images,
         elem_slots,
         code_len: compiled.text.len() as u32,
+        trap_count: compiled.traps.len() as u32,
         lazy_slots: layout.lazy.len() as u32,
         lazy_at,
         lazy_tables,
@@ -372,6 +385,9 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
     for &(at, kind) in &compiled.traps {
         out.extend_from_slice(&at.to_le_bytes());
         out.extend_from_slice(&kind.code().to_le_bytes());
+    }
+    for &(at, _) in compiled.traps.iter().step_by(TRAP_BLOCK) {
+        out.extend_from_slice(&at.to_le_bytes());
     }
     section(&mut out, Section::Traps, start);
     let start = out.len();
