@@ -336,9 +336,9 @@ fn reused_memory_slots_never_show_the_previous_instance() {
 
 /// A memory without an image, larger than the part zeroed whole: its reset reads the page map
 /// and zeroes what the instance wrote in place, up to a bound, discarding the rest. Instances
-/// in one slot write a different pattern over spread pages each round (more pages than the bound
-/// in some rounds, far past the first megabyte so that the part read grows, in grown pages), and
-/// each finds every byte zero first; with the page map off (a bound of 0) too.
+/// in one slot write a different pattern each round (more pages than the bound in some rounds,
+/// past the mark the slot learned in others, one sparse page, in grown pages), and each finds
+/// every byte zero first; with the page map off (a bound of 0) too.
 #[test]
 fn resets_by_page_map_leave_nothing_behind() {
     const SPREAD: &str = r#"(module (memory (export "mem") 256 512)
@@ -348,6 +348,15 @@ fn resets_by_page_map_leave_nothing_behind() {
           (i32.store8 (local.get $from) (local.get $v))
           (local.set $from (i32.add (local.get $from) (local.get $step)))
           (br_if $l (i32.lt_u (local.get $from) (local.get $to)))))
+      ;; The OR of the bytes `fill` would write: reads no other page, so that the slot learns
+      ;; only where instances write.
+      (func (export "probe") (param $from i32) (param $to i32) (param $step i32) (result i32)
+        (local $acc i32)
+        (loop $l
+          (local.set $acc (i32.or (local.get $acc) (i32.load8_u (local.get $from))))
+          (local.set $from (i32.add (local.get $from) (local.get $step)))
+          (br_if $l (i32.lt_u (local.get $from) (local.get $to))))
+        (local.get $acc))
       ;; The OR of every word of the memory.
       (func (export "or_all") (result i32) (local $at i32) (local $acc i32)
         (loop $l
@@ -355,8 +364,21 @@ fn resets_by_page_map_leave_nothing_behind() {
           (local.set $at (i32.add (local.get $at) (i32.const 4)))
           (br_if $l (i32.lt_u (local.get $at) (i32.mul (memory.size) (i32.const 65536)))))
         (local.get $acc))
-      (func (export "store") (param i32 i32) (i32.store8 (local.get 0) (local.get 1)))
       (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0))))"#;
+    // Dense in the first megabyte for a while (the slot learns a mark there), then every page
+    // (past the mark), a page in 7, one page far up, every 4th of 2 MiB.
+    let patterns = |round: i32| {
+        [
+            (0, 1 << 20, 4096),
+            (1, 1 << 20, 8193),
+            (2, 1 << 20, 4096),
+            (0, 256 * 65536, 4096),
+            (5, 256 * 65536, 7 * 4096),
+            (15 << 20, 16 << 20, 1 << 20),
+            (round, 2 << 20, 4 * 4096),
+        ][round as usize % 7]
+    };
+    let grown = (256 * 65536, 260 * 65536, 4093);
     for resident_dirty_bytes in [0, 64 << 10, 2 << 20] {
         let engine = Engine::with_config(EngineConfig {
             memory: MemoryConfig {
@@ -369,32 +391,36 @@ fn resets_by_page_map_leave_nothing_behind() {
         .unwrap();
         let module = ephem::compile(&engine, SPREAD.as_bytes()).unwrap();
         let mut base = None;
-        for round in 0..12i32 {
+        let probe = |run: &mut Run, (from, to, step): (i32, i32, i32)| {
+            run.i32("probe", &[from, to, step].map(Val::I32))
+        };
+        for round in 0..29i32 {
+            let what = format!("{resident_dirty_bytes}: round {round}");
             let mut run = Run::new(&module, &[]);
             assert_eq!(*base.get_or_insert(run.base()), run.base(), "one slot");
-            assert_eq!(
-                run.i32("or_all", &[]),
-                0,
-                "{resident_dirty_bytes}: round {round}"
-            );
+            if round > 0 {
+                assert_eq!(probe(&mut run, patterns(round - 1)), 0, "{what}");
+            }
             if round % 4 == 0 && round > 0 {
                 // What the last grown instance wrote past the minimum is zeros when grown again
                 // (its slot was reset, then shrunk back to the memory's size).
                 assert_eq!(run.grow(4), 256);
-                assert_eq!(run.i32("or_all", &[]), 0, "grown pages, round {round}");
+                assert_eq!(probe(&mut run, grown), 0, "grown pages, {what}");
             }
-            // Every page of the memory, a page in 7, or every 4th of the first 2 MiB.
-            let step = [4096, 7 * 4096, 4 * 4096][round as usize % 3] + round;
-            let to = if round % 3 == 2 { 2 << 20 } else { 256 * 65536 };
-            let args = [round * 13, to, step, 0x40 + round].map(Val::I32);
-            run.call("fill", &args);
-            assert_ne!(run.i32("or_all", &[]), 0);
+            let (from, to, step) = patterns(round);
+            run.call("fill", &[from, to, step, 0x40 + round].map(Val::I32));
+            assert_ne!(probe(&mut run, patterns(round)), 0);
             if round % 4 == 3 {
                 assert_eq!(run.grow(4), 256);
-                run.call("fill", &[256 * 65536, 260 * 65536, 4093, 9].map(Val::I32));
-                run.store(256 * 65536 + 3 * 65536 + 9, 7);
+                run.call("fill", &[grown.0, grown.1, grown.2, 9].map(Val::I32));
             }
         }
+        let mut last = Run::new(&module, &[]);
+        assert_eq!(
+            last.i32("or_all", &[]),
+            0,
+            "{resident_dirty_bytes}: at the end"
+        );
     }
 }
 

@@ -171,9 +171,9 @@ struct Slot {
     /// The file `image` is mapped from (a descriptor of our own): a reset copies back from it
     /// the image pages an instance wrote (see [`Slot::reset_by_page_map`]).
     image_file: Option<std::os::fd::OwnedFd>,
-    /// How much of the slot the next reset reads the page map for (see
+    /// What the slot learned of where its instances touch memory (see
     /// [`Slot::reset_by_page_map`]).
-    scan: usize,
+    learned: Learned,
 }
 
 // SAFETY: a slot is plain address space owned by whoever holds it (the pool's list or one
@@ -197,7 +197,7 @@ impl Slot {
             accessible: 0,
             image: None,
             image_file: None,
-            scan: MIN_SCAN,
+            learned: Learned::default(),
         })
     }
 
@@ -358,26 +358,37 @@ impl Slot {
     /// run of them), which leaves them present for the next instance and, unlike discarding,
     /// makes the kernel flush no other core's TLB.
     ///
-    /// Reading the page map costs per page read, touched or not (about 0.3 µs, then 4 ns per
-    /// page), so only the slot's first `scan` bytes and its image are read, and the rest is
-    /// discarded whole (which costs little, and flushes nothing, where nothing was touched).
-    /// The slot learns how far its instances write: `scan`
-    /// doubles, up to [`MAX_SCAN`], after a reset that found pages touched in the upper half of
-    /// what it read, densely enough (a page per [`SCAN_DENSITY`] bytes read) that the faults saved
-    /// outweigh the reading; it halves, down to [`MIN_SCAN`], after one that found none there.
+    /// Reading the page map costs per page read, touched or not (about 0.5 µs, then 4 ns per
+    /// page), so a reset reads it only up to the slot's high-water mark, below which its
+    /// instances touched pages densely enough (a page per [`SCAN_DENSITY`] bytes) that the
+    /// faults saved pay for the reading; the rest is discarded whole, which costs little, and
+    /// flushes nothing, where nothing was touched. Below the mark there may be nothing to read
+    /// at all (an instance that touches no memory makes one `madvise`, as before the page map).
+    /// The mark is learned by reading the whole slot (up to [`MAX_SCAN`]) every so often: after
+    /// [`FIRST_FULL_SCAN`] resets, then twice as long each time it learns nothing new, up to
+    /// [`MAX_FULL_SCAN`]; and at the next reset when one finds a page touched at the mark.
     fn reset_by_page_map(&mut self, config: &MemoryConfig) -> rustix::io::Result<bool> {
         use crate::pagemap::{PAGE as HOST_PAGE, Page};
         thread_local! {
             static ENTRIES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
         }
         let image = self.image.map_or(0..0, |i| i.offset..i.offset + i.len);
-        let scanned = self.accessible.min(self.scan.max(image.end));
+        let full = self.learned.until_full == 0;
+        let scanned = self
+            .accessible
+            .min(if full { MAX_SCAN } else { self.learned.reach() });
+        if scanned == 0 {
+            self.learned.until_full = self.learned.until_full.saturating_sub(1);
+            self.discard(0, self.accessible)?;
+            return Ok(true);
+        }
         ENTRIES.with_borrow_mut(|entries| {
             if !crate::pagemap::read(self.base, scanned, entries) {
                 return Ok(false);
             }
             let mut budget = config.resident_dirty_bytes / HOST_PAGE;
-            let (mut touched, mut upper_touched) = (0, false);
+            // Pages found touched, and the end of the last one.
+            let (mut touched, mut top) = (0, 0);
             // The runs of pages to discard, and of image pages to copy back, the scan is in.
             let mut run: Option<usize> = None;
             let mut copy: Option<usize> = None;
@@ -389,7 +400,7 @@ impl Slot {
                 }
                 if page != Page::Absent {
                     touched += 1;
-                    upper_touched |= at >= scanned / 2;
+                    top = at + HOST_PAGE;
                 }
                 let written_image = page == Page::Private && image.contains(&at);
                 match (written_image && self.image_file.is_some(), copy) {
@@ -434,25 +445,69 @@ impl Slot {
                 self.copy_back(start, scanned)?;
             }
             self.discard(run.unwrap_or(scanned), self.accessible)?;
-            let dense = touched * SCAN_DENSITY >= scanned;
-            self.scan = if upper_touched && dense && scanned == self.scan {
-                (self.scan * 2).min(MAX_SCAN)
-            } else if !upper_touched {
-                (self.scan / 2).max(MIN_SCAN)
-            } else {
-                self.scan
-            };
+            self.learned.learn(full, touched, top);
             Ok(true)
         })
     }
 }
 
-/// How much of a slot a reset reads the page map for: see [`Slot::reset_by_page_map`].
-const MIN_SCAN: usize = 256 << 10;
-/// See [`MIN_SCAN`].
+/// Where a slot's instances touch memory, and when to look again: see
+/// [`Slot::reset_by_page_map`].
+#[derive(Clone, Copy, Debug, Default)]
+struct Learned {
+    /// The high-water mark: resets read the page map below it.
+    mark: usize,
+    /// Resets until the next reads the whole slot (0: the next one does).
+    until_full: u32,
+    /// The current wait between whole reads.
+    period: u32,
+}
+
+impl Learned {
+    /// How far a reset that is not a whole read reads: the mark and a margin past it, where
+    /// a page touched says that instances may touch more past the mark than that.
+    fn reach(&self) -> usize {
+        match self.mark {
+            0 => 0,
+            mark => mark + (mark / 4).max(64 << 10),
+        }
+    }
+
+    /// After a reset that read all of the slot's page map (up to [`MAX_SCAN`]) if `full`, else
+    /// up to [`Learned::reach`], and found `touched` pages, the last ending at `top`.
+    fn learn(&mut self, full: bool, touched: usize, top: usize) {
+        if !full {
+            // Touched past the mark: look at the whole slot at the next reset.
+            self.until_full = if top > self.mark {
+                0
+            } else {
+                self.until_full.saturating_sub(1)
+            };
+            return;
+        }
+        let mark = if touched * SCAN_DENSITY >= top {
+            top
+        } else {
+            0
+        };
+        self.period = if mark > self.mark || self.period == 0 {
+            FIRST_FULL_SCAN
+        } else {
+            (self.period * 2).min(MAX_FULL_SCAN)
+        };
+        self.mark = mark;
+        self.until_full = self.period;
+    }
+}
+
+/// The most of a slot a reset reads the page map for: see [`Slot::reset_by_page_map`].
 const MAX_SCAN: usize = 64 << 20;
-/// See [`MIN_SCAN`].
+/// See [`Slot::reset_by_page_map`].
 const SCAN_DENSITY: usize = 256 << 10;
+/// See [`Slot::reset_by_page_map`].
+const FIRST_FULL_SCAN: u32 = 8;
+/// See [`Slot::reset_by_page_map`].
+const MAX_FULL_SCAN: u32 = 256;
 
 /// Whether a page-aligned page is all zeros (a reduction without early exit vectorises).
 fn is_zero(page: &[u8]) -> bool {
