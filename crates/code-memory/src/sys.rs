@@ -181,6 +181,10 @@ impl Mapping {
     ///
     /// The caller guarantees that nothing uses that range (no code runs in it, no reference
     /// points into it).
+    ///
+    /// Pages are not populated up front: an instance runs a few pages of its text, which
+    /// fault in (sixteen at a time, by the kernel's fault-around), and `MAP_POPULATE` made
+    /// loading a text new to the process 2-5 times slower (BENCHMARKS.md, many distinct modules).
     pub(crate) fn place_file(
         &self,
         at: usize,
