@@ -28,7 +28,7 @@
 //! that may hold data already; `text` is copied or mapped, images are mapped or copied into
 //! linear memory.
 
-use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Reloc, SegmentMode, Target};
+use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Placement, Reloc, SegmentMode, Target};
 use rkyv::{Archive, Serialize};
 
 use crate::ArtifactKey;
@@ -196,20 +196,12 @@ fn plan_image(
     let min_bytes = u64::from(info.memories[memory as usize].min) * 65536;
     let mut spans = Vec::new();
     for seg in &info.datas {
-        let SegmentMode::Active { index, offset } = &seg.mode else {
-            continue;
+        let len = u64::from(seg.range.end - seg.range.start);
+        let (start, end) = match seg.mode.placement(memory, len, min_bytes) {
+            Placement::Elsewhere => continue,
+            Placement::Dynamic => return None,
+            Placement::Static(r) => (r.start, r.end),
         };
-        if *index != memory {
-            continue;
-        }
-        let ConstExpr::I32(at) = *offset else {
-            return None;
-        };
-        let start = u64::from(at as u32);
-        let end = start + u64::from(seg.range.end - seg.range.start);
-        if end > min_bytes {
-            return None;
-        }
         if end > start {
             spans.push((start, seg.range.clone()));
         }

@@ -19,7 +19,7 @@
 //! The compiler and the artifact writer both derive the layout with [`FuncrefLayout::of`], so
 //! the slots the code uses and the ones the runtime fills agree.
 
-use crate::{ConstExpr, ModuleInfo, SegmentMode, ValType};
+use crate::{ConstExpr, ModuleInfo, Placement, SegmentMode, ValType};
 
 /// See the module documentation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,20 +110,12 @@ fn lazy_table(info: &ModuleInfo, table: u32) -> Option<(LazyTable, Vec<usize>)> 
     let mut elements = Vec::new();
     let mut segments = Vec::new();
     for (s, seg) in info.elems.iter().enumerate() {
-        let SegmentMode::Active { index, offset } = &seg.mode else {
-            continue;
+        let len = seg.items.len() as u64;
+        let (start, end) = match seg.mode.placement(table, len, u64::from(ty.min)) {
+            Placement::Elsewhere => continue,
+            Placement::Dynamic => return None,
+            Placement::Static(r) => (r.start, r.end),
         };
-        if *index != table {
-            continue;
-        }
-        let ConstExpr::I32(at) = *offset else {
-            return None;
-        };
-        let start = at as u32 as u64;
-        let end = start + seg.items.len() as u64;
-        if end > u64::from(ty.min) {
-            return None;
-        }
         if elements.len() < end as usize {
             elements.resize(end as usize, None);
         }

@@ -281,6 +281,34 @@ pub enum SegmentMode {
     Declared,
 }
 
+/// Where an active segment goes, when that is known before instantiation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Not an active segment of the memory or table asked about.
+    Elsewhere,
+    /// Units `[start, end)`, within the limit asked about: applying it cannot trap.
+    Static(std::ops::Range<u64>),
+    /// An offset read from a global, or past the limit: known only at instantiation.
+    Dynamic,
+}
+
+impl SegmentMode {
+    /// Where this segment, of `len` units, goes if it is an active one of memory or table
+    /// `index` whose minimum size is `limit` units.
+    pub fn placement(&self, index: u32, len: u64, limit: u64) -> Placement {
+        match self {
+            SegmentMode::Active { index: i, offset } if *i == index => match *offset {
+                ConstExpr::I32(at) if u64::from(at as u32) + len <= limit => {
+                    let start = u64::from(at as u32);
+                    Placement::Static(start..start + len)
+                }
+                _ => Placement::Dynamic,
+            },
+            _ => Placement::Elsewhere,
+        }
+    }
+}
+
 /// A data segment; its bytes are `data[range]` of [`CompiledModule::data`].
 #[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct DataSegment {
@@ -548,6 +576,36 @@ impl CompiledModule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placements_are_static_only_for_constant_offsets_within_the_limit() {
+        let at = |index, offset| SegmentMode::Active { index, offset };
+        assert_eq!(
+            at(0, ConstExpr::I32(6)).placement(0, 4, 10),
+            Placement::Static(6..10)
+        );
+        assert_eq!(
+            at(0, ConstExpr::I32(7)).placement(0, 4, 10),
+            Placement::Dynamic
+        );
+        // -1 is offset 2^32 - 1, far past any limit, not a wrap to 3.
+        assert_eq!(
+            at(0, ConstExpr::I32(-1)).placement(0, 4, 10),
+            Placement::Dynamic
+        );
+        assert_eq!(
+            at(0, ConstExpr::GlobalGet(0)).placement(0, 0, 10),
+            Placement::Dynamic
+        );
+        assert_eq!(
+            at(1, ConstExpr::I32(0)).placement(0, 4, 10),
+            Placement::Elsewhere
+        );
+        assert_eq!(
+            SegmentMode::Passive.placement(0, 4, 10),
+            Placement::Elsewhere
+        );
+    }
 
     /// Every signature of up to 4 types: its small id decodes back to it, and no two share one.
     #[test]
