@@ -1405,11 +1405,12 @@ unsafe extern "C" fn ref_func(vmctx: *mut u8, func: u32) -> u64 {
             hi = mid;
         }
     }
-    debug_assert!(
-        lo < count && func_of(lo) == func,
-        "the compiler asks for lazy functions"
-    );
-    i.slot_funcref(m.first_lazy_slot() + lo.min(count.saturating_sub(1))) as u64
+    // The compiler asks only for lazy functions; anything else gets null, never a stray slot.
+    if lo < count && func_of(lo) == func {
+        i.slot_funcref(m.first_lazy_slot() + lo) as u64
+    } else {
+        0
+    }
 }
 
 unsafe extern "C" fn elem_drop(vmctx: *mut u8, elem: u32) {
