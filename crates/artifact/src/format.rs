@@ -306,8 +306,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
     // goes at the end of the text.
     let imported = compiled.info.imported_funcs;
     let layout = ephem_module::FuncrefLayout::of(&compiled.info);
-    let stored = info.without_covered(&layout.covered);
-    info.elems = stored.elems;
+    info.drop_covered(&layout.covered);
     // (An inconsistent module, which only a test forges, gets 0s; opening refuses it.)
     let code_of = |f: u32| {
         let loc = f

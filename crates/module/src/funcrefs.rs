@@ -54,7 +54,7 @@ impl FuncrefLayout {
                 tables.push(lazy);
             }
         }
-        let eager = info.without_covered(&covered).escaping();
+        let eager = info.escaping_but(&covered);
         // Every function a covered segment names, even one a later segment overwrote: `ref.func`
         // may name it.
         let named = (info.elems.iter().zip(&covered))
@@ -133,17 +133,15 @@ fn lazy_table(info: &ModuleInfo, table: u32) -> Option<(LazyTable, Vec<usize>)> 
 }
 
 impl ModuleInfo {
-    /// This module with the `covered` element segments absorbed: declared, with no items (as
-    /// artifacts store it: see [`FuncrefLayout`]).
-    pub fn without_covered(&self, covered: &[bool]) -> ModuleInfo {
-        let mut info = self.clone();
-        for (seg, &c) in info.elems.iter_mut().zip(covered) {
+    /// Absorbs the `covered` element segments: they become declared ones with no items (as
+    /// artifacts store them: see [`FuncrefLayout`]).
+    pub fn drop_covered(&mut self, covered: &[bool]) {
+        for (seg, &c) in self.elems.iter_mut().zip(covered) {
             if c {
                 seg.mode = SegmentMode::Declared;
                 seg.items = Vec::new();
             }
         }
-        info
     }
 }
 

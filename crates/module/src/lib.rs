@@ -367,7 +367,15 @@ impl ModuleInfo {
     /// [`FuncrefLayout`]: the eager ones are this set, for the module without the segments a
     /// lazy table absorbed).
     pub fn escaping(&self) -> Vec<u32> {
-        let refs = self.elems.iter().flat_map(|e| &e.items);
+        self.escaping_but(&[])
+    }
+
+    /// As [`ModuleInfo::escaping`], leaving out the element segments `covered` marks.
+    pub fn escaping_but(&self, covered: &[bool]) -> Vec<u32> {
+        let kept = |i: &usize| !covered.get(*i).copied().unwrap_or(false);
+        let refs = (self.elems.iter().enumerate())
+            .filter(|(i, _)| kept(i))
+            .flat_map(|(_, e)| &e.items);
         let mut funcs: Vec<u32> = refs
             .chain(&self.global_inits)
             .filter_map(|e| match e {
