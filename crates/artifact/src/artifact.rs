@@ -264,16 +264,11 @@ fn read_front(file: &File, front: &mut AlignedVec<16>, end: usize) -> Result<(),
 
 /// The kind of the trap at code `offset` among sorted trap table `entries`.
 fn trap_in(entries: &[u8], offset: u32) -> Option<TrapKind> {
-    let (mut lo, mut hi) = (0, entries.len() / 8);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        match u32_at(entries, mid * 8).cmp(&offset) {
-            std::cmp::Ordering::Less => lo = mid + 1,
-            std::cmp::Ordering::Greater => hi = mid,
-            std::cmp::Ordering::Equal => return TrapKind::from_code(u32_at(entries, mid * 8 + 4)),
-        }
-    }
-    None
+    let (entries, _) = entries.as_chunks::<8>();
+    let k = entries
+        .binary_search_by_key(&offset, |e| u32_at(e, 0))
+        .ok()?;
+    TrapKind::from_code(u32_at(&entries[k], 4))
 }
 
 fn read_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), Error> {
@@ -870,8 +865,13 @@ impl Artifact {
 
     /// Funcref slots in all: imported, eager and lazy.
     pub fn funcref_slots(&self) -> u32 {
-        let m = self.meta();
-        m.info.imported_funcs.to_native() + m.eager.len() as u32 + m.lazy_slots.to_native()
+        self.first_lazy_slot() + self.meta().lazy_slots.to_native()
+    }
+
+    /// The first lazy funcref slot, after the imported and eager ones (see
+    /// `ephem_module::FuncrefLayout`).
+    pub fn first_lazy_slot(&self) -> u32 {
+        self.info().imported_funcs.to_native() + self.eager().len() as u32
     }
 
     /// Where the lazy slots' functions and code offsets are in the text: `(at, count)`, 8
@@ -933,20 +933,13 @@ impl Artifact {
     /// The defined function whose code contains text `offset` (module index), and the
     /// offset within it.
     pub fn func_at(&self, offset: u32) -> Option<(u32, u32)> {
-        let n = self.info().defined_funcs();
-        let (mut lo, mut hi) = (0, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.func(mid)?.offset <= offset {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        let f = self.func(lo.checked_sub(1)?)?;
+        let table = self.lazy_section(&self.funcs, Section::Funcs).ok()?;
+        let (table, _) = table.as_chunks::<8>();
+        let k = (table.partition_point(|e| func_loc(e).offset <= offset)).checked_sub(1)?;
+        let f = func_loc(&table[k]);
         (offset < f.offset.saturating_add(f.len)).then(|| {
             (
-                self.info().imported_funcs.to_native() + lo as u32 - 1,
+                self.info().imported_funcs.to_native() + k as u32,
                 offset - f.offset,
             )
         })
@@ -972,16 +965,9 @@ impl Artifact {
                 self.trap_index.get_or_init(|| index)
             }
         };
-        let (mut lo, mut hi) = (0, index.len() / 4);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if u32_at(index, 4 * mid) <= offset {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        let block = lo.checked_sub(1)?;
+        let (index, _) = index.as_chunks::<4>();
+        let block =
+            (index.partition_point(|&at| u32::from_le_bytes(at) <= offset)).checked_sub(1)?;
         let first = block * TRAP_BLOCK;
         let mut entries = vec![0; 8 * TRAP_BLOCK.min(count - first)];
         let start = self.sections[Section::Traps as usize].start + 8 * first as u64;

@@ -84,14 +84,9 @@ impl FuncrefLayout {
 
     /// The slot of function `func`, if it has one.
     pub fn slot(&self, imported: u32, func: u32) -> Option<u32> {
-        if func < imported {
-            return Some(func);
-        }
         let first_lazy = imported + self.eager.len() as u32;
-        match self.eager.binary_search(&func) {
-            Ok(rank) => Some(imported + rank as u32),
-            Err(_) => (self.lazy.binary_search(&func).ok()).map(|r| first_lazy + r as u32),
-        }
+        crate::VmOffsets::eager_slot(imported, &self.eager, func)
+            .or_else(|| (self.lazy.binary_search(&func).ok()).map(|r| first_lazy + r as u32))
     }
 
     /// Whether `slot` is one of the lazy ones.

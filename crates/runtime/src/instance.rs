@@ -72,11 +72,6 @@ impl ModuleInner {
             type_id: self.type_ids[ty as usize],
         }
     }
-
-    /// The first lazy funcref slot (see `ephem_module::FuncrefLayout`).
-    fn first_lazy_slot(&self) -> u32 {
-        self.artifact.info().imported_funcs.to_native() + self.artifact.eager().len() as u32
-    }
 }
 
 impl Module {
@@ -668,7 +663,7 @@ pub(crate) unsafe fn instantiate(
     }
 
     let o = &m.offsets;
-    let vmctx = VmCtx::new(o.size, o.funcref(m.first_lazy_slot()));
+    let vmctx = VmCtx::new(o.size, o.funcref(m.artifact.first_lazy_slot()));
     let vm = vmctx.ptr();
     let funcref_at = |f: u32| vm.wrapping_add(o.funcref(m.funcref_slot(f)) as usize) as usize;
     // SAFETY (all writes below): offsets come from this module's `VmOffsets`.
@@ -1042,20 +1037,38 @@ impl InstanceData {
         true
     }
 
+    /// The lazy funcref slots' entries in the loaded text: (function, code offset), sorted by
+    /// function (see the artifact's `lazy_slots`).
+    fn lazy_slots(&self) -> &[[u32; 2]] {
+        let (at, count) = self.module.inner.artifact.lazy_slots();
+        // SAFETY: the artifact's checks hold the entries inside the text, at an 8-aligned
+        // offset of a page-aligned text that lives as long as this instance and never changes.
+        unsafe {
+            std::slice::from_raw_parts(self.code.as_ptr().add(at as usize).cast(), count as usize)
+        }
+    }
+
+    /// Lazy table `table`'s initial elements in the loaded text (0 null, else funcref slot
+    /// + 1); empty for a table that is not lazy.
+    fn lazy_elements(&self, table: u32) -> &[u32] {
+        let Some((at, len)) = self.module.inner.artifact.lazy_table(table) else {
+            return &[];
+        };
+        // SAFETY: as in `lazy_slots`; the elements are at a 4-aligned offset.
+        unsafe {
+            std::slice::from_raw_parts(self.code.as_ptr().add(at as usize).cast(), len as usize)
+        }
+    }
+
     /// The funcref in `slot` of this instance's vmctx, written first if it is a lazy one.
     fn slot_funcref(&self, slot: u32) -> usize {
         let m = &*self.module.inner;
         let vm = self.vmctx.ptr();
-        let first_lazy = m.first_lazy_slot();
-        if slot >= first_lazy {
-            let (at, _) = m.artifact.lazy_slots();
-            let entry = at as usize + 8 * (slot - first_lazy) as usize;
-            let text = self.code.as_ptr();
-            // SAFETY: the artifact's checks hold the lazy slots inside the text, which lives
-            // as long as this instance; entries are 4-aligned.
-            let [func, code] = unsafe { text.add(entry).cast::<[u32; 2]>().read() };
+        let first_lazy = m.artifact.first_lazy_slot();
+        if let Some(k) = slot.checked_sub(first_lazy) {
+            let [func, code] = self.lazy_slots()[k as usize];
             let ty = m.artifact.info().funcs[func as usize].to_native();
-            let fr = m.funcref(text, vm, code, ty);
+            let fr = m.funcref(self.code.as_ptr(), vm, code, ty);
             // SAFETY: a funcref slot of this vmctx (slots are below `funcref_slots`).
             unsafe { self.vmctx.write(m.offsets.funcref(slot), fr) };
         }
@@ -1065,23 +1078,9 @@ impl InstanceData {
     /// Element `index` of this instance's lazy table `table` (its own index), as its initial
     /// contents say (0 for null, past their end too).
     pub(crate) fn lazy_element(&self, table: u32, index: u32) -> usize {
-        let m = &*self.module.inner;
-        let Some((at, len)) = m.artifact.lazy_table(table) else {
-            return 0;
-        };
-        if index >= len {
-            return 0;
-        }
-        // SAFETY: the artifact's checks hold the table's elements inside the text, 4-aligned.
-        let slot = unsafe {
-            (self.code.as_ptr())
-                .add(at as usize + 4 * index as usize)
-                .cast::<u32>()
-                .read()
-        };
-        match slot.checked_sub(1) {
-            Some(slot) => self.slot_funcref(slot),
-            None => 0,
+        match self.lazy_elements(table).get(index as usize) {
+            Some(&slot) if slot > 0 => self.slot_funcref(slot - 1),
+            _ => 0,
         }
     }
 
@@ -1391,25 +1390,10 @@ unsafe extern "C" fn table_lazy(vmctx: *mut u8, table: u32, index: u32) -> u64 {
 unsafe extern "C" fn ref_func(vmctx: *mut u8, func: u32) -> u64 {
     // SAFETY: as above.
     let (i, _) = unsafe { instance(vmctx) };
-    let m = &*i.module.inner;
-    let (at, count) = m.artifact.lazy_slots();
-    let text = i.code.as_ptr();
-    // SAFETY: as in `slot_funcref`: the lazy slots' entries, sorted by function.
-    let func_of = |k: u32| unsafe { text.add(at as usize + 8 * k as usize).cast::<u32>().read() };
-    let (mut lo, mut hi) = (0, count);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if func_of(mid) < func {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
     // The compiler asks only for lazy functions; anything else gets null, never a stray slot.
-    if lo < count && func_of(lo) == func {
-        i.slot_funcref(m.first_lazy_slot() + lo) as u64
-    } else {
-        0
+    match i.lazy_slots().binary_search_by_key(&func, |e| e[0]) {
+        Ok(k) => i.slot_funcref(i.module.inner.artifact.first_lazy_slot() + k as u32) as u64,
+        Err(_) => 0,
     }
 }
 
