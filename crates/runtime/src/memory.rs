@@ -366,7 +366,7 @@ impl Slot {
     /// at all (an instance that touches no memory makes one `madvise`, as before the page map).
     /// The mark is learned by reading the whole slot (up to [`MAX_SCAN`]) every so often: after
     /// [`FIRST_FULL_SCAN`] resets, then twice as long each time it learns nothing new, up to
-    /// [`MAX_FULL_SCAN`]; and at the next reset when one finds a page touched at the mark.
+    /// [`MAX_FULL_SCAN`]; and at the next reset when one finds a page touched past the mark.
     fn reset_by_page_map(&mut self, config: &MemoryConfig) -> rustix::io::Result<bool> {
         use crate::pagemap::{PAGE as HOST_PAGE, Page};
         thread_local! {
@@ -390,12 +390,11 @@ impl Slot {
             // Pages found touched, and the end of the last one.
             let (mut touched, mut top) = (0, 0);
             // The runs of pages to discard, and of image pages to copy back, the scan is in.
-            let mut run: Option<usize> = None;
-            let mut copy: Option<usize> = None;
+            let (mut discard_run, mut copy_run) = (Run::default(), Run::default());
             for (k, &entry) in entries.iter().enumerate() {
                 let at = k * HOST_PAGE;
                 let page = Page::of(entry);
-                if page == Page::Absent && run.is_none() && copy.is_none() {
+                if page == Page::Absent && discard_run.is_empty() && copy_run.is_empty() {
                     continue;
                 }
                 if page != Page::Absent {
@@ -403,14 +402,8 @@ impl Slot {
                     top = at + HOST_PAGE;
                 }
                 let written_image = page == Page::Private && image.contains(&at);
-                match (written_image && self.image_file.is_some(), copy) {
-                    (true, None) => copy = Some(at),
-                    (false, Some(start)) => {
-                        self.copy_back(start, at)?;
-                        copy = None;
-                    }
-                    _ => {}
-                }
+                let copy = written_image && self.image_file.is_some();
+                copy_run.step(copy, at, |from, to| self.copy_back(from, to))?;
                 let discard = match page {
                     Page::Absent | Page::File => false,
                     Page::Swapped => true,
@@ -432,22 +425,47 @@ impl Slot {
                         }
                     }
                 };
-                match (discard, run) {
-                    (true, None) => run = Some(at),
-                    (false, Some(start)) => {
-                        self.discard(start, at)?;
-                        run = None;
-                    }
-                    _ => {}
-                }
+                discard_run.step(discard, at, |from, to| self.discard(from, to))?;
             }
-            if let Some(start) = copy {
-                self.copy_back(start, scanned)?;
-            }
-            self.discard(run.unwrap_or(scanned), self.accessible)?;
+            copy_run.step(false, scanned, |from, to| self.copy_back(from, to))?;
+            // The run under way, if any, and everything past what was read.
+            self.discard(discard_run.start().unwrap_or(scanned), self.accessible)?;
             self.learned.learn(full, touched, top);
             Ok(true)
         })
+    }
+}
+
+/// A run of consecutive pages that one system call acts on (see [`Slot::reset_by_page_map`]).
+#[derive(Default)]
+struct Run(Option<usize>);
+
+impl Run {
+    fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn start(&self) -> Option<usize> {
+        self.0
+    }
+
+    /// The page at `at` is `inside` the run or not: a run that this ends is handed to
+    /// `act(start, at)`.
+    fn step(
+        &mut self,
+        inside: bool,
+        at: usize,
+        act: impl FnOnce(usize, usize) -> rustix::io::Result<()>,
+    ) -> rustix::io::Result<()> {
+        match (inside, self.0) {
+            (true, None) => self.0 = Some(at),
+            (false, Some(start)) => {
+                self.0 = None;
+                act(start, at)?;
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 
