@@ -609,21 +609,22 @@ impl Artifact {
     /// with their code as the function table has it, and none eager; every table element is
     /// null or a slot; tables are defined funcref ones, each named once.
     fn check_lazy(&self, code_is: impl Fn(u32, u32) -> bool) -> Result<(), Error> {
-        let text_len = self.text_len();
-        let mut text = vec![0; text_len];
-        self.read_text(&mut text)?;
+        // Only what follows the code: the lazy data is all there.
         let code_len = self.code_len() as usize;
+        let mut tail = vec![0; self.text_len().saturating_sub(code_len)];
+        read_at(
+            &self.file,
+            &mut tail,
+            self.text_file_offset() + code_len as u64,
+        )?;
         let words = |at: u32, count: u32| {
-            let start = at as usize;
-            if start < code_len {
-                return None;
-            }
+            let start = (at as usize).checked_sub(code_len)?;
             let end = (count as usize)
                 .checked_mul(4)
                 .and_then(|n| n.checked_add(start));
             let bytes = end
-                .filter(|_| start.is_multiple_of(4))
-                .and_then(|e| text.get(start..e));
+                .filter(|_| (at as usize).is_multiple_of(4))
+                .and_then(|e| tail.get(start..e));
             bytes.map(|b| {
                 b.chunks_exact(4)
                     .map(|w| u32_at(w, 0))
@@ -634,12 +635,11 @@ impl Artifact {
         let (at, count) = self.lazy_slots();
         let slots = words(at, count.checked_mul(2).ok_or_else(|| bad("too many"))?)
             .ok_or_else(|| bad("outside the text"))?;
-        let funcs: Vec<u32> = slots.iter().step_by(2).copied().collect();
+        let (slots, _) = slots.as_chunks::<2>();
         let eager = self.eager();
-        let sound = funcs.windows(2).all(|w| w[0] < w[1])
-            && slots
-                .chunks_exact(2)
-                .all(|s| code_is(s[0], s[1]) && eager.binary_search(&s[0].into()).is_err());
+        let sound = slots.windows(2).all(|w| w[0][0] < w[1][0])
+            && (slots.iter())
+                .all(|&[f, code]| code_is(f, code) && eager.binary_search(&f.into()).is_err());
         if !sound {
             return Err(bad("not the module's functions"));
         }
