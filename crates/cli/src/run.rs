@@ -141,6 +141,14 @@ fn parse_arg(ty: ValType, s: &str) -> Result<Val, Usage> {
         }
         ValType::F32 => Val::F32(s.parse::<f32>().map_err(|_| bad("an f32"))?.to_bits()),
         ValType::F64 => Val::F64(s.parse::<f64>().map_err(|_| bad("an f64"))?.to_bits()),
+        // As wasmtime takes it: the 128 bits as one number, hexadecimal with `0x`.
+        ValType::V128 => Val::V128(
+            match s.strip_prefix("0x") {
+                Some(hex) => u128::from_str_radix(hex, 16),
+                None => s.parse::<u128>(),
+            }
+            .map_err(|_| bad("a v128 (a 128-bit number, 0x for hexadecimal)"))?,
+        ),
         ValType::FuncRef | ValType::ExternRef => {
             return Err(Usage(
                 "reference arguments cannot be given on the command line".into(),
@@ -157,6 +165,7 @@ fn show(v: &Val) -> String {
         Val::F64(b) => f64::from_bits(*b).to_string(),
         Val::FuncRef(f) => if f.is_some() { "funcref" } else { "null" }.to_owned(),
         Val::ExternRef(r) => r.map_or("null".to_owned(), |r| format!("externref {}", r.0)),
+        Val::V128(v) => format!("{v:#034x}"),
     }
 }
 

@@ -16,6 +16,10 @@ pub struct Args {
     /// Load each module into a code slot that just held another module.
     #[arg(long)]
     reuse_slots: bool,
+    /// Accept exactly WebAssembly 2.0, none of the 3.0 proposals ephem implements (the
+    /// `wasm-v2` suite expects some such modules to be refused).
+    #[arg(long)]
+    wasm2_only: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -34,7 +38,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let engine = ephem::Engine::default();
-    let compiler = ephem::Compiler::new()?;
+    let proposals = if args.wasm2_only {
+        ephem::Proposals::NONE
+    } else {
+        ephem::Proposals::ALL
+    };
+    let compiler = ephem::Compiler::new()?.with_proposals(proposals);
     let reuse = if args.reuse_slots {
         Loading::AfterOther
     } else {

@@ -157,7 +157,7 @@ fn a_reactor_is_initialised_before_its_export_is_invoked() {
     assert_eq!(stdout(&out), "1\n");
 }
 
-/// Every Sightglass program without SIMD, run as wasmtime runs them: in its directory,
+/// Every Sightglass program (SIMD ones included), run as wasmtime runs them: in its directory,
 /// preopened as `.`, with `bench.start`/`bench.end` preloaded. Its output must be exactly the
 /// expected output.
 #[test]
@@ -189,10 +189,6 @@ fn sightglass_programs_print_their_expected_output() {
     let mut ran = 0;
     for (dir, wasm) in programs {
         let stem = wasm.file_stem().unwrap().to_str().unwrap();
-        if dir.ends_with("blake3-simd") {
-            eprintln!("skipped {stem} in {}: needs SIMD", dir.display());
-            continue;
-        }
         let out = ephem(
             &dir,
             &["--dir", ".", "--preload", &preload, wasm.to_str().unwrap()],

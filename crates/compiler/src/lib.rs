@@ -57,6 +57,40 @@ pub struct Compiler {
     fuel: Option<(&'static str, FuelCosts)>,
     /// See [`Compiler::with_max_image_bytes`].
     max_image_bytes: u64,
+    /// See [`Compiler::with_proposals`].
+    proposals: Proposals,
+}
+
+/// The WebAssembly 3.0 features a compiler accepts beyond WebAssembly 2.0 (which includes
+/// fixed-width SIMD). All of them by default, as current toolchains emit them; none for a
+/// strict 2.0 engine (the 2.0 spec suite expects some such modules to be refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proposals {
+    /// `return_call` and `return_call_indirect`.
+    pub tail_call: bool,
+    /// Integer arithmetic in constant expressions.
+    pub extended_const: bool,
+    /// More than one memory per module.
+    pub multi_memory: bool,
+    /// Relaxed SIMD, in its deterministic profile (see the translator's `simd` module).
+    pub relaxed_simd: bool,
+}
+
+impl Proposals {
+    /// Every proposal ephem implements.
+    pub const ALL: Proposals = Proposals {
+        tail_call: true,
+        extended_const: true,
+        multi_memory: true,
+        relaxed_simd: true,
+    };
+    /// None: exactly WebAssembly 2.0.
+    pub const NONE: Proposals = Proposals {
+        tail_call: false,
+        extended_const: false,
+        multi_memory: false,
+        relaxed_simd: false,
+    };
 }
 
 /// The fuel an operator costs (see [`Compiler::with_fuel`]).
@@ -117,7 +151,14 @@ impl Compiler {
             epoch_checks: false,
             fuel: None,
             max_image_bytes: ephem_module::DEFAULT_MAX_IMAGE_BYTES,
+            proposals: Proposals::ALL,
         })
+    }
+
+    /// This compiler, accepting only `proposals` beyond WebAssembly 2.0 (default: all).
+    pub fn with_proposals(mut self, proposals: Proposals) -> Compiler {
+        self.proposals = proposals;
+        self
     }
 
     /// This compiler, with epoch-deadline checks at every function entry and loop header, so
@@ -159,7 +200,7 @@ impl Compiler {
     /// and settings).
     pub fn fingerprint(&self) -> String {
         format!(
-            "{} {} {} epoch_checks={} fuel={} max_image={}",
+            "{} {} {} epoch_checks={} fuel={} max_image={} proposals={:?}",
             self.isa.triple(),
             self.isa.flags(),
             self.isa
@@ -170,7 +211,8 @@ impl Compiler {
                 .join(","),
             self.epoch_checks,
             self.fuel.map_or("off", |(name, _)| name),
-            self.max_image_bytes
+            self.max_image_bytes,
+            self.proposals
         )
     }
 
@@ -193,7 +235,7 @@ impl Compiler {
     /// Compiles wasm (binary, or text accepted by the `wat` crate).
     pub fn compile(&self, bytes: &[u8]) -> Result<CompiledModule, CompileError> {
         let bytes = wat::parse_bytes(bytes)?;
-        let mut parsed = parse::parse(&bytes)?;
+        let mut parsed = parse::parse(&bytes, self.proposals)?;
         parsed.info.interruptible = self.epoch_checks;
         parsed.info.metered = self.fuel.is_some();
         let layout = ephem_module::FuncrefLayout::of(&parsed.info);
@@ -390,6 +432,8 @@ fn libcall(lc: ClifLibCall) -> Option<LibCall> {
         ClifLibCall::TruncF64 => LibCall::TruncF64,
         ClifLibCall::NearestF32 => LibCall::NearestF32,
         ClifLibCall::NearestF64 => LibCall::NearestF64,
+        ClifLibCall::FmaF32 => LibCall::FmaF32,
+        ClifLibCall::FmaF64 => LibCall::FmaF64,
         _ => return None,
     })
 }

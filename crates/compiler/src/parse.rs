@@ -6,11 +6,20 @@ use wasmparser::{
     TypeRef, Validator, WasmFeatures,
 };
 
-use crate::CompileError;
+use crate::{CompileError, Proposals};
 
-/// WebAssembly 2.0 without SIMD, which ephem does not support yet.
-pub fn features() -> WasmFeatures {
-    WasmFeatures::WASM2 - WasmFeatures::SIMD
+/// What the validator accepts: WebAssembly 2.0 (SIMD included) and the `proposals`.
+pub fn features(proposals: Proposals) -> WasmFeatures {
+    let mut features = WasmFeatures::WASM2;
+    for (on, feature) in [
+        (proposals.tail_call, WasmFeatures::TAIL_CALL),
+        (proposals.extended_const, WasmFeatures::EXTENDED_CONST),
+        (proposals.multi_memory, WasmFeatures::MULTI_MEMORY),
+        (proposals.relaxed_simd, WasmFeatures::RELAXED_SIMD),
+    ] {
+        features.set(feature, on);
+    }
+    features
 }
 
 pub struct Parsed<'a> {
@@ -26,7 +35,7 @@ pub fn val_type(ty: wasmparser::ValType) -> Result<ValType, CompileError> {
         wasmparser::ValType::F32 => ValType::F32,
         wasmparser::ValType::F64 => ValType::F64,
         wasmparser::ValType::Ref(r) => ref_type(r)?,
-        wasmparser::ValType::V128 => return Err(CompileError::Unsupported("SIMD (v128)".into())),
+        wasmparser::ValType::V128 => ValType::V128,
     })
 }
 
@@ -65,34 +74,70 @@ fn global_type(g: wasmparser::GlobalType) -> Result<GlobalType, CompileError> {
     })
 }
 
-fn const_expr(e: &wasmparser::ConstExpr<'_>) -> Result<ConstExpr, CompileError> {
-    let mut ops = e.get_operators_reader();
-    let op = ops.read()?;
-    let expr = match op {
-        Operator::I32Const { value } => ConstExpr::I32(value),
-        Operator::I64Const { value } => ConstExpr::I64(value),
-        Operator::F32Const { value } => ConstExpr::F32(value.bits()),
-        Operator::F64Const { value } => ConstExpr::F64(value.bits()),
-        Operator::GlobalGet { global_index } => ConstExpr::GlobalGet(global_index),
-        Operator::RefNull { .. } => ConstExpr::RefNull,
-        Operator::RefFunc { function_index } => ConstExpr::RefFunc(function_index),
-        other => {
-            return Err(CompileError::Unsupported(format!(
-                "constant expression {other:?}"
-            )));
+/// A (validated) constant expression: one instruction, or an extended one, folded into a
+/// constant when it reads no global and otherwise kept in `extended`.
+fn const_expr(
+    e: &wasmparser::ConstExpr<'_>,
+    extended: &mut Vec<Vec<ConstOp>>,
+) -> Result<ConstExpr, CompileError> {
+    let mut reader = e.get_operators_reader();
+    let mut ops = Vec::new();
+    loop {
+        match reader.read()? {
+            Operator::End => break,
+            op => ops.push(op),
         }
-    };
-    match ops.read()? {
-        Operator::End => Ok(expr),
-        _ => Err(CompileError::Unsupported(
-            "extended constant expressions".into(),
-        )),
     }
+    let unsupported =
+        |op: &Operator<'_>| CompileError::Unsupported(format!("constant expression {op:?}"));
+    if let [op] = &ops[..] {
+        return Ok(match *op {
+            Operator::I32Const { value } => ConstExpr::I32(value),
+            Operator::I64Const { value } => ConstExpr::I64(value),
+            Operator::F32Const { value } => ConstExpr::F32(value.bits()),
+            Operator::F64Const { value } => ConstExpr::F64(value.bits()),
+            Operator::V128Const { value } => ConstExpr::V128(value.i128() as u128),
+            Operator::GlobalGet { global_index } => ConstExpr::GlobalGet(global_index),
+            Operator::RefNull { .. } => ConstExpr::RefNull,
+            Operator::RefFunc { function_index } => ConstExpr::RefFunc(function_index),
+            ref other => return Err(unsupported(other)),
+        });
+    }
+    let ops = ops
+        .iter()
+        .map(|op| {
+            Ok(match *op {
+                Operator::I32Const { value } => ConstOp::I32(value),
+                Operator::I64Const { value } => ConstOp::I64(value),
+                Operator::GlobalGet { global_index } => ConstOp::GlobalGet(global_index),
+                Operator::I32Add => ConstOp::I32Add,
+                Operator::I32Sub => ConstOp::I32Sub,
+                Operator::I32Mul => ConstOp::I32Mul,
+                Operator::I64Add => ConstOp::I64Add,
+                Operator::I64Sub => ConstOp::I64Sub,
+                Operator::I64Mul => ConstOp::I64Mul,
+                ref other => return Err(unsupported(other)),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if ops.iter().any(|op| matches!(op, ConstOp::GlobalGet(_))) {
+        extended.push(ops);
+        return Ok(ConstExpr::Extended(extended.len() as u32 - 1));
+    }
+    // Validated, so the last operator gives the type.
+    let value = ConstOp::eval(&ops, |_| 0);
+    Ok(match ops.last() {
+        Some(ConstOp::I64Add | ConstOp::I64Sub | ConstOp::I64Mul | ConstOp::I64(_)) => {
+            ConstExpr::I64(value as i64)
+        }
+        _ => ConstExpr::I32(value as u32 as i32),
+    })
 }
 
-/// Validates `bytes` as a WebAssembly 2.0 module and reads what the compiler needs.
-pub fn parse(bytes: &[u8]) -> Result<Parsed<'_>, CompileError> {
-    Validator::new_with_features(features()).validate_all(bytes)?;
+/// Validates `bytes` as a module (WebAssembly 2.0 and `proposals`) and reads what the compiler
+/// needs.
+pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileError> {
+    Validator::new_with_features(features(proposals)).validate_all(bytes)?;
     let mut info = ModuleInfo::default();
     let mut bodies = Vec::new();
     let mut data = Vec::new();
@@ -176,7 +221,8 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed<'_>, CompileError> {
                 for global in reader {
                     let global = global?;
                     info.globals.push(global_type(global.ty)?);
-                    info.global_inits.push(const_expr(&global.init_expr)?);
+                    info.global_inits
+                        .push(const_expr(&global.init_expr, &mut info.extended)?);
                 }
             }
             Payload::ExportSection(reader) => {
@@ -211,7 +257,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed<'_>, CompileError> {
                             offset_expr,
                         } => SegmentMode::Active {
                             index: table_index.unwrap_or(0),
-                            offset: const_expr(&offset_expr)?,
+                            offset: const_expr(&offset_expr, &mut info.extended)?,
                         },
                     };
                     let (ty, items) = match elem.items {
@@ -225,7 +271,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed<'_>, CompileError> {
                         ElementItems::Expressions(ty, exprs) => {
                             let mut items = Vec::new();
                             for e in exprs {
-                                items.push(const_expr(&e?)?);
+                                items.push(const_expr(&e?, &mut info.extended)?);
                             }
                             (ref_type(ty)?, items)
                         }
@@ -246,7 +292,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed<'_>, CompileError> {
                             offset_expr,
                         } => SegmentMode::Active {
                             index: memory_index,
-                            offset: const_expr(&offset_expr)?,
+                            offset: const_expr(&offset_expr, &mut info.extended)?,
                         },
                     };
                     info.datas.push(DataSegment { mode, range });

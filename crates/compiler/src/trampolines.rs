@@ -36,7 +36,7 @@ pub fn entry(
                 .load(ir_type(t), MemFlagsData::trusted(), values, i as i32 * VAL),
         );
     }
-    let callee_sig = b.import_signature(wasm_signature(env.call_conv, ty));
+    let callee_sig = b.import_signature(wasm_signature(ty));
     let call = b.ins().call_indirect(callee_sig, callee, &args);
     let results = b.inst_results(call).to_vec();
     for (i, r) in results.into_iter().enumerate() {
@@ -57,7 +57,7 @@ pub fn host_adapter(
     func: &mut ir::Function,
     ctx: &mut FunctionBuilderContext,
 ) {
-    func.signature = wasm_signature(env.call_conv, ty);
+    func.signature = wasm_signature(ty);
     let mut b = FunctionBuilder::new(func, ctx);
     let block = b.create_block();
     b.append_block_params_for_function_params(block);

@@ -26,7 +26,7 @@
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
-use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
+use cranelift_codegen::ir::types::{F32, F64, I8, I8X16, I16, I32, I64};
 use cranelift_codegen::ir::{
     self, AbiParam, ArgumentPurpose, BlockArg, InstBuilder, MemFlagsData, Signature, TrapCode,
     Type, Value,
@@ -39,6 +39,8 @@ use wasmparser::{BlockType, FunctionBody, Operator};
 use crate::CompileError;
 use crate::traps::code;
 
+mod simd;
+
 /// Cranelift type of a wasm value type (references are pointers).
 pub fn ir_type(ty: ValType) -> Type {
     match ty {
@@ -47,14 +49,18 @@ pub fn ir_type(ty: ValType) -> Type {
         ValType::F32 => F32,
         ValType::F64 => F64,
         ValType::FuncRef | ValType::ExternRef => I64,
+        ValType::V128 => I8X16,
     }
 }
 
-/// The native signature of a wasm function type: the callee's `vmctx` first, then the
-/// caller's (null when the host calls), then the wasm parameters. Host functions use the
-/// caller's context to tell which instance called them.
-pub fn wasm_signature(call_conv: CallConv, ty: &ephem_module::FuncType) -> Signature {
-    let mut sig = Signature::new(call_conv);
+/// The signature of a wasm function of type `ty`: the callee's `vmctx` first, then the caller's
+/// (null when the host calls), then the wasm parameters. Host functions use the caller's context
+/// to tell which instance called them.
+///
+/// Wasm functions use Cranelift's `tail` convention, which `return_call` needs on both sides;
+/// the host reaches them only through entry trampolines, which have the native convention.
+pub fn wasm_signature(ty: &ephem_module::FuncType) -> Signature {
+    let mut sig = Signature::new(CallConv::Tail);
     sig.params
         .push(AbiParam::special(I64, ArgumentPurpose::VMContext));
     sig.params.push(AbiParam::new(I64));
@@ -155,7 +161,7 @@ pub fn translate(
     ctx: &mut FunctionBuilderContext,
 ) -> Result<(), CompileError> {
     let ty = env.info.func_type(func).clone();
-    func_ir.signature = wasm_signature(env.call_conv, &ty);
+    func_ir.signature = wasm_signature(&ty);
     let vmctx_gv = func_ir.create_global_value(ir::GlobalValueData::VMContext);
     // vmctx.stack_limit points at the running thread's limit (see the runtime's `signals`).
     let flags = func_ir
@@ -258,6 +264,10 @@ fn zero(b: &mut FunctionBuilder<'_>, t: ValType) -> Value {
         ValType::I64 | ValType::FuncRef | ValType::ExternRef => b.ins().iconst(I64, 0),
         ValType::F32 => b.ins().f32const(Ieee32::with_bits(0)),
         ValType::F64 => b.ins().f64const(Ieee64::with_bits(0)),
+        ValType::V128 => {
+            let c = b.func.dfg.constants.insert(vec![0; 16].into());
+            b.ins().vconst(I8X16, c)
+        }
     }
 }
 
@@ -612,20 +622,17 @@ impl Translator<'_, '_> {
         self.b.ins().iconst(I32, v as i64)
     }
 
-    fn call(&mut self, func: u32) {
+    /// A call of function `func`; with `tail`, a `return_call` (the frame is replaced).
+    fn call(&mut self, func: u32, tail: bool) {
         self.spill_fuel();
         let ty = self.env.info.func_type(func).clone();
-        let sig = self
-            .b
-            .import_signature(wasm_signature(self.env.call_conv, &ty));
+        let sig = self.b.import_signature(wasm_signature(&ty));
         let args = self.stack.split_off(self.stack.len() - ty.params.len());
-        let call = if func < self.env.info.imported_funcs {
+        if func < self.env.info.imported_funcs {
             let fr = self.env.offsets.funcref(func);
             let code = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_CODE);
             let callee_vmctx = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_VMCTX);
-            let mut all = vec![callee_vmctx, self.vmctx];
-            all.extend(args);
-            self.b.ins().call_indirect(sig, code, &all)
+            self.call_code(sig, code, callee_vmctx, args, tail);
         } else {
             let name = self
                 .b
@@ -642,8 +649,39 @@ impl Translator<'_, '_> {
             });
             let mut all = vec![self.vmctx, self.vmctx];
             all.extend(args);
-            self.b.ins().call(callee, &all)
-        };
+            if tail {
+                self.b.ins().return_call(callee, &all);
+                self.unreachable_now();
+            } else {
+                let call = self.b.ins().call(callee, &all);
+                self.returned(call);
+            }
+        }
+    }
+
+    /// Calls the code at `code` with `callee_vmctx`, this instance as the caller and `args`;
+    /// with `tail`, as a `return_call_indirect`.
+    fn call_code(
+        &mut self,
+        sig: ir::SigRef,
+        code: Value,
+        callee_vmctx: Value,
+        args: Vec<Value>,
+        tail: bool,
+    ) {
+        let mut all = vec![callee_vmctx, self.vmctx];
+        all.extend(args);
+        if tail {
+            self.b.ins().return_call_indirect(sig, code, &all);
+            self.unreachable_now();
+        } else {
+            let call = self.b.ins().call_indirect(sig, code, &all);
+            self.returned(call);
+        }
+    }
+
+    /// After a call returned: its results on the stack, the deadline and the fuel anew.
+    fn returned(&mut self, call: ir::Inst) {
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
         self.reload_after_call();
@@ -699,7 +737,9 @@ impl Translator<'_, '_> {
             .band_imm_s(tagged, !(VmOffsets::FUNCREF_WRITTEN as i64))
     }
 
-    fn call_indirect(&mut self, type_index: u32, table: u32) {
+    /// A `call_indirect` (with `tail`, a `return_call_indirect`) of type `type_index` through
+    /// `table`.
+    fn call_indirect(&mut self, type_index: u32, table: u32, tail: bool) {
         self.spill_fuel();
         let index = self.pop();
         let slot = self.table_slot(table, index, code::UNDEFINED_ELEMENT);
@@ -726,15 +766,9 @@ impl Translator<'_, '_> {
                 .ins()
                 .load(I64, trusted(), funcref, VmOffsets::FUNCREF_VMCTX as i32);
         let ty = self.env.info.types[type_index as usize].clone();
-        let sig = self
-            .b
-            .import_signature(wasm_signature(self.env.call_conv, &ty));
-        let mut all = vec![callee_vmctx, self.vmctx];
-        all.extend(self.stack.split_off(self.stack.len() - ty.params.len()));
-        let call = self.b.ins().call_indirect(sig, code_ptr, &all);
-        let results = self.b.inst_results(call).to_vec();
-        self.stack.extend(results);
-        self.reload_after_call();
+        let sig = self.b.import_signature(wasm_signature(&ty));
+        let args = self.stack.split_off(self.stack.len() - ty.params.len());
+        self.call_code(sig, code_ptr, callee_vmctx, args, tail);
     }
 
     fn global_addr(&mut self, global: u32) -> Value {
@@ -841,11 +875,16 @@ impl Translator<'_, '_> {
                 self.b.ins().return_(&values);
                 self.unreachable_now();
             }
-            O::Call { function_index } => self.call(function_index),
+            O::Call { function_index } => self.call(function_index, false),
+            O::ReturnCall { function_index } => self.call(function_index, true),
             O::CallIndirect {
                 type_index,
                 table_index,
-            } => self.call_indirect(type_index, table_index),
+            } => self.call_indirect(type_index, table_index, false),
+            O::ReturnCallIndirect {
+                type_index,
+                table_index,
+            } => self.call_indirect(type_index, table_index, true),
             O::Drop => {
                 self.pop();
             }
@@ -1167,7 +1206,9 @@ impl Translator<'_, '_> {
             O::F64ReinterpretI64 => self.unary(|b, x| b.ins().bitcast(F64, MemFlagsData::new(), x)),
 
             other => {
-                return Err(CompileError::Unsupported(format!("operator {other:?}")));
+                if !self.simd_op(&other) {
+                    return Err(CompileError::Unsupported(format!("operator {other:?}")));
+                }
             }
         }
         Ok(())

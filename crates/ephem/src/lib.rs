@@ -44,7 +44,7 @@
 
 pub mod wast;
 
-pub use ephem_compiler::{CompileError, Compiler};
+pub use ephem_compiler::{CompileError, Compiler, Proposals};
 pub use ephem_runtime::*;
 
 /// Validates and compiles wasm (binary or text) for `engine`, for this CPU.

@@ -9,7 +9,7 @@ use ephem_runtime::{
     Engine, Error, Extern, ExternRef, FuncType, Global, GlobalType, Instance, Linker, Memory,
     MemoryType, Module, Store, Table, TableType, TrapKind, Val, ValType,
 };
-use wast::core::{AbstractHeapType, HeapType, NanPattern, WastArgCore, WastRetCore};
+use wast::core::{AbstractHeapType, HeapType, NanPattern, V128Pattern, WastArgCore, WastRetCore};
 use wast::parser::{self, ParseBuffer};
 use wast::{QuoteWat, WastArg, WastDirective, WastExecute, WastInvoke, WastRet};
 
@@ -412,6 +412,7 @@ fn arg(a: &WastArg<'_>) -> anyhow::Result<Val> {
         WastArgCore::RefNull(h) if heap_is_extern(h) => Val::ExternRef(None),
         WastArgCore::RefNull(_) => Val::FuncRef(None),
         WastArgCore::RefExtern(n) => Val::ExternRef(Some(ExternRef(*n))),
+        WastArgCore::V128(v) => Val::V128(u128::from_le_bytes(v.to_le_bytes())),
         other => bail!("unsupported argument {other:?}"),
     })
 }
@@ -444,7 +445,21 @@ fn matches(actual: &Val, expected: &WastRetCore<'_>) -> bool {
         (Val::ExternRef(None), WastRetCore::RefNull(h)) => h.as_ref().is_none_or(heap_is_extern),
         (Val::ExternRef(Some(a)), WastRetCore::RefExtern(e)) => e.is_none_or(|e| e == a.0),
         (Val::FuncRef(Some(_)), WastRetCore::RefFunc(_)) => true,
+        (Val::V128(a), WastRetCore::V128(p)) => v128_matches(*a, p),
         (_, WastRetCore::Either(options)) => options.iter().any(|o| matches(actual, o)),
         _ => false,
+    }
+}
+
+/// Whether every lane of `bits` matches the pattern's lane (NaN patterns per float lane).
+fn v128_matches(bits: u128, p: &V128Pattern) -> bool {
+    let lane = |i: usize, width: usize| (bits >> (i * width)) as u64 & (u64::MAX >> (64 - width));
+    match p {
+        V128Pattern::I8x16(e) => (0..16).all(|i| lane(i, 8) == e[i] as u8 as u64),
+        V128Pattern::I16x8(e) => (0..8).all(|i| lane(i, 16) == e[i] as u16 as u64),
+        V128Pattern::I32x4(e) => (0..4).all(|i| lane(i, 32) == e[i] as u32 as u64),
+        V128Pattern::I64x2(e) => (0..2).all(|i| lane(i, 64) == e[i] as u64),
+        V128Pattern::F32x4(e) => (0..4).all(|i| f32_matches(lane(i, 32) as u32, &e[i])),
+        V128Pattern::F64x2(e) => (0..2).all(|i| f64_matches(lane(i, 64), &e[i])),
     }
 }

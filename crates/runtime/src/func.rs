@@ -43,6 +43,8 @@ pub enum Val {
     FuncRef(Option<Func>),
     /// A host reference, or null.
     ExternRef(Option<ExternRef>),
+    /// A `v128`, as its bits (lane 0 in the low bits).
+    V128(u128),
 }
 
 /// An opaque host reference: a number chosen by the embedder, which wasm can only pass around.
@@ -59,6 +61,7 @@ impl Val {
             Val::F64(_) => ValType::F64,
             Val::FuncRef(_) => ValType::FuncRef,
             Val::ExternRef(_) => ValType::ExternRef,
+            Val::V128(_) => ValType::V128,
         }
     }
 
@@ -71,6 +74,7 @@ impl Val {
             ValType::F64 => Val::F64(0),
             ValType::FuncRef => Val::FuncRef(None),
             ValType::ExternRef => Val::ExternRef(None),
+            ValType::V128 => Val::V128(0),
         }
     }
 
@@ -82,6 +86,7 @@ impl Val {
             Val::F64(v) => v as ValRaw,
             Val::FuncRef(f) => f.map_or(Ok(0), |f| f.to_raw(store))? as ValRaw,
             Val::ExternRef(r) => r.map_or(0, |r| r.0 as ValRaw + 1),
+            Val::V128(v) => v,
         })
     }
 
@@ -93,6 +98,7 @@ impl Val {
             ValType::F64 => Val::F64(raw as u64),
             ValType::FuncRef => Val::FuncRef(Func::from_raw(store, raw as usize)),
             ValType::ExternRef => Val::ExternRef((raw != 0).then(|| ExternRef((raw - 1) as u32))),
+            ValType::V128 => Val::V128(raw),
         }
     }
 

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use ephem_artifact::{Artifact, ArtifactKey};
 use ephem_code_memory::{LoadedCode, TextId};
 use ephem_module::{
-    ArchivedConstExpr, ArchivedSegmentMode, Builtin, CompiledModule, ConstExpr, EntityIndex,
-    ImportKind, Reloc, SegmentMode, TrapKind, ValRaw, VmFuncRef, VmOffsets, native,
+    ArchivedConstExpr, ArchivedSegmentMode, Builtin, CompiledModule, ConstExpr, ConstOp,
+    EntityIndex, ImportKind, Reloc, SegmentMode, TrapKind, ValRaw, VmFuncRef, VmOffsets, native,
 };
 
 use crate::limits::Growing;
@@ -223,6 +223,7 @@ impl std::fmt::Display for ExternType {
                 crate::ValType::F64 => "f64",
                 crate::ValType::FuncRef => "funcref",
                 crate::ValType::ExternRef => "externref",
+                crate::ValType::V128 => "v128",
             }
         }
         let limits = |min: u32, max: Option<u32>| match max {
@@ -720,9 +721,13 @@ pub(crate) unsafe fn instantiate(
             ConstExpr::I64(v) => v as u64 as ValRaw,
             ConstExpr::F32(v) => v as ValRaw,
             ConstExpr::F64(v) => v as ValRaw,
+            ConstExpr::V128(v) => v,
             ConstExpr::GlobalGet(g) => store.globals[globals[g as usize] as usize].get(),
             ConstExpr::RefNull => 0,
             ConstExpr::RefFunc(f) => funcref_at(f) as ValRaw,
+            ConstExpr::Extended(i) => extended(info, i, |g| {
+                store.globals[globals[g as usize] as usize].get() as u64
+            }),
         };
         globals.push(store.push_global(GlobalData::new(ty, value)).index);
     }
@@ -952,10 +957,13 @@ impl InstanceData {
     }
 
     fn eval_offset(&self, store: &StoreOpaque, e: &ConstExpr) -> u32 {
+        let global = |g: u32| store.globals[self.globals[g as usize] as usize].get();
         match *e {
             ConstExpr::I32(v) => v as u32,
-            ConstExpr::GlobalGet(g) => {
-                store.globals[self.globals[g as usize] as usize].get() as u32
+            ConstExpr::GlobalGet(g) => global(g) as u32,
+            ConstExpr::Extended(i) => {
+                let info = self.module.inner.artifact.info();
+                extended(info, i, |g| global(g) as u64) as u32
             }
             _ => unreachable!("validated: offsets are i32 constants"),
         }
@@ -1401,4 +1409,15 @@ unsafe extern "C" fn elem_drop(vmctx: *mut u8, elem: u32) {
     // SAFETY: as above.
     let (i, _) = unsafe { instance(vmctx) };
     i.dropped_elems.borrow_mut()[elem as usize] = true;
+}
+
+/// The value of extended constant expression `index` of `info` (checked when the artifact was
+/// opened), with `global` reading a global of the instance.
+fn extended(
+    info: &ephem_module::ArchivedModuleInfo,
+    index: u32,
+    global: impl Fn(u32) -> u64,
+) -> ValRaw {
+    let ops: Vec<ConstOp> = native(&info.extended[index as usize]);
+    ConstOp::eval(&ops, global) as ValRaw
 }

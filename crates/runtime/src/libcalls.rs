@@ -1,5 +1,6 @@
 //! Functions generated code may call by absolute address (listed in a module's relocations).
-//! Float rounding with WebAssembly semantics, for CPUs without SSE4.1's rounding instructions.
+//! Float rounding with WebAssembly semantics, for CPUs without SSE4.1's rounding instructions,
+//! and fused multiply-add (relaxed SIMD's deterministic `madd`) for CPUs without FMA.
 
 use ephem_module::LibCall;
 
@@ -45,6 +46,12 @@ extern "C" fn nearest_f32(x: f32) -> f32 {
 extern "C" fn nearest_f64(x: f64) -> f64 {
     quiet64(x, x.round_ties_even())
 }
+extern "C" fn fma_f32(x: f32, y: f32, z: f32) -> f32 {
+    x.mul_add(y, z)
+}
+extern "C" fn fma_f64(x: f64, y: f64, z: f64) -> f64 {
+    x.mul_add(y, z)
+}
 
 /// The address the loader writes for `target`.
 pub fn address(target: LibCall) -> usize {
@@ -57,6 +64,8 @@ pub fn address(target: LibCall) -> usize {
         LibCall::TruncF64 => trunc_f64 as *const (),
         LibCall::NearestF32 => nearest_f32 as *const (),
         LibCall::NearestF64 => nearest_f64 as *const (),
+        LibCall::FmaF32 => fma_f32 as *const (),
+        LibCall::FmaF64 => fma_f64 as *const (),
     };
     f as usize
 }
