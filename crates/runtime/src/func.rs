@@ -51,6 +51,15 @@ pub enum Val {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ExternRef(pub u32);
 
+impl ExternRef {
+    /// The reference in a value slot: its low 8 bytes (wasm code writes only those, so the
+    /// rest may hold what the slot held before, such as a `v128` argument), 0 for null.
+    pub(crate) fn from_raw(raw: ValRaw) -> Option<ExternRef> {
+        let raw = raw as u64;
+        (raw != 0).then(|| ExternRef((raw - 1) as u32))
+    }
+}
+
 impl Val {
     /// The value's type.
     pub fn ty(&self) -> ValType {
@@ -97,7 +106,7 @@ impl Val {
             ValType::F32 => Val::F32(raw as u32),
             ValType::F64 => Val::F64(raw as u64),
             ValType::FuncRef => Val::FuncRef(Func::from_raw(store, raw as usize)),
-            ValType::ExternRef => Val::ExternRef((raw != 0).then(|| ExternRef((raw - 1) as u32))),
+            ValType::ExternRef => Val::ExternRef(ExternRef::from_raw(raw)),
             ValType::V128 => Val::V128(raw),
         }
     }

@@ -45,6 +45,8 @@ wasm_ty!(u32, ValType::I32, |x| x as ValRaw, |r| r as u32);
 wasm_ty!(i64, ValType::I64, |x| x as u64 as ValRaw, |r| r as u64
     as i64);
 wasm_ty!(u64, ValType::I64, |x| x as ValRaw, |r| r as u64);
+// A `v128` as its bits, lane 0 in the low bits (as `Val::V128`).
+wasm_ty!(u128, ValType::V128, |x| x, |r| r);
 wasm_ty!(f32, ValType::F32, |x| x.to_bits() as ValRaw, |r| {
     f32::from_bits(r as u32)
 });
@@ -55,7 +57,7 @@ wasm_ty!(
     Option<ExternRef>,
     ValType::ExternRef,
     |x| x.map_or(0, |r| r.0 as ValRaw + 1),
-    |r| (r != 0).then(|| ExternRef((r - 1) as u32))
+    |r| ExternRef::from_raw(r)
 );
 
 impl WasmTy for Option<Func> {
