@@ -1,0 +1,638 @@
+//! Differential fuzzing: random modules from `wasm-smith`, run in ephem and in a reference
+//! engine (wasmtime, in this crate's tests and its `fuzz` example, where it is a
+//! dev-dependency), and everything observable compared.
+//!
+//! A case is one seed. The seed makes a module ([`generate`]: ephem's feature set, SIMD on,
+//! every loop and call bounded by a fuel global that `wasm-smith` threads through the code, NaNs
+//! canonicalised), and a [`Plan`] of calls: every exported function on a few argument vectors
+//! (zeros, then values drawn from the seed, edge values among them). Each engine gives an
+//! [`Observation`]: whether instantiation trapped, each call's results or trap kind, and at the
+//! end every exported global's value, memory's bytes and table's size. [`compare`] reports the
+//! first difference. Floats are compared by class where both are NaN (the specification leaves
+//! NaN bits open); everything else exactly.
+//!
+//! [`check_mutants`] feeds damaged copies of a module (truncated, bytes changed, bytes
+//! inserted) to ephem's compiler and checks that its verdict is wasmparser's for the same
+//! features and that nothing panics; the mutants that are valid also run, metered, so that
+//! nothing they do crashes the host.
+
+use std::fmt;
+
+use arbitrary::Unstructured;
+
+/// A value as both engines can report it. References are only null or not (the engines'
+/// pointers differ); floats are their bits.
+#[derive(Clone, Copy, Debug)]
+pub enum Value {
+    I32(u32),
+    I64(u64),
+    F32(u32),
+    F64(u64),
+    V128(u128),
+    /// A null reference of either kind.
+    Null,
+    /// A non-null function reference.
+    Func,
+    /// A non-null host reference (never made by the plans, which pass only nulls).
+    Extern,
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        use Value::*;
+        let nan32 = |b: u32| f32::from_bits(b).is_nan();
+        let nan64 = |b: u64| f64::from_bits(b).is_nan();
+        match (*self, *other) {
+            (I32(a), I32(b)) => a == b,
+            (I64(a), I64(b)) => a == b,
+            (F32(a), F32(b)) => a == b || nan32(a) && nan32(b),
+            (F64(a), F64(b)) => a == b || nan64(a) && nan64(b),
+            (V128(a), V128(b)) => a == b,
+            (Null, Null) | (Func, Func) | (Extern, Extern) => true,
+            _ => false,
+        }
+    }
+}
+
+/// The value type of a parameter, as the plan needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Type {
+    I32,
+    I64,
+    F32,
+    F64,
+    V128,
+    FuncRef,
+    ExternRef,
+}
+
+/// Why execution stopped, in terms both engines share (ephem's "undefined element", a
+/// `call_indirect` past the table's end, is wasmtime's table out of bounds).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trap {
+    Unreachable,
+    MemoryOutOfBounds,
+    TableOutOfBounds,
+    IndirectCallToNull,
+    BadSignature,
+    IntegerOverflow,
+    IntegerDivisionByZero,
+    BadConversionToInteger,
+    StackOverflow,
+    /// Anything else (an instantiation error that is not a trap, say), with its message.
+    Other(String),
+}
+
+/// One call of the plan: an exported function and its arguments.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub export: String,
+    pub args: Vec<Value>,
+}
+
+/// The calls to make, in order, on one instance.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub calls: Vec<Call>,
+}
+
+/// Everything one engine reports of one case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    /// `Err` when instantiation failed (the start function trapped, or a segment did not fit).
+    pub instantiated: Result<(), Trap>,
+    /// Per call of the plan (none when instantiation failed).
+    pub calls: Vec<Result<Vec<Value>, Trap>>,
+    /// Exported globals' values, memories' bytes and tables' sizes, by export name, after the
+    /// calls.
+    pub globals: Vec<(String, Value)>,
+    pub memories: Vec<(String, Vec<u8>)>,
+    pub tables: Vec<(String, u32)>,
+}
+
+impl Observation {
+    /// An observation of an instantiation that failed with `trap`.
+    pub fn failed(trap: Trap) -> Observation {
+        Observation {
+            instantiated: Err(trap),
+            calls: Vec::new(),
+            globals: Vec::new(),
+            memories: Vec::new(),
+            tables: Vec::new(),
+        }
+    }
+
+    /// How many calls returned or trapped.
+    pub fn calls_made(&self) -> usize {
+        self.calls.len()
+    }
+}
+
+/// An engine under comparison. `Err` means it refused the module (with its message).
+pub trait Observer {
+    fn observe(&self, wasm: &[u8], plan: &Plan) -> Result<Observation, String>;
+}
+
+/// The stack both engines get, so that a deep recursion overflows in both or in neither (the
+/// fuel global bounds recursion far below it).
+pub const MAX_WASM_STACK: usize = 1 << 20;
+
+/// The fuel `wasm-smith` gives each module: every loop iteration and call takes one, and once
+/// it is gone every function traps with `unreachable` (so the modules always terminate).
+const MODULE_FUEL: u32 = 1000;
+
+/// ephem's feature set for `wasm-smith`: WebAssembly 2.0 with SIMD, and the 3.0 proposals
+/// ephem implements; memories and tables with a maximum, so that growing them is bounded by the
+/// module in both engines alike.
+pub fn config() -> wasm_smith::Config {
+    wasm_smith::Config {
+        simd_enabled: true,
+        relaxed_simd_enabled: true,
+        tail_call_enabled: true,
+        extended_const_enabled: true,
+        max_memories: 2,
+        bulk_memory_enabled: true,
+        reference_types_enabled: true,
+        multi_value_enabled: true,
+        saturating_float_to_int_enabled: true,
+        sign_extension_ops_enabled: true,
+        gc_enabled: false,
+        exceptions_enabled: false,
+        memory64_enabled: false,
+        threads_enabled: false,
+        custom_page_sizes_enabled: false,
+        wide_arithmetic_enabled: false,
+        max_imports: 0,
+        export_everything: true,
+        canonicalize_nans: true,
+        memory_max_size_required: true,
+        table_max_size_required: true,
+        max_memory32_bytes: 4 << 16,
+        max_table_elements: 1000,
+        min_types: 1,
+        min_funcs: 3,
+        max_funcs: 40,
+        max_instructions: 400,
+        max_data_segments: 20,
+        max_element_segments: 20,
+        ..wasm_smith::Config::default()
+    }
+}
+
+/// A deterministic byte stream from `seed` (SplitMix64), as `wasm-smith` and the plans take
+/// their choices from bytes.
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// The module of case `seed`.
+pub fn generate(seed: u64) -> anyhow::Result<Vec<u8>> {
+    let data = bytes(seed, 64 << 10);
+    let mut u = Unstructured::new(&data);
+    let mut module = wasm_smith::Module::new(config(), &mut u)?;
+    module.ensure_termination(MODULE_FUEL)?;
+    Ok(module.to_bytes())
+}
+
+/// The calls of case `seed` on `wasm`: each exported function (in export order) with zeros,
+/// then with two argument vectors drawn from the seed. Derived from the module itself, so that
+/// a shrunk module gets the plan of its own exports.
+pub fn plan(wasm: &[u8], seed: u64) -> Plan {
+    let data = bytes(seed ^ 0x5eed, 16 << 10);
+    let mut u = Unstructured::new(&data);
+    let mut plan = Plan::default();
+    for (export, params) in exported_functions(wasm) {
+        for round in 0..3 {
+            let args = params
+                .iter()
+                .map(|&t| if round == 0 { zero(t) } else { draw(&mut u, t) })
+                .collect();
+            plan.calls.push(Call {
+                export: export.clone(),
+                args,
+            });
+        }
+    }
+    plan
+}
+
+fn zero(t: Type) -> Value {
+    match t {
+        Type::I32 => Value::I32(0),
+        Type::I64 => Value::I64(0),
+        Type::F32 => Value::F32(0),
+        Type::F64 => Value::F64(0),
+        Type::V128 => Value::V128(0),
+        Type::FuncRef | Type::ExternRef => Value::Null,
+    }
+}
+
+/// A value of `t`, often an edge value (0, ±1, extremes, infinities, NaN, -0).
+fn draw(u: &mut Unstructured<'_>, t: Type) -> Value {
+    let edge = u.ratio(1, 3).unwrap_or(false);
+    let pick = |u: &mut Unstructured<'_>, edges: &[u64]| -> u64 {
+        let i = u.choose_index(edges.len()).unwrap_or(0);
+        edges[i]
+    };
+    match t {
+        Type::I32 if edge => {
+            Value::I32(pick(u, &[0, 1, u32::MAX as u64, 1 << 31, 0x7fff_ffff]) as u32)
+        }
+        Type::I32 => Value::I32(u.arbitrary().unwrap_or(7)),
+        Type::I64 if edge => Value::I64(pick(u, &[0, 1, u64::MAX, 1 << 63, i64::MAX as u64])),
+        Type::I64 => Value::I64(u.arbitrary().unwrap_or(7)),
+        Type::F32 if edge => Value::F32(pick(
+            u,
+            &[
+                0x8000_0000,
+                0x7f80_0000,
+                0xff80_0000,
+                0x7fc0_0000,
+                0x3f80_0000,
+                0x4f00_0000,
+            ],
+        ) as u32),
+        Type::F32 => Value::F32(u.arbitrary().unwrap_or(0)),
+        Type::F64 if edge => Value::F64(pick(
+            u,
+            &[
+                1 << 63,
+                0x7ff0_0000_0000_0000,
+                0xfff0_0000_0000_0000,
+                0x7ff8_0000_0000_0000,
+                0x3ff0_0000_0000_0000,
+                0x43e0_0000_0000_0000,
+            ],
+        )),
+        Type::F64 => Value::F64(u.arbitrary().unwrap_or(0)),
+        Type::V128 => Value::V128(u.arbitrary().unwrap_or(0)),
+        Type::FuncRef | Type::ExternRef => Value::Null,
+    }
+}
+
+/// The exported functions of `wasm` with their parameter types, in export order (none if the
+/// module cannot be read).
+fn exported_functions(wasm: &[u8]) -> Vec<(String, Vec<Type>)> {
+    use wasmparser::{ExternalKind, Payload, TypeRef};
+    let mut types = Vec::new();
+    let mut funcs = Vec::new();
+    let mut exports = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        let Ok(payload) = payload else {
+            return Vec::new();
+        };
+        match payload {
+            Payload::TypeSection(r) => {
+                for ty in r.into_iter_err_on_gc_types().flatten() {
+                    types.push(ty.params().iter().map(|&t| val_type(t)).collect::<Vec<_>>());
+                }
+            }
+            Payload::ImportSection(r) => {
+                for import in r.into_imports().flatten() {
+                    if let TypeRef::Func(t) = import.ty {
+                        funcs.push(t);
+                    }
+                }
+            }
+            Payload::FunctionSection(r) => funcs.extend(r.into_iter().flatten()),
+            Payload::ExportSection(r) => {
+                for e in r.into_iter().flatten() {
+                    if e.kind == ExternalKind::Func {
+                        exports.push((e.name.to_owned(), e.index));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    exports
+        .into_iter()
+        .filter_map(|(name, f)| {
+            let ty = types.get(*funcs.get(f as usize)? as usize)?;
+            Some((name, ty.iter().copied().collect::<Option<Vec<_>>>()?))
+        })
+        .collect()
+}
+
+fn val_type(t: wasmparser::ValType) -> Option<Type> {
+    Some(match t {
+        wasmparser::ValType::I32 => Type::I32,
+        wasmparser::ValType::I64 => Type::I64,
+        wasmparser::ValType::F32 => Type::F32,
+        wasmparser::ValType::F64 => Type::F64,
+        wasmparser::ValType::V128 => Type::V128,
+        wasmparser::ValType::Ref(r) if r.is_func_ref() => Type::FuncRef,
+        wasmparser::ValType::Ref(r) if r.is_extern_ref() => Type::ExternRef,
+        wasmparser::ValType::Ref(_) => return None,
+    })
+}
+
+/// A difference between two observations of one case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Difference(pub String);
+
+impl fmt::Display for Difference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The first difference between ephem's observation and the reference's, if any.
+pub fn compare(plan: &Plan, ephem: &Observation, reference: &Observation) -> Option<Difference> {
+    let diff = |what: String| Some(Difference(what));
+    if ephem.instantiated != reference.instantiated {
+        return diff(format!(
+            "instantiation: ephem {:?}, reference {:?}",
+            ephem.instantiated, reference.instantiated
+        ));
+    }
+    for (i, (a, b)) in ephem.calls.iter().zip(&reference.calls).enumerate() {
+        if a != b {
+            let call = &plan.calls[i];
+            return diff(format!(
+                "call {i} ({} {:?}): ephem {a:?}, reference {b:?}",
+                call.export, call.args
+            ));
+        }
+    }
+    if ephem.calls.len() != reference.calls.len() {
+        return diff(format!(
+            "ephem made {} calls, the reference {}",
+            ephem.calls.len(),
+            reference.calls.len()
+        ));
+    }
+    if ephem.globals != reference.globals {
+        return diff(format!(
+            "globals: ephem {:?}, reference {:?}",
+            ephem.globals, reference.globals
+        ));
+    }
+    if ephem.tables != reference.tables {
+        return diff(format!(
+            "tables: ephem {:?}, reference {:?}",
+            ephem.tables, reference.tables
+        ));
+    }
+    for ((name, a), (_, b)) in ephem.memories.iter().zip(&reference.memories) {
+        if a != b {
+            let at = a.iter().zip(b).position(|(x, y)| x != y);
+            return diff(format!(
+                "memory {name:?}: ephem {} bytes, reference {}; first difference at {at:?}",
+                a.len(),
+                b.len()
+            ));
+        }
+    }
+    if ephem.memories.len() != reference.memories.len() {
+        return diff("a different number of exported memories".into());
+    }
+    None
+}
+
+/// The outcome of one case.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Both engines agree; this many calls were compared.
+    Agree { calls: usize },
+    /// Both refused the module (never expected of `wasm-smith`'s valid modules).
+    BothRefused,
+    /// They disagree.
+    Differ(Difference),
+}
+
+/// Runs `wasm` with `plan` on both engines and compares.
+pub fn run_case(
+    wasm: &[u8],
+    plan: &Plan,
+    ephem: &dyn Observer,
+    reference: &dyn Observer,
+) -> Verdict {
+    match (ephem.observe(wasm, plan), reference.observe(wasm, plan)) {
+        (Ok(a), Ok(b)) => match compare(plan, &a, &b) {
+            None => Verdict::Agree {
+                calls: a.calls_made(),
+            },
+            Some(d) => Verdict::Differ(d),
+        },
+        (Err(_), Err(_)) => Verdict::BothRefused,
+        (Err(e), Ok(_)) => Verdict::Differ(Difference(format!("only ephem refused it: {e}"))),
+        (Ok(_), Err(e)) => {
+            Verdict::Differ(Difference(format!("only the reference refused it: {e}")))
+        }
+    }
+}
+
+/// Shrinks `wasm` (with `wasm-shrink`) to a smaller module on which the engines still
+/// disagree, with the plan of case `seed` derived anew for each candidate.
+pub fn shrink(
+    wasm: &[u8],
+    seed: u64,
+    ephem: &dyn Observer,
+    reference: &dyn Observer,
+) -> anyhow::Result<Vec<u8>> {
+    let info =
+        wasm_shrink::WasmShrink::default()
+            .attempts(200)
+            .run(wasm.to_vec(), |candidate| {
+                let plan = plan(candidate, seed);
+                Ok(matches!(
+                    run_case(candidate, &plan, ephem, reference),
+                    Verdict::Differ(_)
+                ))
+            })?;
+    Ok(info.output)
+}
+
+/// The ephem side: a fresh store and instance per case, as the product runs.
+pub struct Ephem {
+    engine: ephem::Engine,
+    compiler: ephem::Compiler,
+}
+
+impl Ephem {
+    pub fn new() -> anyhow::Result<Ephem> {
+        let engine = ephem::Engine::with_config(ephem::EngineConfig {
+            max_wasm_stack: Some(MAX_WASM_STACK),
+            ..ephem::EngineConfig::default()
+        })?;
+        Ok(Ephem {
+            engine,
+            compiler: ephem::Compiler::new()?,
+        })
+    }
+}
+
+impl Observer for Ephem {
+    fn observe(&self, wasm: &[u8], plan: &Plan) -> Result<Observation, String> {
+        use ephem::{Extern, Instance, Store, Val};
+        let module =
+            ephem::compile_with(&self.compiler, &self.engine, wasm).map_err(|e| e.to_string())?;
+        let mut store = Store::new(&self.engine, ());
+        let instance = match Instance::new(&mut store, &module, &[]) {
+            Ok(i) => i,
+            Err(e) => return Ok(Observation::failed(ephem_trap(&e))),
+        };
+        let value = |v: &Val| match *v {
+            Val::I32(x) => Value::I32(x as u32),
+            Val::I64(x) => Value::I64(x as u64),
+            Val::F32(x) => Value::F32(x),
+            Val::F64(x) => Value::F64(x),
+            Val::V128(x) => Value::V128(x),
+            Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::Func),
+            Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::Extern),
+        };
+        let mut calls = Vec::new();
+        for call in &plan.calls {
+            let func = instance
+                .get_func(&mut store, &call.export)
+                .ok_or_else(|| format!("no function {}", call.export))?;
+            let ty = func.ty(&store);
+            let args: Vec<Val> = (call.args.iter().zip(&ty.params))
+                .map(|(a, &t)| match *a {
+                    Value::I32(x) => Val::I32(x as i32),
+                    Value::I64(x) => Val::I64(x as i64),
+                    Value::F32(x) => Val::F32(x),
+                    Value::F64(x) => Val::F64(x),
+                    Value::V128(x) => Val::V128(x),
+                    _ => Val::default_for(t),
+                })
+                .collect();
+            let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
+            calls.push(match func.call(&mut store, &args, &mut results) {
+                Ok(()) => Ok(results.iter().map(value).collect()),
+                Err(e) => Err(ephem_trap(&e)),
+            });
+        }
+        let mut observation = Observation::failed(Trap::Unreachable);
+        observation.instantiated = Ok(());
+        observation.calls = calls;
+        for (name, export) in instance.exports(&mut store) {
+            match export {
+                Extern::Global(g) => observation.globals.push((name, value(&g.get(&store)))),
+                Extern::Memory(m) => observation.memories.push((name, m.data(&store).to_vec())),
+                Extern::Table(t) => observation.tables.push((name, t.size(&store))),
+                Extern::Func(_) => {}
+            }
+        }
+        Ok(observation)
+    }
+}
+
+fn ephem_trap(e: &ephem::Error) -> Trap {
+    use ephem::TrapKind as K;
+    let Some(trap) = e.trap() else {
+        return Trap::Other(e.to_string());
+    };
+    match trap.kind {
+        K::Unreachable => Trap::Unreachable,
+        K::MemoryOutOfBounds => Trap::MemoryOutOfBounds,
+        K::TableOutOfBounds | K::UndefinedElement => Trap::TableOutOfBounds,
+        K::IndirectCallToNull => Trap::IndirectCallToNull,
+        K::BadSignature => Trap::BadSignature,
+        K::IntegerOverflow => Trap::IntegerOverflow,
+        K::IntegerDivisionByZero => Trap::IntegerDivisionByZero,
+        K::BadConversionToInteger => Trap::BadConversionToInteger,
+        K::StackOverflow => Trap::StackOverflow,
+        other => Trap::Other(format!("{other:?}")),
+    }
+}
+
+/// What [`check_mutants`] found.
+#[derive(Debug, Default)]
+pub struct MutantStats {
+    /// Mutants fed to the compiler.
+    pub checked: usize,
+    /// Of those, valid ones (compiled and run).
+    pub valid: usize,
+}
+
+/// Feeds `count` damaged copies of `wasm` (drawn from `seed`) to ephem: its compiler's verdict
+/// must be wasmparser's for ephem's features, nothing may panic, and the valid mutants run every
+/// zero-argument export metered (100 000 fuel each), so that none can hang the check. `Err`
+/// names the first mutant whose verdict differs.
+pub fn check_mutants(wasm: &[u8], seed: u64, count: usize) -> Result<MutantStats, String> {
+    let data = bytes(seed ^ 0x0bad, 4 << 10);
+    let mut u = Unstructured::new(&data);
+    let compiler = ephem::Compiler::new()
+        .map_err(|e| e.to_string())?
+        .with_fuel();
+    let engine = ephem::Engine::default();
+    let features = ephem_compiler_features();
+    let mut stats = MutantStats::default();
+    for _ in 0..count {
+        let mut m = wasm.to_vec();
+        if m.is_empty() {
+            break;
+        }
+        match u.int_in_range(0..=2u8).unwrap_or(0) {
+            0 => m.truncate(u.choose_index(m.len()).unwrap_or(0)),
+            1 => {
+                for _ in 0..u.int_in_range(1..=4).unwrap_or(1) {
+                    let i = u.choose_index(m.len()).unwrap_or(0);
+                    m[i] = u.arbitrary().unwrap_or(0xff);
+                }
+            }
+            _ => {
+                let i = u.choose_index(m.len()).unwrap_or(0);
+                let b: u8 = u.arbitrary().unwrap_or(0);
+                m.insert(i, b);
+            }
+        }
+        let valid = wasmparser::Validator::new_with_features(features)
+            .validate_all(&m)
+            .is_ok();
+        let compiled = ephem::compile_with(&compiler, &engine, &m);
+        stats.checked += 1;
+        match (valid, compiled) {
+            (true, Ok(module)) => {
+                stats.valid += 1;
+                run_metered(&engine, &module);
+            }
+            (false, Err(_)) => {}
+            (true, Err(e)) => return Err(format!("a valid mutant was refused: {e}")),
+            (false, Ok(_)) => return Err("an invalid mutant compiled".into()),
+        }
+    }
+    Ok(stats)
+}
+
+fn ephem_compiler_features() -> wasmparser::WasmFeatures {
+    ephem_compiler::features(ephem::Proposals::ALL)
+}
+
+/// Instantiates `compiled` and calls each export that takes nothing, with fuel; errors and
+/// traps are expected and ignored (the check is that the host survives).
+fn run_metered(engine: &ephem::Engine, module: &ephem::Module) {
+    let mut store = ephem::Store::new(engine, ());
+    store.set_fuel(100_000);
+    let Ok(instance) = ephem::Instance::new(&mut store, module, &[]) else {
+        return;
+    };
+    for (_, export) in instance.exports(&mut store) {
+        let Some(func) = export.into_func() else {
+            continue;
+        };
+        let ty = func.ty(&store);
+        if !ty.params.is_empty() {
+            continue;
+        }
+        let mut results: Vec<_> = ty
+            .results
+            .iter()
+            .map(|&t| ephem::Val::default_for(t))
+            .collect();
+        store.set_fuel(100_000);
+        let _ = func.call(&mut store, &[], &mut results);
+    }
+}
