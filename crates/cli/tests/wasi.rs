@@ -157,6 +157,21 @@ fn a_reactor_is_initialised_before_its_export_is_invoked() {
     assert_eq!(stdout(&out), "1\n");
 }
 
+/// A C program built with `-msimd128` (intrinsics, and loops clang vectorised) checks each SIMD
+/// result against the same computation in scalar code, and says how many checks passed.
+#[test]
+fn a_simd_guest_agrees_with_its_scalar_code() {
+    let dir = ephem_test_support::temp_dir();
+    let out = ephem(dir.path(), &[&guest("simd")]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout(&out), "simd: 6 checks passed\n");
+}
+
 /// Every Sightglass program (SIMD ones included), run as wasmtime runs them: in its directory,
 /// preopened as `.`, with `bench.start`/`bench.end` preloaded. Its output must be exactly the
 /// expected output.

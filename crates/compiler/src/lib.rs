@@ -1,4 +1,5 @@
-//! ephem's compiler: WebAssembly 2.0 (without SIMD) to native code through Cranelift.
+//! ephem's compiler: WebAssembly 2.0 (SIMD included) and the 3.0 features in [`Proposals`] to native code
+//! through Cranelift.
 //!
 //! [`compile`] validates and parses a module (`wasmparser`), translates every function body to
 //! Cranelift IR (our own translator, `translate`), compiles the functions in parallel, and

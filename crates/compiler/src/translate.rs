@@ -250,7 +250,7 @@ pub fn translate(
         t.op(op)?;
     }
     // The final `end` switched to `ret`.
-    let results = t.stack.clone();
+    let results = t.top(t.stack.len());
     t.spill_fuel();
     t.b.ins().return_(&results);
     t.b.seal_all_blocks();
@@ -290,8 +290,18 @@ impl Translator<'_, '_> {
     fn push(&mut self, v: Value) {
         self.stack.push(v);
     }
-    fn top(&self, n: usize) -> Vec<Value> {
-        self.stack[self.stack.len() - n..].to_vec()
+    /// The top `n` values, as they leave the operand stack for a block parameter, a local, a
+    /// call or a return: vectors as `I8X16` (see the `simd` module).
+    fn top(&mut self, n: usize) -> Vec<Value> {
+        let values = self.stack[self.stack.len() - n..].to_vec();
+        values.into_iter().map(|v| self.canonical(v)).collect()
+    }
+
+    /// The top `n` values, taken off the stack as [`Translator::top`] gives them.
+    fn take(&mut self, n: usize) -> Vec<Value> {
+        let values = self.top(n);
+        self.stack.truncate(self.stack.len() - n);
+        values
     }
 
     fn block_arity(&self, bt: BlockType) -> Result<(Vec<ValType>, Vec<ValType>), CompileError> {
@@ -627,7 +637,7 @@ impl Translator<'_, '_> {
         self.spill_fuel();
         let ty = self.env.info.func_type(func).clone();
         let sig = self.b.import_signature(wasm_signature(&ty));
-        let args = self.stack.split_off(self.stack.len() - ty.params.len());
+        let args = self.take(ty.params.len());
         if func < self.env.info.imported_funcs {
             let fr = self.env.offsets.funcref(func);
             let code = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_CODE);
@@ -767,7 +777,7 @@ impl Translator<'_, '_> {
                 .load(I64, trusted(), funcref, VmOffsets::FUNCREF_VMCTX as i32);
         let ty = self.env.info.types[type_index as usize].clone();
         let sig = self.b.import_signature(wasm_signature(&ty));
-        let args = self.stack.split_off(self.stack.len() - ty.params.len());
+        let args = self.take(ty.params.len());
         self.call_code(sig, code_ptr, callee_vmctx, args, tail);
     }
 
@@ -818,12 +828,14 @@ impl Translator<'_, '_> {
                 let then_block = self.b.create_block();
                 let else_block = self.b.create_block();
                 let next = self.new_block(&results);
+                // Before the branch, so that the else arm sees them too.
+                let if_params = self.top(params.len());
                 self.b.ins().brif(cond, then_block, &[], else_block, &[]);
                 self.b.switch_to_block(then_block);
                 self.frames.push(Frame {
                     kind: Kind::If {
                         else_block,
-                        params: self.top(params.len()),
+                        params: if_params,
                         has_else: false,
                     },
                     next,
@@ -889,7 +901,10 @@ impl Translator<'_, '_> {
                 self.pop();
             }
             O::Select | O::TypedSelect { .. } => {
-                let (x, y, c) = self.pop3();
+                let c = self.pop();
+                let [x, y] = self.take(2)[..] else {
+                    unreachable!("two values")
+                };
                 let v = self.b.ins().select(c, x, y);
                 self.push(v);
             }
@@ -898,11 +913,11 @@ impl Translator<'_, '_> {
                 self.push(v);
             }
             O::LocalSet { local_index } => {
-                let v = self.pop();
+                let v = self.take(1)[0];
                 self.b.def_var(self.locals[local_index as usize], v);
             }
             O::LocalTee { local_index } => {
-                let v = *self.stack.last().expect("validated");
+                let v = self.top(1)[0];
                 self.b.def_var(self.locals[local_index as usize], v);
             }
             O::GlobalGet { global_index } => {

@@ -1,8 +1,10 @@
 //! Fixed-width SIMD (`v128`) and relaxed SIMD, on Cranelift's vector types.
 //!
-//! A `v128` travels as `I8X16` everywhere values meet (the operand stack, locals, block
-//! parameters, globals, calls): each operator bitcasts its operands to the lane type it works on
-//! and its result back, which costs no machine code.
+//! A `v128` travels as `I8X16` everywhere values meet (locals, block parameters, calls,
+//! returns, `select`): on the operand stack it keeps the vector type of the operator that made
+//! it, each operator bitcasts its operands to the lane type it works on where they differ, and
+//! values leaving the stack for a meeting place are bitcast to `I8X16` ([`Translator::top`]).
+//! Bitcasts cost no machine code; making them only where types differ keeps the IR small.
 //!
 //! Most operators are one Cranelift instruction with the wasm semantics. The others:
 //! - `pmin`/`pmax` are a compare and a select (`b < a ? b : a`), in the operand order the x64
@@ -48,8 +50,16 @@ impl Translator<'_, '_> {
     }
 
     fn vpush(&mut self, v: Value) {
-        let v = self.lanes(v, I8X16);
         self.push(v);
+    }
+
+    /// `v` as values meet: a vector as `I8X16`, anything else as it is.
+    pub(super) fn canonical(&mut self, v: Value) -> Value {
+        if self.b.func.dfg.value_type(v).is_vector() {
+            self.lanes(v, I8X16)
+        } else {
+            v
+        }
     }
 
     fn vunary(&mut self, ty: Type, f: impl FnOnce(&mut FunctionBuilder<'_>, Value) -> Value) {
