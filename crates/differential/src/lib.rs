@@ -122,6 +122,16 @@ impl Observation {
         }
     }
 
+    /// An observation of an instance that was made, with the results of its `calls`; the
+    /// exports are filled in after.
+    pub fn made(calls: Vec<Result<Vec<Value>, Trap>>) -> Observation {
+        Observation {
+            instantiated: Ok(()),
+            calls,
+            ..Observation::failed(Trap::Unreachable)
+        }
+    }
+
     /// How many calls returned or trapped.
     pub fn calls_made(&self) -> usize {
         self.calls.len()
@@ -514,9 +524,7 @@ impl Observer for Ephem {
                 Err(e) => Err(ephem_trap(&e)),
             });
         }
-        let mut observation = Observation::failed(Trap::Unreachable);
-        observation.instantiated = Ok(());
-        observation.calls = calls;
+        let mut observation = Observation::made(calls);
         for (name, export) in instance.exports(&mut store) {
             match export {
                 Extern::Global(g) => observation.globals.push((name, value(&g.get(&store)))),

@@ -92,9 +92,7 @@ impl Observer for Wasmtime {
                 Err(e) => Err(trap(&e)),
             });
         }
-        let mut observation = Observation::failed(Trap::Unreachable);
-        observation.instantiated = Ok(());
-        observation.calls = calls;
+        let mut observation = Observation::made(calls);
         let exports: Vec<(String, Extern)> = instance
             .exports(&mut store)
             .map(|e| (e.name().to_owned(), e.into_extern()))
