@@ -125,7 +125,7 @@ fn const_expr(
         return Ok(ConstExpr::Extended(extended.len() as u32 - 1));
     }
     // Validated, so the last operator gives the type.
-    let value = ConstOp::eval(&ops, |_| 0);
+    let value = ConstOp::eval(ops.iter().copied(), |_| 0);
     Ok(match ops.last() {
         Some(ConstOp::I64Add | ConstOp::I64Sub | ConstOp::I64Mul | ConstOp::I64(_)) => {
             ConstExpr::I64(value as i64)

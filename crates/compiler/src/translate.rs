@@ -290,8 +290,8 @@ impl Translator<'_, '_> {
     fn push(&mut self, v: Value) {
         self.stack.push(v);
     }
-    /// The top `n` values, as they leave the operand stack for a block parameter, a local, a
-    /// call or a return: vectors as `I8X16` (see the `simd` module).
+    /// The top `n` values, as they leave the operand stack for block parameters, a call or a
+    /// return: vectors as `I8X16` (see the `simd` module).
     fn top(&mut self, n: usize) -> Vec<Value> {
         let values = self.stack[self.stack.len() - n..].to_vec();
         values.into_iter().map(|v| self.canonical(v)).collect()
@@ -901,10 +901,8 @@ impl Translator<'_, '_> {
                 self.pop();
             }
             O::Select | O::TypedSelect { .. } => {
-                let c = self.pop();
-                let [x, y] = self.take(2)[..] else {
-                    unreachable!("two values")
-                };
+                let (x, y, c) = self.pop3();
+                let (x, y) = (self.canonical(x), self.canonical(y));
                 let v = self.b.ins().select(c, x, y);
                 self.push(v);
             }
@@ -913,11 +911,13 @@ impl Translator<'_, '_> {
                 self.push(v);
             }
             O::LocalSet { local_index } => {
-                let v = self.take(1)[0];
+                let v = self.pop();
+                let v = self.canonical(v);
                 self.b.def_var(self.locals[local_index as usize], v);
             }
             O::LocalTee { local_index } => {
-                let v = self.top(1)[0];
+                let v = *self.stack.last().expect("validated");
+                let v = self.canonical(v);
                 self.b.def_var(self.locals[local_index as usize], v);
             }
             O::GlobalGet { global_index } => {

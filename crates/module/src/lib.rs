@@ -268,10 +268,10 @@ pub enum ConstOp {
 impl ConstOp {
     /// Runs `ops` (a checked expression: see `ModuleInfo::check`) with `global` reading an
     /// integer global's value; the result's low bits are the value.
-    pub fn eval(ops: &[ConstOp], global: impl Fn(u32) -> u64) -> u64 {
+    pub fn eval(ops: impl IntoIterator<Item = ConstOp>, global: impl Fn(u32) -> u64) -> u64 {
         let mut stack: Vec<u64> = Vec::with_capacity(4);
         for op in ops {
-            let v = match *op {
+            let v = match op {
                 ConstOp::I32(v) => v as u32 as u64,
                 ConstOp::I64(v) => v as u64,
                 ConstOp::GlobalGet(g) => global(g),

@@ -1418,6 +1418,8 @@ fn extended(
     index: u32,
     global: impl Fn(u32) -> u64,
 ) -> ValRaw {
-    let ops: Vec<ConstOp> = native(&info.extended[index as usize]);
-    ConstOp::eval(&ops, global) as ValRaw
+    let ops = info.extended[index as usize]
+        .iter()
+        .map(native::<ConstOp, _>);
+    ConstOp::eval(ops, global) as ValRaw
 }

@@ -49,10 +49,6 @@ impl Translator<'_, '_> {
         self.lanes(v, ty)
     }
 
-    fn vpush(&mut self, v: Value) {
-        self.push(v);
-    }
-
     /// `v` as values meet: a vector as `I8X16`, anything else as it is.
     pub(super) fn canonical(&mut self, v: Value) -> Value {
         if self.b.func.dfg.value_type(v).is_vector() {
@@ -65,7 +61,7 @@ impl Translator<'_, '_> {
     fn vunary(&mut self, ty: Type, f: impl FnOnce(&mut FunctionBuilder<'_>, Value) -> Value) {
         let x = self.vpop(ty);
         let v = f(&mut self.b, x);
-        self.vpush(v);
+        self.push(v);
     }
 
     fn vbinary(
@@ -76,7 +72,7 @@ impl Translator<'_, '_> {
         let y = self.vpop(ty);
         let x = self.vpop(ty);
         let v = f(&mut self.b, x, y);
-        self.vpush(v);
+        self.push(v);
     }
 
     /// A vector shift: the vector of lane type `ty`, then an i32 amount (which Cranelift takes
@@ -89,7 +85,7 @@ impl Translator<'_, '_> {
         let amount = self.pop();
         let x = self.vpop(ty);
         let v = f(&mut self.b, x, amount);
-        self.vpush(v);
+        self.push(v);
     }
 
     /// A lane-wise test (`any_true`, `all_true`) or `bitmask`, as an i32.
@@ -122,7 +118,7 @@ impl Translator<'_, '_> {
         let lt = self.b.ins().fcmp(FloatCC::LessThan, l, r);
         let lt = self.lanes(lt, ty);
         let v = self.b.ins().bitselect(lt, y, x);
-        self.vpush(v);
+        self.push(v);
     }
 
     /// `a * b` of the low or high halves of two vectors of `ty`, widened (signed or not).
@@ -162,7 +158,7 @@ impl Translator<'_, '_> {
             O::V128Load { memarg } => {
                 let addr = self.address(memory_index(&memarg), memarg.offset);
                 let v = self.b.ins().load(I8X16, vheap(), addr, 0);
-                self.vpush(v);
+                self.push(v);
             }
             O::V128Store { memarg } => {
                 let (v, addr) = self.lane_access(memarg, I8X16);
@@ -184,7 +180,7 @@ impl Translator<'_, '_> {
                     O::V128Load32x2S { .. } => ins.sload32x2(vheap(), addr, 0),
                     _ => ins.uload32x2(vheap(), addr, 0),
                 };
-                self.vpush(v);
+                self.push(v);
             }
             O::V128Load8Splat { memarg }
             | O::V128Load16Splat { memarg }
@@ -199,7 +195,7 @@ impl Translator<'_, '_> {
                 let addr = self.address(memory_index(&memarg), memarg.offset);
                 let x = self.b.ins().load(scalar, vheap(), addr, 0);
                 let v = self.b.ins().splat(vector, x);
-                self.vpush(v);
+                self.push(v);
             }
             O::V128Load32Zero { memarg } | O::V128Load64Zero { memarg } => {
                 let (scalar, vector) = match *op {
@@ -209,7 +205,7 @@ impl Translator<'_, '_> {
                 let addr = self.address(memory_index(&memarg), memarg.offset);
                 let x = self.b.ins().load(scalar, vheap(), addr, 0);
                 let v = self.b.ins().scalar_to_vector(vector, x);
-                self.vpush(v);
+                self.push(v);
             }
             O::V128Load8Lane { memarg, lane }
             | O::V128Load16Lane { memarg, lane }
@@ -224,7 +220,7 @@ impl Translator<'_, '_> {
                 let (v, addr) = self.lane_access(memarg, vector);
                 let x = self.b.ins().load(scalar, vheap(), addr, 0);
                 let v = self.b.ins().insertlane(v, x, lane);
-                self.vpush(v);
+                self.push(v);
             }
             O::V128Store8Lane { memarg, lane }
             | O::V128Store16Lane { memarg, lane }
@@ -242,7 +238,7 @@ impl Translator<'_, '_> {
             }
             O::V128Const { value } => {
                 let v = self.vconst(I8X16, value.bytes());
-                self.vpush(v);
+                self.push(v);
             }
             O::I8x16Shuffle { lanes } => {
                 let mask = self
@@ -265,7 +261,7 @@ impl Translator<'_, '_> {
                 let x = self.pop();
                 let x = self.b.ins().ireduce(scalar, x);
                 let v = self.b.ins().splat(vector, x);
-                self.vpush(v);
+                self.push(v);
             }
             O::I32x4Splat | O::I64x2Splat | O::F32x4Splat | O::F64x2Splat => {
                 let vector = match *op {
@@ -276,7 +272,7 @@ impl Translator<'_, '_> {
                 };
                 let x = self.pop();
                 let v = self.b.ins().splat(vector, x);
-                self.vpush(v);
+                self.push(v);
             }
             O::I8x16ExtractLaneS { lane } | O::I16x8ExtractLaneS { lane } => {
                 let vector = if matches!(op, O::I8x16ExtractLaneS { .. }) {
@@ -335,7 +331,7 @@ impl Translator<'_, '_> {
                 };
                 let v = self.vpop(vector);
                 let v = self.b.ins().insertlane(v, x, lane);
-                self.vpush(v);
+                self.push(v);
             }
 
             O::I8x16Eq | O::I16x8Eq | O::I32x4Eq | O::I64x2Eq => self.vicmp(op, IntCC::Equal),
@@ -384,7 +380,7 @@ impl Translator<'_, '_> {
                 let y = self.vpop(I8X16);
                 let x = self.vpop(I8X16);
                 let v = self.b.ins().bitselect(c, x, y);
-                self.vpush(v);
+                self.push(v);
             }
             O::V128AnyTrue => self.vtest(I8X16, |b, x| b.ins().vany_true(x)),
             O::I8x16AllTrue | O::I16x8AllTrue | O::I32x4AllTrue | O::I64x2AllTrue => {
@@ -509,7 +505,7 @@ impl Translator<'_, '_> {
                 let high = pairs(&mut self.b, high);
                 let dot = self.b.ins().iadd_pairwise(low, high);
                 let v = self.b.ins().iadd(dot, acc);
-                self.vpush(v);
+                self.push(v);
             }
 
             O::F32x4Abs | O::F64x2Abs => self.vunary(float_lanes(op), |b, x| b.ins().fabs(x)),
@@ -553,7 +549,7 @@ impl Translator<'_, '_> {
                     x = self.b.ins().fneg(x);
                 }
                 let v = self.b.ins().fma(x, y, z);
-                self.vpush(v);
+                self.push(v);
             }
 
             O::I32x4TruncSatF32x4S | O::I32x4RelaxedTruncF32x4S => {
@@ -579,7 +575,7 @@ impl Translator<'_, '_> {
                     let wide = self.b.ins().fcvt_to_uint_sat(I64X2, x);
                     self.b.ins().uunarrow(wide, zero)
                 };
-                self.vpush(v);
+                self.push(v);
             }
             O::F32x4ConvertI32x4S => self.vunary(I32X4, |b, x| b.ins().fcvt_from_sint(F32X4, x)),
             O::F32x4ConvertI32x4U => self.vunary(I32X4, |b, x| b.ins().fcvt_from_uint(F32X4, x)),
