@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ephem_differential::{Ephem, Verdict, check_mutants, generate, plan, run_case, shrink};
+use ephem_differential::{Ephem, Verdict, generate, plan, run_case, shrink};
 
 #[derive(Parser)]
 struct Args {
@@ -53,7 +53,7 @@ fn main() -> anyhow::Result<()> {
                 std::fs::write(base.with_extension("txt"), format!("{d}\n"))?;
             }
         }
-        match check_mutants(&wasm, seed, args.mutants) {
+        match ephem.check_mutants(&wasm, seed, args.mutants) {
             Ok(stats) => {
                 mutants += stats.checked;
                 valid_mutants += stats.valid;

@@ -11,7 +11,7 @@
 //! first difference. Floats are compared by class where both are NaN (the specification leaves
 //! NaN bits open); everything else exactly.
 //!
-//! [`check_mutants`] feeds damaged copies of a module (truncated, bytes changed, bytes
+//! [`Ephem::check_mutants`] feeds damaged copies of a module (truncated, bytes changed, bytes
 //! inserted) to ephem's compiler and checks that its verdict is wasmparser's for the same
 //! features and that nothing panics; the mutants that are valid also run, metered, so that
 //! nothing they do crashes the host.
@@ -66,20 +66,13 @@ pub enum Type {
     ExternRef,
 }
 
-/// Why execution stopped, in terms both engines share (ephem's "undefined element", a
-/// `call_indirect` past the table's end, is wasmtime's table out of bounds).
+/// Why execution stopped: ephem's trap kinds, which the reference's traps are mapped to (ephem's
+/// `UndefinedElement`, a `call_indirect` past the table's end, counts as `TableOutOfBounds`, as
+/// wasmtime reports it), or anything else with its message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Trap {
-    Unreachable,
-    MemoryOutOfBounds,
-    TableOutOfBounds,
-    IndirectCallToNull,
-    BadSignature,
-    IntegerOverflow,
-    IntegerDivisionByZero,
-    BadConversionToInteger,
-    StackOverflow,
-    /// Anything else (an instantiation error that is not a trap, say), with its message.
+    Wasm(ephem::TrapKind),
+    /// An instantiation error that is not a trap, say.
     Other(String),
 }
 
@@ -115,10 +108,7 @@ impl Observation {
     pub fn failed(trap: Trap) -> Observation {
         Observation {
             instantiated: Err(trap),
-            calls: Vec::new(),
-            globals: Vec::new(),
-            memories: Vec::new(),
-            tables: Vec::new(),
+            ..Observation::made(Vec::new())
         }
     }
 
@@ -128,7 +118,9 @@ impl Observation {
         Observation {
             instantiated: Ok(()),
             calls,
-            ..Observation::failed(Trap::Unreachable)
+            globals: Vec::new(),
+            memories: Vec::new(),
+            tables: Vec::new(),
         }
     }
 
@@ -468,6 +460,8 @@ pub fn shrink(
 pub struct Ephem {
     engine: ephem::Engine,
     compiler: ephem::Compiler,
+    /// For the damaged modules, which run metered ([`Ephem::check_mutants`]).
+    metered: ephem::Compiler,
 }
 
 impl Ephem {
@@ -479,6 +473,7 @@ impl Ephem {
         Ok(Ephem {
             engine,
             compiler: ephem::Compiler::new()?,
+            metered: ephem::Compiler::new()?.with_fuel(),
         })
     }
 }
@@ -538,25 +533,14 @@ impl Observer for Ephem {
 }
 
 fn ephem_trap(e: &ephem::Error) -> Trap {
-    use ephem::TrapKind as K;
-    let Some(trap) = e.trap() else {
-        return Trap::Other(e.to_string());
-    };
-    match trap.kind {
-        K::Unreachable => Trap::Unreachable,
-        K::MemoryOutOfBounds => Trap::MemoryOutOfBounds,
-        K::TableOutOfBounds | K::UndefinedElement => Trap::TableOutOfBounds,
-        K::IndirectCallToNull => Trap::IndirectCallToNull,
-        K::BadSignature => Trap::BadSignature,
-        K::IntegerOverflow => Trap::IntegerOverflow,
-        K::IntegerDivisionByZero => Trap::IntegerDivisionByZero,
-        K::BadConversionToInteger => Trap::BadConversionToInteger,
-        K::StackOverflow => Trap::StackOverflow,
-        other => Trap::Other(format!("{other:?}")),
+    match e.trap().map(|t| t.kind) {
+        Some(ephem::TrapKind::UndefinedElement) => Trap::Wasm(ephem::TrapKind::TableOutOfBounds),
+        Some(kind) => Trap::Wasm(kind),
+        None => Trap::Other(e.to_string()),
     }
 }
 
-/// What [`check_mutants`] found.
+/// What [`Ephem::check_mutants`] found.
 #[derive(Debug, Default)]
 pub struct MutantStats {
     /// Mutants fed to the compiler.
@@ -565,58 +549,57 @@ pub struct MutantStats {
     pub valid: usize,
 }
 
-/// Feeds `count` damaged copies of `wasm` (drawn from `seed`) to ephem: its compiler's verdict
-/// must be wasmparser's for ephem's features, nothing may panic, and the valid mutants run every
-/// zero-argument export metered (100 000 fuel each), so that none can hang the check. `Err`
-/// names the first mutant whose verdict differs.
-pub fn check_mutants(wasm: &[u8], seed: u64, count: usize) -> Result<MutantStats, String> {
-    let data = bytes(seed ^ 0x0bad, 4 << 10);
-    let mut u = Unstructured::new(&data);
-    let compiler = ephem::Compiler::new()
-        .map_err(|e| e.to_string())?
-        .with_fuel();
-    let engine = ephem::Engine::default();
-    let features = ephem_compiler_features();
-    let mut stats = MutantStats::default();
-    for _ in 0..count {
-        let mut m = wasm.to_vec();
-        if m.is_empty() {
-            break;
-        }
-        match u.int_in_range(0..=2u8).unwrap_or(0) {
-            0 => m.truncate(u.choose_index(m.len()).unwrap_or(0)),
-            1 => {
-                for _ in 0..u.int_in_range(1..=4).unwrap_or(1) {
+impl Ephem {
+    /// Feeds `count` damaged copies of `wasm` (drawn from `seed`) to ephem: its compiler's verdict
+    /// must be wasmparser's for ephem's features, nothing may panic, and the valid mutants run every
+    /// zero-argument export metered (100 000 fuel each), so that none can hang the check. `Err`
+    /// names the first mutant whose verdict differs.
+    pub fn check_mutants(
+        &self,
+        wasm: &[u8],
+        seed: u64,
+        count: usize,
+    ) -> Result<MutantStats, String> {
+        let data = bytes(seed ^ 0x0bad, 4 << 10);
+        let mut u = Unstructured::new(&data);
+        let features = ephem_compiler::features(ephem::Proposals::ALL);
+        let mut stats = MutantStats::default();
+        for _ in 0..count {
+            let mut m = wasm.to_vec();
+            if m.is_empty() {
+                break;
+            }
+            match u.int_in_range(0..=2u8).unwrap_or(0) {
+                0 => m.truncate(u.choose_index(m.len()).unwrap_or(0)),
+                1 => {
+                    for _ in 0..u.int_in_range(1..=4).unwrap_or(1) {
+                        let i = u.choose_index(m.len()).unwrap_or(0);
+                        m[i] = u.arbitrary().unwrap_or(0xff);
+                    }
+                }
+                _ => {
                     let i = u.choose_index(m.len()).unwrap_or(0);
-                    m[i] = u.arbitrary().unwrap_or(0xff);
+                    let b: u8 = u.arbitrary().unwrap_or(0);
+                    m.insert(i, b);
                 }
             }
-            _ => {
-                let i = u.choose_index(m.len()).unwrap_or(0);
-                let b: u8 = u.arbitrary().unwrap_or(0);
-                m.insert(i, b);
+            let valid = wasmparser::Validator::new_with_features(features)
+                .validate_all(&m)
+                .is_ok();
+            let compiled = ephem::compile_with(&self.metered, &self.engine, &m);
+            stats.checked += 1;
+            match (valid, compiled) {
+                (true, Ok(module)) => {
+                    stats.valid += 1;
+                    run_metered(&self.engine, &module);
+                }
+                (false, Err(_)) => {}
+                (true, Err(e)) => return Err(format!("a valid mutant was refused: {e}")),
+                (false, Ok(_)) => return Err("an invalid mutant compiled".into()),
             }
         }
-        let valid = wasmparser::Validator::new_with_features(features)
-            .validate_all(&m)
-            .is_ok();
-        let compiled = ephem::compile_with(&compiler, &engine, &m);
-        stats.checked += 1;
-        match (valid, compiled) {
-            (true, Ok(module)) => {
-                stats.valid += 1;
-                run_metered(&engine, &module);
-            }
-            (false, Err(_)) => {}
-            (true, Err(e)) => return Err(format!("a valid mutant was refused: {e}")),
-            (false, Ok(_)) => return Err("an invalid mutant compiled".into()),
-        }
+        Ok(stats)
     }
-    Ok(stats)
-}
-
-fn ephem_compiler_features() -> wasmparser::WasmFeatures {
-    ephem_compiler::features(ephem::Proposals::ALL)
 }
 
 /// Instantiates `compiled` and calls each export that takes nothing, with fuel; errors and

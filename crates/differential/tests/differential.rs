@@ -5,7 +5,7 @@
 
 mod wasmtime_observer;
 
-use ephem_differential::{Ephem, Verdict, check_mutants, generate, plan, run_case};
+use ephem_differential::{Ephem, Verdict, generate, plan, run_case};
 
 /// Seeds of the slice: fixed, so that a failure reproduces (`--seed` of the example).
 const SEEDS: std::ops::Range<u64> = 0..500;
@@ -36,10 +36,13 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
 
 #[test]
 fn damaged_modules_get_wasmparsers_verdict_and_crash_nothing() {
+    let ephem = Ephem::new().unwrap();
     let (mut checked, mut valid) = (0, 0);
     for seed in 0..40 {
         let wasm = generate(seed).unwrap();
-        let stats = check_mutants(&wasm, seed, 25).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let stats = ephem
+            .check_mutants(&wasm, seed, 25)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         checked += stats.checked;
         valid += stats.valid;
     }

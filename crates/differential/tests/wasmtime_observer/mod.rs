@@ -27,19 +27,21 @@ impl Wasmtime {
 }
 
 fn trap(e: &wasmtime::Error) -> Trap {
+    use ephem::TrapKind as K;
     use wasmtime::Trap as T;
-    match e.downcast_ref::<T>() {
-        Some(T::UnreachableCodeReached) => Trap::Unreachable,
-        Some(T::MemoryOutOfBounds) => Trap::MemoryOutOfBounds,
-        Some(T::TableOutOfBounds) => Trap::TableOutOfBounds,
-        Some(T::IndirectCallToNull) => Trap::IndirectCallToNull,
-        Some(T::BadSignature) => Trap::BadSignature,
-        Some(T::IntegerOverflow) => Trap::IntegerOverflow,
-        Some(T::IntegerDivisionByZero) => Trap::IntegerDivisionByZero,
-        Some(T::BadConversionToInteger) => Trap::BadConversionToInteger,
-        Some(T::StackOverflow) => Trap::StackOverflow,
-        _ => Trap::Other(format!("{e:#}")),
-    }
+    let kind = match e.downcast_ref::<T>() {
+        Some(T::UnreachableCodeReached) => K::Unreachable,
+        Some(T::MemoryOutOfBounds) => K::MemoryOutOfBounds,
+        Some(T::TableOutOfBounds) => K::TableOutOfBounds,
+        Some(T::IndirectCallToNull) => K::IndirectCallToNull,
+        Some(T::BadSignature) => K::BadSignature,
+        Some(T::IntegerOverflow) => K::IntegerOverflow,
+        Some(T::IntegerDivisionByZero) => K::IntegerDivisionByZero,
+        Some(T::BadConversionToInteger) => K::BadConversionToInteger,
+        Some(T::StackOverflow) => K::StackOverflow,
+        _ => return Trap::Other(format!("{e:#}")),
+    };
+    Trap::Wasm(kind)
 }
 
 fn value(v: &Val) -> Value {
