@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use ephem_bench_wasmtime::{geomean, median, ms};
 
 #[derive(Parser)]
 #[command(about = "WASI programs on ephem and on wasmtime: execution and compile time")]
@@ -220,19 +221,6 @@ impl WasmtimeProgram {
         drop(store);
         Ok((measured, stdout.contents().to_vec()))
     }
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3}", d.as_secs_f64() * 1000.0)
-}
-
-fn geomean(v: &[f64]) -> f64 {
-    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
 /// What the table calls a program: its file's stem, or its directory's name for Sightglass's

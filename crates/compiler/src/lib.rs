@@ -256,6 +256,12 @@ impl Compiler {
         let units = defined + 2 * types;
         let results: Vec<Mutex<Option<Result<Compiled, CompileError>>>> =
             (0..units).map(|_| Mutex::new(None)).collect();
+        // Largest bodies first: a long function taken last would leave the other threads idle
+        // while it compiles (single-threaded time is wasmtime's; the schedule decided the rest).
+        let mut order: Vec<usize> = (0..units).collect();
+        order.sort_by_key(|&u| {
+            std::cmp::Reverse(parsed.bodies.get(u).map_or(0, |b| b.as_bytes().len()))
+        });
         let next = std::sync::atomic::AtomicUsize::new(0);
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
@@ -267,10 +273,10 @@ impl Compiler {
                     let mut ctx = Context::new();
                     let mut fctx = FunctionBuilderContext::new();
                     loop {
-                        let unit = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if unit >= units {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&unit) = order.get(i) else {
                             break;
-                        }
+                        };
                         ctx.clear();
                         let r = self.compile_unit(&env, &parsed, unit, &mut ctx, &mut fctx);
                         if r.is_err() {

@@ -464,3 +464,29 @@ fn the_wasm_stack_size_is_configurable_and_exhaustion_stays_a_trap() {
     assert_eq!(trap_kind(depth(64 << 10, 20_000)), TrapKind::StackOverflow);
     assert!(matches!(depth(64 << 10, 100).unwrap()[..], [Val::I32(100)]));
 }
+
+#[test]
+fn compiling_lays_functions_out_in_module_order_whatever_order_threads_take_them() {
+    // Bodies grow towards the end of the module, so threads that take the largest first
+    // compile them in reverse; each function calls the one before it.
+    let mut wat = String::from("(module (func $f0 (result i32) i32.const 1)\n");
+    for i in 1..64 {
+        wat.push_str(&format!("(func $f{i} (result i32) call $f{}", i - 1));
+        for _ in 0..i * 8 {
+            wat.push_str(" i32.const 1 i32.add");
+        }
+        wat.push_str(")\n");
+    }
+    wat.push_str("(export \"last\" (func $f63)))");
+    let compiler = ephem::Compiler::new().unwrap();
+    let first = compiler.compile(wat.as_bytes()).unwrap();
+    for _ in 0..3 {
+        assert_eq!(compiler.compile(wat.as_bytes()).unwrap(), first);
+    }
+    assert!(first.funcs.windows(2).all(|w| w[0].offset < w[1].offset));
+    // 1 + the sum of 8i over i in 1..64.
+    let mut store = Store::new(&Engine::default(), ());
+    let instance = instantiate(&mut store, &wat);
+    let r = call(&mut store, &instance, "last", &[]).unwrap();
+    assert!(matches!(r[..], [Val::I32(n)] if n == 1 + 8 * (63 * 64 / 2)));
+}
