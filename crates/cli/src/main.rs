@@ -3,6 +3,7 @@
 mod cache;
 mod exit;
 mod run;
+mod serve;
 mod wast;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Command {
     /// The compile cache.
     #[command(subcommand)]
     Cache(cache::CacheCommand),
+    /// Serves modules over HTTP: uploads, and every call in a fresh instance.
+    Serve(serve::Args),
     /// Runs WebAssembly script (.wast) files or directories of them.
     Wast(wast::Args),
     /// Benchmarks, printed as tables of ratios.
@@ -45,6 +48,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Compile(args) => cache::compile(args),
         Command::Cache(cmd) => cache::command(cmd),
+        Command::Serve(args) => serve::serve(args),
         Command::Wast(args) => wast::run(args),
         Command::Bench(bench) => ephem_bench::run(bench),
     }

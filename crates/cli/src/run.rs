@@ -106,7 +106,7 @@ fn wasi(args: &Args) -> anyhow::Result<WasiCtx> {
 }
 
 /// `500ms`, `2s`, `1m`, or a plain number of seconds; not zero.
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let (number, unit) = [("ms", 0.001), ("s", 1.0), ("m", 60.0)]
         .into_iter()
         .find_map(|(suffix, unit)| s.strip_suffix(suffix).map(|n| (n, unit)))

@@ -1,0 +1,116 @@
+//! `ephem serve` as a process: it survives `kill -9` with nothing lost, and on SIGTERM it
+//! finishes the requests in flight before it exits.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use reqwest::blocking::Client;
+use serde_json::{Value, json};
+
+const MODULE: &str = r#"(module
+  (func (export "add") (param i32 i32) (result i32) (i32.add (local.get 0) (local.get 1)))
+  (func (export "spin") (loop (br 0))))"#;
+
+/// Starts `ephem serve` on a free port; returns the process and its base URL.
+fn serve(data: &Path, extra: &[&str]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ephem"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--data-dir",
+        ])
+        .arg(data)
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("the server said where it listens")
+            .unwrap();
+        if let Some(at) = line.split("address=").nth(1) {
+            break at.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    // Keep draining its logs so that it never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, format!("http://{addr}"))
+}
+
+fn call(c: &Client, base: &str, id: &str, export: &str, args: Value) -> (StatusCode, Value) {
+    let r = (c.post(format!("{base}/modules/{id}/invoke/{export}")))
+        .body(args.to_string())
+        .send()
+        .unwrap();
+    (r.status(), r.json().unwrap_or(Value::Null))
+}
+
+#[test]
+fn modules_survive_kill_9_and_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let (mut server, base) = serve(data.path(), &[]);
+    let c = Client::new();
+    let r = (c.put(format!("{base}/modules")))
+        .body(wat::parse_str(MODULE).unwrap())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let id = r.json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.kill().unwrap(); // SIGKILL
+    server.wait().unwrap();
+
+    let (mut server, base) = serve(data.path(), &[]);
+    let (status, body) = call(&c, &base, &id, "add", json!([20, 22]));
+    assert_eq!(
+        (status, &body["results"]),
+        (StatusCode::OK, &json!([42])),
+        "{body}"
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
+#[test]
+fn sigterm_finishes_the_requests_in_flight() {
+    let data = tempfile::tempdir().unwrap();
+    let (mut server, base) = serve(
+        data.path(),
+        &["--timeout", "1s", "--fuel", "100000000000000"],
+    );
+    let c = Client::new();
+    let r = (c.put(format!("{base}/modules")))
+        .body(wat::parse_str(MODULE).unwrap())
+        .send()
+        .unwrap();
+    let id = r.json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let in_flight = {
+        let (base, id) = (base.clone(), id.clone());
+        std::thread::spawn(move || call(&Client::new(), &base, &id, "spin", json!([])))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = rustix::process::Pid::from_child(&server);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let t = Instant::now();
+    let (status, body) = in_flight.join().unwrap();
+    assert_eq!(
+        (status, &body["kind"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("Interrupted"))
+    );
+    let exit = server.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+}

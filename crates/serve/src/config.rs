@@ -1,0 +1,180 @@
+//! The server's configuration (a TOML file, with command-line flags over it) and the limits
+//! every request runs under.
+//!
+//! The configured [`Limits`] are ceilings: a request may ask for less (`?fuel=`, `?timeout_ms=`,
+//! `?max_memory=`, `?max_output=`), never for more ([`Limits::lowered`]).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Everything `ephem serve` is configured with. Every field has a default, so an empty file is
+/// a valid configuration.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where to listen (default `127.0.0.1:8080`). A non-loopback address needs `token_file`.
+    pub listen: SocketAddr,
+    /// Where uploaded modules (`modules/`) and, by default, compiled artifacts (`artifacts/`)
+    /// are kept.
+    pub data_dir: PathBuf,
+    /// The artifact store: a directory the nodes of a fleet share (default
+    /// `DATA_DIR/artifacts`). With `modules_dir` shared too, a module uploaded to one node runs
+    /// on all of them, compiled once.
+    pub artifacts_dir: Option<PathBuf>,
+    /// Where uploaded modules are kept (default `DATA_DIR/modules`); share it in a fleet.
+    pub modules_dir: Option<PathBuf>,
+    /// The fleet's artifact key (a file of 64 hex digits, writable by this user only): artifacts
+    /// are sealed with it and only artifacts it verifies are run. Default: the `key` file in
+    /// the artifact store, made on first use.
+    pub artifact_key_file: Option<PathBuf>,
+    /// Bound on the artifact store's size; least recently used artifacts go first (they are
+    /// compiled again from the kept module when next called).
+    pub artifacts_max_bytes: u64,
+    /// A file holding the bearer token that uploads and calls must present.
+    pub token_file: Option<PathBuf>,
+    /// Calls running at once (default: the number of CPUs).
+    pub workers: usize,
+    /// Calls waiting for a worker before the server answers `503` (default: `workers`).
+    pub queue: Option<usize>,
+    /// Compiles running at once (default: half the CPUs, at least one).
+    pub compile_workers: usize,
+    /// The ceilings of every call.
+    pub limits: Limits,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("ephem-data"),
+            artifacts_dir: None,
+            modules_dir: None,
+            artifact_key_file: None,
+            artifacts_max_bytes: 1 << 30,
+            token_file: None,
+            workers: cpus,
+            queue: None,
+            compile_workers: (cpus / 2).max(1),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl Config {
+    /// The configuration in the TOML file at `path`.
+    pub fn from_file(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// The artifact store's directory.
+    pub fn artifacts_dir(&self) -> PathBuf {
+        (self.artifacts_dir.clone()).unwrap_or_else(|| self.data_dir.join("artifacts"))
+    }
+
+    /// The directory of uploaded modules.
+    pub fn modules_dir(&self) -> PathBuf {
+        (self.modules_dir.clone()).unwrap_or_else(|| self.data_dir.join("modules"))
+    }
+
+    /// Calls that may wait for a worker.
+    pub fn queue(&self) -> usize {
+        self.queue.unwrap_or(self.workers)
+    }
+}
+
+/// What one call may take. Every field is a ceiling; see [`Limits::lowered`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Fuel per call (the default costs: about one per wasm operator).
+    pub fuel: u64,
+    /// Wall-clock time per call, instantiation included, in milliseconds.
+    pub timeout_ms: u64,
+    /// Bytes of linear memory per instance: `memory.grow` past it returns -1, and a module
+    /// whose initial memory is larger fails with a limit error.
+    pub max_memory: u64,
+    /// Bytes of an uploaded module (larger: `413`).
+    pub max_module: usize,
+    /// Bytes of a call's request body (arguments, or a command's stdin; larger: `413`).
+    pub max_input: usize,
+    /// Bytes of a command's stdout kept (writes past it fail with `ENOSPC` in the guest);
+    /// stderr keeps at most [`STDERR_BYTES`].
+    pub max_output: usize,
+}
+
+/// Bytes of a command's stderr returned (in a header, so bounded small).
+pub const STDERR_BYTES: usize = 4096;
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            fuel: 10_000_000_000,
+            timeout_ms: 10_000,
+            max_memory: 256 << 20,
+            max_module: 64 << 20,
+            max_input: 16 << 20,
+            max_output: 16 << 20,
+        }
+    }
+}
+
+/// Lower limits a request asks for (query parameters).
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Requested {
+    pub fuel: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub max_memory: Option<u64>,
+    pub max_output: Option<usize>,
+}
+
+impl Limits {
+    /// These limits, lowered where `requested` asks for less; asking for more changes nothing.
+    pub fn lowered(&self, requested: &Requested) -> Limits {
+        let min = |ceiling: u64, asked: Option<u64>| asked.map_or(ceiling, |a| a.min(ceiling));
+        Limits {
+            fuel: min(self.fuel, requested.fuel),
+            timeout_ms: min(self.timeout_ms, requested.timeout_ms),
+            max_memory: min(self.max_memory, requested.max_memory),
+            max_output: requested
+                .max_output
+                .map_or(self.max_output, |a| a.min(self.max_output)),
+            ..*self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_lower_limits_and_never_raise_them() {
+        let ceiling = Limits::default();
+        let asked = Requested {
+            fuel: Some(5),
+            timeout_ms: Some(u64::MAX),
+            max_memory: None,
+            max_output: Some(1),
+        };
+        let l = ceiling.lowered(&asked);
+        assert_eq!(l.fuel, 5);
+        assert_eq!(l.timeout_ms, ceiling.timeout_ms);
+        assert_eq!(l.max_memory, ceiling.max_memory);
+        assert_eq!(l.max_output, 1);
+    }
+
+    #[test]
+    fn files_are_toml_with_defaults_and_unknown_keys_refused() {
+        let c: Config = toml::from_str("workers = 3\n[limits]\nfuel = 7\n").unwrap();
+        assert_eq!((c.workers, c.limits.fuel), (3, 7));
+        assert_eq!(c.limits.timeout_ms, Limits::default().timeout_ms);
+        assert_eq!(c.queue(), 3);
+        assert!(toml::from_str::<Config>("wrokers = 3\n").is_err());
+    }
+}

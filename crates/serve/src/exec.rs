@@ -1,0 +1,363 @@
+//! One call: a fresh store, WASI context and instance, under the request's limits.
+//!
+//! Modules are compiled with fuel metering and epoch-deadline checks, so every call is bounded
+//! by both: fuel by the store's budget, wall-clock time by the engine's epoch, which one ticker
+//! thread advances every [`TICK`]. A deadline is a number of ticks, so a call is interrupted
+//! between its timeout and one tick past it. Every method blocks while the guest runs.
+
+use std::time::{Duration, Instant};
+
+use ephem::{
+    Engine, EpochTicker, Error, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Val,
+    ValType,
+};
+use ephem_wasi::{Input, Output, WasiCtx, WasiCtxBuilder};
+use serde_json::Value;
+
+use crate::config::{Limits, STDERR_BYTES};
+
+/// How often the engine's epoch advances: the resolution of deadlines.
+pub const TICK: Duration = Duration::from_millis(5);
+
+/// What a store of the server holds.
+pub struct Host {
+    wasi: WasiCtx,
+    limits: StoreLimits,
+}
+
+/// Why a call did not return results.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No such export, or not a function.
+    #[error("{0}")]
+    NotFound(String),
+    /// Arguments that do not fit the export's parameters, or imports this server lacks.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The guest trapped (out of fuel and past the deadline included).
+    #[error("{message}")]
+    Trap {
+        kind: ephem::TrapKind,
+        message: String,
+    },
+    /// A resource limit stopped instantiation (memory, tables).
+    #[error("{0}")]
+    Limit(String),
+    /// Something on the server's side.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<Error> for CallError {
+    fn from(e: Error) -> CallError {
+        match e {
+            Error::Trap(t) => CallError::Trap {
+                kind: t.kind,
+                message: t.to_string(),
+            },
+            Error::Link(m) => CallError::BadRequest(format!("link error: {m}")),
+            Error::Usage(m) => CallError::BadRequest(m),
+            e @ (Error::Limit(_) | Error::CodeMemory(_)) => CallError::Limit(e.to_string()),
+            e => CallError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// What a call consumed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Measured {
+    pub fuel_used: u64,
+    pub instantiate: Duration,
+    pub call: Duration,
+}
+
+/// A command's outcome.
+pub struct Ran {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Runs calls on one engine, with WASI linked.
+pub struct Executor {
+    engine: Engine,
+    linker: Linker<Host>,
+    _ticker: EpochTicker,
+}
+
+impl Executor {
+    pub fn new(engine: &Engine) -> anyhow::Result<Executor> {
+        let mut linker = Linker::new(engine);
+        ephem_wasi::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi)?;
+        Ok(Executor {
+            engine: engine.clone(),
+            linker,
+            _ticker: engine.start_epoch_ticker(TICK),
+        })
+    }
+
+    /// Whether every import of `module` is one this server provides (WASI preview 1).
+    pub fn check_imports(&self, module: &Module) -> Result<(), CallError> {
+        self.linker.instantiate_pre(module).map(drop).map_err(|e| {
+            CallError::BadRequest(format!("{e} (this server provides WASI preview 1 only)"))
+        })
+    }
+
+    /// Calls `export` of a fresh instance of `module` with `args` (JSON, converted by the
+    /// export's parameter types); a reactor's `_initialize` runs first.
+    pub fn invoke(
+        &self,
+        module: &Module,
+        export: &str,
+        args: &[Value],
+        limits: &Limits,
+    ) -> Result<(Vec<Value>, Measured), (CallError, Measured)> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(Output::Discard).stderr(Output::Discard);
+        let mut store = self.store(wasi.build(), limits);
+        let mut measured = Measured::default();
+        let result = self.invoke_in(&mut store, module, export, args, &mut measured);
+        measured.fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        result.map(|r| (r, measured)).map_err(|e| (e, measured))
+    }
+
+    fn invoke_in(
+        &self,
+        store: &mut Store<Host>,
+        module: &Module,
+        export: &str,
+        args: &[Value],
+        measured: &mut Measured,
+    ) -> Result<Vec<Value>, CallError> {
+        let t = Instant::now();
+        let instance = self
+            .linker
+            .instantiate_pre(module)?
+            .instantiate(&mut *store)?;
+        if let Some(init) = instance.get_func(&mut *store, "_initialize") {
+            init.call(&mut *store, &[], &mut [])?;
+        }
+        measured.instantiate = t.elapsed();
+        let func = instance.get_func(&mut *store, export).ok_or_else(|| {
+            CallError::NotFound(format!("the module exports no function `{export}`"))
+        })?;
+        let ty = func.ty(&*store);
+        if ty.params.len() != args.len() {
+            return Err(CallError::BadRequest(format!(
+                "`{export}` takes {} arguments ({:?}), {} given",
+                ty.params.len(),
+                ty.params,
+                args.len()
+            )));
+        }
+        let vals = (ty.params.iter().zip(args))
+            .map(|(&t, v)| from_json(t, v))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
+        let t = Instant::now();
+        let called = func.call(&mut *store, &vals, &mut results);
+        measured.call = t.elapsed();
+        called?;
+        Ok(results.iter().map(to_json).collect())
+    }
+
+    /// Runs `module` as a WASI command (`_start`): `stdin` as its input, `args` after its name,
+    /// `env`; no directories. The guest's exit status is the outcome, not an error.
+    pub fn run(
+        &self,
+        module: &Module,
+        stdin: Vec<u8>,
+        args: &[String],
+        env: &[(String, String)],
+        limits: &Limits,
+    ) -> Result<(Ran, Measured), (CallError, Measured)> {
+        let wasi = (|| {
+            let mut b = WasiCtxBuilder::new();
+            b.arg("module")?.args(args)?;
+            for (k, v) in env {
+                b.env(k, v)?;
+            }
+            b.stdin(Input::Bytes(stdin.into()))
+                .stdout(Output::Capture(limits.max_output))
+                .stderr(Output::Capture(STDERR_BYTES));
+            Ok::<_, ephem_wasi::BuildError>(b.build())
+        })()
+        .map_err(|e| (CallError::BadRequest(e.to_string()), Measured::default()))?;
+        let mut store = self.store(wasi, limits);
+        let mut measured = Measured::default();
+        let result = (|| {
+            let t = Instant::now();
+            let instance = self
+                .linker
+                .instantiate_pre(module)?
+                .instantiate(&mut store)?;
+            measured.instantiate = t.elapsed();
+            let start = instance.get_func(&mut store, "_start").ok_or_else(|| {
+                CallError::NotFound("the module is not a WASI command: no `_start`".into())
+            })?;
+            let t = Instant::now();
+            let ran = start.call(&mut store, &[], &mut []);
+            measured.call = t.elapsed();
+            match ran {
+                Ok(()) => Ok(0),
+                Err(e) => ephem_wasi::exit_code(&e).ok_or_else(|| CallError::from(e)),
+            }
+        })();
+        measured.fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        match result {
+            Ok(exit_code) => {
+                let wasi = &mut store.data_mut().wasi;
+                let ran = Ran {
+                    exit_code,
+                    stdout: wasi.take_stdout(),
+                    stderr: wasi.take_stderr(),
+                };
+                Ok((ran, measured))
+            }
+            Err(e) => Err((e, measured)),
+        }
+    }
+
+    /// A store bounded by `limits`.
+    fn store(&self, wasi: WasiCtx, limits: &Limits) -> Store<Host> {
+        let memory = usize::try_from(limits.max_memory).unwrap_or(usize::MAX);
+        let host = Host {
+            wasi,
+            limits: StoreLimitsBuilder::new().memory_size(memory).build(),
+        };
+        let mut store = Store::new(&self.engine, host);
+        store.limiter(|h| &mut h.limits);
+        store.set_fuel(limits.fuel);
+        let tick = TICK.as_millis() as u64;
+        store.set_epoch_deadline(limits.timeout_ms.div_ceil(tick) + 1);
+        store
+    }
+}
+
+/// A wasm value from JSON: integers as numbers (or decimal strings, for 64-bit values beyond
+/// what JSON readers keep exactly), floats as numbers or `"nan"`, `"inf"`, `"-inf"`, a `v128`
+/// as a `0x` hexadecimal string, references as `null`.
+pub fn from_json(ty: ValType, v: &Value) -> Result<Val, CallError> {
+    let bad = || CallError::BadRequest(format!("`{v}` is not a {ty:?}"));
+    let int = |bits: u32| -> Result<i128, CallError> {
+        let n = match v {
+            Value::Number(n) => n.as_i64().map(i128::from).or(n.as_u64().map(i128::from)),
+            Value::String(s) => s.parse::<i128>().ok(),
+            _ => None,
+        }
+        .ok_or_else(bad)?;
+        let (min, max) = (-(1i128 << (bits - 1)), (1i128 << bits) - 1);
+        if (min..=max).contains(&n) {
+            Ok(n)
+        } else {
+            Err(bad())
+        }
+    };
+    let float = || -> Result<f64, CallError> {
+        match v {
+            Value::Number(n) => n.as_f64().ok_or_else(bad),
+            Value::String(s) => match s.as_str() {
+                "nan" | "NaN" => Ok(f64::NAN),
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    };
+    Ok(match ty {
+        ValType::I32 => Val::I32(int(32)? as i32),
+        ValType::I64 => Val::I64(int(64)? as i64),
+        ValType::F32 => Val::F32((float()? as f32).to_bits()),
+        ValType::F64 => Val::F64(float()?.to_bits()),
+        ValType::V128 => {
+            let hex = v
+                .as_str()
+                .and_then(|s| s.strip_prefix("0x"))
+                .ok_or_else(bad)?;
+            Val::V128(u128::from_str_radix(hex, 16).map_err(|_| bad())?)
+        }
+        ValType::FuncRef if v.is_null() => Val::FuncRef(None),
+        ValType::ExternRef if v.is_null() => Val::ExternRef(None),
+        ValType::FuncRef | ValType::ExternRef => return Err(bad()),
+    })
+}
+
+/// A wasm value as JSON, the inverse of [`from_json`] (a non-null reference is a string
+/// naming its type).
+pub fn to_json(v: &Val) -> Value {
+    let float = |f: f64| {
+        if f.is_nan() {
+            Value::from("nan")
+        } else if f.is_infinite() {
+            Value::from(if f > 0.0 { "inf" } else { "-inf" })
+        } else {
+            Value::from(f)
+        }
+    };
+    match *v {
+        Val::I32(n) => Value::from(n),
+        Val::I64(n) => Value::from(n),
+        Val::F32(b) => float(f64::from(f32::from_bits(b))),
+        Val::F64(b) => float(f64::from_bits(b)),
+        Val::V128(n) => Value::from(format!("{n:#034x}")),
+        Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::from("funcref")),
+        Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::from("externref")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_values_convert_by_type_and_refuse_what_does_not_fit() {
+        // `Val` has no `PartialEq` (references); its `Debug` shows kind and bits.
+        let ok = |t, v: Value| format!("{:?}", from_json(t, &v).unwrap());
+        let is = |v: Val| format!("{v:?}");
+        assert_eq!(ok(ValType::I32, Value::from(-1)), is(Val::I32(-1)));
+        assert_eq!(
+            ok(ValType::I32, Value::from(4294967295u64)),
+            is(Val::I32(-1))
+        );
+        assert_eq!(
+            ok(ValType::I64, Value::from("18446744073709551615")),
+            is(Val::I64(-1))
+        );
+        assert_eq!(
+            ok(ValType::F64, Value::from(1.5)),
+            is(Val::F64(1.5f64.to_bits()))
+        );
+        let nan = from_json(ValType::F32, &Value::from("nan")).unwrap();
+        assert!(matches!(nan, Val::F32(b) if f32::from_bits(b).is_nan()));
+        assert_eq!(ok(ValType::V128, Value::from("0x10")), is(Val::V128(16)));
+        for (t, v) in [
+            (ValType::I32, Value::from(4294967296u64)),
+            (ValType::I32, Value::from(1.5)),
+            (ValType::I64, Value::from("x")),
+            (ValType::F64, Value::Bool(true)),
+            (ValType::V128, Value::from(3)),
+            (ValType::FuncRef, Value::from(0)),
+        ] {
+            assert!(from_json(t, &v).is_err(), "{t:?} {v}");
+        }
+        for v in [
+            Val::I32(-7),
+            Val::I64(i64::MIN),
+            Val::F64(2.5f64.to_bits()),
+            Val::V128(u128::MAX),
+        ] {
+            let ty = match v {
+                Val::I32(_) => ValType::I32,
+                Val::I64(_) => ValType::I64,
+                Val::F64(_) => ValType::F64,
+                _ => ValType::V128,
+            };
+            assert_eq!(format!("{:?}", from_json(ty, &to_json(&v)).unwrap()), is(v));
+        }
+        assert_eq!(
+            to_json(&Val::F64(f64::NEG_INFINITY.to_bits())),
+            Value::from("-inf")
+        );
+    }
+}

@@ -1,0 +1,486 @@
+//! The HTTP interface: routes, access checks, the worker gate and the mapping of outcomes to
+//! statuses.
+//!
+//! | route | success | errors |
+//! | --- | --- | --- |
+//! | `PUT /modules` (wasm body) | `201` (`200` if it was there) `{id, exports, imports}` | `400` invalid or imports other than WASI, `413` too large |
+//! | `GET /modules/{id}` | `200` `{id, exports, imports}` | `404` |
+//! | `DELETE /modules/{id}` | `204` | `404` |
+//! | `POST /modules/{id}/invoke/{export}` (JSON array of arguments) | `200` `{results, fuel_used, time_us}` | `400` arguments, `404`, `413`, `422` trap or limit, `503` busy |
+//! | `POST /modules/{id}/run?arg=…&env=K=V` (stdin) | `200`, the body is stdout | as above |
+//! | `GET /healthz`, `GET /metrics` | `200` | |
+//!
+//! A command's exit status, fuel and time, and its stderr (at most 4 KiB, percent-encoded) are
+//! the headers `x-ephem-exit-code`, `x-ephem-fuel-used`, `x-ephem-time-us` and `x-ephem-stderr`;
+//! a non-zero exit status is still `200`. Every error body is JSON: `{error, message}`, with
+//! `kind` for traps (`OutOfFuel`, `Interrupted`, `MemoryOutOfBounds`, …). Limits may be lowered
+//! per request with the query parameters `fuel`, `timeout_ms`, `max_memory` and `max_output`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, RawQuery, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::config::{Config, Requested};
+use crate::exec::{CallError, Executor, Measured};
+use crate::metrics::Metrics;
+use crate::registry::{Found, Registry, RegistryError};
+
+/// What every handler shares.
+pub struct Shared {
+    pub config: Config,
+    pub registry: Registry,
+    pub exec: Executor,
+    pub metrics: Metrics,
+    token: Option<Vec<u8>>,
+    workers: Arc<Semaphore>,
+    queued: AtomicUsize,
+    compiles: Arc<Semaphore>,
+}
+
+impl Shared {
+    pub fn new(
+        config: Config,
+        registry: Registry,
+        exec: Executor,
+        token: Option<Vec<u8>>,
+    ) -> Shared {
+        Shared {
+            workers: Arc::new(Semaphore::new(config.workers.max(1))),
+            compiles: Arc::new(Semaphore::new(config.compile_workers.max(1))),
+            queued: AtomicUsize::new(0),
+            metrics: Metrics::default(),
+            config,
+            registry,
+            exec,
+            token,
+        }
+    }
+}
+
+/// An error answer: a status and a JSON body.
+pub struct ApiError {
+    status: StatusCode,
+    body: Value,
+    retry_after: bool,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, error: &str, message: impl std::fmt::Display) -> ApiError {
+        ApiError {
+            status,
+            body: json!({"error": error, "message": message.to_string()}),
+            retry_after: false,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.body)).into_response();
+        if self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<RegistryError> for ApiError {
+    fn from(e: RegistryError) -> ApiError {
+        match e {
+            RegistryError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", e),
+            RegistryError::Invalid(_) => ApiError::new(StatusCode::BAD_REQUEST, "invalid", e),
+            RegistryError::Internal(_) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e)
+            }
+        }
+    }
+}
+
+impl From<CallError> for ApiError {
+    fn from(e: CallError) -> ApiError {
+        match e {
+            CallError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, "not_found", m),
+            CallError::BadRequest(m) => ApiError::new(StatusCode::BAD_REQUEST, "bad_request", m),
+            CallError::Trap { kind, message } => ApiError {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                body: json!({"error": "trap", "kind": format!("{kind:?}"), "message": message}),
+                retry_after: false,
+            },
+            CallError::Limit(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "limit", m),
+            CallError::Internal(m) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m)
+            }
+        }
+    }
+}
+
+type App = State<Arc<Shared>>;
+
+/// The routes, over `shared`.
+pub fn router(shared: Arc<Shared>) -> Router {
+    let limits = shared.config.limits;
+    let modules = Router::new()
+        .route(
+            "/modules",
+            put(upload).layer(DefaultBodyLimit::max(limits.max_module)),
+        )
+        .route("/modules/{id}", get(describe).delete(remove))
+        .route(
+            "/modules/{id}/invoke/{export}",
+            post(invoke).layer(DefaultBodyLimit::max(limits.max_input)),
+        )
+        .route(
+            "/modules/{id}/run",
+            post(run).layer(DefaultBodyLimit::max(limits.max_input)),
+        )
+        .route_layer(middleware::from_fn_with_state(shared.clone(), authorize));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .merge(modules)
+        .layer(middleware::from_fn_with_state(shared.clone(), observe))
+        .with_state(shared)
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then lets the requests in flight
+/// finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Counts and logs every request by route and status.
+async fn observe(State(shared): App, request: Request, next: Next) -> Response {
+    let t = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let m = &shared.metrics;
+    (m.requests.get_or_create(&vec![
+        ("route", route.clone()),
+        ("status", status.to_string()),
+    ]))
+    .inc();
+    m.phase("request", t.elapsed());
+    tracing::info!(%method, %route, status, micros = t.elapsed().as_micros() as u64, "request");
+    response
+}
+
+/// Requires the bearer token, when the server has one. Compared in constant time.
+async fn authorize(
+    State(shared): App,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if let Some(token) = &shared.token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .unwrap_or_default();
+        if !bool::from(subtle::ConstantTimeEq::ct_eq(given, token.as_slice())) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid bearer token is required",
+            ));
+        }
+    }
+    Ok(next.run(request).await)
+}
+
+async fn metrics(State(shared): App) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        shared.metrics.encode(),
+    )
+}
+
+/// A module's id and interface.
+fn describe_module(id: &str, found: &Found) -> Value {
+    let module = &found.module;
+    let exports: Vec<Value> = module
+        .exports()
+        .map(|e| json!({"name": e.name, "type": e.ty.to_string()}))
+        .collect();
+    let imports: Vec<Value> = module
+        .imports()
+        .map(|i| {
+            let ty = module.import_type(&i).to_string();
+            json!({"module": i.module, "name": i.name, "type": ty})
+        })
+        .collect();
+    json!({"id": id, "exports": exports, "imports": imports})
+}
+
+fn count_artifact(shared: &Shared, found: &Found) {
+    let outcome = match found.outcome {
+        ephem::Outcome::Hit => "hit",
+        ephem::Outcome::Compiled { .. } => "compiled",
+        ephem::Outcome::Uncached { .. } => "uncached",
+    };
+    (shared
+        .metrics
+        .artifacts
+        .get_or_create(&vec![("outcome", outcome.to_owned())]))
+    .inc();
+}
+
+/// Runs `f` on a blocking thread.
+async fn blocking<R: Send + 'static>(
+    f: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))
+}
+
+async fn upload(State(shared): App, wasm: Bytes) -> Result<Response, ApiError> {
+    let permit = shared.compiles.clone().acquire_owned().await;
+    let s = shared.clone();
+    let (id, found, created) = blocking(move || {
+        let _permit = permit;
+        let existed = s.registry.exists(&crate::registry::id_of(&wasm));
+        let (id, found) = s.registry.put(&wasm, |module| {
+            s.exec.check_imports(module).map_err(|e| e.to_string())
+        })?;
+        Ok::<_, RegistryError>((id, found, !existed))
+    })
+    .await??;
+    count_artifact(&shared, &found);
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(describe_module(&id, &found))).into_response())
+}
+
+async fn describe(State(shared): App, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let s = shared.clone();
+    let (id, found) = blocking(move || s.registry.module(&id).map(|f| (id, f))).await??;
+    count_artifact(&shared, &found);
+    Ok(Json(describe_module(&id, &found)).into_response())
+}
+
+async fn remove(State(shared): App, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    let s = shared.clone();
+    match blocking(move || s.registry.delete(&id)).await?? {
+        true => Ok(StatusCode::NO_CONTENT),
+        false => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such module",
+        )),
+    }
+}
+
+/// The query of a call: lowered limits, and for commands their arguments and environment.
+#[derive(Default)]
+struct CallQuery {
+    limits: Requested,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+fn parse_query(raw: Option<&str>, command: bool) -> Result<CallQuery, ApiError> {
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", m);
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(raw.unwrap_or("")).map_err(|e| bad(e.to_string()))?;
+    let mut q = CallQuery::default();
+    for (k, v) in pairs {
+        let number = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| bad(format!("`{k}={v}`: expected a number")))
+        };
+        match k.as_str() {
+            "fuel" => q.limits.fuel = Some(number(&v)?),
+            "timeout_ms" => q.limits.timeout_ms = Some(number(&v)?),
+            "max_memory" => q.limits.max_memory = Some(number(&v)?),
+            "max_output" => q.limits.max_output = Some(number(&v)? as usize),
+            "arg" if command => q.args.push(v),
+            "env" if command => match v.split_once('=') {
+                Some((name, value)) => q.env.push((name.to_owned(), value.to_owned())),
+                None => return Err(bad(format!("`env={v}`: expected NAME=VALUE"))),
+            },
+            _ => return Err(bad(format!("unknown query parameter `{k}`"))),
+        }
+    }
+    Ok(q)
+}
+
+/// Runs `f` on a worker: at once if one is free, after a wait if the queue has room, else
+/// `503` with `Retry-After` (latency does not grow without bound under overload).
+async fn on_worker<R: Send + 'static>(
+    shared: &Arc<Shared>,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, ApiError> {
+    let t = Instant::now();
+    let waiting = shared.queued.fetch_add(1, Ordering::SeqCst);
+    if shared.workers.available_permits() == 0 && waiting >= shared.config.queue() {
+        shared.queued.fetch_sub(1, Ordering::SeqCst);
+        shared.metrics.rejected.inc();
+        return Err(ApiError {
+            retry_after: true,
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "every worker is busy and the queue is full",
+            )
+        });
+    }
+    shared.metrics.queued.inc();
+    let permit = shared.workers.clone().acquire_owned().await;
+    shared.queued.fetch_sub(1, Ordering::SeqCst);
+    shared.metrics.queued.dec();
+    shared.metrics.phase("queue", t.elapsed());
+    let s = shared.clone();
+    blocking(move || {
+        let _permit = permit;
+        s.metrics.busy.inc();
+        let r = f();
+        s.metrics.busy.dec();
+        r
+    })
+    .await
+}
+
+/// Opens module `id` for a call, recording how.
+fn open(shared: &Shared, id: &str) -> Result<ephem::Module, ApiError> {
+    let t = Instant::now();
+    let found = shared.registry.module(id)?;
+    shared.metrics.phase("open", t.elapsed());
+    count_artifact(shared, &found);
+    Ok(found.module)
+}
+
+/// Records a call's consumption and, for a trap, its kind.
+fn account(shared: &Shared, measured: &Measured, error: Option<&CallError>) {
+    let m = &shared.metrics;
+    m.fuel.inc_by(measured.fuel_used);
+    m.phase("instantiate", measured.instantiate);
+    m.phase("call", measured.call);
+    if let Some(CallError::Trap { kind, .. }) = error {
+        (m.traps.get_or_create(&vec![("kind", format!("{kind:?}"))])).inc();
+    }
+}
+
+async fn invoke(
+    State(shared): App,
+    Path((id, export)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let query = parse_query(query.as_deref(), false)?;
+    let args: Vec<Value> = if body.iter().all(u8::is_ascii_whitespace) {
+        Vec::new()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("the body must be a JSON array of arguments: {e}"),
+            )
+        })?
+    };
+    let limits = shared.config.limits.lowered(&query.limits);
+    let s = shared.clone();
+    let outcome = on_worker(&shared, move || {
+        let module = open(&s, &id)?;
+        let t = Instant::now();
+        let r = s.exec.invoke(&module, &export, &args, &limits);
+        let (measured, error) = match &r {
+            Ok((_, m)) => (m, None),
+            Err((e, m)) => (m, Some(e)),
+        };
+        account(&s, measured, error);
+        let elapsed = t.elapsed();
+        let (results, measured) = r.map_err(|(e, _)| ApiError::from(e))?;
+        Ok::<_, ApiError>(json!({
+            "results": results,
+            "fuel_used": measured.fuel_used,
+            "time_us": elapsed.as_micros() as u64,
+        }))
+    })
+    .await??;
+    Ok(Json(outcome).into_response())
+}
+
+async fn run(
+    State(shared): App,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    stdin: Bytes,
+) -> Result<Response, ApiError> {
+    let query = parse_query(query.as_deref(), true)?;
+    let limits = shared.config.limits.lowered(&query.limits);
+    let s = shared.clone();
+    let (ran, measured, elapsed) = on_worker(&shared, move || {
+        let module = open(&s, &id)?;
+        let t = Instant::now();
+        let r = s
+            .exec
+            .run(&module, stdin.to_vec(), &query.args, &query.env, &limits);
+        match r {
+            Ok((ran, m)) => {
+                account(&s, &m, None);
+                Ok((ran, m, t.elapsed()))
+            }
+            Err((e, m)) => {
+                account(&s, &m, Some(&e));
+                Err(ApiError::from(e))
+            }
+        }
+    })
+    .await??;
+    let stderr = percent_encoding::percent_encode(&ran.stderr, percent_encoding::NON_ALPHANUMERIC)
+        .to_string();
+    let mut response = ran.stdout.into_response();
+    let h = response.headers_mut();
+    let mut set = |name: &'static str, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    };
+    set("x-ephem-exit-code", ran.exit_code.to_string());
+    set("x-ephem-fuel-used", measured.fuel_used.to_string());
+    set("x-ephem-time-us", (elapsed.as_micros() as u64).to_string());
+    set("x-ephem-stderr", stderr);
+    Ok(response)
+}
+
+/// Whether `addr` can be reached only from this machine.
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}

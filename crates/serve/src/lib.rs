@@ -1,0 +1,121 @@
+//! `ephem serve`: modules in over HTTP, every request in a fresh instance.
+//!
+//! A client uploads a module (`PUT /modules`), gets its id (the hash of its bytes), and calls
+//! it (`POST /modules/{id}/invoke/{export}` with JSON arguments, or `POST /modules/{id}/run`
+//! for a WASI command with the body as stdin). Every call gets a fresh store, WASI context and
+//! instance, bounded by fuel, a wall-clock deadline and a memory limit ([`Limits`]), on one of
+//! a fixed number of workers; when they are busy and the queue is full the answer is `503` at
+//! once. The routes and statuses are in [`http`].
+//!
+//! The parts:
+//! - [`config`]: the TOML configuration and the per-request limits.
+//! - [`registry`]: uploaded modules (kept by hash) and their compiled artifacts (ephem's
+//!   compile cache, bounded). Sharing both directories makes a fleet: a module compiled by one
+//!   node runs on all of them.
+//! - [`exec`]: one call, in a fresh store.
+//! - [`http`]: routes (axum), bearer-token checks, the worker gate.
+//! - [`metrics`]: Prometheus metrics.
+//!
+//! Embedders mount [`Server::router`] in their own axum application, or run [`Server::run`].
+
+pub mod config;
+pub mod exec;
+pub mod http;
+pub mod metrics;
+pub mod registry;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+pub use config::{Config, Limits};
+
+/// A server bound to its address, ready to run.
+pub struct Server {
+    shared: Arc<http::Shared>,
+    listener: tokio::net::TcpListener,
+}
+
+impl Server {
+    /// Sets up the server `config` describes and binds its address (port 0: any free port).
+    /// Refuses a non-loopback address without a token.
+    pub async fn bind(config: Config) -> anyhow::Result<Server> {
+        let shared = Arc::new(shared(config)?);
+        let listener = tokio::net::TcpListener::bind(shared.config.listen)
+            .await
+            .with_context(|| format!("listening on {}", shared.config.listen))?;
+        Ok(Server { shared, listener })
+    }
+
+    /// Where the server listens.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The server's routes, to mount in another axum application.
+    pub fn router(&self) -> axum::Router {
+        http::router(self.shared.clone())
+    }
+
+    /// Serves until `shutdown` completes, then waits for the requests in flight.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let router = self.router();
+        http::serve(self.listener, router, shutdown).await?;
+        Ok(())
+    }
+}
+
+/// What the handlers share, from `config`.
+fn shared(config: Config) -> anyhow::Result<http::Shared> {
+    let token = match &config.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the token file {}", path.display()))?;
+            let token = text.trim().as_bytes().to_vec();
+            if token.len() < 16 {
+                bail!("the token in {} is shorter than 16 bytes", path.display());
+            }
+            Some(token)
+        }
+        None => None,
+    };
+    if token.is_none() && !http::is_loopback(&config.listen) {
+        bail!(
+            "listening on {}, beyond this machine, needs a token (`token_file`, `--token-file`)",
+            config.listen
+        );
+    }
+    let engine = ephem::Engine::default();
+    // Every call is bounded by fuel and a deadline, so every module is compiled with both.
+    let compiler = ephem::Compiler::new()?
+        .with_fuel()
+        .with_interruption_checks();
+    let artifacts = config.artifacts_dir();
+    let cache = match &config.artifact_key_file {
+        Some(path) => {
+            let key = ephem::ArtifactKey::from_file(path)
+                .with_context(|| format!("reading the artifact key {}", path.display()))?;
+            ephem::Cache::with_key(&artifacts, config.artifacts_max_bytes, key)
+        }
+        None => ephem::Cache::new(&artifacts, config.artifacts_max_bytes),
+    };
+    let registry = registry::Registry::new(config.modules_dir(), cache, compiler, engine.clone())
+        .with_context(|| format!("creating {}", config.modules_dir().display()))?;
+    let exec = exec::Executor::new(&engine)?;
+    Ok(http::Shared::new(config, registry, exec, token))
+}
+
+/// Completes on SIGTERM or SIGINT (Ctrl-C): the signal for a graceful shutdown.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down: finishing the requests in flight");
+}

@@ -1,0 +1,551 @@
+//! `ephem-serve` against a real server on loopback: uploads, calls, commands, every error
+//! status, limits a request cannot raise, a guest that loops forever answered at its deadline
+//! while others are served, the worker gate's `503`, tokens, eviction, and two nodes sharing
+//! one artifact store.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ephem_serve::{Config, Server};
+use reqwest::StatusCode;
+use reqwest::blocking::Client;
+use serde_json::{Value, json};
+
+/// A server running on its own runtime until dropped.
+struct Running {
+    base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.stop.take().map(|s| s.send(()));
+        let _ = self.thread.take().map(|t| t.join());
+    }
+}
+
+fn config(data: &Path) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: data.to_owned(),
+        workers: 2,
+        ..Config::default()
+    }
+}
+
+fn start(config: Config) -> Running {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let server = Server::bind(config).await.unwrap();
+            addr_tx.send(server.local_addr().unwrap()).unwrap();
+            server
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+    });
+    let addr = addr_rx.recv().unwrap();
+    Running {
+        base: format!("http://{addr}"),
+        stop: Some(stop),
+        thread: Some(thread),
+    }
+}
+
+fn client() -> Client {
+    Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// Uploads `wasm`; returns the status and the body.
+fn upload(c: &Client, base: &str, wasm: Vec<u8>) -> (StatusCode, Value) {
+    let r = c.put(format!("{base}/modules")).body(wasm).send().unwrap();
+    let status = r.status();
+    (status, r.json().unwrap_or(Value::Null))
+}
+
+/// Uploads `wasm`, which must be accepted; returns its id.
+fn upload_ok(c: &Client, base: &str, wasm: Vec<u8>) -> String {
+    let (status, body) = upload(c, base, wasm);
+    assert!(status.is_success(), "{status} {body}");
+    body["id"].as_str().unwrap().to_owned()
+}
+
+/// Calls `export` of module `id` with `args` (and a query); returns the status and the body.
+fn invoke(c: &Client, base: &str, id: &str, call: &str, args: Value) -> (StatusCode, Value) {
+    let r = (c.post(format!("{base}/modules/{id}/invoke/{call}")))
+        .body(args.to_string())
+        .send()
+        .unwrap();
+    let status = r.status();
+    (status, r.json().unwrap_or(Value::Null))
+}
+
+const MODULE: &str = r#"(module
+  (memory (export "memory") 1)
+  (func (export "add") (param i32 i32) (result i32) (i32.add (local.get 0) (local.get 1)))
+  (func (export "div") (param i32 i32) (result i32) (i32.div_s (local.get 0) (local.get 1)))
+  (func (export "spin") (loop (br 0)))
+  (func $recurse (export "recurse") (call $recurse))
+  ;; Grows memory a page at a time until it cannot; returns the pages it ended with.
+  (func (export "bomb") (result i32)
+    (block (loop (br_if 1 (i32.eq (memory.grow (i32.const 1)) (i32.const -1))) (br 0)))
+    (memory.size)))"#;
+
+fn wasm(text: &str) -> Vec<u8> {
+    wat::parse_str(text).unwrap()
+}
+
+fn guest(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../wasi/tests/guests")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn modules_are_uploaded_described_called_and_deleted() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start(config(data.path()));
+    let (c, base) = (client(), &server.base);
+    let (status, body) = upload(&c, base, wasm(MODULE));
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    assert_eq!(id, blake3::hash(&wasm(MODULE)).to_hex().as_str());
+    let names: Vec<&str> = (body["exports"].as_array().unwrap().iter())
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["memory", "add", "div", "spin", "recurse", "bomb"]);
+    // The same module again is the same module.
+    assert_eq!(upload(&c, base, wasm(MODULE)).0, StatusCode::OK);
+    let r = c.get(format!("{base}/modules/{id}")).send().unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().unwrap()["exports"], body["exports"]);
+
+    let (status, body) = invoke(&c, base, &id, "add", json!([40, 2]));
+    assert_eq!(
+        (status, &body["results"]),
+        (StatusCode::OK, &json!([42])),
+        "{body}"
+    );
+    assert!(body["fuel_used"].as_u64().unwrap() > 0, "{body}");
+
+    let r = c.delete(format!("{base}/modules/{id}")).send().unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        invoke(&c, base, &id, "add", json!([1, 2])).0,
+        StatusCode::NOT_FOUND
+    );
+    let r = c.delete(format!("{base}/modules/{id}")).send().unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = c.get(format!("{base}/modules/{id}")).send().unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn every_error_has_its_status_and_says_why() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.limits.max_module = 4096;
+    let server = start(cfg);
+    let (c, base) = (client(), &server.base);
+    // Not wasm; invalid wasm (a type error); too large; imports this server lacks.
+    let (status, body) = upload(&c, base, b"\0asm\x01\0\0\0\x01".to_vec());
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = upload(&c, base, wasm("(module (func (result i32) i64.const 1))"));
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["message"].as_str().unwrap().contains("type mismatch"),
+        "{body}"
+    );
+    assert_eq!(
+        upload(&c, base, vec![0; 8192]).0,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+    let (status, body) = upload(&c, base, wasm(r#"(module (import "env" "f" (func)))"#));
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["message"].as_str().unwrap().contains("env"), "{body}");
+
+    let id = upload_ok(&c, base, wasm(MODULE));
+    let no_module = "0".repeat(64);
+    assert_eq!(
+        invoke(&c, base, &no_module, "add", json!([])).0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        invoke(&c, base, "../../etc", "add", json!([])).0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        invoke(&c, base, &id, "nothing", json!([])).0,
+        StatusCode::NOT_FOUND
+    );
+    for bad in [
+        json!([1]),
+        json!([1, "x"]),
+        json!([1, 4294967296u64]),
+        json!({"a": 1}),
+    ] {
+        let (status, body) = invoke(&c, base, &id, "add", bad.clone());
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    let (status, body) = invoke(&c, base, &id, "div", json!([1, 0]));
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["kind"], "IntegerDivisionByZero", "{body}");
+    let (status, body) = invoke(&c, base, &id, "recurse", json!([]));
+    assert_eq!(
+        (status, &body["kind"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("StackOverflow"))
+    );
+    let r = c
+        .post(format!("{base}/modules/{id}/invoke/add?speed=fast"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // The metrics saw them.
+    let metrics = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics.contains(r#"ephem_traps_total{kind="IntegerDivisionByZero"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"route="/modules",status="413""#),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn limits_bound_every_call_and_a_request_cannot_raise_them() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.limits.fuel = 100_000;
+    cfg.limits.timeout_ms = 200;
+    cfg.limits.max_memory = 1 << 20;
+    let server = start(cfg);
+    let (c, base) = (client(), &server.base);
+    let id = upload_ok(&c, base, wasm(MODULE));
+    let call = |query: &str, export: &str| {
+        let r = (c.post(format!("{base}/modules/{id}/invoke/{export}?{query}")))
+            .send()
+            .unwrap();
+        let status = r.status();
+        (status, r.json::<Value>().unwrap())
+    };
+    // The configured fuel stops a loop; asking for more changes nothing; less stops sooner.
+    let (status, body) = call("", "spin");
+    assert_eq!(
+        (status, &body["kind"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("OutOfFuel"))
+    );
+    assert_eq!(body["fuel_used"], Value::Null);
+    let (_, body) = call("fuel=1000000000000", "spin");
+    assert_eq!(body["kind"], "OutOfFuel", "{body}");
+    // A memory bomb gets the limit: memory.grow fails past 1 MiB (16 pages) and the guest goes on.
+    let (status, body) = call("", "bomb");
+    assert_eq!(
+        (status, &body["results"]),
+        (StatusCode::OK, &json!([16])),
+        "{body}"
+    );
+    let (_, body) = call("max_memory=131072", "bomb");
+    assert_eq!(body["results"], json!([2]), "{body}");
+    let (_, body) = call("max_memory=1000000000000", "bomb");
+    assert_eq!(body["results"], json!([16]), "{body}");
+    // A module whose initial memory is beyond the limit fails to instantiate, naming it.
+    let big = upload_ok(&c, base, wasm("(module (memory 32) (func (export \"f\")))"));
+    let (status, body) = invoke(&c, base, &big, "f", json!([]));
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("limit"))
+    );
+}
+
+#[test]
+fn a_guest_that_loops_forever_is_stopped_at_its_deadline_while_others_are_served() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.limits.fuel = u64::MAX / 2;
+    cfg.limits.timeout_ms = 1_000;
+    let server = start(cfg);
+    let base = server.base.clone();
+    let id = upload_ok(&client(), &base, wasm(MODULE));
+    let spinning = {
+        let (base, id) = (base.clone(), id.clone());
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let (status, body) = invoke(&client(), &base, &id, "spin", json!([]));
+            (status, body, t.elapsed())
+        })
+    };
+    // Meanwhile the other worker answers.
+    std::thread::sleep(Duration::from_millis(100));
+    let c = client();
+    for i in 0..20 {
+        let (status, body) = invoke(&c, &base, &id, "add", json!([i, 1]));
+        assert_eq!(
+            (status, &body["results"]),
+            (StatusCode::OK, &json!([i + 1]))
+        );
+    }
+    let (status, body, took) = spinning.join().unwrap();
+    assert_eq!(
+        (status, &body["kind"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("Interrupted"))
+    );
+    assert!(took >= Duration::from_millis(1_000), "{took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    // A request may ask for a shorter deadline.
+    let t = Instant::now();
+    let r = (client().post(format!("{base}/modules/{id}/invoke/spin?timeout_ms=50")))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn a_full_queue_is_answered_503_at_once() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.workers = 1;
+    cfg.queue = Some(1);
+    cfg.limits.fuel = u64::MAX / 2;
+    cfg.limits.timeout_ms = 1_500;
+    let server = start(cfg);
+    let base = server.base.clone();
+    let id = upload_ok(&client(), &base, wasm(MODULE));
+    // One spinning on the worker, one waiting in the queue: the third is refused at once.
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let (base, id) = (base.clone(), id.clone());
+            let t = std::thread::spawn(move || invoke(&client(), &base, &id, "spin", json!([])).0);
+            std::thread::sleep(Duration::from_millis(200));
+            t
+        })
+        .collect();
+    let t = Instant::now();
+    let r = (client().post(format!("{base}/modules/{id}/invoke/add")))
+        .body("[1, 2]")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    for s in spinners {
+        assert_eq!(s.join().unwrap(), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    // Then it serves again.
+    assert_eq!(
+        invoke(&client(), &base, &id, "add", json!([1, 2])).0,
+        StatusCode::OK
+    );
+}
+
+#[test]
+fn wasi_commands_take_stdin_args_and_env_and_return_stdout_and_their_exit_code() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start(config(data.path()));
+    let (c, base) = (client(), &server.base);
+    let wc = upload_ok(&c, base, guest("wc.wasm"));
+    let r = (c.post(format!("{base}/modules/{wc}/run")))
+        .body("one\ntwo\nthree\n")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["x-ephem-exit-code"], "0");
+    assert!(
+        r.headers()["x-ephem-fuel-used"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(r.text().unwrap(), "3 14\n");
+
+    let basics = upload_ok(&c, base, guest("basics.wasm"));
+    let r = (c.post(format!("{base}/modules/{basics}/run?arg=exit&arg=7")))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["x-ephem-exit-code"], "7");
+    let r = (c.post(format!(
+        "{base}/modules/{basics}/run?arg=args&arg=a%20b&env=K=V"
+    )))
+    .send()
+    .unwrap();
+    let out = r.text().unwrap();
+    assert!(out.contains("arg 1: args\narg 2: a b\n"), "{out}");
+    // stdout is bounded by the request's max_output: the guest's write fails past it.
+    let r = (c.post(format!("{base}/modules/{wc}/run?max_output=2")))
+        .body("x\n")
+        .send()
+        .unwrap();
+    assert!(r.text().unwrap().len() <= 2);
+}
+
+#[test]
+fn tokens_are_required_when_configured_and_beyond_loopback() {
+    let data = tempfile::tempdir().unwrap();
+    let token_file = data.path().join("token");
+    std::fs::write(&token_file, "s3cret-token-of-some-length\n").unwrap();
+    let mut cfg = config(data.path());
+    cfg.token_file = Some(token_file);
+    let server = start(cfg);
+    let (c, base) = (client(), &server.base);
+    let put = |auth: Option<&str>| {
+        let mut r = c.put(format!("{base}/modules")).body(wasm(MODULE));
+        if let Some(a) = auth {
+            r = r.header("authorization", a);
+        }
+        r.send().unwrap().status()
+    };
+    assert_eq!(put(None), StatusCode::UNAUTHORIZED);
+    assert_eq!(put(Some("Bearer wrong")), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        put(Some("Bearer s3cret-token-of-some-lengt")),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        put(Some("Bearer s3cret-token-of-some-length")),
+        StatusCode::CREATED
+    );
+    let id = blake3::hash(&wasm(MODULE)).to_hex().to_string();
+    assert_eq!(
+        invoke(&c, base, &id, "add", json!([1, 2])).0,
+        StatusCode::UNAUTHORIZED
+    );
+    // Health and metrics stay open (for probes and scrapers).
+    assert_eq!(
+        c.get(format!("{base}/healthz")).send().unwrap().status(),
+        StatusCode::OK
+    );
+
+    // Beyond loopback, a server without a token does not start.
+    let mut open = config(data.path());
+    open.listen = "0.0.0.0:0".parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let refused = rt.block_on(Server::bind(open)).err().expect("refused");
+    assert!(refused.to_string().contains("token"), "{refused}");
+}
+
+#[test]
+fn many_uploads_with_a_small_artifact_store_evict_and_keep_serving() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.artifacts_max_bytes = 256 << 10;
+    let server = start(cfg);
+    let (c, base) = (client(), &server.base);
+    let n = 300;
+    let ids: Vec<String> = (0..n)
+        .map(|i| {
+            let text = format!("(module (func (export \"f\") (result i32) i32.const {i}))");
+            upload_ok(&c, base, wasm(&text))
+        })
+        .collect();
+    let artifacts = std::fs::read_dir(data.path().join("artifacts"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "ephem")
+        })
+        .count();
+    assert!(artifacts < n, "{artifacts} artifacts: nothing was evicted");
+    // Every module still answers: evicted ones are compiled again from what was uploaded.
+    for (i, id) in ids.iter().enumerate().step_by(7) {
+        let (status, body) = invoke(&c, base, id, "f", json!([]));
+        assert_eq!(
+            (status, &body["results"]),
+            (StatusCode::OK, &json!([i])),
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn two_nodes_sharing_a_store_compile_a_module_once() {
+    let shared = tempfile::tempdir().unwrap();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = |data: &Path| {
+        let mut cfg = config(data);
+        cfg.artifacts_dir = Some(shared.path().join("artifacts"));
+        cfg.modules_dir = Some(shared.path().join("modules"));
+        start(cfg)
+    };
+    let (one, two) = (node(a.path()), node(b.path()));
+    let c = client();
+    let id = upload_ok(&c, &one.base, wasm(MODULE));
+    let (status, body) = invoke(&c, &two.base, &id, "add", json!([2, 3]));
+    assert_eq!(
+        (status, &body["results"]),
+        (StatusCode::OK, &json!([5])),
+        "{body}"
+    );
+    let metrics = |base: &str| {
+        c.get(format!("{base}/metrics"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap()
+    };
+    let (m1, m2) = (metrics(&one.base), metrics(&two.base));
+    assert!(
+        m1.contains(r#"ephem_artifacts_total{outcome="compiled"} 1"#),
+        "{m1}"
+    );
+    assert!(!m2.contains(r#"outcome="compiled""#), "{m2}");
+    assert!(
+        m2.contains(r#"ephem_artifacts_total{outcome="hit"} 1"#),
+        "{m2}"
+    );
+}
+
+#[test]
+fn concurrent_uploads_of_one_module_compile_it_once() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start(config(data.path()));
+    let base = server.base.clone();
+    let uploads: Vec<_> = (0..8)
+        .map(|_| {
+            let base = base.clone();
+            std::thread::spawn(move || upload(&client(), &base, wasm(MODULE)).0)
+        })
+        .collect();
+    for u in uploads {
+        assert!(u.join().unwrap().is_success());
+    }
+    let m = client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        m.contains(r#"ephem_artifacts_total{outcome="compiled"} 1"#),
+        "{m}"
+    );
+}
