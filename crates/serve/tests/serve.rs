@@ -65,6 +65,11 @@ fn client() -> Client {
         .unwrap()
 }
 
+/// The server's metrics, as text.
+fn metrics(c: &Client, base: &str) -> String {
+    (c.get(format!("{base}/metrics")).send().unwrap().text()).unwrap()
+}
+
 /// Uploads `wasm`; returns the status and the body.
 fn upload(c: &Client, base: &str, wasm: Vec<u8>) -> (StatusCode, Value) {
     let r = c.put(format!("{base}/modules")).body(wasm).send().unwrap();
@@ -211,12 +216,7 @@ fn every_error_has_its_status_and_says_why() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     // The metrics saw them.
-    let metrics = c
-        .get(format!("{base}/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let metrics = metrics(&c, base);
     assert!(
         metrics.contains(r#"ephem_traps_total{kind="IntegerDivisionByZero"} 1"#),
         "{metrics}"
@@ -505,14 +505,7 @@ fn two_nodes_sharing_a_store_compile_a_module_once() {
         (StatusCode::OK, &json!([5])),
         "{body}"
     );
-    let metrics = |base: &str| {
-        c.get(format!("{base}/metrics"))
-            .send()
-            .unwrap()
-            .text()
-            .unwrap()
-    };
-    let (m1, m2) = (metrics(&one.base), metrics(&two.base));
+    let (m1, m2) = (metrics(&c, &one.base), metrics(&c, &two.base));
     assert!(
         m1.contains(r#"ephem_artifacts_total{outcome="compiled"} 1"#),
         "{m1}"
@@ -538,12 +531,7 @@ fn concurrent_uploads_of_one_module_compile_it_once() {
     for u in uploads {
         assert!(u.join().unwrap().is_success());
     }
-    let m = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let m = metrics(&client(), &base);
     assert!(
         m.contains(r#"ephem_artifacts_total{outcome="compiled"} 1"#),
         "{m}"
