@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use ephem::{
-    Engine, EpochTicker, Error, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Val,
-    ValType,
+    Engine, EpochTicker, Error, Instance, Linker, Module, Store, StoreLimits, StoreLimitsBuilder,
+    Val, ValType,
 };
 use ephem_wasi::{Input, Output, WasiCtx, WasiCtxBuilder};
 use serde_json::Value;
@@ -114,51 +114,34 @@ impl Executor {
     ) -> Result<(Vec<Value>, Measured), (CallError, Measured)> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(Output::Discard).stderr(Output::Discard);
-        let mut store = self.store(wasi.build(), limits);
-        let mut measured = Measured::default();
-        let result = self.invoke_in(&mut store, module, export, args, &mut measured);
-        measured.fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
-        result.map(|r| (r, measured)).map_err(|e| (e, measured))
-    }
-
-    fn invoke_in(
-        &self,
-        store: &mut Store<Host>,
-        module: &Module,
-        export: &str,
-        args: &[Value],
-        measured: &mut Measured,
-    ) -> Result<Vec<Value>, CallError> {
-        let t = Instant::now();
-        let instance = self
-            .linker
-            .instantiate_pre(module)?
-            .instantiate(&mut *store)?;
-        if let Some(init) = instance.get_func(&mut *store, "_initialize") {
-            init.call(&mut *store, &[], &mut [])?;
-        }
-        measured.instantiate = t.elapsed();
-        let func = instance.get_func(&mut *store, export).ok_or_else(|| {
-            CallError::NotFound(format!("the module exports no function `{export}`"))
-        })?;
-        let ty = func.ty(&*store);
-        if ty.params.len() != args.len() {
-            return Err(CallError::BadRequest(format!(
-                "`{export}` takes {} arguments ({:?}), {} given",
-                ty.params.len(),
-                ty.params,
-                args.len()
-            )));
-        }
-        let vals = (ty.params.iter().zip(args))
-            .map(|(&t, v)| from_json(t, v))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
-        let t = Instant::now();
-        let called = func.call(&mut *store, &vals, &mut results);
-        measured.call = t.elapsed();
-        called?;
-        Ok(results.iter().map(to_json).collect())
+        self.fresh(module, wasi.build(), limits, |store, instance, measured| {
+            let t = Instant::now();
+            if let Some(init) = instance.get_func(&mut *store, "_initialize") {
+                init.call(&mut *store, &[], &mut [])?;
+            }
+            measured.instantiate += t.elapsed();
+            let func = instance.get_func(&mut *store, export).ok_or_else(|| {
+                CallError::NotFound(format!("the module exports no function `{export}`"))
+            })?;
+            let ty = func.ty(&*store);
+            if ty.params.len() != args.len() {
+                return Err(CallError::BadRequest(format!(
+                    "`{export}` takes {} arguments ({:?}), {} given",
+                    ty.params.len(),
+                    ty.params,
+                    args.len()
+                )));
+            }
+            let vals = (ty.params.iter().zip(args))
+                .map(|(&t, v)| from_json(t, v))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
+            let t = Instant::now();
+            let called = func.call(&mut *store, &vals, &mut results);
+            measured.call = t.elapsed();
+            called?;
+            Ok(results.iter().map(to_json).collect())
+        })
     }
 
     /// Runs `module` as a WASI command (`_start`): `stdin` as its input, `args` after its name,
@@ -166,7 +149,7 @@ impl Executor {
     pub fn run(
         &self,
         module: &Module,
-        stdin: Vec<u8>,
+        stdin: &[u8],
         args: &[String],
         env: &[(String, String)],
         limits: &Limits,
@@ -183,37 +166,47 @@ impl Executor {
             Ok::<_, ephem_wasi::BuildError>(b.build())
         })()
         .map_err(|e| (CallError::BadRequest(e.to_string()), Measured::default()))?;
+        self.fresh(module, wasi, limits, |store, instance, measured| {
+            let start = instance.get_func(&mut *store, "_start").ok_or_else(|| {
+                CallError::NotFound("the module is not a WASI command: no `_start`".into())
+            })?;
+            let t = Instant::now();
+            let ran = start.call(&mut *store, &[], &mut []);
+            measured.call = t.elapsed();
+            let exit_code = match ran {
+                Ok(()) => 0,
+                Err(e) => ephem_wasi::exit_code(&e).ok_or_else(|| CallError::from(e))?,
+            };
+            let wasi = &mut store.data_mut().wasi;
+            Ok(Ran {
+                exit_code,
+                stdout: wasi.take_stdout(),
+                stderr: wasi.take_stderr(),
+            })
+        })
+    }
+
+    /// Instantiates `module` in a fresh store bounded by `limits`, runs `body` on it, and
+    /// measures: instantiation time, and the fuel consumed, also when `body` fails.
+    fn fresh<R>(
+        &self,
+        module: &Module,
+        wasi: WasiCtx,
+        limits: &Limits,
+        body: impl FnOnce(&mut Store<Host>, Instance, &mut Measured) -> Result<R, CallError>,
+    ) -> Result<(R, Measured), (CallError, Measured)> {
         let mut store = self.store(wasi, limits);
         let mut measured = Measured::default();
         let result = (|| {
             let t = Instant::now();
-            let instance = self
-                .linker
-                .instantiate_pre(module)?
-                .instantiate(&mut store)?;
+            let pre = self.linker.instantiate_pre(module)?;
+            let instance = pre.instantiate(&mut store)?;
             measured.instantiate = t.elapsed();
-            let start = instance.get_func(&mut store, "_start").ok_or_else(|| {
-                CallError::NotFound("the module is not a WASI command: no `_start`".into())
-            })?;
-            let t = Instant::now();
-            let ran = start.call(&mut store, &[], &mut []);
-            measured.call = t.elapsed();
-            match ran {
-                Ok(()) => Ok(0),
-                Err(e) => ephem_wasi::exit_code(&e).ok_or_else(|| CallError::from(e)),
-            }
+            body(&mut store, instance, &mut measured)
         })();
         measured.fuel_used = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
         match result {
-            Ok(exit_code) => {
-                let wasi = &mut store.data_mut().wasi;
-                let ran = Ran {
-                    exit_code,
-                    stdout: wasi.take_stdout(),
-                    stderr: wasi.take_stderr(),
-                };
-                Ok((ran, measured))
-            }
+            Ok(r) => Ok((r, measured)),
             Err(e) => Err((e, measured)),
         }
     }

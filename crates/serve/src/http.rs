@@ -17,7 +17,6 @@
 //! per request with the query parameters `fuel`, `timeout_ms`, `max_memory` and `max_output`.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -271,11 +270,9 @@ async fn upload(State(shared): App, wasm: Bytes) -> Result<Response, ApiError> {
     let s = shared.clone();
     let (id, found, created) = blocking(move || {
         let _permit = permit;
-        let existed = s.registry.exists(&crate::registry::id_of(&wasm));
-        let (id, found) = s.registry.put(&wasm, |module| {
+        (s.registry).put(&wasm, |module| {
             s.exec.check_imports(module).map_err(|e| e.to_string())
-        })?;
-        Ok::<_, RegistryError>((id, found, !existed))
+        })
     })
     .await??;
     count_artifact(&shared, &found);
@@ -385,15 +382,20 @@ fn open(shared: &Shared, id: &str) -> Result<ephem::Module, ApiError> {
     Ok(found.module)
 }
 
-/// Records a call's consumption and, for a trap, its kind.
-fn account(shared: &Shared, measured: &Measured, error: Option<&CallError>) {
+/// Records a call's consumption and, for a trap, its kind; returns its outcome as an answer's.
+fn account<R>(
+    shared: &Shared,
+    outcome: Result<(R, Measured), (CallError, Measured)>,
+) -> Result<(R, Measured), ApiError> {
     let m = &shared.metrics;
+    let (Ok((_, measured)) | Err((_, measured))) = &outcome;
     m.fuel.inc_by(measured.fuel_used);
     m.phase("instantiate", measured.instantiate);
     m.phase("call", measured.call);
-    if let Some(CallError::Trap { kind, .. }) = error {
+    if let Err((CallError::Trap { kind, .. }, _)) = &outcome {
         (m.traps.get_or_create(&vec![("kind", format!("{kind:?}"))])).inc();
     }
+    outcome.map_err(|(e, _)| e.into())
 }
 
 async fn invoke(
@@ -419,14 +421,8 @@ async fn invoke(
     let outcome = on_worker(&shared, move || {
         let module = open(&s, &id)?;
         let t = Instant::now();
-        let r = s.exec.invoke(&module, &export, &args, &limits);
-        let (measured, error) = match &r {
-            Ok((_, m)) => (m, None),
-            Err((e, m)) => (m, Some(e)),
-        };
-        account(&s, measured, error);
+        let (results, measured) = account(&s, s.exec.invoke(&module, &export, &args, &limits))?;
         let elapsed = t.elapsed();
-        let (results, measured) = r.map_err(|(e, _)| ApiError::from(e))?;
         Ok::<_, ApiError>(json!({
             "results": results,
             "fuel_used": measured.fuel_used,
@@ -449,19 +445,11 @@ async fn run(
     let (ran, measured, elapsed) = on_worker(&shared, move || {
         let module = open(&s, &id)?;
         let t = Instant::now();
-        let r = s
+        let ran = s
             .exec
-            .run(&module, stdin.to_vec(), &query.args, &query.env, &limits);
-        match r {
-            Ok((ran, m)) => {
-                account(&s, &m, None);
-                Ok((ran, m, t.elapsed()))
-            }
-            Err((e, m)) => {
-                account(&s, &m, Some(&e));
-                Err(ApiError::from(e))
-            }
-        }
+            .run(&module, &stdin, &query.args, &query.env, &limits);
+        let (ran, measured) = account(&s, ran)?;
+        Ok::<_, ApiError>((ran, measured, t.elapsed()))
     })
     .await??;
     let stderr = percent_encoding::percent_encode(&ran.stderr, percent_encoding::NON_ALPHANUMERIC)
@@ -478,9 +466,4 @@ async fn run(
     set("x-ephem-time-us", (elapsed.as_micros() as u64).to_string());
     set("x-ephem-stderr", stderr);
     Ok(response)
-}
-
-/// Whether `addr` can be reached only from this machine.
-pub fn is_loopback(addr: &SocketAddr) -> bool {
-    addr.ip().is_loopback()
 }

@@ -83,7 +83,7 @@ fn shared(config: Config) -> anyhow::Result<http::Shared> {
         }
         None => None,
     };
-    if token.is_none() && !http::is_loopback(&config.listen) {
+    if token.is_none() && !config.listen.ip().is_loopback() {
         bail!(
             "listening on {}, beyond this machine, needs a token (`token_file`, `--token-file`)",
             config.listen

@@ -62,7 +62,7 @@ pub fn is_id(id: &str) -> bool {
 }
 
 /// The id of `wasm`.
-pub fn id_of(wasm: &[u8]) -> String {
+fn id_of(wasm: &[u8]) -> String {
     blake3::hash(wasm).to_hex().to_string()
 }
 
@@ -97,21 +97,22 @@ impl Registry {
     }
 
     /// Validates and compiles `wasm` (unless its artifact exists), checks the module with
-    /// `check`, and keeps it. Returns its id.
+    /// `check`, and keeps it. Returns its id, and whether it was new (not kept before).
     pub fn put(
         &self,
         wasm: &[u8],
         check: impl FnOnce(&Module) -> Result<(), String>,
-    ) -> Result<(String, Found), RegistryError> {
+    ) -> Result<(String, Found, bool), RegistryError> {
         let id = id_of(wasm);
         let found = self.compiled(&id, || Ok(wasm.to_vec()))?;
         check(&found.module).map_err(RegistryError::Invalid)?;
         let path = self.source_path(&id);
-        if !path.exists() {
+        let new = !path.is_file();
+        if new {
             ephem_artifact::write_atomic(&path, wasm)
                 .map_err(|e| RegistryError::Internal(format!("keeping the module: {e}")))?;
         }
-        Ok((id, found))
+        Ok((id, found, new))
     }
 
     /// The module `id`, opened from its artifact, or compiled again from its kept wasm.
@@ -125,11 +126,6 @@ impl Registry {
                 _ => RegistryError::Internal(format!("reading module {id}: {e}")),
             })
         })
-    }
-
-    /// Whether `id` was uploaded (and not deleted).
-    pub fn exists(&self, id: &str) -> bool {
-        is_id(id) && self.source_path(id).is_file()
     }
 
     /// Forgets module `id`: its wasm and its artifact. `false` if there was none.
