@@ -17,7 +17,8 @@ pub struct Config {
     /// Where to listen (default `127.0.0.1:8080`). A non-loopback address needs `token_file`.
     pub listen: SocketAddr,
     /// Where uploaded modules (`modules/`) and, by default, compiled artifacts (`artifacts/`)
-    /// are kept.
+    /// are kept, and commands' input files (`scratch/`, emptied at start). One node's own:
+    /// share `modules_dir` and `artifacts_dir` instead.
     pub data_dir: PathBuf,
     /// The artifact store: a directory the nodes of a fleet share (default
     /// `DATA_DIR/artifacts`). With `modules_dir` shared too, a module uploaded to one node runs
@@ -77,6 +78,10 @@ impl Config {
     }
 
     /// The directory of uploaded modules.
+    pub fn scratch_dir(&self) -> PathBuf {
+        self.data_dir.join("scratch")
+    }
+
     pub fn modules_dir(&self) -> PathBuf {
         (self.modules_dir.clone()).unwrap_or_else(|| self.data_dir.join("modules"))
     }
@@ -103,11 +108,11 @@ pub struct Limits {
     /// Bytes of a call's request body (arguments, or a command's stdin; larger: `413`).
     pub max_input: usize,
     /// Bytes of a command's stdout kept (writes past it fail with `ENOSPC` in the guest);
-    /// stderr keeps at most [`STDERR_BYTES`].
+    /// stderr keeps its first [`STDERR_BYTES`].
     pub max_output: usize,
 }
 
-/// Bytes of a command's stderr returned (in a header, so bounded small).
+/// Bytes of a command's stderr returned (in a header, so bounded small); the rest is dropped.
 pub const STDERR_BYTES: usize = 4096;
 
 impl Default for Limits {

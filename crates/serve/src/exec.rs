@@ -5,13 +5,14 @@
 //! thread advances every [`TICK`]. A deadline is a number of ticks, so a call is interrupted
 //! between its timeout and one tick past it. Every method blocks while the guest runs.
 
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ephem::{
     Engine, EpochTicker, Error, Instance, Linker, Module, Store, StoreLimits, StoreLimitsBuilder,
     Val, ValType,
 };
-use ephem_wasi::{Input, Output, WasiCtx, WasiCtxBuilder};
+use ephem_wasi::{BuildError, DirPerms, Input, Output, WasiCtx, WasiCtxBuilder};
 use serde_json::Value;
 
 use crate::config::{Limits, STDERR_BYTES};
@@ -48,6 +49,15 @@ pub enum CallError {
     Internal(String),
 }
 
+impl From<BuildError> for CallError {
+    fn from(e: BuildError) -> CallError {
+        match e {
+            BuildError::Dir { .. } => CallError::Internal(e.to_string()),
+            e => CallError::BadRequest(e.to_string()),
+        }
+    }
+}
+
 impl From<Error> for CallError {
     fn from(e: Error) -> CallError {
         match e {
@@ -75,31 +85,55 @@ pub struct Measured {
 pub struct Ran {
     pub exit_code: i32,
     pub stdout: Vec<u8>,
+    /// The first [`STDERR_BYTES`] of its standard error.
     pub stderr: Vec<u8>,
+    /// How many bytes of standard error followed them, dropped.
+    pub stderr_dropped: u64,
+}
+
+/// A file a command finds in its directory `.`: the request's body, under a name it chose.
+pub struct InputFile<'a> {
+    pub name: &'a str,
+    pub bytes: &'a [u8],
 }
 
 /// Runs calls on one engine, with WASI linked.
 pub struct Executor {
     engine: Engine,
     linker: Linker<Host>,
+    scratch: PathBuf,
     _ticker: EpochTicker,
 }
 
 impl Executor {
-    pub fn new(engine: &Engine) -> anyhow::Result<Executor> {
+    /// An executor whose commands' input directories are made under `scratch` (emptied now:
+    /// what is there was left by a server that was killed).
+    pub fn new(engine: &Engine, scratch: PathBuf) -> anyhow::Result<Executor> {
         let mut linker = Linker::new(engine);
         ephem_wasi::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi)?;
+        // Sightglass's timing hooks, so its benchmark programs run unchanged. The server
+        // measures calls itself; the marks are accepted and ignored.
+        linker.func_wrap("bench", "start", || {})?;
+        linker.func_wrap("bench", "end", || {})?;
+        match std::fs::remove_dir_all(&scratch) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e)?,
+            _ => std::fs::create_dir_all(&scratch)?,
+        }
         Ok(Executor {
             engine: engine.clone(),
             linker,
+            scratch,
             _ticker: engine.start_epoch_ticker(TICK),
         })
     }
 
-    /// Whether every import of `module` is one this server provides (WASI preview 1).
+    /// Whether every import of `module` is one this server provides (WASI preview 1, and
+    /// Sightglass's `bench.start` and `bench.end`).
     pub fn check_imports(&self, module: &Module) -> Result<(), CallError> {
         self.linker.instantiate_pre(module).map(drop).map_err(|e| {
-            CallError::BadRequest(format!("{e} (this server provides WASI preview 1 only)"))
+            CallError::BadRequest(format!(
+                "{e} (this server provides WASI preview 1 and `bench.start`/`bench.end` only)"
+            ))
         })
     }
 
@@ -144,28 +178,41 @@ impl Executor {
         })
     }
 
-    /// Runs `module` as a WASI command (`_start`): `stdin` as its input, `args` after its name,
-    /// `env`; no directories. The guest's exit status is the outcome, not an error.
+    /// Runs `module` as a WASI command (`_start`): `args` after its name, `env`, and `input`
+    /// as its standard input, or, given a [`InputFile`], as that file in a read-only directory
+    /// preopened as `.` (stdin then empty); no other directories. The guest's exit status is
+    /// the outcome, not an error.
     pub fn run(
         &self,
         module: &Module,
-        stdin: &[u8],
+        input: Result<InputFile<'_>, &[u8]>,
         args: &[String],
         env: &[(String, String)],
         limits: &Limits,
     ) -> Result<(Ran, Measured), (CallError, Measured)> {
+        // Removed when the call is over, whatever its outcome.
+        let mut dir = None;
         let wasi = (|| {
             let mut b = WasiCtxBuilder::new();
             b.arg("module")?.args(args)?;
             for (k, v) in env {
                 b.env(k, v)?;
             }
-            b.stdin(Input::Bytes(stdin.into()))
-                .stdout(Output::Capture(limits.max_output))
-                .stderr(Output::Capture(STDERR_BYTES));
-            Ok::<_, ephem_wasi::BuildError>(b.build())
+            match input {
+                Ok(file) => {
+                    let d = self.input_dir(file)?;
+                    b.preopened_dir(d.path(), ".", DirPerms::ReadOnly)?;
+                    dir = Some(d);
+                }
+                Err(stdin) => {
+                    b.stdin(Input::Bytes(stdin.into()));
+                }
+            }
+            b.stdout(Output::Capture(limits.max_output))
+                .stderr(Output::Head(STDERR_BYTES));
+            Ok::<_, CallError>(b.build())
         })()
-        .map_err(|e| (CallError::BadRequest(e.to_string()), Measured::default()))?;
+        .map_err(|e| (e, Measured::default()))?;
         self.fresh(module, wasi, limits, |store, instance, measured| {
             let start = instance.get_func(&mut *store, "_start").ok_or_else(|| {
                 CallError::NotFound("the module is not a WASI command: no `_start`".into())
@@ -182,8 +229,28 @@ impl Executor {
                 exit_code,
                 stdout: wasi.take_stdout(),
                 stderr: wasi.take_stderr(),
+                stderr_dropped: wasi.stderr_dropped(),
             })
         })
+    }
+
+    /// A fresh directory holding `file` alone.
+    fn input_dir(&self, file: InputFile<'_>) -> Result<tempfile::TempDir, CallError> {
+        let plain = Path::new(file.name).components().count() == 1
+            && matches!(
+                Path::new(file.name).components().next(),
+                Some(Component::Normal(_))
+            );
+        if !plain {
+            return Err(CallError::BadRequest(format!(
+                "`input={}`: expected a plain file name",
+                file.name
+            )));
+        }
+        let internal = |e: std::io::Error| CallError::Internal(format!("input directory: {e}"));
+        let dir = tempfile::tempdir_in(&self.scratch).map_err(internal)?;
+        std::fs::write(dir.path().join(file.name), file.bytes).map_err(internal)?;
+        Ok(dir)
     }
 
     /// Instantiates `module` in a fresh store bounded by `limits`, runs `body` on it, and

@@ -7,11 +7,14 @@
 //! | `GET /modules/{id}` | `200` `{id, exports, imports}` | `404` |
 //! | `DELETE /modules/{id}` | `204` | `404` |
 //! | `POST /modules/{id}/invoke/{export}` (JSON array of arguments) | `200` `{results, fuel_used, time_us}` | `400` arguments, `404`, `413`, `422` trap or limit, `503` busy |
-//! | `POST /modules/{id}/run?arg=…&env=K=V` (stdin) | `200`, the body is stdout | as above |
+//! | `POST /modules/{id}/run?arg=…&env=K=V&input=NAME` (stdin, or the file `NAME`) | `200`, the body is stdout | as above |
 //! | `GET /healthz`, `GET /metrics` | `200` | |
 //!
-//! A command's exit status, fuel and time, and its stderr (at most 4 KiB, percent-encoded) are
-//! the headers `x-ephem-exit-code`, `x-ephem-fuel-used`, `x-ephem-time-us` and `x-ephem-stderr`;
+//! A command's body is its standard input; with `input=NAME` it is instead the file `NAME` in
+//! a read-only directory preopened as `.`, for programs that read named files (Sightglass's
+//! `default.input`). A command's exit status, fuel and time, and the first 4 KiB of its stderr
+//! (percent-encoded; what followed is dropped, and counted in `x-ephem-stderr-dropped`) are the
+//! headers `x-ephem-exit-code`, `x-ephem-fuel-used`, `x-ephem-time-us` and `x-ephem-stderr`;
 //! a non-zero exit status is still `200`. Every error body is JSON: `{error, message}`, with
 //! `kind` for traps (`OutOfFuel`, `Interrupted`, `MemoryOutOfBounds`, …). Limits may be lowered
 //! per request with the query parameters `fuel`, `timeout_ms`, `max_memory` and `max_output`.
@@ -32,7 +35,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::config::{Config, Requested};
-use crate::exec::{CallError, Executor, Measured};
+use crate::exec::{CallError, Executor, InputFile, Measured};
 use crate::metrics::Metrics;
 use crate::registry::{Found, Registry, RegistryError};
 
@@ -309,6 +312,7 @@ struct CallQuery {
     limits: Requested,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    input: Option<String>,
 }
 
 fn parse_query(raw: Option<&str>, command: bool) -> Result<CallQuery, ApiError> {
@@ -327,6 +331,7 @@ fn parse_query(raw: Option<&str>, command: bool) -> Result<CallQuery, ApiError> 
             "max_memory" => q.limits.max_memory = Some(number(&v)?),
             "max_output" => q.limits.max_output = Some(number(&v)? as usize),
             "arg" if command => q.args.push(v),
+            "input" if command => q.input = Some(v),
             "env" if command => match v.split_once('=') {
                 Some((name, value)) => q.env.push((name.to_owned(), value.to_owned())),
                 None => return Err(bad(format!("`env={v}`: expected NAME=VALUE"))),
@@ -437,7 +442,7 @@ async fn run(
     State(shared): App,
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
-    stdin: Bytes,
+    body: Bytes,
 ) -> Result<Response, ApiError> {
     let query = parse_query(query.as_deref(), true)?;
     let limits = shared.config.limits.lowered(&query.limits);
@@ -445,9 +450,11 @@ async fn run(
     let (ran, measured, elapsed) = on_worker(&shared, move || {
         let module = open(&s, &id)?;
         let t = Instant::now();
-        let ran = s
-            .exec
-            .run(&module, &stdin, &query.args, &query.env, &limits);
+        let input = match &query.input {
+            Some(name) => Ok(InputFile { name, bytes: &body }),
+            None => Err(&body[..]),
+        };
+        let ran = (s.exec).run(&module, input, &query.args, &query.env, &limits);
         let (ran, measured) = account(&s, ran)?;
         Ok::<_, ApiError>((ran, measured, t.elapsed()))
     })
@@ -465,5 +472,8 @@ async fn run(
     set("x-ephem-fuel-used", measured.fuel_used.to_string());
     set("x-ephem-time-us", (elapsed.as_micros() as u64).to_string());
     set("x-ephem-stderr", stderr);
+    if ran.stderr_dropped > 0 {
+        set("x-ephem-stderr-dropped", ran.stderr_dropped.to_string());
+    }
     Ok(response)
 }

@@ -2,7 +2,7 @@
 //!
 //! A client uploads a module (`PUT /modules`), gets its id (the hash of its bytes), and calls
 //! it (`POST /modules/{id}/invoke/{export}` with JSON arguments, or `POST /modules/{id}/run`
-//! for a WASI command with the body as stdin). Every call gets a fresh store, WASI context and
+//! for a WASI command with the body as stdin or as a file in its directory). Every call gets a fresh store, WASI context and
 //! instance, bounded by fuel, a wall-clock deadline and a memory limit ([`Limits`]), on one of
 //! a fixed number of workers; when they are busy and the queue is full the answer is `503` at
 //! once. The routes and statuses are in [`http`].
@@ -105,7 +105,9 @@ fn shared(config: Config) -> anyhow::Result<http::Shared> {
     };
     let registry = registry::Registry::new(config.modules_dir(), cache, compiler, engine.clone())
         .with_context(|| format!("creating {}", config.modules_dir().display()))?;
-    let exec = exec::Executor::new(&engine)?;
+    let scratch = config.scratch_dir();
+    let exec = exec::Executor::new(&engine, scratch.clone())
+        .with_context(|| format!("setting up {}", scratch.display()))?;
     Ok(http::Shared::new(config, registry, exec, token))
 }
 

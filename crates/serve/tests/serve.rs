@@ -405,6 +405,72 @@ fn wasi_commands_take_stdin_args_and_env_and_return_stdout_and_their_exit_code()
     assert!(r.text().unwrap().len() <= 2);
 }
 
+/// Sightglass programs read `default.input` from their directory: sent as the body with
+/// `input=NAME`, each prints exactly its expected output, and its input directory is gone after.
+#[test]
+fn sightglass_programs_run_with_their_input_as_the_body() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/sightglass");
+    if !root.is_dir() {
+        eprintln!("skipped: {} is absent", root.display());
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let server = start(config(data.path()));
+    let (c, base) = (client(), &server.base);
+    let read = |program: &str, file: &str| std::fs::read(root.join(program).join(file)).unwrap();
+    for (program, input) in [
+        ("quicksort", Some("default.input")),
+        ("blake3-scalar", Some("default.input")),
+        ("pulldown-cmark", Some("default.input.md")),
+        ("noop", None),
+    ] {
+        let id = upload_ok(&c, base, read(program, "benchmark.wasm"));
+        let (query, body) = match input {
+            Some(name) => (format!("?input={name}"), read(program, name)),
+            None => (String::new(), Vec::new()),
+        };
+        let r = (c.post(format!("{base}/modules/{id}/run{query}")))
+            .body(body)
+            .send()
+            .unwrap();
+        if r.status() != StatusCode::OK {
+            panic!("{program}: {}", r.text().unwrap());
+        }
+        assert_eq!(r.headers()["x-ephem-exit-code"], "0", "{program}");
+        let stderr = percent_encoding::percent_decode(r.headers()["x-ephem-stderr"].as_bytes())
+            .collect::<Vec<u8>>();
+        // The first 4 KiB of stderr come back; the rest is dropped and counted.
+        let expected = read(program, "benchmark.stderr.expected");
+        let kept = expected.len().min(4096);
+        assert_eq!(stderr, expected[..kept], "{program}");
+        let dropped = r.headers().get("x-ephem-stderr-dropped");
+        let dropped = dropped.map_or(0, |v| v.to_str().unwrap().parse().unwrap());
+        assert_eq!(kept + dropped, expected.len(), "{program}");
+        assert_eq!(
+            r.bytes().unwrap().as_ref(),
+            read(program, "benchmark.stdout.expected"),
+            "{program}"
+        );
+    }
+    let scratch = data.path().join("scratch");
+    assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
+
+    let quicksort = upload_ok(&c, base, read("quicksort", "benchmark.wasm"));
+    for name in ["..%2Fx", "a%2Fb", "", "."] {
+        let r = (c.post(format!("{base}/modules/{quicksort}/run?input={name}")))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "input={name}");
+    }
+    // Without the file the program panics (a trap); the server answers and goes on.
+    let r = (c.post(format!("{base}/modules/{quicksort}/run")))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(r.json::<Value>().unwrap()["error"], "trap");
+    assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
+}
+
 #[test]
 fn tokens_are_required_when_configured_and_beyond_loopback() {
     let data = tempfile::tempdir().unwrap();

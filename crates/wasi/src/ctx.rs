@@ -67,6 +67,10 @@ pub enum Output {
     /// Into the context's buffer (read with [`WasiCtx::stdout`] / [`WasiCtx::stderr`]), at most
     /// this many bytes: a write past the bound writes what fits and then fails with `ENOSPC`.
     Capture(usize),
+    /// Into the context's buffer, the first this many bytes; the rest is dropped and counted
+    /// ([`WasiCtx::stderr_dropped`]) while writes succeed: for diagnostics, whose volume should
+    /// not make the program fail.
+    Head(usize),
     /// Nowhere; writes succeed.
     Discard,
 }
@@ -277,6 +281,8 @@ pub(crate) fn dir_rights(perms: DirPerms) -> (u64, u64) {
 pub(crate) struct Sink {
     pub(crate) kind: Output,
     pub(crate) buf: Vec<u8>,
+    /// Bytes an [`Output::Head`] dropped.
+    pub(crate) dropped: u64,
 }
 
 impl Sink {
@@ -284,6 +290,7 @@ impl Sink {
         Sink {
             kind,
             buf: Vec::new(),
+            dropped: 0,
         }
     }
 }
@@ -383,6 +390,16 @@ impl WasiCtx {
     /// What the guest wrote to standard error, when it is captured.
     pub fn stderr(&self) -> &[u8] {
         &self.stderr.buf
+    }
+
+    /// Bytes written to standard output past an [`Output::Head`] bound, and dropped.
+    pub fn stdout_dropped(&self) -> u64 {
+        self.stdout.dropped
+    }
+
+    /// Bytes written to standard error past an [`Output::Head`] bound, and dropped.
+    pub fn stderr_dropped(&self) -> u64 {
+        self.stderr.dropped
     }
 
     /// Takes the captured standard output, leaving it empty.

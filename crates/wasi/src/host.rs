@@ -180,19 +180,24 @@ fn write_sink(sink: &mut Sink, err: bool, bufs: &[IoSlice<'_>]) -> Result<usize>
     match sink.kind {
         Output::Inherit => retry(|| rustix::io::writev(host_output(err), bufs)),
         Output::Discard => Ok(total),
-        Output::Capture(limit) => {
+        Output::Capture(limit) | Output::Head(limit) => {
             let room = limit.saturating_sub(sink.buf.len());
-            if room == 0 && total > 0 {
+            let head = matches!(sink.kind, Output::Head(_));
+            if room == 0 && total > 0 && !head {
                 return Err(Errno::NOSPC);
             }
             let mut left = room.min(total);
-            let written = left;
+            let kept = left;
             for b in bufs {
                 let take = left.min(b.len());
                 sink.buf.extend_from_slice(&b[..take]);
                 left -= take;
             }
-            Ok(written)
+            if head {
+                sink.dropped += (total - kept) as u64;
+                return Ok(total);
+            }
+            Ok(kept)
         }
     }
 }

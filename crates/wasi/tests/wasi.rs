@@ -160,6 +160,21 @@ fn captured_output_is_bounded_and_the_guest_is_told() {
 }
 
 #[test]
+fn a_head_keeps_the_first_bytes_and_writes_go_on_succeeding() {
+    let (result, ctx) = run("basics", &["cat"], |b| {
+        b.stdin(ephem_wasi::Input::Bytes(
+            b"abcdefghijklmnopqrstuvwxyz".as_slice().into(),
+        ));
+        b.stdout(Output::Head(20));
+    });
+    result.unwrap();
+    assert_eq!(text(ctx.stdout()), "poll stdin: OK\nABCDE");
+    assert_eq!(ctx.stdout_dropped(), 21);
+    assert_eq!(text(ctx.stderr()), "26 bytes\n");
+    assert_eq!(ctx.stderr_dropped(), 0);
+}
+
+#[test]
 fn bad_pointers_and_descriptors_are_errnos_not_crashes() {
     let dir = ephem_test_support::temp_dir();
     let (result, ctx) = run("basics", &["faults"], |b| {
