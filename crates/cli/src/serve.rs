@@ -47,6 +47,10 @@ pub struct Args {
     /// Largest module upload (`k`, `m`, `g` suffixes).
     #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
     max_module: Option<usize>,
+    /// Accepts modules importing what the server lacks: such functions trap when called,
+    /// memories and tables are fresh per call.
+    #[arg(long)]
+    trap_unknown_imports: bool,
     /// Logs as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
@@ -66,6 +70,7 @@ impl Args {
         c.token_file = self.token_file.or(c.token_file);
         c.workers = self.workers.unwrap_or(c.workers);
         c.queue = self.queue.or(c.queue);
+        c.trap_unknown_imports |= self.trap_unknown_imports;
         let l = &mut c.limits;
         l.fuel = self.fuel.unwrap_or(l.fuel);
         l.timeout_ms = self.timeout.map_or(l.timeout_ms, |t| t.as_millis() as u64);

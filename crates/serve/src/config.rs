@@ -41,6 +41,12 @@ pub struct Config {
     pub queue: Option<usize>,
     /// Compiles running at once (default: half the CPUs, at least one).
     pub compile_workers: usize,
+    /// Accepts modules that import what this server does not provide, as `wasmtime run
+    /// --trap-unknown-imports` does: such functions trap when called; memories, tables and
+    /// globals are fresh ones of the declared types in every call. For modules built against
+    /// another host (JavaScript glue, say) whose called exports do not use it. Default: off,
+    /// and such uploads are refused, naming the import.
+    pub trap_unknown_imports: bool,
     /// The ceilings of every call.
     pub limits: Limits,
 }
@@ -59,6 +65,7 @@ impl Default for Config {
             workers: cpus,
             queue: None,
             compile_workers: (cpus / 2).max(1),
+            trap_unknown_imports: false,
             limits: Limits::default(),
         }
     }
@@ -77,11 +84,12 @@ impl Config {
         (self.artifacts_dir.clone()).unwrap_or_else(|| self.data_dir.join("artifacts"))
     }
 
-    /// The directory of uploaded modules.
+    /// Where commands' input files are made.
     pub fn scratch_dir(&self) -> PathBuf {
         self.data_dir.join("scratch")
     }
 
+    /// The directory of uploaded modules.
     pub fn modules_dir(&self) -> PathBuf {
         (self.modules_dir.clone()).unwrap_or_else(|| self.data_dir.join("modules"))
     }

@@ -9,8 +9,8 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ephem::{
-    Engine, EpochTicker, Error, Instance, Linker, Module, Store, StoreLimits, StoreLimitsBuilder,
-    Val, ValType,
+    Engine, EpochTicker, Error, Instance, InstancePre, Linker, Module, Store, StoreLimits,
+    StoreLimitsBuilder, Val, ValType,
 };
 use ephem_wasi::{BuildError, DirPerms, Input, Output, WasiCtx, WasiCtxBuilder};
 use serde_json::Value;
@@ -101,14 +101,20 @@ pub struct InputFile<'a> {
 pub struct Executor {
     engine: Engine,
     linker: Linker<Host>,
+    trap_unknown_imports: bool,
     scratch: PathBuf,
     _ticker: EpochTicker,
 }
 
 impl Executor {
     /// An executor whose commands' input directories are made under `scratch` (emptied now:
-    /// what is there was left by a server that was killed).
-    pub fn new(engine: &Engine, scratch: PathBuf) -> anyhow::Result<Executor> {
+    /// what is there was left by a server that was killed). With `trap_unknown_imports`, what
+    /// a module imports beyond the server's functions is stubbed (see `Config`).
+    pub fn new(
+        engine: &Engine,
+        scratch: PathBuf,
+        trap_unknown_imports: bool,
+    ) -> anyhow::Result<Executor> {
         let mut linker = Linker::new(engine);
         ephem_wasi::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi)?;
         // Sightglass's timing hooks, so its benchmark programs run unchanged. The server
@@ -122,6 +128,7 @@ impl Executor {
         Ok(Executor {
             engine: engine.clone(),
             linker,
+            trap_unknown_imports,
             scratch,
             _ticker: engine.start_epoch_ticker(TICK),
         })
@@ -130,7 +137,7 @@ impl Executor {
     /// Whether every import of `module` is one this server provides (WASI preview 1, and
     /// Sightglass's `bench.start` and `bench.end`).
     pub fn check_imports(&self, module: &Module) -> Result<(), CallError> {
-        self.linker.instantiate_pre(module).map(drop).map_err(|e| {
+        self.pre(module).map(drop).map_err(|e| {
             CallError::BadRequest(format!(
                 "{e} (this server provides WASI preview 1 and `bench.start`/`bench.end` only)"
             ))
@@ -234,6 +241,18 @@ impl Executor {
         })
     }
 
+    /// `module` linked to the server's functions (and, if so configured, stubs for the rest).
+    fn pre(&self, module: &Module) -> Result<InstancePre<Host>, Error> {
+        if !self.trap_unknown_imports {
+            return self.linker.instantiate_pre(module);
+        }
+        // Stubs are the module's own: another module may import the same name with another
+        // type. A clone shares the host functions; it copies the table of names.
+        let mut linker = self.linker.clone();
+        linker.define_unknown_imports_as_traps(module)?;
+        linker.instantiate_pre(module)
+    }
+
     /// A fresh directory holding `file` alone.
     fn input_dir(&self, file: InputFile<'_>) -> Result<tempfile::TempDir, CallError> {
         let plain = Path::new(file.name).components().count() == 1
@@ -266,7 +285,7 @@ impl Executor {
         let mut measured = Measured::default();
         let result = (|| {
             let t = Instant::now();
-            let pre = self.linker.instantiate_pre(module)?;
+            let pre = self.pre(module)?;
             let instance = pre.instantiate(&mut store)?;
             measured.instantiate = t.elapsed();
             body(&mut store, instance, &mut measured)

@@ -342,6 +342,21 @@ fn parse_query(raw: Option<&str>, command: bool) -> Result<CallQuery, ApiError> 
     Ok(q)
 }
 
+/// The server's worker pool, for routes an embedder mounts beside the server's own: work
+/// handed to it waits, runs and is refused (`503`) exactly as calls are.
+#[derive(Clone)]
+pub struct Workers(pub(crate) Arc<Shared>);
+
+impl Workers {
+    /// Runs `f` on a worker (see [`on_worker`]).
+    pub async fn run<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, ApiError> {
+        on_worker(&self.0, f).await
+    }
+}
+
 /// Runs `f` on a worker: at once if one is free, after a wait if the queue has room, else
 /// `503` with `Retry-After` (latency does not grow without bound under overload).
 async fn on_worker<R: Send + 'static>(

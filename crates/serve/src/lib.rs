@@ -58,6 +58,11 @@ impl Server {
         http::router(self.shared.clone())
     }
 
+    /// The worker pool, for routes mounted beside [`Server::router`]'s.
+    pub fn workers(&self) -> http::Workers {
+        http::Workers(self.shared.clone())
+    }
+
     /// Serves until `shutdown` completes, then waits for the requests in flight.
     pub async fn run(
         self,
@@ -106,7 +111,7 @@ fn shared(config: Config) -> anyhow::Result<http::Shared> {
     let registry = registry::Registry::new(config.modules_dir(), cache, compiler, engine.clone())
         .with_context(|| format!("creating {}", config.modules_dir().display()))?;
     let scratch = config.scratch_dir();
-    let exec = exec::Executor::new(&engine, scratch.clone())
+    let exec = exec::Executor::new(&engine, scratch.clone(), config.trap_unknown_imports)
         .with_context(|| format!("setting up {}", scratch.display()))?;
     Ok(http::Shared::new(config, registry, exec, token))
 }

@@ -405,6 +405,50 @@ fn wasi_commands_take_stdin_args_and_env_and_return_stdout_and_their_exit_code()
     assert!(r.text().unwrap().len() <= 2);
 }
 
+/// With `trap_unknown_imports`, a module built for another host is accepted: its imported
+/// memory is fresh per call, and only calling a missing function traps. Two modules importing
+/// one name with different types each get their own stub.
+#[test]
+fn unknown_imports_may_be_stubbed_to_trap() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start(Config {
+        trap_unknown_imports: true,
+        ..config(data.path())
+    });
+    let (c, base) = (client(), &server.base);
+    let glue = upload_ok(
+        &c,
+        base,
+        wasm(
+            r#"(module
+              (import "env" "f" (func $f (param i32)))
+              (import "env" "memory" (memory 1))
+              (func (export "bump") (result i32)
+                (i32.store (i32.const 0) (i32.add (i32.load (i32.const 0)) (i32.const 1)))
+                (i32.load (i32.const 0)))
+              (func (export "glue") (call $f (i32.const 1))))"#,
+        ),
+    );
+    // A fresh memory every call: the count starts at 0 each time.
+    for _ in 0..2 {
+        let (status, body) = invoke(&c, base, &glue, "bump", json!([]));
+        assert_eq!((status, &body["results"]), (StatusCode::OK, &json!([1])));
+    }
+    let (status, body) = invoke(&c, base, &glue, "glue", json!([]));
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("env"), "{body}");
+    let other = upload_ok(
+        &c,
+        base,
+        wasm(
+            r#"(module (import "env" "f" (func $f (result i64)))
+                 (func (export "seven") (result i32) (i32.const 7)))"#,
+        ),
+    );
+    let (status, body) = invoke(&c, base, &other, "seven", json!([]));
+    assert_eq!((status, &body["results"]), (StatusCode::OK, &json!([7])));
+}
+
 /// Sightglass programs read `default.input` from their directory: sent as the body with
 /// `input=NAME`, each prints exactly its expected output, and its input directory is gone after.
 #[test]
