@@ -21,7 +21,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -47,7 +46,8 @@ pub struct Shared {
     pub metrics: Metrics,
     token: Option<Vec<u8>>,
     workers: Arc<Semaphore>,
-    queued: AtomicUsize,
+    /// Calls in the server, running or waiting: `workers` + the queue's length.
+    admitted: Arc<Semaphore>,
     compiles: Arc<Semaphore>,
 }
 
@@ -60,8 +60,8 @@ impl Shared {
     ) -> Shared {
         Shared {
             workers: Arc::new(Semaphore::new(config.workers.max(1))),
+            admitted: Arc::new(Semaphore::new(config.workers.max(1) + config.queue())),
             compiles: Arc::new(Semaphore::new(config.compile_workers.max(1))),
-            queued: AtomicUsize::new(0),
             metrics: Metrics::default(),
             config,
             registry,
@@ -79,7 +79,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, error: &str, message: impl std::fmt::Display) -> ApiError {
+    pub fn new(status: StatusCode, error: &str, message: impl std::fmt::Display) -> ApiError {
         ApiError {
             status,
             body: json!({"error": error, "message": message.to_string()}),
@@ -364,9 +364,9 @@ async fn on_worker<R: Send + 'static>(
     f: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, ApiError> {
     let t = Instant::now();
-    let waiting = shared.queued.fetch_add(1, Ordering::SeqCst);
-    if shared.workers.available_permits() == 0 && waiting >= shared.config.queue() {
-        shared.queued.fetch_sub(1, Ordering::SeqCst);
+    // Admission is one permit of `workers + queue`, held until the work is done: a call that
+    // has been handed a worker but not yet woken up still counts once, not as waiting too.
+    let Ok(admitted) = shared.admitted.clone().try_acquire_owned() else {
         shared.metrics.rejected.inc();
         return Err(ApiError {
             retry_after: true,
@@ -376,15 +376,14 @@ async fn on_worker<R: Send + 'static>(
                 "every worker is busy and the queue is full",
             )
         });
-    }
+    };
     shared.metrics.queued.inc();
     let permit = shared.workers.clone().acquire_owned().await;
-    shared.queued.fetch_sub(1, Ordering::SeqCst);
     shared.metrics.queued.dec();
     shared.metrics.phase("queue", t.elapsed());
     let s = shared.clone();
     blocking(move || {
-        let _permit = permit;
+        let _permits = (permit, admitted);
         s.metrics.busy.inc();
         let r = f();
         s.metrics.busy.dec();

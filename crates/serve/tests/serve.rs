@@ -360,6 +360,23 @@ fn a_full_queue_is_answered_503_at_once() {
         invoke(&client(), &base, &id, "add", json!([1, 2])).0,
         StatusCode::OK
     );
+    // As many clients as workers + queue, each sending its next call as soon as it has an
+    // answer, are never refused: a call handed the worker but not yet woken up is not also
+    // counted as waiting.
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (base, id) = (base.clone(), id.clone());
+            std::thread::spawn(move || {
+                let c = client();
+                (0..300)
+                    .filter(|_| invoke(&c, &base, &id, "add", json!([1, 2])).0 != StatusCode::OK)
+                    .count()
+            })
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), 0);
+    }
 }
 
 #[test]
