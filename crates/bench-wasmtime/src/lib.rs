@@ -1,4 +1,7 @@
-//! What the side-by-side binaries of this package share: the statistics their tables report.
+//! What the side-by-side binaries of this package share: the statistics their tables report,
+//! and the wasmtime side of the fresh-instance comparisons ([`wt`]).
+
+pub mod wt;
 
 use std::time::Duration;
 

@@ -1,25 +1,20 @@
 //! `fresh-vs-wasmtime`: the fresh-instance workload (`ephem_bench::fresh`) on ephem and on wasmtime,
 //! in one run, over the same modules, with the ratio per module.
 //!
-//! wasmtime is set up as its documentation recommends for many short-lived instances: the
-//! pooling instance allocator (copy-on-write memory images, pooled memories and tables), and
-//! modules precompiled to files once, then `Module::deserialize_file` on every invocation, since
-//! the workload has too many modules to keep them loaded. Each invocation: deserialize, link
-//! (unknown function imports trap, imported memories and tables are created), instantiate, call
-//! the same export as ephem's side calls (see `ephem_bench::fresh`), drop the store and module.
-//!
-//! Host functions match ephem's side: wasmtime's own WASI preview 1 (`wasmtime-wasi`), with a
-//! fresh context per invocation for modules that import it (stdout and stderr into memory
-//! pipes), and Sightglass's `bench.start`/`bench.end` doing nothing.
+//! wasmtime is set up as [`ephem_bench_wasmtime::wt`] describes, with `Module::deserialize_file`
+//! on every invocation, since the workload has too many modules to keep them loaded. Each
+//! invocation: deserialize, link (unknown function imports trap, imported memories and tables
+//! are created), instantiate, call the same export as ephem's side calls (see
+//! `ephem_bench::fresh`), drop the store and module.
 //!
 //! wasmtime's compiled files go to a directory of their own, beside ephem's cache.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use ephem_bench::fresh::{self, FreshArgs, Picker};
+use ephem_bench_wasmtime::wt::{self, Sample as WtSample};
 
 #[derive(Parser)]
 #[command(about = "The fresh-instance workload on ephem and on wasmtime, side by side")]
@@ -27,124 +22,6 @@ struct Args {
     /// The workload, as `ephem bench fresh` takes it; `--dir` also holds wasmtime's files.
     #[command(flatten)]
     fresh: FreshArgs,
-}
-
-/// wasmtime's time per invocation, by part.
-#[derive(Clone, Copy, Default)]
-struct WtSample {
-    deserialize: Duration,
-    link: Duration,
-    instantiate: Duration,
-    call: Duration,
-    teardown: Duration,
-}
-
-impl WtSample {
-    fn total(&self) -> Duration {
-        self.deserialize + self.link + self.instantiate + self.call + self.teardown
-    }
-}
-
-fn wasmtime_engine() -> anyhow::Result<wasmtime::Engine> {
-    let mut pool = wasmtime::PoolingAllocationConfig::default();
-    pool.total_memories(64)
-        .total_tables(64)
-        .total_core_instances(64);
-    let mut config = wasmtime::Config::new();
-    config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
-    Ok(wasmtime::Engine::new(&config)?)
-}
-
-/// A wasmtime store's data: a WASI context for modules that import WASI.
-struct WtData {
-    wasi: Option<wasmtime_wasi::p1::WasiP1Ctx>,
-}
-
-/// The embedder's host functions for the module at `path`, defined once: WASI, the Sightglass
-/// brackets, stubs that trap for the rest. Also: whether the module imports WASI.
-fn wasmtime_host(
-    engine: &wasmtime::Engine,
-    path: &Path,
-) -> anyhow::Result<(wasmtime::Linker<WtData>, bool)> {
-    // SAFETY: as in `wasmtime_invoke`.
-    let module = unsafe { wasmtime::Module::deserialize_file(engine, path)? };
-    let mut linker = wasmtime::Linker::new(engine);
-    wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |d: &mut WtData| {
-        d.wasi
-            .as_mut()
-            .expect("modules that import WASI get a context")
-    })?;
-    linker.func_wrap("bench", "start", || {})?;
-    linker.func_wrap("bench", "end", || {})?;
-    linker.define_unknown_imports_as_traps(&module)?;
-    let wasi = module.imports().any(|i| i.module() == ephem_wasi::MODULE);
-    Ok((linker, wasi))
-}
-
-/// A fresh WASI context, as ephem's side builds one: the module's name as its only argument,
-/// output into memory.
-fn wasmtime_wasi_ctx(name: &str) -> wasmtime_wasi::p1::WasiP1Ctx {
-    use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-    wasmtime_wasi::WasiCtxBuilder::new()
-        .arg(name)
-        .stdout(MemoryOutputPipe::new(fresh::CAPTURE_BYTES))
-        .stderr(MemoryOutputPipe::new(fresh::CAPTURE_BYTES))
-        .build_p1()
-}
-
-fn wasmtime_invoke(
-    engine: &wasmtime::Engine,
-    path: &Path,
-    (host, wasi): &(wasmtime::Linker<WtData>, bool),
-    name: &str,
-    export: Option<&str>,
-) -> anyhow::Result<WtSample> {
-    let mut s = WtSample::default();
-    let t0 = Instant::now();
-    // SAFETY: the file was written by `precompile_module` of this engine's configuration in this
-    // run, and nothing modifies it while the benchmark runs.
-    let module = unsafe { wasmtime::Module::deserialize_file(engine, path)? };
-    let t1 = Instant::now();
-    s.deserialize = t1 - t0;
-    let data = WtData {
-        wasi: wasi.then(|| wasmtime_wasi_ctx(name)),
-    };
-    let mut store = wasmtime::Store::new(engine, data);
-    // Fresh memories and tables for this instance; the host functions are the embedder's.
-    let mut imports = Vec::with_capacity(module.imports().len());
-    for import in module.imports() {
-        imports.push(match import.ty() {
-            wasmtime::ExternType::Memory(ty) => wasmtime::Memory::new(&mut store, ty)?.into(),
-            wasmtime::ExternType::Table(ty) => {
-                wasmtime::Table::new(&mut store, ty, wasmtime::Ref::Func(None))?.into()
-            }
-            _ => host.get(&mut store, import.module(), import.name())?,
-        });
-    }
-    let t2 = Instant::now();
-    s.link = t2 - t1;
-    let instance = wasmtime::Instance::new(&mut store, &module, &imports)?;
-    let t3 = Instant::now();
-    s.instantiate = t3 - t2;
-    if let Some(name) = export {
-        let func = instance
-            .get_func(&mut store, name)
-            .with_context(|| format!("no export `{name}`"))?;
-        let ty = func.ty(&store);
-        let params: Vec<wasmtime::Val> = ty
-            .params()
-            .map(|t| wasmtime::Val::default_for_ty(&t).unwrap_or(wasmtime::Val::I32(0)))
-            .collect();
-        let mut results = vec![wasmtime::Val::I32(0); ty.results().len()];
-        // A trap ends the invocation, as in ephem's workload.
-        let _ = func.call(&mut store, &params, &mut results);
-    }
-    let t4 = Instant::now();
-    s.call = t4 - t3;
-    drop(store);
-    drop(module);
-    s.teardown = t4.elapsed();
-    Ok(s)
 }
 
 fn us(d: Duration) -> String {
@@ -159,15 +36,16 @@ fn main() -> anyhow::Result<()> {
     let ours = args.measure(&dir)?;
 
     // wasmtime, over the same modules, in the same random order.
-    let wt = wasmtime_engine()?;
+    let engine = wt::engine(false)?;
     std::fs::create_dir_all(dir.join("wasmtime"))?;
     let mut paths = Vec::new();
     for (file, subject) in args.files.iter().zip(&ours.subjects) {
         let wasm = wat::parse_file(file).with_context(|| format!("reading {}", file.display()))?;
         let path = dir.join("wasmtime").join(format!("{}.cwasm", subject.key));
-        std::fs::write(&path, wt.precompile_module(&wasm)?)?;
-        let host = wasmtime_host(&wt, &path)?;
-        wasmtime_invoke(&wt, &path, &host, &subject.name, subject.export.as_deref())?;
+        std::fs::write(&path, engine.precompile_module(&wasm)?)?;
+        let host = wt::host(&engine, &wt::deserialize(&engine, &path)?)?;
+        let export = subject.export.as_deref();
+        wt::invoke_file(&engine, &path, &host, &subject.name, export, None)?;
         paths.push((path, host));
     }
     let mut theirs = vec![Vec::with_capacity(args.invocations); paths.len()];
@@ -176,12 +54,14 @@ fn main() -> anyhow::Result<()> {
         let i = picker.pick(paths.len());
         let (path, host) = &paths[i];
         let subject = &ours.subjects[i];
-        theirs[i].push(wasmtime_invoke(
-            &wt,
+        let export = subject.export.as_deref();
+        theirs[i].push(wt::invoke_file(
+            &engine,
             path,
             host,
             &subject.name,
-            subject.export.as_deref(),
+            export,
+            None,
         )?);
     }
 
@@ -196,7 +76,7 @@ fn main() -> anyhow::Result<()> {
                     let (path, host) = &paths[i];
                     let subject = &ours.subjects[i];
                     let export = subject.export.as_deref();
-                    wasmtime_invoke(&wt, path, host, &subject.name, export)?;
+                    wt::invoke_file(&engine, path, host, &subject.name, export, None)?;
                 }
                 Ok(())
             })

@@ -41,6 +41,10 @@ pub struct Config {
     pub queue: Option<usize>,
     /// Compiles running at once (default: half the CPUs, at least one).
     pub compile_workers: usize,
+    /// Modules kept open for the calls that follow (default 256): each its artifact's file,
+    /// metadata and resolved imports, never loaded code (every call still loads its code and
+    /// instantiates afresh). `0`: every call opens its artifact.
+    pub open_modules: usize,
     /// Accepts modules that import what this server does not provide, as `wasmtime run
     /// --trap-unknown-imports` does: such functions trap when called; memories, tables and
     /// globals are fresh ones of the declared types in every call. For modules built against
@@ -65,6 +69,7 @@ impl Default for Config {
             workers: cpus,
             queue: None,
             compile_workers: (cpus / 2).max(1),
+            open_modules: 256,
             trap_unknown_imports: false,
             limits: Limits::default(),
         }

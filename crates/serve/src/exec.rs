@@ -134,28 +134,36 @@ impl Executor {
         })
     }
 
-    /// Whether every import of `module` is one this server provides (WASI preview 1, and
-    /// Sightglass's `bench.start` and `bench.end`).
-    pub fn check_imports(&self, module: &Module) -> Result<(), CallError> {
-        self.pre(module).map(drop).map_err(|e| {
+    /// `module` linked to the server's functions (and, if so configured, stubs for the rest),
+    /// ready to instantiate: an error names an import this server does not provide.
+    pub fn prepare(&self, module: &Module) -> Result<InstancePre<Host>, CallError> {
+        let linked = if self.trap_unknown_imports {
+            // Stubs are the module's own: another module may import the same name with another
+            // type. A clone shares the host functions; it copies the table of names.
+            let mut linker = self.linker.clone();
+            (linker.define_unknown_imports_as_traps(module)).and_then(|l| l.instantiate_pre(module))
+        } else {
+            self.linker.instantiate_pre(module)
+        };
+        linked.map_err(|e| {
             CallError::BadRequest(format!(
                 "{e} (this server provides WASI preview 1 and `bench.start`/`bench.end` only)"
             ))
         })
     }
 
-    /// Calls `export` of a fresh instance of `module` with `args` (JSON, converted by the
+    /// Calls `export` of a fresh instance of `pre`'s module with `args` (JSON, converted by the
     /// export's parameter types); a reactor's `_initialize` runs first.
     pub fn invoke(
         &self,
-        module: &Module,
+        pre: &InstancePre<Host>,
         export: &str,
         args: &[Value],
         limits: &Limits,
     ) -> Result<(Vec<Value>, Measured), (CallError, Measured)> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(Output::Discard).stderr(Output::Discard);
-        self.fresh(module, wasi.build(), limits, |store, instance, measured| {
+        self.fresh(pre, wasi.build(), limits, |store, instance, measured| {
             let t = Instant::now();
             if let Some(init) = instance.get_func(&mut *store, "_initialize") {
                 init.call(&mut *store, &[], &mut [])?;
@@ -185,13 +193,13 @@ impl Executor {
         })
     }
 
-    /// Runs `module` as a WASI command (`_start`): `args` after its name, `env`, and `input`
+    /// Runs `pre`'s module as a WASI command (`_start`): `args` after its name, `env`, and `input`
     /// as its standard input, or, given a [`InputFile`], as that file in a read-only directory
     /// preopened as `.` (stdin then empty); no other directories. The guest's exit status is
     /// the outcome, not an error.
     pub fn run(
         &self,
-        module: &Module,
+        pre: &InstancePre<Host>,
         input: Result<InputFile<'_>, &[u8]>,
         args: &[String],
         env: &[(String, String)],
@@ -220,7 +228,7 @@ impl Executor {
             Ok::<_, CallError>(b.build())
         })()
         .map_err(|e| (e, Measured::default()))?;
-        self.fresh(module, wasi, limits, |store, instance, measured| {
+        self.fresh(pre, wasi, limits, |store, instance, measured| {
             let start = instance.get_func(&mut *store, "_start").ok_or_else(|| {
                 CallError::NotFound("the module is not a WASI command: no `_start`".into())
             })?;
@@ -239,18 +247,6 @@ impl Executor {
                 stderr_dropped: wasi.stderr_dropped(),
             })
         })
-    }
-
-    /// `module` linked to the server's functions (and, if so configured, stubs for the rest).
-    fn pre(&self, module: &Module) -> Result<InstancePre<Host>, Error> {
-        if !self.trap_unknown_imports {
-            return self.linker.instantiate_pre(module);
-        }
-        // Stubs are the module's own: another module may import the same name with another
-        // type. A clone shares the host functions; it copies the table of names.
-        let mut linker = self.linker.clone();
-        linker.define_unknown_imports_as_traps(module)?;
-        linker.instantiate_pre(module)
     }
 
     /// A fresh directory holding `file` alone.
@@ -272,11 +268,11 @@ impl Executor {
         Ok(dir)
     }
 
-    /// Instantiates `module` in a fresh store bounded by `limits`, runs `body` on it, and
+    /// Instantiates `pre` in a fresh store bounded by `limits`, runs `body` on it, and
     /// measures: instantiation time, and the fuel consumed, also when `body` fails.
     fn fresh<R>(
         &self,
-        module: &Module,
+        pre: &InstancePre<Host>,
         wasi: WasiCtx,
         limits: &Limits,
         body: impl FnOnce(&mut Store<Host>, Instance, &mut Measured) -> Result<R, CallError>,
@@ -285,7 +281,6 @@ impl Executor {
         let mut measured = Measured::default();
         let result = (|| {
             let t = Instant::now();
-            let pre = self.pre(module)?;
             let instance = pre.instantiate(&mut store)?;
             measured.instantiate = t.elapsed();
             body(&mut store, instance, &mut measured)

@@ -20,7 +20,8 @@
 //! per request with the query parameters `fuel`, `timeout_ms`, `max_memory` and `max_output`.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -33,8 +34,11 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+use ephem::InstancePre;
+use lru::LruCache;
+
 use crate::config::{Config, Requested};
-use crate::exec::{CallError, Executor, InputFile, Measured};
+use crate::exec::{CallError, Executor, Host, InputFile, Measured};
 use crate::metrics::Metrics;
 use crate::registry::{Found, Registry, RegistryError};
 
@@ -45,6 +49,8 @@ pub struct Shared {
     pub exec: Executor,
     pub metrics: Metrics,
     token: Option<Vec<u8>>,
+    /// Modules kept open and linked for the calls that follow, by id (`None`: none kept).
+    prepared: Option<Mutex<LruCache<String, InstancePre<Host>>>>,
     workers: Arc<Semaphore>,
     /// Calls in the server, running or waiting: `workers` + the queue's length.
     admitted: Arc<Semaphore>,
@@ -62,6 +68,7 @@ impl Shared {
             workers: Arc::new(Semaphore::new(config.workers.max(1))),
             admitted: Arc::new(Semaphore::new(config.workers.max(1) + config.queue())),
             compiles: Arc::new(Semaphore::new(config.compile_workers.max(1))),
+            prepared: NonZeroUsize::new(config.open_modules).map(|n| Mutex::new(LruCache::new(n))),
             metrics: Metrics::default(),
             config,
             registry,
@@ -274,7 +281,7 @@ async fn upload(State(shared): App, wasm: Bytes) -> Result<Response, ApiError> {
     let (id, found, created) = blocking(move || {
         let _permit = permit;
         (s.registry).put(&wasm, |module| {
-            s.exec.check_imports(module).map_err(|e| e.to_string())
+            s.exec.prepare(module).map(drop).map_err(|e| e.to_string())
         })
     })
     .await??;
@@ -296,7 +303,14 @@ async fn describe(State(shared): App, Path(id): Path<String>) -> Result<Response
 
 async fn remove(State(shared): App, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     let s = shared.clone();
-    match blocking(move || s.registry.delete(&id)).await?? {
+    let deleted = blocking(move || {
+        let deleted = s.registry.delete(&id);
+        if let Some(prepared) = &s.prepared {
+            lock(prepared).pop(&id);
+        }
+        deleted
+    });
+    match deleted.await?? {
         true => Ok(StatusCode::NO_CONTENT),
         false => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -392,13 +406,37 @@ async fn on_worker<R: Send + 'static>(
     .await
 }
 
-/// Opens module `id` for a call, recording how.
-fn open(shared: &Shared, id: &str) -> Result<ephem::Module, ApiError> {
+/// The cache of prepared modules, locked (a panic while it was held left it consistent: its
+/// operations do not unwind midway).
+fn lock(
+    p: &Mutex<LruCache<String, InstancePre<Host>>>,
+) -> std::sync::MutexGuard<'_, LruCache<String, InstancePre<Host>>> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Module `id` ready for a call: kept open from an earlier call (while its wasm is still kept:
+/// a module deleted through another node is not called), else opened (or compiled) and
+/// linked. Records how.
+fn open(shared: &Shared, id: &str) -> Result<InstancePre<Host>, ApiError> {
     let t = Instant::now();
+    let kept = (shared.prepared.as_ref()).and_then(|p| lock(p).get(id).cloned());
+    if let Some(pre) = kept.filter(|_| shared.registry.is_kept(id)) {
+        shared.metrics.phase("open", t.elapsed());
+        (shared
+            .metrics
+            .artifacts
+            .get_or_create(&vec![("outcome", "open".to_owned())]))
+        .inc();
+        return Ok(pre);
+    }
     let found = shared.registry.module(id)?;
-    shared.metrics.phase("open", t.elapsed());
     count_artifact(shared, &found);
-    Ok(found.module)
+    let pre = shared.exec.prepare(&found.module)?;
+    if let Some(p) = &shared.prepared {
+        lock(p).put(id.to_owned(), pre.clone());
+    }
+    shared.metrics.phase("open", t.elapsed());
+    Ok(pre)
 }
 
 /// Records a call's consumption and, for a trap, its kind; returns its outcome as an answer's.
@@ -438,9 +476,9 @@ async fn invoke(
     let limits = shared.config.limits.lowered(&query.limits);
     let s = shared.clone();
     let outcome = on_worker(&shared, move || {
-        let module = open(&s, &id)?;
+        let pre = open(&s, &id)?;
         let t = Instant::now();
-        let (results, measured) = account(&s, s.exec.invoke(&module, &export, &args, &limits))?;
+        let (results, measured) = account(&s, s.exec.invoke(&pre, &export, &args, &limits))?;
         let elapsed = t.elapsed();
         Ok::<_, ApiError>(json!({
             "results": results,
@@ -462,13 +500,13 @@ async fn run(
     let limits = shared.config.limits.lowered(&query.limits);
     let s = shared.clone();
     let (ran, measured, elapsed) = on_worker(&shared, move || {
-        let module = open(&s, &id)?;
+        let pre = open(&s, &id)?;
         let t = Instant::now();
         let input = match &query.input {
             Some(name) => Ok(InputFile { name, bytes: &body }),
             None => Err(&body[..]),
         };
-        let ran = (s.exec).run(&module, input, &query.args, &query.env, &limits);
+        let ran = (s.exec).run(&pre, input, &query.args, &query.env, &limits);
         let (ran, measured) = account(&s, ran)?;
         Ok::<_, ApiError>((ran, measured, t.elapsed()))
     })

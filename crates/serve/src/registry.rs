@@ -128,6 +128,11 @@ impl Registry {
         })
     }
 
+    /// Whether module `id` is kept (uploaded and not deleted).
+    pub fn is_kept(&self, id: &str) -> bool {
+        is_id(id) && self.source_path(id).is_file()
+    }
+
     /// Forgets module `id`: its wasm and its artifact. `false` if there was none.
     pub fn delete(&self, id: &str) -> Result<bool, RegistryError> {
         if !is_id(id) {

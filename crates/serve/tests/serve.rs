@@ -642,6 +642,26 @@ fn two_nodes_sharing_a_store_compile_a_module_once() {
         m2.contains(r#"ephem_artifacts_total{outcome="hit"} 1"#),
         "{m2}"
     );
+    // The second call on node two finds the module kept open; deleted through node one, it is
+    // not called again, though node two still holds it open.
+    assert_eq!(
+        invoke(&c, &two.base, &id, "add", json!([2, 3])).0,
+        StatusCode::OK
+    );
+    let m2 = metrics(&c, &two.base);
+    assert!(
+        m2.contains(r#"ephem_artifacts_total{outcome="open"} 1"#),
+        "{m2}"
+    );
+    let r = c
+        .delete(format!("{}/modules/{id}", one.base))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        invoke(&c, &two.base, &id, "add", json!([2, 3])).0,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[test]
