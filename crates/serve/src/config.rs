@@ -195,4 +195,14 @@ mod tests {
         assert_eq!(c.queue(), 3);
         assert!(toml::from_str::<Config>("wrokers = 3\n").is_err());
     }
+
+    /// The configuration the Kubernetes manifests ship is one the server accepts.
+    #[test]
+    fn the_kubernetes_configuration_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/ephem.toml");
+        let c = Config::from_file(&path).unwrap();
+        assert!(!c.listen.ip().is_loopback() && c.token_file.is_some());
+        assert_eq!(c.modules_dir(), Path::new("/store/modules"));
+        assert_eq!(c.artifacts_dir(), Path::new("/store/artifacts"));
+    }
 }
