@@ -251,12 +251,11 @@ impl Executor {
 
     /// A fresh directory holding `file` alone.
     fn input_dir(&self, file: InputFile<'_>) -> Result<tempfile::TempDir, CallError> {
-        let plain = Path::new(file.name).components().count() == 1
-            && matches!(
-                Path::new(file.name).components().next(),
-                Some(Component::Normal(_))
-            );
-        if !plain {
+        let mut parts = Path::new(file.name).components();
+        if !matches!(
+            (parts.next(), parts.next()),
+            (Some(Component::Normal(_)), None)
+        ) {
             return Err(CallError::BadRequest(format!(
                 "`input={}`: expected a plain file name",
                 file.name

@@ -254,11 +254,19 @@ fn describe_module(id: &str, found: &Found) -> Value {
 }
 
 fn count_artifact(shared: &Shared, found: &Found) {
-    let outcome = match found.outcome {
-        ephem::Outcome::Hit => "hit",
-        ephem::Outcome::Compiled { .. } => "compiled",
-        ephem::Outcome::Uncached { .. } => "uncached",
-    };
+    count_outcome(
+        shared,
+        match found.outcome {
+            ephem::Outcome::Hit => "hit",
+            ephem::Outcome::Compiled { .. } => "compiled",
+            ephem::Outcome::Uncached { .. } => "uncached",
+        },
+    );
+}
+
+/// Counts how a module was made ready: `open` (kept open from an earlier call), or its
+/// artifact's outcome.
+fn count_outcome(shared: &Shared, outcome: &str) {
     (shared
         .metrics
         .artifacts
@@ -419,15 +427,17 @@ fn lock(
 /// linked. Records how.
 fn open(shared: &Shared, id: &str) -> Result<InstancePre<Host>, ApiError> {
     let t = Instant::now();
-    let kept = (shared.prepared.as_ref()).and_then(|p| lock(p).get(id).cloned());
-    if let Some(pre) = kept.filter(|_| shared.registry.is_kept(id)) {
-        shared.metrics.phase("open", t.elapsed());
-        (shared
-            .metrics
-            .artifacts
-            .get_or_create(&vec![("outcome", "open".to_owned())]))
-        .inc();
-        return Ok(pre);
+    if let Some(p) = &shared.prepared {
+        let kept = lock(p).get(id).cloned();
+        if let Some(pre) = kept {
+            if shared.registry.is_kept(id) {
+                shared.metrics.phase("open", t.elapsed());
+                count_outcome(shared, "open");
+                return Ok(pre);
+            }
+            // Deleted through another node: let its artifact go now, not on eviction.
+            lock(p).pop(id);
+        }
     }
     let found = shared.registry.module(id)?;
     count_artifact(shared, &found);

@@ -2,10 +2,10 @@
 //!
 //! A client uploads a module (`PUT /modules`), gets its id (the hash of its bytes), and calls
 //! it (`POST /modules/{id}/invoke/{export}` with JSON arguments, or `POST /modules/{id}/run`
-//! for a WASI command with the body as stdin or as a file in its directory). Every call gets a fresh store, WASI context and
-//! instance, bounded by fuel, a wall-clock deadline and a memory limit ([`Limits`]), on one of
-//! a fixed number of workers; when they are busy and the queue is full the answer is `503` at
-//! once. The routes and statuses are in [`http`].
+//! for a WASI command with the body as stdin or as a file in its directory). Every call gets a
+//! fresh store, WASI context and instance, bounded by fuel, a wall-clock deadline and a memory
+//! limit ([`Limits`]), on one of a fixed number of workers; when they are busy and the queue is
+//! full the answer is `503` at once. The routes and statuses are in [`http`].
 //!
 //! The parts:
 //! - [`config`]: the TOML configuration and the per-request limits.

@@ -58,7 +58,7 @@ impl Default for Metrics {
         registry.register("fuel_consumed", "Fuel consumed by calls", fuel.clone());
         registry.register(
             "artifacts",
-            "Artifacts opened or compiled",
+            "Modules made ready for calls, by outcome: open (kept open), hit, compiled, uncached",
             artifacts.clone(),
         );
         registry.register("workers_busy", "Calls running", busy.clone());
