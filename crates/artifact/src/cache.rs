@@ -277,6 +277,19 @@ impl Cache {
         }
     }
 
+    /// Stores `bytes`, an artifact file made elsewhere (another node of a fleet), as the entry
+    /// for `key`, and opens it. It is checked like any entry: one that is not sealed with this
+    /// cache's key, or was compiled from another module, is removed and is the error.
+    pub fn insert(&self, key: &str, bytes: &[u8]) -> Result<Artifact, Error> {
+        self.artifact_key()?;
+        let path = self.path(key);
+        self.store(&path, bytes, write_atomic)?;
+        let _ = self.evict(&path, self.max_bytes);
+        // `None`: another process evicted it at once; as good as not stored.
+        self.open(key)?
+            .ok_or_else(|| Error::Io(std::io::ErrorKind::NotFound.into()))
+    }
+
     /// Writes an entry; on a full disk, evicts at least its size and tries once more.
     fn store(
         &self,
@@ -606,5 +619,36 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// An artifact made by another cache with the same key is taken in and opened; one sealed
+    /// with another key, or stored under another module's key, is refused and not kept.
+    #[test]
+    fn an_artifact_from_another_node_is_checked_as_it_is_taken_in() {
+        let key = ArtifactKey::generate().unwrap();
+        let (here, there, other) = (
+            ephem_test_support::temp_dir(),
+            ephem_test_support::temp_dir(),
+            ephem_test_support::temp_dir(),
+        );
+        let made = Cache::with_key(there.path(), u64::MAX, key.clone());
+        let (k1, k2) = (format!("{:064x}", 1), format!("{:064x}", 2));
+        made.get_or_compile(&k1, || Ok::<_, Error>(compiled(1)))
+            .unwrap();
+        let bytes = std::fs::read(made.path(&k1)).unwrap();
+
+        let cache = Cache::with_key(here.path(), u64::MAX, key);
+        let artifact = cache.insert(&k1, &bytes).unwrap();
+        assert_eq!(artifact.source(), Cache::source(&k1));
+        assert!(cache.open(&k1).unwrap().is_some());
+
+        let refused = cache.insert(&k2, &bytes).unwrap_err();
+        assert!(refused.to_string().contains("another module"), "{refused}");
+        assert!(!cache.path(&k2).exists());
+
+        let foreign = Cache::with_key(other.path(), u64::MAX, ArtifactKey::generate().unwrap());
+        let refused = foreign.insert(&k1, &bytes).unwrap_err();
+        assert!(refused.to_string().contains("sealed"), "{refused}");
+        assert!(!foreign.path(&k1).exists());
     }
 }

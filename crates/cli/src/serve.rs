@@ -23,6 +23,11 @@ pub struct Args {
     /// Uploaded modules, shared by a fleet (default DATA_DIR/modules).
     #[arg(long, value_name = "DIR")]
     modules_dir: Option<PathBuf>,
+    /// An object store the fleet shares modules and artifacts through, instead of shared
+    /// directories (`s3://bucket/prefix` and the like with the `cloud` feature, `file:///dir`);
+    /// needs `--artifact-key`.
+    #[arg(long, value_name = "URL")]
+    object_store: Option<String>,
     /// The fleet's artifact key (64 hex digits; default: a key made in the artifact store).
     #[arg(long, value_name = "FILE")]
     artifact_key: Option<PathBuf>,
@@ -66,6 +71,7 @@ impl Args {
         c.data_dir = self.data_dir.unwrap_or(c.data_dir);
         c.artifacts_dir = self.artifacts_dir.or(c.artifacts_dir);
         c.modules_dir = self.modules_dir.or(c.modules_dir);
+        c.object_store = self.object_store.or(c.object_store);
         c.artifact_key_file = self.artifact_key.or(c.artifact_key_file);
         c.token_file = self.token_file.or(c.token_file);
         c.workers = self.workers.unwrap_or(c.workers);

@@ -1,4 +1,5 @@
-//! `ephem serve` as a process: it survives `kill -9` with nothing lost, and on SIGTERM it
+//! `ephem serve` as a process: it survives `kill -9` with nothing lost (and, with an object
+//! store, the loss of its disk), and on SIGTERM it
 //! finishes the requests in flight before it exits.
 
 use std::io::{BufRead, BufReader};
@@ -53,30 +54,78 @@ fn call(c: &Client, base: &str, id: &str, export: &str, args: Value) -> (StatusC
     (r.status(), r.json().unwrap_or(Value::Null))
 }
 
-#[test]
-fn modules_survive_kill_9_and_a_restart() {
-    let data = tempfile::tempdir().unwrap();
-    let (mut server, base) = serve(data.path(), &[]);
-    let c = Client::new();
+/// Uploads `MODULE` through `base`; returns its id.
+fn upload(c: &Client, base: &str) -> String {
     let r = (c.put(format!("{base}/modules")))
         .body(wat::parse_str(MODULE).unwrap())
         .send()
         .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
-    let id = r.json::<Value>().unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    server.kill().unwrap(); // SIGKILL
-    server.wait().unwrap();
+    let body = r.json::<Value>().unwrap();
+    body["id"].as_str().unwrap().to_owned()
+}
 
-    let (mut server, base) = serve(data.path(), &[]);
-    let (status, body) = call(&c, &base, &id, "add", json!([20, 22]));
+/// Calls `add` of module `id` through `base`, which must answer 42.
+fn add(c: &Client, base: &str, id: &str) {
+    let (status, body) = call(c, base, id, "add", json!([20, 22]));
     assert_eq!(
         (status, &body["results"]),
         (StatusCode::OK, &json!([42])),
         "{body}"
     );
+}
+
+#[test]
+fn modules_survive_kill_9_and_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let (mut server, base) = serve(data.path(), &[]);
+    let c = Client::new();
+    let id = upload(&c, &base);
+    server.kill().unwrap(); // SIGKILL
+    server.wait().unwrap();
+
+    let (mut server, base) = serve(data.path(), &[]);
+    add(&c, &base, &id);
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
+/// With an object store (`--object-store`), a node killed and replaced by one with an empty
+/// disk still serves what was uploaded to it.
+#[test]
+fn modules_survive_the_loss_of_a_node_through_an_object_store() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let (fleet, first, second) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let key = fleet.path().join("key");
+    let mut f = (std::fs::OpenOptions::new())
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&key)
+        .unwrap();
+    std::io::Write::write_all(&mut f, "5e".repeat(32).as_bytes()).unwrap();
+    let bucket = fleet.path().join("bucket");
+    std::fs::create_dir(&bucket).unwrap();
+    let url = format!("file://{}", bucket.display());
+    let flags = [
+        "--object-store",
+        &url,
+        "--artifact-key",
+        key.to_str().unwrap(),
+    ];
+    let (mut server, base) = serve(first.path(), &flags);
+    let c = Client::new();
+    let id = upload(&c, &base);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    drop(first);
+
+    let (mut server, base) = serve(second.path(), &flags);
+    add(&c, &base, &id);
     server.kill().unwrap();
     server.wait().unwrap();
 }

@@ -26,6 +26,14 @@ pub struct Config {
     pub artifacts_dir: Option<PathBuf>,
     /// Where uploaded modules are kept (default `DATA_DIR/modules`); share it in a fleet.
     pub modules_dir: Option<PathBuf>,
+    /// An object store the nodes of a fleet share modules and artifacts through, instead of
+    /// shared directories: `s3://bucket/prefix`, `gs://…`, `az://…` (built with the `cloud`
+    /// feature), `file:///dir`. Each node's own directories then hold its copies (see
+    /// `ephem_serve::store`). Needs `artifact_key_file`: the fleet's key.
+    pub object_store: Option<String>,
+    /// How long a node serves a module it holds before checking it is still in the object
+    /// store (default 10): a `DELETE` reaches every node within this.
+    pub object_store_recheck_secs: u64,
     /// The fleet's artifact key (a file of 64 hex digits, writable by this user only): artifacts
     /// are sealed with it and only artifacts it verifies are run. Default: the `key` file in
     /// the artifact store, made on first use.
@@ -63,6 +71,8 @@ impl Default for Config {
             data_dir: PathBuf::from("ephem-data"),
             artifacts_dir: None,
             modules_dir: None,
+            object_store: None,
+            object_store_recheck_secs: 10,
             artifact_key_file: None,
             artifacts_max_bytes: 1 << 30,
             token_file: None,
@@ -204,5 +214,14 @@ mod tests {
         assert!(!c.listen.ip().is_loopback() && c.token_file.is_some());
         assert_eq!(c.modules_dir(), Path::new("/store/modules"));
         assert_eq!(c.artifacts_dir(), Path::new("/store/artifacts"));
+        assert!(c.object_store.is_none());
+
+        let path = path.with_file_name("object-store/ephem.toml");
+        let c = Config::from_file(&path).unwrap();
+        assert!(!c.listen.ip().is_loopback() && c.token_file.is_some());
+        assert!(c.artifact_key_file.is_some(), "an object store needs the fleet key");
+        let url = url::Url::parse(c.object_store.as_deref().unwrap()).unwrap();
+        assert_eq!(url.scheme(), "s3");
+        assert!(c.artifacts_dir().starts_with(&c.data_dir), "the pod's own copies");
     }
 }

@@ -254,14 +254,7 @@ fn describe_module(id: &str, found: &Found) -> Value {
 }
 
 fn count_artifact(shared: &Shared, found: &Found) {
-    count_outcome(
-        shared,
-        match found.outcome {
-            ephem::Outcome::Hit => "hit",
-            ephem::Outcome::Compiled { .. } => "compiled",
-            ephem::Outcome::Uncached { .. } => "uncached",
-        },
-    );
+    count_outcome(shared, found.origin.label());
 }
 
 /// Counts how a module was made ready: `open` (kept open from an earlier call), or its

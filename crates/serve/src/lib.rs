@@ -12,6 +12,7 @@
 //! - [`registry`]: uploaded modules (kept by hash) and their compiled artifacts (ephem's
 //!   compile cache, bounded). Sharing both directories makes a fleet: a module compiled by one
 //!   node runs on all of them.
+//! - [`store`]: the fleet's object store, for nodes that share no directory.
 //! - [`exec`]: one call, in a fresh store.
 //! - [`http`]: routes (axum), bearer-token checks, the worker gate.
 //! - [`metrics`]: Prometheus metrics.
@@ -23,6 +24,9 @@ pub mod exec;
 pub mod http;
 pub mod metrics;
 pub mod registry;
+pub mod store;
+
+pub use object_store;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -41,7 +45,19 @@ impl Server {
     /// Sets up the server `config` describes and binds its address (port 0: any free port).
     /// Refuses a non-loopback address without a token.
     pub async fn bind(config: Config) -> anyhow::Result<Server> {
-        let shared = Arc::new(shared(config)?);
+        let objects = (config.object_store.as_deref())
+            .map(store::open_url)
+            .transpose()?;
+        Server::bind_with(config, objects).await
+    }
+
+    /// As [`Server::bind`], with `objects` as the fleet's object store (whatever
+    /// `config.object_store` says).
+    pub async fn bind_with(
+        config: Config,
+        objects: Option<Arc<dyn object_store::ObjectStore>>,
+    ) -> anyhow::Result<Server> {
+        let shared = Arc::new(shared(config, objects)?);
         let listener = tokio::net::TcpListener::bind(shared.config.listen)
             .await
             .with_context(|| format!("listening on {}", shared.config.listen))?;
@@ -75,7 +91,10 @@ impl Server {
 }
 
 /// What the handlers share, from `config`.
-fn shared(config: Config) -> anyhow::Result<http::Shared> {
+fn shared(
+    config: Config,
+    objects: Option<Arc<dyn object_store::ObjectStore>>,
+) -> anyhow::Result<http::Shared> {
     let token = match &config.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -108,8 +127,20 @@ fn shared(config: Config) -> anyhow::Result<http::Shared> {
         }
         None => ephem::Cache::new(&artifacts, config.artifacts_max_bytes),
     };
-    let registry = registry::Registry::new(config.modules_dir(), cache, compiler, engine.clone())
-        .with_context(|| format!("creating {}", config.modules_dir().display()))?;
+    let mut registry =
+        registry::Registry::new(config.modules_dir(), cache, compiler, engine.clone())
+            .with_context(|| format!("creating {}", config.modules_dir().display()))?;
+    if let Some(objects) = objects {
+        if config.artifact_key_file.is_none() {
+            bail!(
+                "an object store needs the fleet's artifact key (`artifact_key_file`, \
+                 `--artifact-key`): without it each node would seal with a key of its own"
+            );
+        }
+        let recheck = std::time::Duration::from_secs(config.object_store_recheck_secs);
+        let bucket = store::Bucket::new(objects, tokio::runtime::Handle::current(), recheck);
+        registry = registry.with_bucket(bucket);
+    }
     let scratch = config.scratch_dir();
     let exec = exec::Executor::new(&engine, scratch.clone(), config.trap_unknown_imports)
         .with_context(|| format!("setting up {}", scratch.display()))?;

@@ -58,7 +58,7 @@ impl Default for Metrics {
         registry.register("fuel_consumed", "Fuel consumed by calls", fuel.clone());
         registry.register(
             "artifacts",
-            "Modules made ready for calls, by outcome: open (kept open), hit, compiled, uncached",
+            "Modules made ready for calls, by outcome: open (kept open), hit, fetched (from the object store), compiled, uncached",
             artifacts.clone(),
         );
         registry.register("workers_busy", "Calls running", busy.clone());

@@ -13,6 +13,9 @@
 //! - **Compiled once**: concurrent uploads (or first calls) of one module in this process wait
 //!   for one compile ([`Registry::module`] holds a lock per id while it compiles).
 //!
+//! - **An object store** ([`Bucket`]) may sit behind both directories, for a fleet whose nodes
+//!   share no file system: see [`crate::store`] for what it holds and how nodes use it.
+//!
 //! Every method blocks (file system, compiler): call them off the async threads.
 
 use std::collections::HashMap;
@@ -20,6 +23,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use ephem::{Cache, Compiler, Engine, Module, Outcome};
+
+use crate::store::Bucket;
 
 /// Why a module could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -38,8 +43,33 @@ pub enum RegistryError {
 /// What a call to [`Registry::module`] found.
 pub struct Found {
     pub module: Module,
-    /// Whether the artifact was opened (`Hit`) or had to be compiled.
-    pub outcome: Outcome,
+    /// Where its artifact came from.
+    pub origin: Origin,
+}
+
+/// Where a module's artifact came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// This node's artifact store.
+    Hit,
+    /// The fleet's object store.
+    Fetched,
+    /// Compiled here, and stored.
+    Compiled,
+    /// Compiled here, but it could not be stored: it is in memory only.
+    Uncached,
+}
+
+impl Origin {
+    /// Its name in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Origin::Hit => "hit",
+            Origin::Fetched => "fetched",
+            Origin::Compiled => "compiled",
+            Origin::Uncached => "uncached",
+        }
+    }
 }
 
 /// The modules of one server.
@@ -49,6 +79,7 @@ pub struct Registry {
     compiler: Compiler,
     fingerprint: String,
     engine: Engine,
+    bucket: Option<Bucket>,
     /// Ids being compiled in this process, each with the lock its compile holds.
     compiling: Mutex<HashMap<String, Arc<Mutex<()>>>>,
 }
@@ -80,8 +111,17 @@ impl Registry {
             cache,
             compiler,
             engine,
+            bucket: None,
             compiling: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The registry with `bucket` behind its directories.
+    pub fn with_bucket(self, bucket: Bucket) -> Registry {
+        Registry {
+            bucket: Some(bucket),
+            ..self
+        }
     }
 
     pub fn engine(&self) -> &Engine {
@@ -107,10 +147,19 @@ impl Registry {
         let found = self.compiled(&id, || Ok(wasm.to_vec()))?;
         check(&found.module).map_err(RegistryError::Invalid)?;
         let path = self.source_path(&id);
-        let new = !path.is_file();
+        let mut new = !path.is_file();
         if new {
             ephem_artifact::write_atomic(&path, wasm)
                 .map_err(|e| RegistryError::Internal(format!("keeping the module: {e}")))?;
+        }
+        if let Some(bucket) = &self.bucket {
+            new = !bucket.has_module(&id).map_err(RegistryError::Internal)?;
+            if new {
+                bucket
+                    .put_module(&id, wasm)
+                    .map_err(RegistryError::Internal)?;
+            }
+            bucket.saw(&id);
         }
         Ok((id, found, new))
     }
@@ -120,6 +169,7 @@ impl Registry {
         if !is_id(id) {
             return Err(RegistryError::NotFound(id.to_owned()));
         }
+        self.hold(id)?;
         self.compiled(id, || {
             std::fs::read(self.source_path(id)).map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => RegistryError::NotFound(id.to_owned()),
@@ -130,14 +180,66 @@ impl Registry {
 
     /// Whether module `id` is kept (uploaded and not deleted).
     pub fn is_kept(&self, id: &str) -> bool {
-        is_id(id) && self.source_path(id).is_file()
+        is_id(id) && self.source_path(id).is_file() && self.hold(id).is_ok()
     }
 
-    /// Forgets module `id`: its wasm and its artifact. `false` if there was none.
+    /// With a bucket, makes this node hold module `id`'s wasm (fetched from the bucket), and
+    /// checks it is still in the bucket when it was last seen there longer ago than the
+    /// bucket's recheck interval; one that is gone is forgotten here too. Without a bucket the
+    /// modules directory is the record and there is nothing to do.
+    fn hold(&self, id: &str) -> Result<(), RegistryError> {
+        let Some(bucket) = &self.bucket else {
+            return Ok(());
+        };
+        let path = self.source_path(id);
+        let held = path.is_file();
+        if held && bucket.seen_lately(id) {
+            return Ok(());
+        }
+        if held {
+            match bucket.has_module(id) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.forget_here(id)?;
+                    return Err(RegistryError::NotFound(id.to_owned()));
+                }
+                // Served from this node's copy, and checked again after the interval, so an
+                // unreachable bucket does not hold up every call.
+                Err(e) => tracing::warn!(module = id, "serving this node's copy: {e}"),
+            }
+        } else {
+            let wasm = (bucket.get_module(id).map_err(RegistryError::Internal)?)
+                .ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
+            if id_of(&wasm) != id {
+                return Err(RegistryError::Internal(format!(
+                    "the object store holds other bytes than module {id} under its name"
+                )));
+            }
+            ephem_artifact::write_atomic(&path, &wasm)
+                .map_err(|e| RegistryError::Internal(format!("keeping module {id}: {e}")))?;
+        }
+        bucket.saw(id);
+        Ok(())
+    }
+
+    /// Forgets module `id`: its wasm and its artifact, everywhere they are kept. `false` if
+    /// there was none.
     pub fn delete(&self, id: &str) -> Result<bool, RegistryError> {
         if !is_id(id) {
             return Ok(false);
         }
+        // The bucket first: it is the record, and a failure there leaves everything as it was.
+        let in_bucket = match &self.bucket {
+            Some(bucket) => {
+                (bucket.delete(id, &self.cache_key(id))).map_err(RegistryError::Internal)?
+            }
+            None => false,
+        };
+        Ok(self.forget_here(id)? || in_bucket)
+    }
+
+    /// Removes this node's copies of module `id`; whether its wasm was here.
+    fn forget_here(&self, id: &str) -> Result<bool, RegistryError> {
         let removed = match std::fs::remove_file(self.source_path(id)) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
@@ -157,10 +259,7 @@ impl Registry {
         let key = self.cache_key(id);
         // The common case: the artifact is there.
         if let Ok(Some(artifact)) = self.cache.open(&key) {
-            return Ok(Found {
-                module: Module::from_artifact(&self.engine, artifact),
-                outcome: Outcome::Hit,
-            });
+            return Ok(self.found(artifact, Origin::Hit));
         }
         let lock = Arc::clone(
             self.compiling
@@ -171,14 +270,7 @@ impl Registry {
         );
         let result = {
             let _compiling = lock.lock().unwrap_or_else(|p| p.into_inner());
-            let got = self.cache.get_or_compile(&key, || {
-                let wasm = source()?;
-                (self.compiler.compile(&wasm)).map_err(|e| RegistryError::Invalid(e.to_string()))
-            });
-            got.map(|(artifact, outcome)| Found {
-                module: Module::from_artifact(&self.engine, artifact),
-                outcome,
-            })
+            self.fetch_or_compile(id, &key, source)
         };
         let mut compiling = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
         if Arc::strong_count(&lock) == 2 {
@@ -186,6 +278,70 @@ impl Registry {
         }
         result
     }
+
+    /// The artifact for cache key `key` (of module `id`): this node's, else the bucket's (one
+    /// that does not verify is compiled again), else compiled from `source` and, with a
+    /// bucket, put there for the other nodes.
+    fn fetch_or_compile(
+        &self,
+        id: &str,
+        key: &str,
+        source: impl FnOnce() -> Result<Vec<u8>, RegistryError>,
+    ) -> Result<Found, RegistryError> {
+        if let Some(bucket) = &self.bucket {
+            // Another thread may have fetched or compiled it while this one waited.
+            if let Ok(Some(artifact)) = self.cache.open(key) {
+                return Ok(self.found(artifact, Origin::Hit));
+            }
+            match bucket.get_artifact(key) {
+                Ok(Some(bytes)) => match self.cache.insert(key, &bytes) {
+                    Ok(artifact) => return Ok(self.found(artifact, Origin::Fetched)),
+                    Err(e) => tracing::warn!(
+                        module = id,
+                        "compiling, not using the object store's artifact: {e}"
+                    ),
+                },
+                Ok(None) => {}
+                Err(e) => tracing::warn!(module = id, "compiling: {e}"),
+            }
+        }
+        let (artifact, outcome) = self.cache.get_or_compile(key, || {
+            let wasm = source()?;
+            (self.compiler.compile(&wasm)).map_err(|e| RegistryError::Invalid(e.to_string()))
+        })?;
+        let origin = match outcome {
+            Outcome::Hit => Origin::Hit,
+            Outcome::Compiled { .. } => Origin::Compiled,
+            Outcome::Uncached { .. } => Origin::Uncached,
+        };
+        if let (Origin::Compiled, Some(bucket)) = (origin, &self.bucket) {
+            // A failure here costs the other nodes a compile each, nothing more.
+            let shared = read_file(&artifact).and_then(|bytes| bucket.put_artifact(key, &bytes));
+            if let Err(e) = shared {
+                tracing::warn!(module = id, "compiled artifact not shared: {e}");
+            }
+        }
+        Ok(self.found(artifact, origin))
+    }
+
+    fn found(&self, artifact: ephem::Artifact, origin: Origin) -> Found {
+        Found {
+            module: Module::from_artifact(&self.engine, artifact),
+            origin,
+        }
+    }
+}
+
+/// The whole file of `artifact`, as stored.
+fn read_file(artifact: &ephem::Artifact) -> Result<Vec<u8>, String> {
+    use std::os::unix::fs::FileExt;
+    let read = || {
+        let file = std::fs::File::from(artifact.file().try_clone_to_owned()?);
+        let mut bytes = vec![0; artifact.file_len() as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        Ok::<_, std::io::Error>(bytes)
+    };
+    read().map_err(|e| format!("reading the artifact: {e}"))
 }
 
 impl From<ephem_artifact::Error> for RegistryError {

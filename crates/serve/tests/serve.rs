@@ -1,11 +1,13 @@
 //! `ephem-serve` against a real server on loopback: uploads, calls, commands, every error
 //! status, limits a request cannot raise, a guest that loops forever answered at its deadline
 //! while others are served, the worker gate's `503`, tokens, eviction, and two nodes sharing
-//! one artifact store.
+//! one artifact store, as a directory or an object store.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ephem_serve::object_store::ObjectStore;
 use ephem_serve::{Config, Server};
 use reqwest::StatusCode;
 use reqwest::blocking::Client;
@@ -35,12 +37,21 @@ fn config(data: &Path) -> Config {
 }
 
 fn start(config: Config) -> Running {
+    start_with(config, None)
+}
+
+/// A server with `objects` as its fleet's object store.
+fn start_with(config: Config, objects: Option<Arc<dyn ObjectStore>>) -> Running {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async move {
-            let server = Server::bind(config).await.unwrap();
+            let server = match objects {
+                Some(objects) => Server::bind_with(config, Some(objects)).await,
+                None => Server::bind(config).await,
+            };
+            let server = server.unwrap();
             addr_tx.send(server.local_addr().unwrap()).unwrap();
             server
                 .run(async {
@@ -683,4 +694,170 @@ fn concurrent_uploads_of_one_module_compile_it_once() {
         m.contains(r#"ephem_artifacts_total{outcome="compiled"} 1"#),
         "{m}"
     );
+}
+
+/// A fleet key file in `dir` (the test's own key, mode 0600).
+fn fleet_key(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("fleet.key");
+    let key = blake3::hash(dir.as_os_str().as_encoded_bytes()).to_hex();
+    let mut f = (std::fs::OpenOptions::new())
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, key.as_bytes()).unwrap();
+    path
+}
+
+/// How many times metric `ephem_artifacts_total` counted `outcome` (0 if never).
+fn artifacts(m: &str, outcome: &str) -> u64 {
+    let line = format!(r#"ephem_artifacts_total{{outcome="{outcome}"}} "#);
+    m.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Nodes that share nothing but an object store (in memory here) and the fleet key: a module
+/// uploaded to one is called on another, which fetches its artifact rather than compiling it;
+/// a node with an empty disk serves it too; a delete through one node reaches the others at
+/// their next check (every call here: `object_store_recheck_secs = 0`).
+#[test]
+fn nodes_sharing_an_object_store_compile_a_module_once_and_see_its_deletion() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = fleet_key(keys.path());
+    let bucket: Arc<dyn ObjectStore> = Arc::new(ephem_serve::object_store::memory::InMemory::new());
+    let node = |data: &Path| {
+        let mut cfg = config(data);
+        cfg.artifact_key_file = Some(key.clone());
+        cfg.object_store_recheck_secs = 0;
+        start_with(cfg, Some(bucket.clone()))
+    };
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (one, two) = (node(dirs[0].path()), node(dirs[1].path()));
+    let c = client();
+    let (status, body) = upload(&c, &one.base, wasm(MODULE));
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+    for _ in 0..2 {
+        let (status, body) = invoke(&c, &two.base, &id, "add", json!([2, 3]));
+        assert_eq!(
+            (status, &body["results"]),
+            (StatusCode::OK, &json!([5])),
+            "{body}"
+        );
+    }
+    let (m1, m2) = (metrics(&c, &one.base), metrics(&c, &two.base));
+    assert_eq!(artifacts(&m1, "compiled"), 1, "{m1}");
+    assert_eq!(artifacts(&m2, "compiled"), 0, "{m2}");
+    assert_eq!(artifacts(&m2, "fetched"), 1, "{m2}");
+    assert_eq!(artifacts(&m2, "open"), 1, "{m2}");
+    // Uploaded again through another node: the fleet has it already.
+    assert_eq!(upload(&c, &two.base, wasm(MODULE)).0, StatusCode::OK);
+
+    // A node whose disk is empty (new, or replaced) serves it from the bucket.
+    let three = node(dirs[2].path());
+    assert_eq!(
+        invoke(&c, &three.base, &id, "add", json!([1, 1])).0,
+        StatusCode::OK
+    );
+    let m3 = metrics(&c, &three.base);
+    assert_eq!(artifacts(&m3, "fetched"), 1, "{m3}");
+
+    let r = c
+        .delete(format!("{}/modules/{id}", one.base))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    for n in [&two, &three] {
+        assert_eq!(
+            invoke(&c, &n.base, &id, "add", json!([2, 3])).0,
+            StatusCode::NOT_FOUND
+        );
+    }
+    assert!(!dirs[1].path().join(format!("modules/{id}.wasm")).exists());
+    // Gone from the fleet, so uploading it again makes it new.
+    assert_eq!(upload(&c, &two.base, wasm(MODULE)).0, StatusCode::CREATED);
+}
+
+/// The object store named by URL (a directory here): what a node takes from it is checked. An
+/// artifact that does not verify is compiled again and replaced in the bucket; bytes stored
+/// under a module's name that are not that module are refused; a node without the fleet key
+/// does not start.
+#[test]
+fn what_comes_from_an_object_store_is_checked() {
+    let (keys, objects) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let key = fleet_key(keys.path());
+    let url = format!("file://{}/fleet", objects.path().display());
+    std::fs::create_dir(objects.path().join("fleet")).unwrap();
+    let cfg = |data: &Path| {
+        let mut cfg = config(data);
+        cfg.artifact_key_file = Some(key.clone());
+        cfg.object_store = Some(url.clone());
+        cfg
+    };
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let c = client();
+    let id = upload_ok(&c, &start(cfg(dirs[0].path())).base, wasm(MODULE));
+    let stored = objects.path().join("fleet/artifacts");
+    let artifact = std::fs::read_dir(&stored)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(
+        objects
+            .path()
+            .join(format!("fleet/modules/{id}.wasm"))
+            .is_file()
+    );
+
+    // Damaged in the bucket: compiled again, and the bucket's copy replaced.
+    let good = std::fs::read(&artifact).unwrap();
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    std::fs::write(&artifact, &bad).unwrap();
+    let two = start(cfg(dirs[1].path()));
+    assert_eq!(
+        invoke(&c, &two.base, &id, "add", json!([2, 3])).0,
+        StatusCode::OK
+    );
+    let m = metrics(&c, &two.base);
+    assert_eq!(
+        (artifacts(&m, "fetched"), artifacts(&m, "compiled")),
+        (0, 1),
+        "{m}"
+    );
+    assert_eq!(std::fs::read(&artifact).unwrap(), good);
+    let three = start(cfg(dirs[2].path()));
+    assert_eq!(
+        invoke(&c, &three.base, &id, "add", json!([2, 3])).0,
+        StatusCode::OK
+    );
+    let m = metrics(&c, &three.base);
+    assert_eq!(artifacts(&m, "fetched"), 1, "{m}");
+
+    // Another module's bytes under this one's name.
+    let other =
+        wasm(r#"(module (func (export "add") (param i32 i32) (result i32) (i32.const 7)))"#);
+    std::fs::write(
+        objects.path().join(format!("fleet/modules/{id}.wasm")),
+        other,
+    )
+    .unwrap();
+    std::fs::remove_file(&artifact).unwrap();
+    let four = start(cfg(dirs[3].path()));
+    let (status, body) = invoke(&c, &four.base, &id, "add", json!([2, 3]));
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert!(body.to_string().contains("other bytes"), "{body}");
+
+    // No fleet key: refused at start.
+    let mut keyless = cfg(dirs[3].path());
+    keyless.artifact_key_file = None;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let refused = rt.block_on(Server::bind(keyless)).err().unwrap();
+    assert!(refused.to_string().contains("artifact key"), "{refused}");
 }

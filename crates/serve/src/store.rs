@@ -1,0 +1,160 @@
+//! The fleet's object store: how nodes that share no directory share modules and artifacts.
+//!
+//! A bucket (`object_store`: S3, GCS, Azure with the `cloud` feature; a local directory or
+//! memory always) holds every uploaded module at `modules/ID.wasm` and compiled artifacts at
+//! `artifacts/KEY.ephem`, sealed with the fleet's artifact key. It sits behind each node's own
+//! directories, which stay: an instance's memory image is mapped straight from the artifact
+//! file, so every call needs it on local disk.
+//!
+//! - **The bucket is the record.** An upload is answered once its wasm is in the bucket; a
+//!   `DELETE` removes it there.
+//! - **A node's directories are its copies.** A node that is asked for a module it does not
+//!   hold fetches it (its hash must be its id) and its artifact (which must verify with the
+//!   fleet key, or is compiled again and replaced); what a node compiles it puts to the bucket,
+//!   so a module is compiled once for the fleet.
+//! - **Deletes reach every node within [`Bucket::recheck`]**: a node checks that a module it
+//!   holds is still in the bucket (one `HEAD`) when it last saw it longer ago than that, and
+//!   forgets it when it is gone. If the bucket cannot be reached, its copy is still served.
+//!
+//! Every method blocks on the server's runtime: call them off the async threads.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lru::LruCache;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+/// How many modules' last sightings a node remembers; one it forgot is checked again.
+const SIGHTINGS: usize = 1 << 16;
+
+/// The object store of a fleet, as one node uses it.
+pub struct Bucket {
+    objects: Arc<dyn ObjectStore>,
+    runtime: tokio::runtime::Handle,
+    recheck: Duration,
+    /// When each module this node holds was last seen in the bucket.
+    seen: Mutex<LruCache<String, Instant>>,
+}
+
+/// The object store a URL names, under the URL's path: `s3://bucket/prefix`, `gs://…`,
+/// `az://…` (with the `cloud` feature), `file:///dir`, `memory:///`. Credentials and other
+/// options come from the environment, as each backend documents (`AWS_ACCESS_KEY_ID`, …).
+pub fn open_url(url: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    let parsed = url::Url::parse(url).map_err(|e| anyhow::anyhow!("object store {url}: {e}"))?;
+    let options = std::env::vars().map(|(k, v)| (k.to_ascii_lowercase(), v));
+    let (store, prefix) = object_store::parse_url_opts(&parsed, options)
+        .map_err(|e| anyhow::anyhow!("object store {url}: {e}"))?;
+    Ok(Arc::new(object_store::prefix::PrefixStore::new(
+        store, prefix,
+    )))
+}
+
+impl Bucket {
+    /// `objects` used from `runtime`; modules held are checked again after `recheck`.
+    pub fn new(
+        objects: Arc<dyn ObjectStore>,
+        runtime: tokio::runtime::Handle,
+        recheck: Duration,
+    ) -> Bucket {
+        let capacity = std::num::NonZeroUsize::new(SIGHTINGS).expect("a positive capacity");
+        Bucket {
+            objects,
+            runtime,
+            recheck,
+            seen: Mutex::new(LruCache::new(capacity)),
+        }
+    }
+
+    /// How long a node serves a module it holds before checking it is still in the bucket.
+    pub fn recheck(&self) -> Duration {
+        self.recheck
+    }
+
+    fn module_path(id: &str) -> Path {
+        Path::from(format!("modules/{id}.wasm"))
+    }
+
+    fn artifact_path(key: &str) -> Path {
+        Path::from(format!("artifacts/{key}.ephem"))
+    }
+
+    fn sightings(&self) -> std::sync::MutexGuard<'_, LruCache<String, Instant>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records that module `id` is in the bucket now.
+    pub fn saw(&self, id: &str) {
+        self.sightings().put(id.to_owned(), Instant::now());
+    }
+
+    /// Whether module `id` was seen in the bucket within [`Bucket::recheck`].
+    pub fn seen_lately(&self, id: &str) -> bool {
+        (self.sightings().get(id)).is_some_and(|t| t.elapsed() < self.recheck)
+    }
+
+    /// Forgets that module `id` was seen.
+    pub fn forget(&self, id: &str) {
+        self.sightings().pop(id);
+    }
+
+    /// The wasm of module `id`, if the bucket holds it.
+    pub fn get_module(&self, id: &str) -> Result<Option<Vec<u8>>, String> {
+        self.get(&Self::module_path(id))
+    }
+
+    /// Whether the bucket holds module `id`.
+    pub fn has_module(&self, id: &str) -> Result<bool, String> {
+        let path = Self::module_path(id);
+        match self.runtime.block_on(self.objects.head(&path)) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(format!("the object store, {path}: {e}")),
+        }
+    }
+
+    pub fn put_module(&self, id: &str, wasm: &[u8]) -> Result<(), String> {
+        self.put(&Self::module_path(id), wasm)
+    }
+
+    /// The artifact stored under cache key `key`, if any.
+    pub fn get_artifact(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        self.get(&Self::artifact_path(key))
+    }
+
+    pub fn put_artifact(&self, key: &str, bytes: &[u8]) -> Result<(), String> {
+        self.put(&Self::artifact_path(key), bytes)
+    }
+
+    /// Removes module `id` and its artifact (cache key `key`); whether the module was there.
+    pub fn delete(&self, id: &str, key: &str) -> Result<bool, String> {
+        self.forget(id);
+        let held = self.has_module(id)?;
+        for path in [Self::module_path(id), Self::artifact_path(key)] {
+            match self.runtime.block_on(self.objects.delete(&path)) {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(format!("the object store, deleting {path}: {e}")),
+            }
+        }
+        Ok(held)
+    }
+
+    fn get(&self, path: &Path) -> Result<Option<Vec<u8>>, String> {
+        let got = self.runtime.block_on(async {
+            let object = self.objects.get(path).await?;
+            object.bytes().await
+        });
+        match got {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(format!("the object store, {path}: {e}")),
+        }
+    }
+
+    fn put(&self, path: &Path, bytes: &[u8]) -> Result<(), String> {
+        let payload = PutPayload::from(bytes.to_vec());
+        (self.runtime.block_on(self.objects.put(path, payload)))
+            .map(drop)
+            .map_err(|e| format!("the object store, writing {path}: {e}"))
+    }
+}
