@@ -219,9 +219,15 @@ mod tests {
         let path = path.with_file_name("object-store/ephem.toml");
         let c = Config::from_file(&path).unwrap();
         assert!(!c.listen.ip().is_loopback() && c.token_file.is_some());
-        assert!(c.artifact_key_file.is_some(), "an object store needs the fleet key");
+        assert!(
+            c.artifact_key_file.is_some(),
+            "an object store needs the fleet key"
+        );
         let url = url::Url::parse(c.object_store.as_deref().unwrap()).unwrap();
         assert_eq!(url.scheme(), "s3");
-        assert!(c.artifacts_dir().starts_with(&c.data_dir), "the pod's own copies");
+        assert!(
+            c.artifacts_dir().starts_with(&c.data_dir),
+            "the pod's own copies"
+        );
     }
 }

@@ -372,6 +372,39 @@ impl Workers {
     }
 }
 
+/// An extractor that refuses a call with `503` when the server is full, before its body is
+/// read: refusals stay cheap under overload however large the bodies. It holds no place (a
+/// client sending its body slowly must not keep one from others), so a call that finds room
+/// here may still be refused once its body has arrived.
+pub struct Room;
+
+impl axum::extract::FromRequestParts<Arc<Shared>> for Room {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        _: &mut axum::http::request::Parts,
+        shared: &Arc<Shared>,
+    ) -> Result<Room, ApiError> {
+        match shared.admitted.available_permits() {
+            0 => Err(busy(shared)),
+            _ => Ok(Room),
+        }
+    }
+}
+
+/// The answer to a call the server has no room for (counted): `503` with `Retry-After`.
+fn busy(shared: &Shared) -> ApiError {
+    shared.metrics.rejected.inc();
+    ApiError {
+        retry_after: true,
+        ..ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "every worker is busy and the queue is full",
+        )
+    }
+}
+
 /// Runs `f` on a worker: at once if one is free, after a wait if the queue has room, else
 /// `503` with `Retry-After` (latency does not grow without bound under overload).
 async fn on_worker<R: Send + 'static>(
@@ -382,15 +415,7 @@ async fn on_worker<R: Send + 'static>(
     // Admission is one permit of `workers + queue`, held until the work is done: a call that
     // has been handed a worker but not yet woken up still counts once, not as waiting too.
     let Ok(admitted) = shared.admitted.clone().try_acquire_owned() else {
-        shared.metrics.rejected.inc();
-        return Err(ApiError {
-            retry_after: true,
-            ..ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
-                "every worker is busy and the queue is full",
-            )
-        });
+        return Err(busy(shared));
     };
     shared.metrics.queued.inc();
     let permit = shared.workers.clone().acquire_owned().await;
@@ -462,6 +487,7 @@ async fn invoke(
     State(shared): App,
     Path((id, export)): Path<(String, String)>,
     RawQuery(query): RawQuery,
+    _: Room,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let query = parse_query(query.as_deref(), false)?;
@@ -497,6 +523,7 @@ async fn run(
     State(shared): App,
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
+    _: Room,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let query = parse_query(query.as_deref(), true)?;

@@ -331,6 +331,22 @@ fn a_guest_that_loops_forever_is_stopped_at_its_deadline_while_others_are_served
     );
 }
 
+/// POSTs to `path` a request that announces a body of a megabyte and sends none of it; returns
+/// the status line of the answer, which must come within two seconds.
+fn announce_body_without_sending_it(base: &str, path: &str) -> String {
+    use std::io::{BufRead, Write};
+    let addr = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 1000000\r\n\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut line = String::new();
+    let read = std::io::BufReader::new(stream).read_line(&mut line);
+    read.map_or_else(|e| format!("no answer: {e}"), |_| line)
+}
+
 #[test]
 fn a_full_queue_is_answered_503_at_once() {
     let data = tempfile::tempdir().unwrap();
@@ -363,6 +379,11 @@ fn a_full_queue_is_answered_503_at_once() {
         "{:?}",
         t.elapsed()
     );
+    // Refused before its body is read: a request announcing a megabyte it never sends.
+    for route in ["invoke/add", "run"] {
+        let status = announce_body_without_sending_it(&base, &format!("/modules/{id}/{route}"));
+        assert!(status.starts_with("HTTP/1.1 503"), "{route}: {status}");
+    }
     for s in spinners {
         assert_eq!(s.join().unwrap(), StatusCode::UNPROCESSABLE_ENTITY);
     }
