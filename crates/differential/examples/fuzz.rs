@@ -41,7 +41,7 @@ fn main() -> anyhow::Result<()> {
         let plan = plan(&wasm, seed);
         modules += 1;
         match run_case(&wasm, &plan, &ephem, &wasmtime) {
-            Verdict::Agree { calls: n } => calls += n as u64,
+            Verdict::Agree { calls: n, .. } => calls += n as u64,
             Verdict::BothRefused => refused += 1,
             Verdict::Differ(d) => {
                 found += 1;

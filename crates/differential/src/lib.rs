@@ -11,6 +11,14 @@
 //! first difference. Floats are compared by class where both are NaN (the specification leaves
 //! NaN bits open); everything else exactly.
 //!
+//! Real modules (built by toolchains for a host of their own) run the same way: what they
+//! import is stubbed alike in both engines (functions trap with `HostError` when called;
+//! memories, tables and globals are fresh zeroed ones of the declared types), and both engines
+//! meter fuel ([`Ephem::metered`]), since nothing bounds their loops. Fuel costs differ
+//! between engines, so a call that runs out of fuel in either ends what can be compared:
+//! the calls before it are compared, the final state is not ([`Verdict::Agree`]'s
+//! `unfinished`).
+//!
 //! [`Ephem::check_mutants`] feeds damaged copies of a module (truncated, bytes changed, bytes
 //! inserted) to ephem's compiler and checks that its verdict is wasmparser's for the same
 //! features and that nothing panics; the mutants that are valid also run, metered, so that
@@ -76,6 +84,9 @@ pub enum Trap {
     Other(String),
 }
 
+/// A call or instantiation that ran out of fuel.
+pub const OUT_OF_FUEL: Trap = Trap::Wasm(ephem::TrapKind::OutOfFuel);
+
 /// One call of the plan: an exported function and its arguments.
 #[derive(Clone, Debug)]
 pub struct Call {
@@ -83,10 +94,14 @@ pub struct Call {
     pub args: Vec<Value>,
 }
 
-/// The calls to make, in order, on one instance.
+/// The calls to make, in order, on one instance (or each in a fresh one: `fresh`).
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub calls: Vec<Call>,
+    /// Each call in a fresh instance, as ephem runs invocations; what state a call leaves is
+    /// then observed after it (as a digest), and one call's running out of fuel does not end
+    /// the comparison of the others.
+    pub fresh: bool,
 }
 
 /// Everything one engine reports of one case.
@@ -101,6 +116,34 @@ pub struct Observation {
     pub globals: Vec<(String, Value)>,
     pub memories: Vec<(String, Vec<u8>)>,
     pub tables: Vec<(String, u32)>,
+    /// With a fresh instance per call: a digest of the exported state each call left (none
+    /// for a call whose instantiation failed).
+    pub states: Vec<Option<[u8; 32]>>,
+}
+
+/// An instance's exported state: globals' values, memories' bytes, tables' sizes, by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct State {
+    pub globals: Vec<(String, Value)>,
+    pub memories: Vec<(String, Vec<u8>)>,
+    pub tables: Vec<(String, u32)>,
+}
+
+impl State {
+    fn digest(&self) -> [u8; 32] {
+        let mut h = blake3::Hasher::new();
+        for (name, v) in &self.globals {
+            h.update(format!("{name}={v:?};").as_bytes());
+        }
+        for (name, bytes) in &self.memories {
+            h.update(format!("{name}:{};", bytes.len()).as_bytes());
+            h.update(bytes);
+        }
+        for (name, size) in &self.tables {
+            h.update(format!("{name}#{size};").as_bytes());
+        }
+        *h.finalize().as_bytes()
+    }
 }
 
 impl Observation {
@@ -121,6 +164,7 @@ impl Observation {
             globals: Vec::new(),
             memories: Vec::new(),
             tables: Vec::new(),
+            states: Vec::new(),
         }
     }
 
@@ -133,6 +177,58 @@ impl Observation {
 /// An engine under comparison. `Err` means it refused the module (with its message).
 pub trait Observer {
     fn observe(&self, wasm: &[u8], plan: &Plan) -> Result<Observation, String>;
+}
+
+/// What an engine does for a case; [`Observer`] follows from it, the same for every engine.
+pub trait Side {
+    type Module;
+    /// An instance with its store.
+    type Instance;
+    /// The module, or why the engine refused it.
+    fn compile(&self, wasm: &[u8]) -> Result<Self::Module, String>;
+    /// A fresh store and instance (imports stubbed, fuel given if metered).
+    fn instantiate(&self, module: &Self::Module) -> Result<Self::Instance, Trap>;
+    /// One call (refuelled first if metered); `Err` if the plan does not fit the module.
+    fn call(&self, instance: &mut Self::Instance, call: &Call) -> Result<CallResult, String>;
+    fn state(&self, instance: &mut Self::Instance) -> State;
+}
+
+/// What a call returned, or why it trapped.
+pub type CallResult = Result<Vec<Value>, Trap>;
+
+impl<S: Side> Observer for S {
+    fn observe(&self, wasm: &[u8], plan: &Plan) -> Result<Observation, String> {
+        let module = self.compile(wasm)?;
+        if plan.fresh {
+            let mut observation = Observation::made(Vec::new());
+            for call in &plan.calls {
+                let (result, state) = match self.instantiate(&module) {
+                    Ok(mut instance) => {
+                        let result = self.call(&mut instance, call)?;
+                        (result, Some(self.state(&mut instance).digest()))
+                    }
+                    Err(trap) => (Err(trap), None),
+                };
+                observation.calls.push(result);
+                observation.states.push(state);
+            }
+            return Ok(observation);
+        }
+        let mut instance = match self.instantiate(&module) {
+            Ok(i) => i,
+            Err(trap) => return Ok(Observation::failed(trap)),
+        };
+        let calls = (plan.calls.iter())
+            .map(|call| self.call(&mut instance, call))
+            .collect::<Result<_, _>>()?;
+        let state = self.state(&mut instance);
+        Ok(Observation {
+            globals: state.globals,
+            memories: state.memories,
+            tables: state.tables,
+            ..Observation::made(calls)
+        })
+    }
 }
 
 /// The stack both engines get, so that a deep recursion overflows in both or in neither (the
@@ -349,23 +445,53 @@ impl fmt::Display for Difference {
     }
 }
 
+/// The calls of the plan both observations can be compared on: those that ran out of fuel in
+/// neither engine (the engines' costs differ) and, on one instance, only those before the first
+/// that did (what followed it is not comparable).
+pub fn comparable(plan: &Plan, ephem: &Observation, reference: &Observation) -> Vec<usize> {
+    let fed = |i: &usize| {
+        ephem.calls.get(*i) != Some(&Err(OUT_OF_FUEL))
+            && reference.calls.get(*i) != Some(&Err(OUT_OF_FUEL))
+    };
+    let n = ephem.calls.len().min(reference.calls.len());
+    if plan.fresh {
+        (0..n).filter(fed).collect()
+    } else {
+        (0..n).take_while(fed).collect()
+    }
+}
+
 /// The first difference between ephem's observation and the reference's, if any.
 pub fn compare(plan: &Plan, ephem: &Observation, reference: &Observation) -> Option<Difference> {
     let diff = |what: String| Some(Difference(what));
+    if ephem.instantiated == Err(OUT_OF_FUEL) || reference.instantiated == Err(OUT_OF_FUEL) {
+        return None;
+    }
     if ephem.instantiated != reference.instantiated {
         return diff(format!(
             "instantiation: ephem {:?}, reference {:?}",
             ephem.instantiated, reference.instantiated
         ));
     }
-    for (i, (a, b)) in ephem.calls.iter().zip(&reference.calls).enumerate() {
+    let compared = comparable(plan, ephem, reference);
+    for &i in &compared {
+        let (a, b) = (&ephem.calls[i], &reference.calls[i]);
+        let call = &plan.calls[i];
         if a != b {
-            let call = &plan.calls[i];
             return diff(format!(
                 "call {i} ({} {:?}): ephem {a:?}, reference {b:?}",
                 call.export, call.args
             ));
         }
+        if ephem.states.get(i) != reference.states.get(i) {
+            return diff(format!(
+                "call {i} ({} {:?}): the state it left differs",
+                call.export, call.args
+            ));
+        }
+    }
+    if !plan.fresh && compared.len() < ephem.calls.len().max(reference.calls.len()) {
+        return None;
     }
     if ephem.calls.len() != reference.calls.len() {
         return diff(format!(
@@ -405,8 +531,9 @@ pub fn compare(plan: &Plan, ephem: &Observation, reference: &Observation) -> Opt
 /// The outcome of one case.
 #[derive(Debug)]
 pub enum Verdict {
-    /// Both engines agree; this many calls were compared.
-    Agree { calls: usize },
+    /// Both engines agree; this many calls were compared. `unfinished`: a call ran out of fuel
+    /// in one of them, and what followed it was not compared.
+    Agree { calls: usize, unfinished: bool },
     /// Both refused the module (never expected of `wasm-smith`'s valid modules).
     BothRefused,
     /// They disagree.
@@ -422,9 +549,12 @@ pub fn run_case(
 ) -> Verdict {
     match (ephem.observe(wasm, plan), reference.observe(wasm, plan)) {
         (Ok(a), Ok(b)) => match compare(plan, &a, &b) {
-            None => Verdict::Agree {
-                calls: a.calls_made(),
-            },
+            None => {
+                let calls = comparable(plan, &a, &b).len();
+                let starved = |o: &Observation| o.instantiated == Err(OUT_OF_FUEL);
+                let unfinished = calls < a.calls_made() || starved(&a) || starved(&b);
+                Verdict::Agree { calls, unfinished }
+            }
             Some(d) => Verdict::Differ(d),
         },
         (Err(_), Err(_)) => Verdict::BothRefused,
@@ -462,6 +592,8 @@ pub struct Ephem {
     compiler: ephem::Compiler,
     /// For the damaged modules, which run metered ([`Ephem::check_mutants`]).
     metered: ephem::Compiler,
+    /// Fuel for instantiation and each call, if cases run metered.
+    fuel: Option<u64>,
 }
 
 impl Ephem {
@@ -474,61 +606,102 @@ impl Ephem {
             engine,
             compiler: ephem::Compiler::new()?,
             metered: ephem::Compiler::new()?.with_fuel(),
+            fuel: None,
+        })
+    }
+
+    /// An ephem side whose cases run metered, with `fuel` for instantiation and for each call
+    /// (for real modules, whose loops nothing else bounds).
+    pub fn metered(fuel: u64) -> anyhow::Result<Ephem> {
+        Ok(Ephem {
+            fuel: Some(fuel),
+            ..Ephem::new()?
         })
     }
 }
 
-impl Observer for Ephem {
-    fn observe(&self, wasm: &[u8], plan: &Plan) -> Result<Observation, String> {
-        use ephem::{Extern, Instance, Store, Val};
+impl Side for Ephem {
+    type Module = ephem::InstancePre<()>;
+    type Instance = (ephem::Store<()>, ephem::Instance);
+
+    fn compile(&self, wasm: &[u8]) -> Result<Self::Module, String> {
+        let compiler = match self.fuel {
+            Some(_) => &self.metered,
+            None => &self.compiler,
+        };
         let module =
-            ephem::compile_with(&self.compiler, &self.engine, wasm).map_err(|e| e.to_string())?;
-        let mut store = Store::new(&self.engine, ());
-        let instance = match Instance::new(&mut store, &module, &[]) {
-            Ok(i) => i,
-            Err(e) => return Ok(Observation::failed(ephem_trap(&e))),
-        };
-        let value = |v: &Val| match *v {
-            Val::I32(x) => Value::I32(x as u32),
-            Val::I64(x) => Value::I64(x as u64),
-            Val::F32(x) => Value::F32(x),
-            Val::F64(x) => Value::F64(x),
-            Val::V128(x) => Value::V128(x),
-            Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::Func),
-            Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::Extern),
-        };
-        let mut calls = Vec::new();
-        for call in &plan.calls {
-            let func = instance
-                .get_func(&mut store, &call.export)
-                .ok_or_else(|| format!("no function {}", call.export))?;
-            let ty = func.ty(&store);
-            let args: Vec<Val> = (call.args.iter().zip(&ty.params))
-                .map(|(a, &t)| match *a {
-                    Value::I32(x) => Val::I32(x as i32),
-                    Value::I64(x) => Val::I64(x as i64),
-                    Value::F32(x) => Val::F32(x),
-                    Value::F64(x) => Val::F64(x),
-                    Value::V128(x) => Val::V128(x),
-                    _ => Val::default_for(t),
-                })
-                .collect();
-            let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
-            calls.push(match func.call(&mut store, &args, &mut results) {
-                Ok(()) => Ok(results.iter().map(value).collect()),
-                Err(e) => Err(ephem_trap(&e)),
-            });
+            ephem::compile_with(compiler, &self.engine, wasm).map_err(|e| e.to_string())?;
+        let mut linker = ephem::Linker::new(&self.engine);
+        (linker.define_unknown_imports_as_traps(&module)).map_err(|e| e.to_string())?;
+        linker.instantiate_pre(&module).map_err(|e| e.to_string())
+    }
+
+    fn instantiate(&self, pre: &Self::Module) -> Result<Self::Instance, Trap> {
+        let mut store = ephem::Store::new(&self.engine, ());
+        if let Some(fuel) = self.fuel {
+            store.set_fuel(fuel);
         }
-        let mut observation = Observation::made(calls);
-        for (name, export) in instance.exports(&mut store) {
+        match pre.instantiate(&mut store) {
+            Ok(instance) => Ok((store, instance)),
+            Err(e) => Err(ephem_trap(&e)),
+        }
+    }
+
+    fn call(
+        &self,
+        (store, instance): &mut Self::Instance,
+        call: &Call,
+    ) -> Result<CallResult, String> {
+        use ephem::Val;
+        let func = instance
+            .get_func(&mut *store, &call.export)
+            .ok_or_else(|| format!("no function {}", call.export))?;
+        let ty = func.ty(&*store);
+        let args: Vec<Val> = (call.args.iter().zip(&ty.params))
+            .map(|(a, &t)| match *a {
+                Value::I32(x) => Val::I32(x as i32),
+                Value::I64(x) => Val::I64(x as i64),
+                Value::F32(x) => Val::F32(x),
+                Value::F64(x) => Val::F64(x),
+                Value::V128(x) => Val::V128(x),
+                _ => Val::default_for(t),
+            })
+            .collect();
+        let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
+        if let Some(fuel) = self.fuel {
+            store.set_fuel(fuel);
+        }
+        Ok(match func.call(&mut *store, &args, &mut results) {
+            Ok(()) => Ok(results.iter().map(ephem_value).collect()),
+            Err(e) => Err(ephem_trap(&e)),
+        })
+    }
+
+    fn state(&self, (store, instance): &mut Self::Instance) -> State {
+        use ephem::Extern;
+        let mut state = State::default();
+        for (name, export) in instance.exports(&mut *store) {
             match export {
-                Extern::Global(g) => observation.globals.push((name, value(&g.get(&store)))),
-                Extern::Memory(m) => observation.memories.push((name, m.data(&store).to_vec())),
-                Extern::Table(t) => observation.tables.push((name, t.size(&store))),
+                Extern::Global(g) => state.globals.push((name, ephem_value(&g.get(&*store)))),
+                Extern::Memory(m) => state.memories.push((name, m.data(&*store).to_vec())),
+                Extern::Table(t) => state.tables.push((name, t.size(&*store))),
                 Extern::Func(_) => {}
             }
         }
-        Ok(observation)
+        state
+    }
+}
+
+fn ephem_value(v: &ephem::Val) -> Value {
+    use ephem::Val;
+    match *v {
+        Val::I32(x) => Value::I32(x as u32),
+        Val::I64(x) => Value::I64(x as u64),
+        Val::F32(x) => Value::F32(x),
+        Val::F64(x) => Value::F64(x),
+        Val::V128(x) => Value::V128(x),
+        Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::Func),
+        Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::Extern),
     }
 }
 

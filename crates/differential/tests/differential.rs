@@ -1,11 +1,12 @@
 //! The bounded, seeded slice of the differential fuzzing (`cargo run --release -p
 //! ephem-differential --example fuzz -- --seconds N` is the long run): `wasm-smith` modules
 //! with SIMD, run in ephem and in wasmtime, must agree on everything observable; their damaged
-//! copies must get wasmparser's verdict from ephem's compiler without crashing anything.
+//! copies must get wasmparser's verdict from ephem's compiler without crashing anything; real
+//! modules (the corpus, SIMD programs) agree with wasmtime, their imports stubbed.
 
 mod wasmtime_observer;
 
-use ephem_differential::{Ephem, Verdict, generate, plan, run_case};
+use ephem_differential::{Ephem, Plan, Verdict, generate, plan, run_case};
 
 /// Seeds of the slice: fixed, so that a failure reproduces (`--seed` of the example).
 const SEEDS: std::ops::Range<u64> = 0..500;
@@ -20,7 +21,7 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
         let wasm = generate(seed).unwrap();
         let plan = plan(&wasm, seed);
         match run_case(&wasm, &plan, &ephem, &wasmtime) {
-            Verdict::Agree { calls: n } => {
+            Verdict::Agree { calls: n, .. } => {
                 calls += n;
                 modules += 1;
             }
@@ -49,4 +50,36 @@ fn damaged_modules_get_wasmparsers_verdict_and_crash_nothing() {
     println!("{checked} mutants, {valid} valid");
     assert!(checked >= 900, "only {checked} mutants checked");
     assert!(valid > 0, "no valid mutant was run");
+}
+
+/// Real modules built for other hosts (the corpus's JavaScript glue, WASI programs with SIMD):
+/// imports stubbed alike, every export called in a fresh instance, both engines metered. The long form is the
+/// `agree` example, over any modules.
+#[test]
+fn real_modules_agree_with_wasmtime() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let files = [
+        "../shared/corpus/quickjs.wasm",
+        "../shared/corpus/zstd.wasm",
+        "../shared/corpus/png.wasm",
+        "../shared/sightglass/blake3-simd/benchmark.wasm",
+        "crates/wasi/tests/guests/simd.wasm",
+    ];
+    let ephem = Ephem::metered(10_000_000).unwrap();
+    let wasmtime = wasmtime_observer::Wasmtime::metered(10_000_000).unwrap();
+    let mut compared = 0;
+    for file in files {
+        let path = root.join(file);
+        let wasm = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let plan = Plan {
+            fresh: true,
+            ..plan(&wasm, 0)
+        };
+        match run_case(&wasm, &plan, &ephem, &wasmtime) {
+            Verdict::Agree { calls, .. } => compared += calls,
+            other => panic!("{file}: {other:?}"),
+        }
+    }
+    println!("{compared} calls compared");
+    assert!(compared > 300, "only {compared} calls compared");
 }
