@@ -57,6 +57,8 @@ impl Wasmtime {
     /// `module`'s imports, stubbed as ephem's `define_unknown_imports_as_traps` does.
     fn stubs(&self, store: &mut Store<()>, module: &Module) -> anyhow::Result<Linker<()>> {
         let mut linker = Linker::new(&self.engine);
+        // A module may import one name twice (Go's do); one stub serves both.
+        linker.allow_shadowing(true);
         for import in module.imports() {
             let stub: Extern = match import.ty() {
                 ExternType::Func(ty) => {
