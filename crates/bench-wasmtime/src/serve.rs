@@ -15,7 +15,8 @@
 //!
 //! Each target is loaded in turn for `--seconds` by `oha` with `--connections` connections
 //! (a closed loop; at most workers + queue requests are in the server, so none is refused).
-//! Then the overload check, on ephem with the small module: p99 of one connection alone
+//! Then the overload check, on ephem with the small module and with a busy one (a call of a
+//! few hundred microseconds, so that wasm rather than HTTP takes the CPU): p99 of one connection alone
 //! (unloaded), then `oha -q` at twice the measured throughput with many connections: the
 //! accepted requests' p99 (oha's success breakdown) beside the unloaded one, and the share
 //! answered `503`. `oha` runs on the same machine as the server, for every target alike; with
@@ -69,6 +70,13 @@ struct Args {
 /// The small module: one addition.
 const SMALL: &str = r#"(module (func (export "add") (param i32 i32) (result i32)
   (i32.add (local.get 0) (local.get 1))))"#;
+
+/// A call that works for a while (a few hundred microseconds): the overload check on a server
+/// whose CPU goes to wasm rather than to HTTP.
+const BUSY: &str = r#"(module (func (export "spin") (result i32) (local i32)
+  (loop (br_if 0 (i32.ne (local.tee 0 (i32.add (local.get 0) (i32.const 1)))
+                         (i32.const 300000))))
+  (local.get 0)))"#;
 
 /// A module on the wasmtime routes.
 struct WtModule {
@@ -252,11 +260,18 @@ fn main() -> anyhow::Result<()> {
     let limits = config.limits;
 
     // Every module: its bytes, the export called, and its precompiled file for wasmtime.
-    let mut modules = vec![(
-        "small".to_owned(),
-        wat::parse_str(SMALL)?,
-        Some("add".into()),
-    )];
+    let mut modules = vec![
+        (
+            "small".to_owned(),
+            wat::parse_str(SMALL)?,
+            Some("add".into()),
+        ),
+        (
+            "busy".to_owned(),
+            wat::parse_str(BUSY)?,
+            Some("spin".into()),
+        ),
+    ];
     for m in &args.modules {
         let (file, export) = match m.rsplit_once(':') {
             Some((file, export)) if !Path::new(m).exists() => (file, Some(export.to_owned())),
@@ -434,40 +449,46 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
-    // Overload, on ephem with the small module.
-    let small = &targets[1];
-    let unloaded = oha(&args, &small.url, &small.body, 1, None)?;
-    let capacity = loads[1].ok_rps;
-    let offered = 2.0 * capacity;
-    let overload = oha(
-        &args,
-        &small.url,
-        &small.body,
-        4 * (workers + queue).max(16),
-        Some(offered),
-    )?;
-    let report = json!({
-        "overload": small.module, "unloaded_p99_ms": unloaded.p99_ms,
-        "capacity_per_s": capacity, "offered_per_s": offered,
-        "answered_per_s": overload.rps, "accepted_per_s": overload.ok_rps,
-        "accepted_p99_ms": overload.p99_ms, "refused": overload.refused,
-        "p99_over_unloaded": overload.p99_ms / unloaded.p99_ms,
-    });
-    if args.json {
-        println!("{report}");
-    } else {
-        println!(
-            "overload ({}): unloaded p99 {:.3} ms; offered {:.0}/s (2× capacity {:.0}/s): \
-             {:.0}/s accepted with p99 {:.3} ms ({:.2}× unloaded), {:.1}% refused with 503",
-            small.module,
-            unloaded.p99_ms,
-            offered,
-            capacity,
-            overload.ok_rps,
-            overload.p99_ms,
-            overload.p99_ms / unloaded.p99_ms,
-            overload.refused * 100.0
-        );
+    // Overload, on ephem: with the small module (HTTP is most of a call's cost) and with the
+    // busy one (wasm is).
+    for (i, t) in targets.iter().enumerate() {
+        if t.server != "ephem" || !(t.module.starts_with("small:") || t.module.starts_with("busy:"))
+        {
+            continue;
+        }
+        let unloaded = oha(&args, &t.url, &t.body, 1, None)?;
+        let capacity = loads[i].ok_rps;
+        let offered = 2.0 * capacity;
+        let overload = oha(
+            &args,
+            &t.url,
+            &t.body,
+            4 * (workers + queue).max(16),
+            Some(offered),
+        )?;
+        let report = json!({
+            "overload": t.module, "unloaded_p99_ms": unloaded.p99_ms,
+            "capacity_per_s": capacity, "offered_per_s": offered,
+            "answered_per_s": overload.rps, "accepted_per_s": overload.ok_rps,
+            "accepted_p99_ms": overload.p99_ms, "refused": overload.refused,
+            "p99_over_unloaded": overload.p99_ms / unloaded.p99_ms,
+        });
+        if args.json {
+            println!("{report}");
+        } else {
+            println!(
+                "overload ({}): unloaded p99 {:.3} ms; offered {:.0}/s (2× capacity {:.0}/s): \
+                 {:.0}/s accepted with p99 {:.3} ms ({:.2}× unloaded), {:.1}% refused with 503",
+                t.module,
+                unloaded.p99_ms,
+                offered,
+                capacity,
+                overload.ok_rps,
+                overload.p99_ms,
+                overload.p99_ms / unloaded.p99_ms,
+                overload.refused * 100.0
+            );
+        }
     }
     drop(rt);
     Ok(())
