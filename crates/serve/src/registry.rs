@@ -153,7 +153,8 @@ impl Registry {
                 .map_err(|e| RegistryError::Internal(format!("keeping the module: {e}")))?;
         }
         if let Some(bucket) = &self.bucket {
-            new = !bucket.has_module(&id).map_err(RegistryError::Internal)?;
+            let held = bucket.has_module(&id, crate::store::TRANSFER_TIMEOUT);
+            new = !held.map_err(RegistryError::Internal)?;
             if new {
                 bucket
                     .put_module(&id, wasm)
@@ -197,7 +198,7 @@ impl Registry {
             return Ok(());
         }
         if held {
-            match bucket.has_module(id) {
+            match bucket.has_module(id, crate::store::CHECK_TIMEOUT) {
                 Ok(true) => {}
                 Ok(false) => {
                     self.forget_here(id)?;

@@ -14,7 +14,11 @@
 //!   so a module is compiled once for the fleet.
 //! - **Deletes reach every node within [`Bucket::recheck`]**: a node checks that a module it
 //!   holds is still in the bucket (one `HEAD`) when it last saw it longer ago than that, and
-//!   forgets it when it is gone. If the bucket cannot be reached, its copy is still served.
+//!   forgets it when it is gone. If the bucket cannot be reached (or does not answer within
+//!   [`CHECK_TIMEOUT`]), its copy is still served.
+//! - **Leftovers**: an artifact put by a node that compiled a module while another deleted it
+//!   stays in the bucket with no module; it is never used (a module uploaded again compiles to
+//!   the same artifact). A lifecycle rule on `artifacts/` bounds such leftovers.
 //!
 //! Every method blocks on the server's runtime: call them off the async threads.
 
@@ -27,6 +31,13 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 /// How many modules' last sightings a node remembers; one it forgot is checked again.
 const SIGHTINGS: usize = 1 << 16;
+
+/// How long a check that a held module is still in the bucket may take before the node serves
+/// its copy anyway (the store's own retries could otherwise hold a call for minutes).
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long fetching, putting or deleting an object may take.
+pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The object store of a fleet, as one node uses it.
 pub struct Bucket {
@@ -103,14 +114,11 @@ impl Bucket {
         self.get(&Self::module_path(id))
     }
 
-    /// Whether the bucket holds module `id`.
-    pub fn has_module(&self, id: &str) -> Result<bool, String> {
+    /// Whether the bucket holds module `id`, asked for at most `limit`.
+    pub fn has_module(&self, id: &str, limit: Duration) -> Result<bool, String> {
         let path = Self::module_path(id);
-        match self.runtime.block_on(self.objects.head(&path)) {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(format!("the object store, {path}: {e}")),
-        }
+        let found = self.ask(limit, &path, self.objects.head(&path))?;
+        Ok(found.is_some())
     }
 
     pub fn put_module(&self, id: &str, wasm: &[u8]) -> Result<(), String> {
@@ -129,32 +137,42 @@ impl Bucket {
     /// Removes module `id` and its artifact (cache key `key`); whether the module was there.
     pub fn delete(&self, id: &str, key: &str) -> Result<bool, String> {
         self.forget(id);
-        let held = self.has_module(id)?;
+        let held = self.has_module(id, TRANSFER_TIMEOUT)?;
         for path in [Self::module_path(id), Self::artifact_path(key)] {
-            match self.runtime.block_on(self.objects.delete(&path)) {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(format!("the object store, deleting {path}: {e}")),
-            }
+            self.ask(TRANSFER_TIMEOUT, &path, self.objects.delete(&path))?;
         }
         Ok(held)
     }
 
     fn get(&self, path: &Path) -> Result<Option<Vec<u8>>, String> {
-        let got = self.runtime.block_on(async {
-            let object = self.objects.get(path).await?;
-            object.bytes().await
-        });
-        match got {
-            Ok(bytes) => Ok(Some(bytes.to_vec())),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(format!("the object store, {path}: {e}")),
-        }
+        let got = self.ask(TRANSFER_TIMEOUT, path, async {
+            self.objects.get(path).await?.bytes().await
+        })?;
+        Ok(got.map(|bytes| bytes.to_vec()))
     }
 
     fn put(&self, path: &Path, bytes: &[u8]) -> Result<(), String> {
         let payload = PutPayload::from(bytes.to_vec());
-        (self.runtime.block_on(self.objects.put(path, payload)))
+        self.ask(TRANSFER_TIMEOUT, path, self.objects.put(path, payload))
             .map(drop)
-            .map_err(|e| format!("the object store, writing {path}: {e}"))
+    }
+
+    /// What `request` (about the object at `path`) gives, run on the server's runtime for at
+    /// most `limit`: `None` if there is no such object.
+    fn ask<T>(
+        &self,
+        limit: Duration,
+        path: &Path,
+        request: impl std::future::Future<Output = object_store::Result<T>>,
+    ) -> Result<Option<T>, String> {
+        match self.runtime.block_on(tokio::time::timeout(limit, request)) {
+            Ok(Ok(answer)) => Ok(Some(answer)),
+            Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
+            Ok(Err(e)) => Err(format!("the object store, {path}: {e}")),
+            Err(_) => Err(format!(
+                "the object store, {path}: no answer within {} s",
+                limit.as_secs()
+            )),
+        }
     }
 }

@@ -105,6 +105,16 @@ fn invoke(c: &Client, base: &str, id: &str, call: &str, args: Value) -> (StatusC
     (status, r.json().unwrap_or(Value::Null))
 }
 
+/// Calls `add` of `MODULE` (uploaded as `id`) through `base`, which must answer 5.
+fn adds(c: &Client, base: &str, id: &str) {
+    let (status, body) = invoke(c, base, id, "add", json!([2, 3]));
+    assert_eq!(
+        (status, &body["results"]),
+        (StatusCode::OK, &json!([5])),
+        "{body}"
+    );
+}
+
 const MODULE: &str = r#"(module
   (memory (export "memory") 1)
   (func (export "add") (param i32 i32) (result i32) (i32.add (local.get 0) (local.get 1)))
@@ -658,12 +668,7 @@ fn two_nodes_sharing_a_store_compile_a_module_once() {
     let (one, two) = (node(a.path()), node(b.path()));
     let c = client();
     let id = upload_ok(&c, &one.base, wasm(MODULE));
-    let (status, body) = invoke(&c, &two.base, &id, "add", json!([2, 3]));
-    assert_eq!(
-        (status, &body["results"]),
-        (StatusCode::OK, &json!([5])),
-        "{body}"
-    );
+    adds(&c, &two.base, &id);
     let (m1, m2) = (metrics(&c, &one.base), metrics(&c, &two.base));
     assert!(
         m1.contains(r#"ephem_artifacts_total{outcome="compiled"} 1"#),
@@ -762,12 +767,7 @@ fn nodes_sharing_an_object_store_compile_a_module_once_and_see_its_deletion() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let id = body["id"].as_str().unwrap().to_owned();
     for _ in 0..2 {
-        let (status, body) = invoke(&c, &two.base, &id, "add", json!([2, 3]));
-        assert_eq!(
-            (status, &body["results"]),
-            (StatusCode::OK, &json!([5])),
-            "{body}"
-        );
+        adds(&c, &two.base, &id);
     }
     let (m1, m2) = (metrics(&c, &one.base), metrics(&c, &two.base));
     assert_eq!(artifacts(&m1, "compiled"), 1, "{m1}");
@@ -881,4 +881,30 @@ fn what_comes_from_an_object_store_is_checked() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let refused = rt.block_on(Server::bind(keyless)).err().unwrap();
     assert!(refused.to_string().contains("artifact key"), "{refused}");
+}
+
+/// A bucket that stops answering does not stop a node from serving what it holds: the check
+/// that a held module is still there gives up after `CHECK_TIMEOUT`.
+#[test]
+fn a_node_serves_what_it_holds_when_the_object_store_does_not_answer() {
+    use ephem_serve::object_store::throttle::{ThrottleConfig, ThrottledStore};
+    let keys = tempfile::tempdir().unwrap();
+    let key = fleet_key(keys.path());
+    let inner = ephem_serve::object_store::memory::InMemory::new();
+    let bucket = Arc::new(ThrottledStore::new(inner, ThrottleConfig::default()));
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.artifact_key_file = Some(key);
+    cfg.object_store_recheck_secs = 0;
+    let node = start_with(cfg, Some(bucket.clone()));
+    let c = client();
+    let id = upload_ok(&c, &node.base, wasm(MODULE));
+    bucket.config_mut(|t| t.wait_get_per_call = Duration::from_secs(60));
+    let t = Instant::now();
+    adds(&c, &node.base, &id);
+    let waited = t.elapsed();
+    assert!(
+        waited >= ephem_serve::store::CHECK_TIMEOUT && waited < Duration::from_secs(20),
+        "{waited:?}"
+    );
 }
