@@ -294,6 +294,25 @@ fn forged_metadata_is_refused_at_open() {
     }
 }
 
+/// `good` with the archived little-endian `u32`s `list` found in it (they must be there, once)
+/// and the `n`th replaced by `value`, sealed again, then opened: the error.
+fn refused_with_u32_replaced(good: &[u8], list: &[u32], n: usize, value: u32) -> String {
+    let needle: Vec<u8> = list.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut found = good.windows(needle.len()).enumerate();
+    let (at, _) = (found.find(|(_, w)| *w == needle)).expect("the list is archived as LE u32s");
+    assert!(
+        !found.any(|(_, w)| w == needle),
+        "the list is archived once"
+    );
+    let mut forged = good.to_vec();
+    forged[at + 4 * n..at + 4 * n + 4].copy_from_slice(&value.to_le_bytes());
+    format::reseal(&mut forged, &KEY);
+    match open_bytes("forged.ephem", &forged) {
+        Ok(_) => panic!("the forged artifact opened"),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// The eager-function list (the funcrefs instantiation fills in) must be exactly the
 /// module's: one left out would leave an exported function's funcref empty.
 #[test]
@@ -302,20 +321,35 @@ fn a_forged_eager_list_is_refused() {
     let artifact = open_bytes("good.ephem", &good).unwrap();
     let eager: Vec<u32> = artifact.eager().iter().map(|f| f.to_native()).collect();
     assert!(!eager.is_empty());
-    // Find the archived list in the metadata by its contents and shift one entry.
-    let needle: Vec<u8> = eager.iter().flat_map(|f| f.to_le_bytes()).collect();
-    let at = good
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .expect("the list is archived as little-endian u32s");
-    let mut forged = good.clone();
-    forged[at] = forged[at].wrapping_add(1);
-    ephem_artifact::format::reseal(&mut forged, &KEY);
-    let e = open_bytes("forged.ephem", &forged).unwrap_err();
-    assert!(
-        e.to_string().contains("eager") || e.to_string().contains("metadata"),
-        "{e}"
-    );
+    let e = refused_with_u32_replaced(&good, &eager, 0, eager[0] + 1);
+    assert!(e.contains("eager") || e.contains("metadata"), "{e}");
+}
+
+/// A passive segment's items are funcref slots the writer derives from the module; one pointing
+/// at another function's slot would let `table.init` put a function of another type in a table.
+#[test]
+fn a_forged_element_slot_is_refused() {
+    const SLOTS: &str = r#"(module
+      (table 8 funcref)
+      (type $i (func (result i32)))
+      (elem $p func $a $b $c $b $a)
+      (func $a (result i32) i32.const 1)
+      (func $b (result i32) i32.const 2)
+      (func $c (param i32) (result i32) local.get 0)
+      (func (export "run") (result i32)
+        (table.init $p (i32.const 0) (i32.const 0) (i32.const 5))
+        (call_indirect (type $i) (i32.const 3))))"#;
+    let compiled = Compiler::new().unwrap().compile(SLOTS.as_bytes()).unwrap();
+    let good = ephem_artifact::to_bytes(&compiled, &[0; 32], &KEY);
+    let artifact = open_bytes("good.ephem", &good).unwrap();
+    let slots: Vec<u32> = (artifact.elem_slots(0).iter())
+        .map(|s| s.to_native())
+        .collect();
+    assert_eq!(slots.len(), 5);
+    assert_eq!(run(artifact).unwrap(), 2);
+    // Item 3 (`$b`) made `$c`'s slot: a call through it would pass no argument to `$c`.
+    let e = refused_with_u32_replaced(&good, &slots, 3, slots[2]);
+    assert!(e.contains("funcref slots"), "{e}");
 }
 
 /// A data segment whose range reaches past the segment data (the writer cannot make one: the
