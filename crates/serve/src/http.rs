@@ -18,6 +18,8 @@
 //! a non-zero exit status is still `200`. Every error body is JSON: `{error, message}`, with
 //! `kind` for traps (`OutOfFuel`, `Interrupted`, `MemoryOutOfBounds`, …). Limits may be lowered
 //! per request with the query parameters `fuel`, `timeout_ms`, `max_memory` and `max_output`.
+//! A call the server has no room for is answered `503` (with `Retry-After`) before its body is
+//! read ([`Room`]).
 
 use std::future::Future;
 use std::num::NonZeroUsize;
