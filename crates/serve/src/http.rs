@@ -365,7 +365,8 @@ fn parse_query(raw: Option<&str>, command: bool) -> Result<CallQuery, ApiError> 
 pub struct Workers(pub(crate) Arc<Shared>);
 
 impl Workers {
-    /// Runs `f` on a worker (see [`on_worker`]).
+    /// Runs `f` on a worker: at once if one is free, after a wait if the queue has room, else
+    /// `503` with `Retry-After`.
     pub async fn run<R: Send + 'static>(
         &self,
         f: impl FnOnce() -> R + Send + 'static,
