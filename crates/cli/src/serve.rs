@@ -56,6 +56,9 @@ pub struct Args {
     /// memories and tables are fresh per call.
     #[arg(long)]
     trap_unknown_imports: bool,
+    /// Logs a line per request (off by default: it costs throughput).
+    #[arg(long)]
+    access_log: bool,
     /// Logs as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
@@ -77,6 +80,7 @@ impl Args {
         c.workers = self.workers.unwrap_or(c.workers);
         c.queue = self.queue.or(c.queue);
         c.trap_unknown_imports |= self.trap_unknown_imports;
+        c.access_log |= self.access_log;
         let l = &mut c.limits;
         l.fuel = self.fuel.unwrap_or(l.fuel);
         l.timeout_ms = self.timeout.map_or(l.timeout_ms, |t| t.as_millis() as u64);

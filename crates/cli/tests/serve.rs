@@ -17,6 +17,16 @@ const MODULE: &str = r#"(module
 
 /// Starts `ephem serve` on a free port; returns the process and its base URL.
 fn serve(data: &Path, extra: &[&str]) -> (Child, String) {
+    let (child, base, _logs) = serve_logged(data, extra);
+    (child, base)
+}
+
+/// As [`serve`], with the thread that reads the server's log lines: joined once the server has
+/// exited, it returns them.
+fn serve_logged(
+    data: &Path,
+    extra: &[&str],
+) -> (Child, String, std::thread::JoinHandle<Vec<String>>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ephem"))
         .args([
             "serve",
@@ -42,8 +52,8 @@ fn serve(data: &Path, extra: &[&str]) -> (Child, String) {
         }
     };
     // Keep draining its logs so that it never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, format!("http://{addr}"))
+    let logs = std::thread::spawn(move || lines.map_while(Result::ok).collect());
+    (child, format!("http://{addr}"), logs)
 }
 
 fn call(c: &Client, base: &str, id: &str, export: &str, args: Value) -> (StatusCode, Value) {
@@ -162,4 +172,23 @@ fn sigterm_finishes_the_requests_in_flight() {
     let exit = server.wait().unwrap();
     assert!(exit.success(), "{exit:?}");
     assert!(t.elapsed() < Duration::from_secs(10));
+}
+
+/// A line per request only with `--access-log`: it costs throughput (BENCHMARKS.md).
+#[test]
+fn requests_are_logged_only_with_an_access_log() {
+    for (flags, expected) in [(&[][..], false), (&["--access-log"][..], true)] {
+        let data = tempfile::tempdir().unwrap();
+        let (mut server, base, logs) = serve_logged(data.path(), flags);
+        let c = Client::new();
+        let id = upload(&c, &base);
+        add(&c, &base, &id);
+        server.kill().unwrap();
+        server.wait().unwrap();
+        let logs = logs.join().unwrap();
+        let logged = logs.iter().any(|l| {
+            l.contains("request") && l.contains("/invoke/{export}") && l.contains("status=200")
+        });
+        assert_eq!(logged, expected, "{flags:?}: {logs:?}");
+    }
 }

@@ -59,6 +59,10 @@ pub struct Config {
     /// another host (JavaScript glue, say) whose called exports do not use it. Default: off,
     /// and such uploads are refused, naming the import.
     pub trap_unknown_imports: bool,
+    /// Logs a line per request (method, route, status, time) at `info`. Default: off, since
+    /// writing it costs about a tenth of a small call's throughput; `/metrics` counts requests
+    /// either way, and failures (`5xx`) are logged at `warn` always.
+    pub access_log: bool,
     /// The ceilings of every call.
     pub limits: Limits,
 }
@@ -81,6 +85,7 @@ impl Default for Config {
             compile_workers: (cpus / 2).max(1),
             open_modules: 256,
             trap_unknown_imports: false,
+            access_log: false,
             limits: Limits::default(),
         }
     }
