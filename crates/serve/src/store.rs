@@ -12,15 +12,16 @@
 //!   hold fetches it (its hash must be its id) and its artifact (which must verify with the
 //!   fleet key, or is compiled again and replaced); what a node compiles it puts to the bucket,
 //!   so a module is compiled once for the fleet.
-//! - **Deletes reach every node within [`Bucket::recheck`]**: a node checks that a module it
-//!   holds is still in the bucket (one `HEAD`) when it last saw it longer ago than that, and
-//!   forgets it when it is gone. If the bucket cannot be reached (or does not answer within
-//!   [`CHECK_TIMEOUT`]), its copy is still served.
+//! - **Deletes reach every node within the recheck interval** (`object_store_recheck_secs`): a
+//!   node checks that a module it holds is still in the bucket (one `HEAD`) when it last saw
+//!   it longer ago than that, and forgets it when it is gone. If the bucket cannot be reached
+//!   (or does not answer within [`CHECK_TIMEOUT`]), its copy is still served.
 //! - **Leftovers**: an artifact put by a node that compiled a module while another deleted it
 //!   stays in the bucket with no module; it is never used (a module uploaded again compiles to
 //!   the same artifact). A lifecycle rule on `artifacts/` bounds such leftovers.
 //!
-//! Every method blocks on the server's runtime: call them off the async threads.
+//! The methods that talk to the bucket block on the server's runtime: call them off the async
+//! threads.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -77,11 +78,6 @@ impl Bucket {
         }
     }
 
-    /// How long a node serves a module it holds before checking it is still in the bucket.
-    pub fn recheck(&self) -> Duration {
-        self.recheck
-    }
-
     fn module_path(id: &str) -> Path {
         Path::from(format!("modules/{id}.wasm"))
     }
@@ -99,7 +95,7 @@ impl Bucket {
         self.sightings().put(id.to_owned(), Instant::now());
     }
 
-    /// Whether module `id` was seen in the bucket within [`Bucket::recheck`].
+    /// Whether module `id` was seen in the bucket within the recheck interval.
     pub fn seen_lately(&self, id: &str) -> bool {
         (self.sightings().get(id)).is_some_and(|t| t.elapsed() < self.recheck)
     }
