@@ -30,6 +30,12 @@ fn us(d: Duration) -> String {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse().fresh;
+    if args.metering != [fresh::Metering::Off] {
+        anyhow::bail!(
+            "the comparison with wasmtime runs unmetered; `ephem bench fresh --metering` \
+             measures what metering costs ephem"
+        );
+    }
     let (dir, _temporary) = args.work_dir()?;
 
     // ephem.

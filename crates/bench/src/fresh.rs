@@ -58,14 +58,74 @@ pub struct Subject {
     pub key: String,
     pub text_bytes: usize,
     pub artifact_bytes: u64,
+    /// What its code was compiled with and its stores are given.
+    pub metering: Metering,
 }
 
 impl Subject {
-    /// `module:export`, or the module alone when nothing is called.
+    /// `module:export`, or the module alone when nothing is called; with its metering when
+    /// there is any.
     pub fn label(&self) -> String {
-        match &self.export {
+        let label = match &self.export {
             Some(export) => format!("{}:{export}", self.name),
             None => self.name.clone(),
+        };
+        match self.metering {
+            Metering::Off => label,
+            m => format!("{label} [{}]", m.name()),
+        }
+    }
+}
+
+/// What bounds the invocations: nothing, a deadline (epoch checks compiled in, a far deadline
+/// set), fuel (metering compiled in, more fuel than any call uses), or both, as a server that
+/// bounds every call runs them.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Metering {
+    #[default]
+    Off,
+    Deadline,
+    Fuel,
+    Both,
+}
+
+impl Metering {
+    pub fn name(self) -> &'static str {
+        match self {
+            Metering::Off => "off",
+            Metering::Deadline => "deadline",
+            Metering::Fuel => "fuel",
+            Metering::Both => "both",
+        }
+    }
+
+    fn deadline(self) -> bool {
+        matches!(self, Metering::Deadline | Metering::Both)
+    }
+
+    fn fuel(self) -> bool {
+        matches!(self, Metering::Fuel | Metering::Both)
+    }
+
+    /// The compiler for this metering.
+    pub fn compiler(self) -> anyhow::Result<Compiler> {
+        let mut compiler = Compiler::new()?;
+        if self.deadline() {
+            compiler = compiler.with_interruption_checks();
+        }
+        if self.fuel() {
+            compiler = compiler.with_fuel();
+        }
+        Ok(compiler)
+    }
+
+    /// Gives `store` what this metering needs: far more fuel and time than a call takes.
+    fn arm<T>(self, store: &mut Store<T>) {
+        if self.fuel() {
+            store.set_fuel(u64::MAX / 2);
+        }
+        if self.deadline() {
+            store.set_epoch_deadline(u64::MAX / 2);
         }
     }
 }
@@ -80,6 +140,8 @@ pub struct Sample {
     pub instantiate: Duration,
     pub call: Duration,
     pub teardown: Duration,
+    /// Whether the call trapped (it still counts: trapping is one way for a guest to end).
+    pub trapped: bool,
 }
 
 impl Sample {
@@ -130,14 +192,16 @@ pub fn default_export(module: &Module) -> Option<String> {
     start.or(callable.first()).map(|&name| name.to_owned())
 }
 
-/// Compiles every file into `cache` (if not there yet), and picks the export each calls.
+/// Compiles every file into `cache` (if not there yet) for `metering`, and picks the export
+/// each calls.
 pub fn prepare(
-    compiler: &Compiler,
+    metering: Metering,
     engine: &Engine,
     cache: &Cache,
     files: &[PathBuf],
     call: Call<'_>,
 ) -> anyhow::Result<Vec<Subject>> {
+    let compiler = &metering.compiler()?;
     files
         .iter()
         .map(|path| {
@@ -163,6 +227,7 @@ pub fn prepare(
                 key: Cache::key(&wasm, &compiler.fingerprint()),
                 text_bytes: module.artifact().text_len(),
                 artifact_bytes: module.artifact().file_len(),
+                metering,
             })
         })
         .collect()
@@ -231,17 +296,22 @@ impl Throughput {
     }
 }
 
-/// Runs the workload: each module once to warm up (the first open of a file verifies its
-/// seal, once per process), then `invocations * modules` invocations in random order.
+/// Runs the workload: each module (under each metering) once to warm up (the first open of a
+/// file verifies its seal, once per process), then `invocations` invocations of each in random
+/// order, so that the meterings are measured interleaved.
 pub fn measure(
     engine: &Engine,
     cache: &Cache,
     files: &[PathBuf],
     call: Call<'_>,
+    meterings: &[Metering],
     invocations: usize,
     threads: usize,
 ) -> anyhow::Result<Results> {
-    let subjects = prepare(&Compiler::new()?, engine, cache, files, call)?;
+    let mut subjects = Vec::new();
+    for &m in meterings {
+        subjects.extend(prepare(m, engine, cache, files, call)?);
+    }
     let mut hosts = Vec::new();
     for s in &subjects {
         let module = Module::from_artifact(engine, cache.open(&s.key)?.context("cached")?);
@@ -297,6 +367,7 @@ pub fn invoke(
     let t1 = Instant::now();
     s.open = t1 - t0;
     let mut store = Store::new(engine, wasi.build());
+    subject.metering.arm(&mut store);
     let pre = host.instantiate_pre(&module)?;
     let t2 = Instant::now();
     s.link = t2 - t1;
@@ -313,7 +384,9 @@ pub fn invoke(
             .with_context(|| format!("{} exports no function `{name}`", subject.name))?;
         let ty = func.ty(&store);
         let mut results = zero_args(&ty.results);
-        let _ = func.call(&mut store, &zero_args(&ty.params), &mut results);
+        s.trapped = func
+            .call(&mut store, &zero_args(&ty.params), &mut results)
+            .is_err();
     }
     let t4 = Instant::now();
     s.call = t4 - t3;
@@ -371,6 +444,10 @@ pub struct FreshArgs {
     /// Print one JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Run the modules under each of these meterings, interleaved (`off`, `deadline`, `fuel`,
+    /// `both`; comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    pub metering: Vec<Metering>,
     /// Also run the invocations on this many threads at once, over one engine and one cache,
     /// and report throughput against one thread.
     #[arg(long, default_value_t = 1)]
@@ -451,6 +528,7 @@ impl FreshArgs {
             &cache,
             &self.files,
             self.call(),
+            &self.metering,
             self.invocations,
             self.threads,
         )
@@ -503,9 +581,11 @@ pub fn run(args: FreshArgs) -> anyhow::Result<()> {
                     "runtime": "ephem",
                     "module": subject.name,
                     "export": subject.export,
+                    "metering": subject.metering.name(),
                     "median_ns": median.as_nanos() as u64,
                     "p90_ns": p90.as_nanos() as u64,
                     "invocations": samples.len(),
+                    "trapped": samples.iter().filter(|s| s.trapped).count(),
                     "text_bytes": subject.text_bytes,
                     "artifact_bytes": subject.artifact_bytes,
                     "parts": parts_json,

@@ -43,6 +43,52 @@ fn bench_fresh_prints_one_json_object_per_module() {
     }
 }
 
+/// `--metering`: each module under each metering, its code compiled for it and its stores
+/// given fuel and a deadline: a module that loops a bounded while runs to its end in every
+/// mode (without fuel in its store, metered code traps at once).
+#[test]
+fn bench_fresh_measures_each_metering() {
+    let tmp = temp_dir();
+    let dir = tmp.path();
+    let a = dir.join("loop.wat");
+    std::fs::write(
+        &a,
+        r#"(module (func (export "run") (result i32) (local i32)
+             (loop (br_if 0 (i32.ne (local.tee 0 (i32.add (local.get 0) (i32.const 1)))
+                                    (i32.const 1000))))
+             (local.get 0)))"#,
+    )
+    .unwrap();
+    let lines = json_lines(
+        Command::new(env!("CARGO_BIN_EXE_ephem"))
+            .args(["bench", "fresh", "--json", "--invoke", "run"])
+            .args([
+                "--invocations",
+                "10",
+                "--metering",
+                "off,deadline,fuel,both",
+            ])
+            .arg("--dir")
+            .arg(dir.join("work"))
+            .arg(&a),
+    );
+    let modes: Vec<&str> = lines
+        .iter()
+        .map(|l| l["metering"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["off", "deadline", "fuel", "both"]);
+    for line in &lines {
+        assert!(line["median_ns"].as_u64().unwrap() > 0, "{line}");
+        assert_eq!(line["trapped"], 0, "{line}");
+    }
+    // Four artifacts: the meterings compile differently.
+    let artifacts = std::fs::read_dir(dir.join("work/ephem")).unwrap();
+    let count = artifacts
+        .filter(|e| e.as_ref().unwrap().path().extension() == Some("ephem".as_ref()))
+        .count();
+    assert_eq!(count, 4);
+}
+
 #[test]
 fn bench_thresholds_measures_both_ways_at_each_size() {
     let lines = json_lines(Command::new(env!("CARGO_BIN_EXE_ephem")).args([
