@@ -55,8 +55,14 @@ pub struct Bucket {
 pub fn open_url(url: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
     let parsed = url::Url::parse(url).map_err(|e| anyhow::anyhow!("object store {url}: {e}"))?;
     let options = std::env::vars().map(|(k, v)| (k.to_ascii_lowercase(), v));
-    let (store, prefix) = object_store::parse_url_opts(&parsed, options)
-        .map_err(|e| anyhow::anyhow!("object store {url}: {e}"))?;
+    let (store, prefix) = object_store::parse_url_opts(&parsed, options).map_err(|e| {
+        let hint = match parsed.scheme() {
+            "file" | "memory" => "",
+            _ if cfg!(feature = "cloud") => "",
+            _ => " (S3, GCS and Azure need ephem built with `--features cloud`)",
+        };
+        anyhow::anyhow!("object store {url}: {e}{hint}")
+    })?;
     Ok(Arc::new(object_store::prefix::PrefixStore::new(
         store, prefix,
     )))
@@ -169,6 +175,24 @@ impl Bucket {
                 "the object store, {path}: no answer within {} s",
                 limit.as_secs()
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_their_store_or_say_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(open_url(&format!("file://{}", dir.path().display())).is_ok());
+        assert!(open_url("memory:///").is_ok());
+        let e = open_url("not a url").unwrap_err().to_string();
+        assert!(e.contains("not a url"), "{e}");
+        if !cfg!(feature = "cloud") {
+            let e = open_url("s3://bucket/prefix").unwrap_err().to_string();
+            assert!(e.contains("--features cloud"), "{e}");
         }
     }
 }
