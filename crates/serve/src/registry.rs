@@ -181,43 +181,51 @@ impl Registry {
 
     /// Whether module `id` is kept (uploaded and not deleted).
     pub fn is_kept(&self, id: &str) -> bool {
-        is_id(id) && self.source_path(id).is_file() && self.hold(id).is_ok()
+        is_id(id) && self.source_path(id).is_file() && self.still_in_bucket(id).is_ok()
     }
 
-    /// With a bucket, makes this node hold module `id`'s wasm (fetched from the bucket), and
-    /// checks it is still in the bucket when it was last seen there longer ago than the
-    /// bucket's recheck interval; one that is gone is forgotten here too. Without a bucket the
-    /// modules directory is the record and there is nothing to do.
+    /// With a bucket, makes this node hold module `id`'s wasm: fetched from the bucket if it
+    /// does not, else checked to be still there ([`Registry::still_in_bucket`]). Without a
+    /// bucket the modules directory is the record and there is nothing to do.
     fn hold(&self, id: &str) -> Result<(), RegistryError> {
         let Some(bucket) = &self.bucket else {
             return Ok(());
         };
         let path = self.source_path(id);
-        let held = path.is_file();
-        if held && bucket.seen_lately(id) {
+        if path.is_file() {
+            return self.still_in_bucket(id);
+        }
+        let wasm = (bucket.get_module(id).map_err(RegistryError::Internal)?)
+            .ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
+        if id_of(&wasm) != id {
+            return Err(RegistryError::Internal(format!(
+                "the object store holds other bytes than module {id} under its name"
+            )));
+        }
+        ephem_artifact::write_atomic(&path, &wasm)
+            .map_err(|e| RegistryError::Internal(format!("keeping module {id}: {e}")))?;
+        bucket.saw(id);
+        Ok(())
+    }
+
+    /// For a module this node holds: with a bucket, when it was last seen there longer ago
+    /// than the recheck interval, whether it still is; one that is gone is forgotten here too.
+    fn still_in_bucket(&self, id: &str) -> Result<(), RegistryError> {
+        let Some(bucket) = &self.bucket else {
+            return Ok(());
+        };
+        if bucket.seen_lately(id) {
             return Ok(());
         }
-        if held {
-            match bucket.has_module(id, crate::store::CHECK_TIMEOUT) {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.forget_here(id)?;
-                    return Err(RegistryError::NotFound(id.to_owned()));
-                }
-                // Served from this node's copy, and checked again after the interval, so an
-                // unreachable bucket does not hold up every call.
-                Err(e) => tracing::warn!(module = id, "serving this node's copy: {e}"),
+        match bucket.has_module(id, crate::store::CHECK_TIMEOUT) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.forget_here(id)?;
+                return Err(RegistryError::NotFound(id.to_owned()));
             }
-        } else {
-            let wasm = (bucket.get_module(id).map_err(RegistryError::Internal)?)
-                .ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
-            if id_of(&wasm) != id {
-                return Err(RegistryError::Internal(format!(
-                    "the object store holds other bytes than module {id} under its name"
-                )));
-            }
-            ephem_artifact::write_atomic(&path, &wasm)
-                .map_err(|e| RegistryError::Internal(format!("keeping module {id}: {e}")))?;
+            // Served from this node's copy, and checked again after the interval, so an
+            // unreachable bucket does not hold up every call.
+            Err(e) => tracing::warn!(module = id, "serving this node's copy: {e}"),
         }
         bucket.saw(id);
         Ok(())
