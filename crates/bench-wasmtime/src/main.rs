@@ -30,7 +30,7 @@ fn us(d: Duration) -> String {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse().fresh;
-    if args.metering != [fresh::Metering::Off] {
+    if args.metering != [ephem_bench::metering::Metering::Off] {
         anyhow::bail!(
             "the comparison with wasmtime runs unmetered; `ephem bench fresh --metering` \
              measures what metering costs ephem"

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use ephem_bench::metering::Metering;
 use ephem_bench_wasmtime::{geomean, median, ms};
 
 #[derive(Parser)]
@@ -31,18 +32,10 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Metering modes to compile and run both engines with, side by side in the run
-    /// (`off,deadline,fuel`): epoch-deadline checks or fuel, with a deadline and fuel that never
-    /// run out. Overheads are against the first mode given.
+    /// (`off,deadline,fuel,both`): epoch-deadline checks, fuel or both, with a deadline and
+    /// fuel that never run out. Overheads are against the first mode given.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
     metering: Vec<Metering>,
-}
-
-/// Which bounding checks both engines compile in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Metering {
-    Off,
-    Deadline,
-    Fuel,
 }
 
 /// What a run's host functions record.
@@ -90,11 +83,7 @@ impl EphemProgram {
         metering: Metering,
     ) -> anyhow::Result<EphemProgram> {
         let engine = ephem::Engine::default();
-        let compiler = match metering {
-            Metering::Off => ephem::Compiler::new()?,
-            Metering::Deadline => ephem::Compiler::new()?.with_interruption_checks(),
-            Metering::Fuel => ephem::Compiler::new()?.with_fuel(),
-        };
+        let compiler = metering.compiler()?;
         let t = Instant::now();
         let compiled = compiler.compile(wasm)?;
         let compile = t.elapsed();
@@ -130,11 +119,7 @@ impl EphemProgram {
             marks: Marks::default(),
         };
         let mut store = ephem::Store::new(&self.engine, data);
-        match self.metering {
-            Metering::Off => {}
-            Metering::Deadline => store.set_epoch_deadline(u64::MAX / 2),
-            Metering::Fuel => store.set_fuel(u64::MAX),
-        }
+        self.metering.arm(&mut store);
         let instance = self.pre.instantiate(&mut store)?;
         let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
         match start.call(&mut store, ()) {
@@ -165,8 +150,8 @@ impl WasmtimeProgram {
         metering: Metering,
     ) -> anyhow::Result<WasmtimeProgram> {
         let mut config = wasmtime::Config::new();
-        config.epoch_interruption(metering == Metering::Deadline);
-        config.consume_fuel(metering == Metering::Fuel);
+        config.epoch_interruption(metering.deadline());
+        config.consume_fuel(metering.fuel());
         let engine = wasmtime::Engine::new(&config)?;
         let t = Instant::now();
         let module = wasmtime::Module::new(&engine, wasm)?;
@@ -204,10 +189,11 @@ impl WasmtimeProgram {
             marks: Marks::default(),
         };
         let mut store = wasmtime::Store::new(&self.engine, data);
-        match self.metering {
-            Metering::Off => {}
-            Metering::Deadline => store.set_epoch_deadline(u64::MAX / 2),
-            Metering::Fuel => store.set_fuel(u64::MAX)?,
+        if self.metering.deadline() {
+            store.set_epoch_deadline(u64::MAX / 2);
+        }
+        if self.metering.fuel() {
+            store.set_fuel(u64::MAX)?;
         }
         let instance = self.pre.instantiate(&mut store)?;
         let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;

@@ -22,8 +22,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use ephem::{Cache, Compiler, Engine, EngineConfig, Linker, Module, Store, Val, ValType};
+use ephem::{Cache, Engine, EngineConfig, Linker, Module, Store, Val, ValType};
 use ephem_wasi::{Output, WasiCtx, WasiCtxBuilder};
+
+use crate::metering::Metering;
 
 /// What a guest may write to stdout or stderr in one invocation.
 pub const CAPTURE_BYTES: usize = 1 << 20;
@@ -73,59 +75,6 @@ impl Subject {
         match self.metering {
             Metering::Off => label,
             m => format!("{label} [{}]", m.name()),
-        }
-    }
-}
-
-/// What bounds the invocations: nothing, a deadline (epoch checks compiled in, a far deadline
-/// set), fuel (metering compiled in, more fuel than any call uses), or both, as a server that
-/// bounds every call runs them.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Metering {
-    #[default]
-    Off,
-    Deadline,
-    Fuel,
-    Both,
-}
-
-impl Metering {
-    pub fn name(self) -> &'static str {
-        match self {
-            Metering::Off => "off",
-            Metering::Deadline => "deadline",
-            Metering::Fuel => "fuel",
-            Metering::Both => "both",
-        }
-    }
-
-    fn deadline(self) -> bool {
-        matches!(self, Metering::Deadline | Metering::Both)
-    }
-
-    fn fuel(self) -> bool {
-        matches!(self, Metering::Fuel | Metering::Both)
-    }
-
-    /// The compiler for this metering.
-    pub fn compiler(self) -> anyhow::Result<Compiler> {
-        let mut compiler = Compiler::new()?;
-        if self.deadline() {
-            compiler = compiler.with_interruption_checks();
-        }
-        if self.fuel() {
-            compiler = compiler.with_fuel();
-        }
-        Ok(compiler)
-    }
-
-    /// Gives `store` what this metering needs: far more fuel and time than a call takes.
-    fn arm<T>(self, store: &mut Store<T>) {
-        if self.fuel() {
-            store.set_fuel(u64::MAX / 2);
-        }
-        if self.deadline() {
-            store.set_epoch_deadline(u64::MAX / 2);
         }
     }
 }
