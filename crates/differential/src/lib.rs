@@ -111,11 +111,8 @@ pub struct Observation {
     pub instantiated: Result<(), Trap>,
     /// Per call of the plan (none when instantiation failed).
     pub calls: Vec<Result<Vec<Value>, Trap>>,
-    /// Exported globals' values, memories' bytes and tables' sizes, by export name, after the
-    /// calls.
-    pub globals: Vec<(String, Value)>,
-    pub memories: Vec<(String, Vec<u8>)>,
-    pub tables: Vec<(String, u32)>,
+    /// On one instance: its exported state after the calls.
+    pub state: State,
     /// With a fresh instance per call: a digest of the exported state each call left (none
     /// for a call whose instantiation failed).
     pub states: Vec<Option<[u8; 32]>>,
@@ -161,9 +158,7 @@ impl Observation {
         Observation {
             instantiated: Ok(()),
             calls,
-            globals: Vec::new(),
-            memories: Vec::new(),
-            tables: Vec::new(),
+            state: State::default(),
             states: Vec::new(),
         }
     }
@@ -221,11 +216,8 @@ impl<S: Side> Observer for S {
         let calls = (plan.calls.iter())
             .map(|call| self.call(&mut instance, call))
             .collect::<Result<_, _>>()?;
-        let state = self.state(&mut instance);
         Ok(Observation {
-            globals: state.globals,
-            memories: state.memories,
-            tables: state.tables,
+            state: self.state(&mut instance),
             ..Observation::made(calls)
         })
     }
@@ -500,19 +492,20 @@ pub fn compare(plan: &Plan, ephem: &Observation, reference: &Observation) -> Opt
             reference.calls.len()
         ));
     }
-    if ephem.globals != reference.globals {
+    let (ours, theirs) = (&ephem.state, &reference.state);
+    if ours.globals != theirs.globals {
         return diff(format!(
             "globals: ephem {:?}, reference {:?}",
-            ephem.globals, reference.globals
+            ours.globals, theirs.globals
         ));
     }
-    if ephem.tables != reference.tables {
+    if ours.tables != theirs.tables {
         return diff(format!(
             "tables: ephem {:?}, reference {:?}",
-            ephem.tables, reference.tables
+            ours.tables, theirs.tables
         ));
     }
-    for ((name, a), (_, b)) in ephem.memories.iter().zip(&reference.memories) {
+    for ((name, a), (_, b)) in ours.memories.iter().zip(&theirs.memories) {
         if a != b {
             let at = a.iter().zip(b).position(|(x, y)| x != y);
             return diff(format!(
@@ -522,7 +515,7 @@ pub fn compare(plan: &Plan, ephem: &Observation, reference: &Observation) -> Opt
             ));
         }
     }
-    if ephem.memories.len() != reference.memories.len() {
+    if ours.memories.len() != theirs.memories.len() {
         return diff("a different number of exported memories".into());
     }
     None

@@ -51,8 +51,8 @@ impl Server {
         Server::bind_with(config, objects).await
     }
 
-    /// As [`Server::bind`], with `objects` as the fleet's object store (whatever
-    /// `config.object_store` says).
+    /// As [`Server::bind`], with `objects` as the fleet's object store (`None`: none), in
+    /// place of whatever `config.object_store` names.
     pub async fn bind_with(
         config: Config,
         objects: Option<Arc<dyn object_store::ObjectStore>>,
