@@ -32,8 +32,8 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// Metering modes to compile and run both engines with, side by side in the run
-    /// (`off,deadline,fuel,both`): epoch-deadline checks, fuel or both, with a deadline and
-    /// fuel that never run out. Overheads are against the first mode given.
+    /// (`off,deadline,fuel,both`): a deadline, fuel or both, with a deadline and fuel that
+    /// never run out (wasmtime compiles epoch checks in for a deadline; ephem nothing). Overheads are against the first mode given.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
     metering: Vec<Metering>,
 }

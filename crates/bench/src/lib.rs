@@ -4,7 +4,7 @@
 //! - [`fresh`]: the real workload, a fresh instance of a randomly picked cached module per
 //!   invocation, timed by part through the runtime's one measurement seam
 //!   (`InstancePre::instantiate_timed`).
-//! - [`metering`]: what bounds a benchmark's guests (deadline checks, fuel).
+//! - [`metering`]: what bounds a benchmark's guests (a deadline, fuel).
 //! - [`load`]: every way the field makes code executable, side by side (the code pool's
 //!   strategies, a plain copy as the physical limit), with a chart.
 //! - [`thresholds`]: copying against mapping for texts and memory images across sizes, where

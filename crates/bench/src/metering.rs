@@ -1,11 +1,11 @@
-//! What bounds a benchmark's guests: nothing, epoch-deadline checks, fuel, or both, each with
-//! a deadline and fuel that never run out, so that what is measured is the checks' cost. One
+//! What bounds a benchmark's guests: nothing, a deadline, fuel, or both, each with a deadline
+//! and fuel that never run out, so that what is measured is what bounding costs. One
 //! choice for `ephem bench fresh` and the wasmtime comparisons (which give wasmtime the same
 //! settings through [`Metering::deadline`] and [`Metering::fuel`]).
 
 use ephem::{Compiler, Store};
 
-/// What bounds the guests: nothing, a deadline (epoch checks compiled in, a far deadline set),
+/// What bounds the guests: nothing, a deadline (a far one: ephem compiles nothing in for it),
 /// fuel (metering compiled in, more fuel than any run uses), or both, as a server that bounds
 /// every call runs them.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,9 +38,6 @@ impl Metering {
     /// The compiler for this metering.
     pub fn compiler(self) -> anyhow::Result<Compiler> {
         let mut compiler = Compiler::new()?;
-        if self.deadline() {
-            compiler = compiler.with_interruption_checks();
-        }
         if self.fuel() {
             compiler = compiler.with_fuel();
         }

@@ -180,11 +180,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         Some(args.cache.cache()?)
     };
-    // Interruption checks only where a deadline needs them (they cost time in loops).
+    // Fuel metering only where asked for (it costs time in loops).
     let mut compiler = args.image.apply(ephem::Compiler::new()?);
-    if args.timeout.is_some() {
-        compiler = compiler.with_interruption_checks();
-    }
     if args.fuel.is_some() {
         compiler = compiler.with_fuel();
     }

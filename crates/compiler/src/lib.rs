@@ -8,9 +8,9 @@
 //! instance is reached through the instance context, so the text needs no relocation at load.
 //! The result is an [`ephem_module::CompiledModule`], which the runtime loads without this crate.
 //!
-//! Deadline checks ([`Compiler::with_interruption_checks`]) and fuel metering
-//! ([`Compiler::with_fuel`]) are compiled in only when asked for; both are part of the
-//! fingerprint, so the compile cache keeps their artifacts apart.
+//! Fuel metering ([`Compiler::with_fuel`]) is compiled in only when asked for; it is part of
+//! the fingerprint, so the compile cache keeps its artifacts apart. Deadlines need nothing in
+//! the code: the runtime stops a call past its deadline with a signal.
 
 mod parse;
 mod trampolines;
@@ -50,9 +50,6 @@ pub enum CompileError {
 /// A compiler for the host CPU.
 pub struct Compiler {
     isa: OwnedTargetIsa,
-    /// Whether code checks the epoch deadline (off unless asked for: see
-    /// [`Compiler::with_interruption_checks`]).
-    epoch_checks: bool,
     /// The fuel cost of each operator, and the name that identifies the table in the
     /// fingerprint; `None`: no metering.
     fuel: Option<(&'static str, FuelCosts)>,
@@ -149,7 +146,6 @@ impl Compiler {
             .map_err(|e| CompileError::Codegen(e.to_string()))?;
         Ok(Compiler {
             isa,
-            epoch_checks: false,
             fuel: None,
             max_image_bytes: ephem_module::DEFAULT_MAX_IMAGE_BYTES,
             proposals: Proposals::ALL,
@@ -159,16 +155,6 @@ impl Compiler {
     /// This compiler, accepting only `proposals` beyond WebAssembly 2.0 (default: all).
     pub fn with_proposals(mut self, proposals: Proposals) -> Compiler {
         self.proposals = proposals;
-        self
-    }
-
-    /// This compiler, with epoch-deadline checks at every function entry and loop header, so
-    /// that a store's deadline (`Store::set_epoch_deadline`) can interrupt its modules. Off by
-    /// default: in tight loops the checks cost up to twice the time (see BENCHMARKS.md), and a
-    /// store with a deadline refuses modules compiled without them, so none runs unbounded by
-    /// mistake.
-    pub fn with_interruption_checks(mut self) -> Compiler {
-        self.epoch_checks = true;
         self
     }
 
@@ -201,7 +187,7 @@ impl Compiler {
     /// and settings).
     pub fn fingerprint(&self) -> String {
         format!(
-            "{} {} {} epoch_checks={} fuel={} max_image={} proposals={:?}",
+            "{} {} {} fuel={} max_image={} proposals={:?}",
             self.isa.triple(),
             self.isa.flags(),
             self.isa
@@ -210,7 +196,6 @@ impl Compiler {
                 .map(|f| f.to_string())
                 .collect::<Vec<_>>()
                 .join(","),
-            self.epoch_checks,
             self.fuel.map_or("off", |(name, _)| name),
             self.max_image_bytes,
             self.proposals
@@ -237,7 +222,6 @@ impl Compiler {
     pub fn compile(&self, bytes: &[u8]) -> Result<CompiledModule, CompileError> {
         let bytes = wat::parse_bytes(bytes)?;
         let mut parsed = parse::parse(&bytes, self.proposals)?;
-        parsed.info.interruptible = self.epoch_checks;
         parsed.info.metered = self.fuel.is_some();
         let layout = ephem_module::FuncrefLayout::of(&parsed.info);
         let offsets = VmOffsets::new(&parsed.info, layout.slots(parsed.info.imported_funcs));

@@ -14,15 +14,13 @@
 //! Every function takes its callee's vmctx and then its caller's (null from the host), so that
 //! a host function knows which instance called it.
 //!
-//! Metering, when the compiler asks for it:
-//! - **Deadlines**: at every function entry and loop header, the engine's epoch (an atomic load)
-//!   is compared with the store's deadline, which a variable keeps (read at entry and after
-//!   every call, since only a host function can move it); past it, trap `Interrupted`.
-//! - **Fuel**: each operator's cost is added up at compile time over a straight-line stretch
-//!   and subtracted from a variable where control flow leaves the stretch; the variable is
-//!   written back to the store before calls and returns and read after calls; at every function
-//!   entry and loop header, below zero traps `OutOfFuel`. The charge depends only on the path
-//!   taken, so it is the same on every run.
+//! Fuel metering, when the compiler asks for it: each operator's cost is added up at compile
+//! time over a straight-line stretch and subtracted from a variable where control flow leaves
+//! the stretch; the variable is written back to the store before calls and returns and read
+//! after calls; at every function entry and loop header, below zero traps `OutOfFuel`. The
+//! charge depends only on the path taken, so it is the same on every run. Deadlines need no
+//! code here: the runtime interrupts a call past its deadline with a signal; only the
+//! bulk-memory builtins, which run in the host, report one (their trap flag 3).
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
@@ -137,9 +135,6 @@ struct Translator<'a, 'b> {
     dead_depth: usize,
     reachable: bool,
     locals: Vec<Variable>,
-    /// The store's epoch deadline, kept in a register: read at entry and after every call
-    /// (only a host function can move it). `None` without interruption checks.
-    deadline: Option<Variable>,
     /// The store's remaining fuel, kept in a register (read at entry and after calls, written
     /// back before calls and returns); `None` for unmetered code.
     fuel: Option<Variable>,
@@ -228,20 +223,13 @@ pub fn translate(
         dead_depth: 0,
         reachable: true,
         locals,
-        deadline: None,
         fuel: None,
         fuel_pending: 0,
     };
-    if env.info.interruptible {
-        let var = t.b.declare_var(I64);
-        t.deadline = Some(var);
-        t.reload(t.deadline, VmOffsets::EPOCH_DEADLINE);
-        t.epoch_check();
-    }
     if env.fuel_costs.is_some() {
         let var = t.b.declare_var(I64);
         t.fuel = Some(var);
-        t.reload(t.fuel, VmOffsets::FUEL);
+        t.reload_fuel();
         t.fuel_check();
     }
     let mut ops = body.get_operators_reader()?;
@@ -331,11 +319,11 @@ impl Translator<'_, '_> {
         self.stack.extend(params);
     }
 
-    /// Reads the store's value that vmctx field `field` points at into `var`, if the code keeps
-    /// one (the deadline and the fuel, at entry and after calls).
-    fn reload(&mut self, var: Option<Variable>, field: u32) {
-        let Some(var) = var else { return };
-        let at = self.load_ptr(self.vmctx, field);
+    /// Reads the store's fuel into the fuel variable, if the code is metered (at entry and
+    /// after calls, which may charge fuel or refuel).
+    fn reload_fuel(&mut self) {
+        let Some(var) = self.fuel else { return };
+        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
         let value = self.b.ins().load(I64, trusted(), at, 0);
         self.b.def_var(var, value);
     }
@@ -344,28 +332,6 @@ impl Translator<'_, '_> {
     fn store_cell(&mut self, field: u32, value: Value) {
         let at = self.load_ptr(self.vmctx, field);
         self.b.ins().store(trusted(), value, at, 0);
-    }
-
-    /// After a call (which may run a host function): the deadline and the fuel anew.
-    fn reload_after_call(&mut self) {
-        self.reload(self.deadline, VmOffsets::EPOCH_DEADLINE);
-        self.reload(self.fuel, VmOffsets::FUEL);
-    }
-
-    /// Traps with `Interrupted` if the engine's epoch has reached the store's deadline. The
-    /// epoch is read with an atomic load: another thread advances it, and a plain load would
-    /// be merged with the one before it when no store comes between (as in a loop without
-    /// stores), so the guest would never see it move. The deadline is the variable's.
-    fn epoch_check(&mut self) {
-        let Some(var) = self.deadline else { return };
-        let epoch = self.load_ptr(self.vmctx, VmOffsets::EPOCH);
-        let now = self.b.ins().atomic_load(I64, trusted(), epoch);
-        let deadline = self.b.use_var(var);
-        let late = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedGreaterThanOrEqual, now, deadline);
-        self.b.ins().trapnz(late, code::INTERRUPTED);
     }
 
     /// Subtracts the fuel of the operators since the last subtraction.
@@ -612,15 +578,16 @@ impl Translator<'_, '_> {
         self.spill_fuel();
         let call = self.b.ins().call_indirect(sig, fnptr, &all);
         let result = self.b.inst_results(call).first().copied();
-        // Bulk operations charge fuel, and nothing else a builtin does moves the deadline.
-        self.reload(self.fuel, VmOffsets::FUEL);
+        self.reload_fuel();
         result
     }
 
     /// Calls a builtin that returns a trap flag, and traps with `trap` when it is set: 1 is out
-    /// of bounds, 2 (only from metered code's stores) out of fuel.
+    /// of bounds, 2 (only from metered code's stores) out of fuel, 3 past the deadline.
     fn checked_builtin(&mut self, which: Builtin, args: &[Value], trap: TrapCode) {
         let flag = self.builtin(which, args).expect("has a result");
+        let late = self.b.ins().icmp_imm_u(IntCC::Equal, flag, 3);
+        self.b.ins().trapnz(late, code::INTERRUPTED);
         if self.fuel.is_some() {
             let out = self.b.ins().icmp_imm_u(IntCC::Equal, flag, 2);
             self.b.ins().trapnz(out, code::OUT_OF_FUEL);
@@ -694,7 +661,7 @@ impl Translator<'_, '_> {
     fn returned(&mut self, call: ir::Inst) {
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
-        self.reload_after_call();
+        self.reload_fuel();
     }
 
     /// Pointer to table `table`'s `VmTable`.
@@ -812,7 +779,6 @@ impl Translator<'_, '_> {
                 let values = self.top(params.len());
                 self.b.ins().jump(header, &args(&values));
                 self.enter(header, height);
-                self.epoch_check();
                 self.fuel_check();
                 self.frames.push(Frame {
                     kind: Kind::Loop(header),

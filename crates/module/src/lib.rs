@@ -401,9 +401,6 @@ pub struct ModuleInfo {
     pub imported_globals: u32,
     /// Function names from the name section, by ascending function index (for backtraces).
     pub names: Vec<FuncName>,
-    /// Whether the code checks the epoch deadline at every function entry and loop header
-    /// (see `VmOffsets::EPOCH_DEADLINE`).
-    pub interruptible: bool,
     /// Whether the code charges fuel (see `VmOffsets::FUEL`).
     pub metered: bool,
 }
@@ -493,7 +490,7 @@ pub enum TrapKind {
     StackOverflow,
     /// A host function returned an error or panicked; the runtime holds the details.
     HostError,
-    /// The store's epoch deadline passed (see `VmOffsets::EPOCH_DEADLINE`).
+    /// The store's epoch deadline passed (see the runtime's `interrupt`).
     Interrupted,
     /// The store's fuel ran out (see `VmOffsets::FUEL`).
     OutOfFuel,

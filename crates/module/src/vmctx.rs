@@ -4,7 +4,6 @@
 //!
 //! ```text
 //! header      stack_limit: *const usize (the thread's limit), builtins: *const fn table, instance: *mut (runtime's),
-//!             epoch: *const u64 (the engine's counter), epoch_deadline: *const u64 (the store's),
 //!             fuel: *mut i64 (the store's remaining fuel)
 //! memories    base: *mut u8                  (constant: a memory never moves)
 //! memory defs *const VmMemory               (current length in bytes)
@@ -189,14 +188,9 @@ impl VmOffsets {
     pub const STACK_LIMIT: u32 = 0;
     pub const BUILTINS: u32 = 8;
     pub const INSTANCE: u32 = 16;
-    /// Pointer to the engine's epoch counter, which the embedder (or a ticker) advances.
-    pub const EPOCH: u32 = 24;
-    /// Pointer to the store's epoch deadline: code compiled with interruption checks traps
-    /// with `Interrupted` at a function entry or loop header once the epoch reaches it.
-    pub const EPOCH_DEADLINE: u32 = 32;
     /// Pointer to the store's remaining fuel: metered code subtracts what it runs, and traps
     /// with `OutOfFuel` at a function entry or loop header once it is below zero.
-    pub const FUEL: u32 = 40;
+    pub const FUEL: u32 = 24;
     pub const FUNCREF_SIZE: u32 = std::mem::size_of::<VmFuncRef>() as u32;
     pub const FUNCREF_CODE: u32 = 0;
     pub const FUNCREF_VMCTX: u32 = 8;
@@ -228,7 +222,7 @@ impl VmOffsets {
             func_count,
         ]: [u32; 5],
     ) -> VmOffsets {
-        let memories = 48;
+        let memories = 32;
         let memory_defs = memories + PTR * memory_count;
         let tables = memory_defs + PTR * memory_count;
         let globals = tables + PTR * table_count;

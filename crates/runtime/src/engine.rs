@@ -44,7 +44,7 @@ pub struct Engine {
 
 struct EngineInner {
     max_wasm_stack: usize,
-    /// The epoch: code compiled with interruption checks compares it with its store's deadline.
+    /// The epoch, which stores' deadlines count (see `interrupt`).
     epoch: AtomicU64,
     pool: CodePool,
     memories: Arc<MemoryPool>,
@@ -116,10 +116,11 @@ impl Engine {
     }
 
     /// Advances the epoch by one tick: every running guest whose store's deadline this reaches
-    /// traps with `Interrupted` at its next function entry or loop header. Any thread may call
+    /// traps with `Interrupted` (see `interrupt`: its thread is signalled). Any thread may call
     /// it (see also [`Engine::start_epoch_ticker`]).
     pub fn increment_epoch(&self) {
-        self.inner.epoch.fetch_add(1, Ordering::Relaxed);
+        let epoch = self.inner.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        crate::interrupt::signal_due(self.id(), epoch);
     }
 
     /// The current epoch.
@@ -127,9 +128,14 @@ impl Engine {
         self.inner.epoch.load(Ordering::Relaxed)
     }
 
-    /// The counter generated code reads.
-    pub(crate) fn epoch_counter(&self) -> *const u64 {
-        self.inner.epoch.as_ptr().cast_const()
+    /// The epoch counter, for the signal handler (see `interrupt`).
+    pub(crate) fn epoch(&self) -> *const AtomicU64 {
+        &self.inner.epoch
+    }
+
+    /// This engine's identity while it lives: the address of its shared part.
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
 
     /// A thread that advances the epoch every `interval` until the returned ticker is dropped:

@@ -220,7 +220,8 @@ pub(crate) enum HostFailure {
 
 /// What a host function's adapter calls, through `arch::ephem_host_call`, which passes `fp`,
 /// its frame pointer. A failed host function does not return: the failure is kept in the store
-/// and the call into wasm ends at once (`signals::raise_host_error`), without a signal.
+/// and the call into wasm ends at once (`signals::raise_from_host`), without a signal. So does
+/// the call when a host function returns past the call's deadline (see `interrupt`).
 pub(crate) unsafe extern "C" fn host_call(
     ctx: *mut u8,
     caller_vmctx: *mut u8,
@@ -228,13 +229,15 @@ pub(crate) unsafe extern "C" fn host_call(
     fp: usize,
 ) {
     // SAFETY: per this function's contract with the adapter.
-    if unsafe { run_host(ctx, caller_vmctx, values) } {
-        return;
-    }
+    let signal = match unsafe { run_host(ctx, caller_vmctx, values) } {
+        true if !crate::signals::interrupt_due() => return,
+        true => crate::interrupt::INTERRUPT,
+        false => 0,
+    };
     // SAFETY: `fp` is `ephem_host_call`'s, called by an adapter inside a call into wasm; this
-    // frame holds nothing to drop (the failure is in the store), nor do the stub's and the
+    // frame holds nothing to drop (a failure is in the store), nor do the stub's and the
     // generated frames above it.
-    unsafe { crate::signals::raise_host_error(fp) }
+    unsafe { crate::signals::raise_from_host(fp, signal) }
 }
 
 /// Runs the host function of `ctx` on the adapter's arguments; `false` (with the failure kept
@@ -522,6 +525,15 @@ pub(crate) unsafe fn invoke(
     // SAFETY: the limit cell is the store's own, at a fixed address for the store's life.
     let (limit, max_stack) =
         unsafe { ((*store).stack_limit.get(), (*store).engine.max_wasm_stack()) };
+    // SAFETY: as above: the store's deadline cell and its engine's epoch, alive for the call.
+    let (engine, deadline) = unsafe { ((*store).engine.id(), (*store).deadline()) };
+    // Published before it is checked (see `interrupt`), withdrawn when the call returns.
+    // SAFETY: as above.
+    let _watch = crate::interrupt::watch(engine, unsafe { deadline.get() });
+    // SAFETY: as above.
+    if unsafe { deadline.due() } {
+        return Err(Error::Trap(Trap::new(TrapKind::Interrupted)));
+    }
     // SAFETY: the funcref's trampoline matches its type, its vmctx is its instance's (alive in
     // the store), and `values` holds max(params, results) values.
     let outcome = unsafe {
@@ -529,6 +541,7 @@ pub(crate) unsafe fn invoke(
             store.cast(),
             limit,
             max_stack,
+            deadline,
             fr.trampoline,
             fr.vmctx,
             fr.code,

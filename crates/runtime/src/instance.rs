@@ -597,13 +597,6 @@ pub(crate) unsafe fn instantiate(
                 .into(),
         ));
     }
-    if store.has_deadline() && !info.interruptible {
-        return Err(Error::Usage(
-            "the module was compiled without interruption checks and cannot run in a store \
-             with a deadline"
-                .into(),
-        ));
-    }
 
     // Imported memories this module has an image for: claimed now, before anything can
     // expose them, so that an untouched one can take the image as it is.
@@ -671,11 +664,6 @@ pub(crate) unsafe fn instantiate(
     unsafe {
         vmctx.write(VmOffsets::STACK_LIMIT, store.stack_limit.get().cast_const());
         vmctx.write(VmOffsets::BUILTINS, BUILTINS.0.as_ptr());
-        vmctx.write(VmOffsets::EPOCH, m.engine.epoch_counter());
-        vmctx.write(
-            VmOffsets::EPOCH_DEADLINE,
-            store.epoch_deadline.get().cast_const(),
-        );
         vmctx.write(VmOffsets::FUEL, store.fuel.get());
         for (i, &mem) in memories.iter().enumerate() {
             let mem = &store.memories[mem as usize];
@@ -943,16 +931,22 @@ unsafe fn initialise(
 impl InstanceData {
     /// Charges `n` fuel for a bulk operation of metered code (before it runs): false when the
     /// store cannot pay, and the operation must trap with `OutOfFuel` (status 2).
-    fn charge(&self, store: &StoreOpaque, n: u32) -> bool {
+    /// What a bulk operation over `n` bytes or elements checks first: the call's deadline (a
+    /// signal cannot stop host code, see `interrupt`), then the fuel it charges. `Some` is the
+    /// trap flag to return: 3 interrupted, 2 out of fuel.
+    fn begin_bulk(&self, store: &StoreOpaque, n: u32) -> Option<u32> {
+        if crate::signals::interrupt_due() {
+            return Some(3);
+        }
         if !self.module.inner.artifact.info().metered {
-            return true;
+            return None;
         }
         // SAFETY: the store's fuel cell, which the calling code wrote back before this call
         // and reads again after it; nothing else touches it meanwhile.
         unsafe {
             let left = &mut *store.fuel.get();
             *left -= i64::from(n);
-            *left >= 0
+            (*left < 0).then_some(2)
         }
     }
 
@@ -1171,6 +1165,7 @@ impl Trap {
         // Signal 0: a host function failed (the site is its adapter's call, not a trap).
         let kind = match site.signal {
             0 => TrapKind::HostError,
+            crate::interrupt::INTERRUPT => TrapKind::Interrupted,
             signal => artifact.trap_at(offset).unwrap_or(match signal {
                 libc::SIGSEGV => TrapKind::MemoryOutOfBounds,
                 libc::SIGFPE => TrapKind::IntegerDivisionByZero,
@@ -1238,8 +1233,8 @@ unsafe extern "C" fn memory_grow(vmctx: *mut u8, mem: u32, delta: u32) -> u32 {
 unsafe extern "C" fn memory_fill(vmctx: *mut u8, mem: u32, dst: u32, val: u32, len: u32) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
-    if !i.charge(store, len) {
-        return 2;
+    if let Some(stop) = i.begin_bulk(store, len) {
+        return stop;
     }
     let memory = i.memory(store, mem);
     match end_within(dst, len, memory.len()) {
@@ -1269,8 +1264,8 @@ unsafe extern "C" fn memory_copy(
 ) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
-    if !i.charge(store, len) {
-        return 2;
+    if let Some(stop) = i.begin_bulk(store, len) {
+        return stop;
     }
     let (d, s) = (i.memory(store, dst_mem), i.memory(store, src_mem));
     if end_within(dst, len, d.len()).is_none() || end_within(src, len, s.len()).is_none() {
@@ -1297,8 +1292,8 @@ unsafe extern "C" fn memory_init(
 ) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
-    if !i.charge(store, len) {
-        return 2;
+    if let Some(stop) = i.begin_bulk(store, len) {
+        return stop;
     }
     u32::from(!i.memory_init(store, mem, data, dst, src, len))
 }
@@ -1326,8 +1321,8 @@ unsafe extern "C" fn table_grow(vmctx: *mut u8, table: u32, delta: u32, init: u6
 unsafe extern "C" fn table_fill(vmctx: *mut u8, table: u32, dst: u32, val: u64, len: u32) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
-    if !i.charge(store, len) {
-        return 2;
+    if let Some(stop) = i.begin_bulk(store, len) {
+        return stop;
     }
     let t = i.table(store, table);
     match t.range(dst, len) {
@@ -1350,8 +1345,8 @@ unsafe extern "C" fn table_copy(
 ) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
-    if !i.charge(store, len) {
-        return 2;
+    if let Some(stop) = i.begin_bulk(store, len) {
+        return stop;
     }
     let (d, s) = (i.table(store, dst_t), i.table(store, src_t));
     let (Some(dr), Some(sr)) = (d.range(dst, len), s.range(src, len)) else {
@@ -1382,8 +1377,8 @@ unsafe extern "C" fn table_init(
 ) -> u32 {
     // SAFETY: as above.
     let (i, store) = unsafe { instance(vmctx) };
-    if !i.charge(store, len) {
-        return 2;
+    if let Some(stop) = i.begin_bulk(store, len) {
+        return stop;
     }
     u32::from(!i.table_init(store, table, elem, dst, src, len))
 }

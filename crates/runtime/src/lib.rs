@@ -12,8 +12,8 @@
 //! exports.
 //!
 //! Bounding guests: a store's [`ResourceLimiter`] (see `limits`) bounds what it may take; an
-//! epoch deadline ([`Store::set_epoch_deadline`]) interrupts it, and fuel ([`Store::set_fuel`])
-//! meters it, for modules compiled with those checks.
+//! epoch deadline ([`Store::set_epoch_deadline`]) interrupts any module (see `interrupt`), and
+//! fuel ([`Store::set_fuel`]) meters modules compiled for it.
 //!
 //! Threads: [`Engine`], [`Module`], [`Linker`] and [`InstancePre`] are `Send + Sync` (for
 //! `T: Send`), and a [`Store`] is `Send`: one linker serves every worker thread, each with
@@ -28,6 +28,7 @@ mod engine;
 mod externals;
 mod func;
 mod instance;
+mod interrupt;
 mod libcalls;
 mod limits;
 mod linker;

@@ -10,6 +10,10 @@
 //! other fault is passed to the handler installed before ours (or the default action), so a
 //! crash in host code still crashes.
 //!
+//! A deadline stops wasm the same way: `interrupt` sends [`INTERRUPT`] to a thread whose call
+//! is due, and the handler ends the call only where a fault would (the thread is in published
+//! code) and only if the call's store's deadline has passed; elsewhere the signal does nothing.
+//!
 //! Stack overflow in wasm is caught before it happens: every function's prologue compares the
 //! stack pointer with the limit the vmctx points at: a cell of the store, which every entry
 //! here sets to this thread's limit (a store may move between threads between calls).
@@ -17,11 +21,13 @@
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::sync::Once;
+use std::sync::atomic::AtomicU64;
 
 use ephem_code_memory::registry;
 use ephem_module::ValRaw;
 
 use crate::arch;
+use crate::interrupt::{self, INTERRUPT};
 
 /// Stack kept free for the host (signal handling, host functions) when the thread has little.
 const HOST_RESERVE: usize = 64 << 10;
@@ -44,7 +50,7 @@ pub struct CodeSite {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TrapSite {
     pub at: CodeSite,
-    /// The signal that stopped wasm, or 0 when a host function failed (see [`raise_host_error`]).
+    /// The signal that stopped wasm, or 0 when a host function failed (see [`raise_from_host`]).
     pub signal: i32,
     pub callers: [CodeSite; MAX_FRAMES],
     pub depth: usize,
@@ -58,6 +64,35 @@ struct CallState {
     store: *mut u8,
     /// This thread's stack limit for wasm, fixed by the outermost call.
     limit: usize,
+    /// The call's deadline, as [`call`] was given it.
+    deadline: Deadline,
+}
+
+/// What a call into wasm is interrupted by: its engine's epoch reaching its store's deadline.
+#[derive(Clone, Copy)]
+pub struct Deadline {
+    pub epoch: *const AtomicU64,
+    pub deadline: *const AtomicU64,
+}
+
+impl Deadline {
+    /// Whether the deadline has passed.
+    ///
+    /// # Safety
+    /// Both cells must be alive (they are, for the call's store and engine, while it runs).
+    pub unsafe fn due(&self) -> bool {
+        // SAFETY: per the contract.
+        unsafe { interrupt::due(&*self.epoch, &*self.deadline) }
+    }
+
+    /// The deadline, an epoch.
+    ///
+    /// # Safety
+    /// As for [`Deadline::due`].
+    pub unsafe fn get(&self) -> u64 {
+        // SAFETY: per the contract.
+        unsafe { (*self.deadline).load(std::sync::atomic::Ordering::SeqCst) }
+    }
 }
 
 thread_local! {
@@ -75,19 +110,32 @@ pub fn current_store() -> *mut u8 {
     unsafe { (*state).store }
 }
 
+/// Whether the innermost call into wasm on this thread is past its deadline (false outside
+/// of one).
+pub fn interrupt_due() -> bool {
+    let state = CURRENT.with(Cell::get);
+    // SAFETY: `state` is the CallState of a `call` frame still running on this thread, whose
+    // deadline cells outlive it.
+    !state.is_null() && unsafe { (*state).deadline.due() }
+}
+
 /// Calls `callee` (code with the wasm signature) through `trampoline` with `values` as
 /// arguments and results, in `store`, whose `limit_cell` every vmctx it made points at; wasm may
 /// use `max_stack` bytes of stack below this call if it is the thread's outermost one (a nested
-/// call keeps the outer limit). Returns where it trapped, if it did.
+/// call keeps the outer limit). `deadline` stops it (see `interrupt`); the caller has published
+/// it and checked it is not yet due. Returns where it trapped, if it did.
 ///
 /// # Safety
 /// `trampoline` must be the entry trampoline of `callee`'s type, `vmctx` a context `callee`
-/// accepts, `values` large enough for the type's parameters and results, and `limit_cell`
-/// the store's stack-limit cell, valid for the call.
+/// accepts, `values` large enough for the type's parameters and results, `limit_cell`
+/// the store's stack-limit cell, and `deadline`'s cells the store's and its engine's, all
+/// valid for the call.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn call(
     store: *mut u8,
     limit_cell: *mut usize,
     max_stack: usize,
+    deadline: Deadline,
     trampoline: *const u8,
     vmctx: *mut u8,
     callee: *const u8,
@@ -110,6 +158,7 @@ pub unsafe fn call(
         trap: TrapSite::default(),
         store,
         limit,
+        deadline,
     };
     CURRENT.with(|c| c.set(&mut state));
     // SAFETY: per the contract; the stub restores every callee-saved register on both exits.
@@ -154,24 +203,35 @@ fn stack_low() -> usize {
     low
 }
 
-const SIGNALS: [libc::c_int; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE];
+const SIGNALS: [libc::c_int; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    INTERRUPT,
+];
 
-struct Previous(UnsafeCell<[MaybeUninit<libc::sigaction>; 4]>);
+struct Previous(UnsafeCell<[MaybeUninit<libc::sigaction>; SIGNALS.len()]>);
 // SAFETY: written once inside `Once::call_once` before any handler of ours can run, then only read.
 unsafe impl Sync for Previous {}
-static PREVIOUS: Previous = Previous(UnsafeCell::new([MaybeUninit::uninit(); 4]));
+static PREVIOUS: Previous = Previous(UnsafeCell::new([MaybeUninit::uninit(); SIGNALS.len()]));
 static INSTALL: Once = Once::new();
 
-fn install_handlers() {
+/// Installs the handlers (once per process). Called before any call can publish a deadline.
+pub fn install_handlers() {
     INSTALL.call_once(|| {
         for (i, &sig) in SIGNALS.iter().enumerate() {
-            // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and an empty mask,
-            // and store the previous action in PREVIOUS before anything can read it.
+            // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and mask, and
+            // store the previous action in PREVIOUS before anything can read it.
+            // SA_RESTART: an interrupt that lands in a host system call restarts it. The mask
+            // holds INTERRUPT back while any of our handlers runs: handlers run on the thread's
+            // alternate stack (Rust's is a few pages), which nested signals would overflow.
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = on_signal as *const () as usize;
-                action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
                 libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaddset(&mut action.sa_mask, INTERRUPT);
                 let prev = (*PREVIOUS.0.get())[i].as_mut_ptr();
                 if libc::sigaction(sig, &action, prev) != 0 {
                     panic!("cannot install the signal handler for signal {sig}");
@@ -205,15 +265,16 @@ fn record_callers(site: &mut TrapSite, sp: usize, mut fp: usize, top: usize) {
     }
 }
 
-/// Ends the innermost call into wasm on this thread because a host function failed, without a
-/// signal: records the host adapter's frame and the wasm frames above it, as the handler would,
-/// and continues at the trap landing.
+/// Ends the innermost call into wasm on this thread because a host function failed (`signal`
+/// 0) or returned past the call's deadline ([`INTERRUPT`]), without a signal: records the host
+/// adapter's frame and the wasm frames above it, as the handler would, and continues at the
+/// trap landing.
 ///
 /// # Safety
 /// `fp` must be the frame pointer of `ephem_host_call` as a host adapter called it, inside a
 /// call into wasm on this thread, and every frame between here and that call's entry stub
 /// must be free of destructors still to run.
-pub unsafe fn raise_host_error(fp: usize) -> ! {
+pub unsafe fn raise_from_host(fp: usize, signal: libc::c_int) -> ! {
     let state = CURRENT.with(Cell::get);
     // SAFETY: per the contract, a call into wasm is running on this thread: `state` is its
     // CallState, and `[fp, fp + 16)` holds the adapter's frame pointer and return address.
@@ -231,7 +292,7 @@ pub unsafe fn raise_host_error(fp: usize) -> ! {
             code_start,
             tag,
         },
-        signal: 0,
+        signal,
         ..TrapSite::default()
     };
     record_callers(&mut state.trap, fp, adapter_fp, state.saved_sp);
@@ -249,8 +310,10 @@ unsafe extern "C" fn on_signal(
     let uc = unsafe { &mut *context.cast::<libc::ucontext_t>() };
     let pc = arch::pc(uc);
     let state = CURRENT.with(Cell::get);
+    // SAFETY (for `due`): `state` is the CallState of the call running on this thread.
     if !state.is_null()
         && let Some((code_start, tag)) = registry::lookup(pc)
+        && (signal != INTERRUPT || unsafe { (*state).deadline.due() })
     {
         // SAFETY: `state` points at the CallState of the `call` frame running on this thread.
         let state = unsafe { &mut *state };
@@ -274,7 +337,12 @@ unsafe extern "C" fn on_signal(
         .expect("only our signals");
     // SAFETY: PREVIOUS was filled before our handler was installed.
     let prev = unsafe { (*PREVIOUS.0.get())[i].assume_init_ref() };
-    if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN {
+    if signal == INTERRUPT
+        && (prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN)
+    {
+        // An interrupt that came too late or landed in host code (which checks the deadline
+        // on its way back into wasm); ignored, as SIGURG is by default.
+    } else if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN {
         // Restore it; returning re-runs the faulting instruction under the default action.
         // SAFETY: reinstalling a previously valid action.
         unsafe { libc::sigaction(signal, prev, std::ptr::null_mut()) };

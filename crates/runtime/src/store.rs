@@ -112,9 +112,9 @@ pub struct StoreOpaque {
     /// The stack limit every vmctx of this store points at (see `signals`). In the boxed
     /// inner part, so its address is fixed.
     pub(crate) stack_limit: UnsafeCell<usize>,
-    /// The epoch at which this store's guests are interrupted (never, by default); every vmctx
-    /// points at it.
-    pub(crate) epoch_deadline: UnsafeCell<u64>,
+    /// The epoch at which this store's guests are interrupted (never, by default). Atomic: the
+    /// signal handler reads it (see `interrupt`).
+    pub(crate) epoch_deadline: AtomicU64,
     /// Fuel left for metered code (unlimited until [`Store::set_fuel`]); every vmctx points at
     /// it. Below zero once a charge could not be paid.
     pub(crate) fuel: UnsafeCell<i64>,
@@ -153,7 +153,7 @@ impl<T> Store<T> {
                     keep: Vec::new(),
                     host_failure: None,
                     stack_limit: UnsafeCell::new(0),
-                    epoch_deadline: UnsafeCell::new(u64::MAX),
+                    epoch_deadline: AtomicU64::new(u64::MAX),
                     fuel: UnsafeCell::new(i64::MAX),
                     fuel_enabled: false,
                     limiter: None,
@@ -181,9 +181,11 @@ impl<T> Store<T> {
     }
 
     /// Interrupts this store's guests once the engine's epoch has advanced `ticks` past its
-    /// current value: they trap with `Interrupted` at their next function entry or loop header
-    /// (see [`Engine::increment_epoch`]). `u64::MAX` ticks: never. A store may be given a new
-    /// deadline after an interruption and run again.
+    /// current value (see [`Engine::increment_epoch`]): a guest running wasm code traps with
+    /// `Interrupted` at once, one in a host function when that returns, and a call that would
+    /// begin after it does not begin. Any module can be interrupted; nothing is compiled in for
+    /// it. `u64::MAX` ticks: never. A store may be given a new deadline after an interruption
+    /// and run again.
     pub fn set_epoch_deadline(&mut self, ticks: u64) {
         self.inner.opaque.set_epoch_deadline(ticks);
     }
@@ -247,7 +249,19 @@ impl StoreOpaque {
 
     pub(crate) fn set_epoch_deadline(&mut self, ticks: u64) {
         let deadline = self.engine.current_epoch().saturating_add(ticks);
-        *self.epoch_deadline.get_mut() = deadline;
+        self.epoch_deadline.store(deadline, Ordering::SeqCst);
+        // A host function moving the deadline of the call it runs in.
+        if crate::signals::current_store() == (self as *mut StoreOpaque).cast() {
+            crate::interrupt::moved(self.engine.id(), deadline);
+        }
+    }
+
+    /// What interrupts this store's calls into wasm.
+    pub(crate) fn deadline(&self) -> crate::signals::Deadline {
+        crate::signals::Deadline {
+            epoch: self.engine.epoch(),
+            deadline: &self.epoch_deadline,
+        }
     }
 
     pub(crate) fn set_fuel(&mut self, fuel: u64) {
@@ -285,11 +299,6 @@ impl StoreOpaque {
     /// Whether metered code is required: the store was given fuel.
     pub(crate) fn fuel_enabled(&self) -> bool {
         self.fuel_enabled
-    }
-
-    /// Whether the store has a deadline.
-    pub(crate) fn has_deadline(&mut self) -> bool {
-        *self.epoch_deadline.get_mut() != u64::MAX
     }
 
     pub(crate) fn instance(&self, stored: Stored) -> &InstanceData {

@@ -1,8 +1,8 @@
 //! One call: a fresh store, WASI context and instance, under the request's limits.
 //!
-//! Modules are compiled with fuel metering and epoch-deadline checks, so every call is bounded
-//! by both: fuel by the store's budget, wall-clock time by the engine's epoch, which one ticker
-//! thread advances every [`TICK`]. A deadline is a number of ticks, so a call is interrupted
+//! Modules are compiled with fuel metering, and every call is bounded by fuel (the store's
+//! budget) and by wall-clock time (a deadline in the engine's epoch, which one ticker thread
+//! advances every [`TICK`]). A deadline is a number of ticks, so a call is interrupted
 //! between its timeout and one tick past it. Every method blocks while the guest runs.
 
 use std::path::{Component, Path, PathBuf};

@@ -114,10 +114,8 @@ fn shared(
         );
     }
     let engine = ephem::Engine::default();
-    // Every call is bounded by fuel and a deadline, so every module is compiled with both.
-    let compiler = ephem::Compiler::new()?
-        .with_fuel()
-        .with_interruption_checks();
+    // Every call is bounded by fuel and a deadline; fuel must be compiled in.
+    let compiler = ephem::Compiler::new()?.with_fuel();
     let artifacts = config.artifacts_dir();
     let cache = match &config.artifact_key_file {
         Some(path) => {
