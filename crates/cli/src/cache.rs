@@ -142,8 +142,7 @@ pub fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let compiler = args.image.apply(Compiler::new()?);
-    let compiled = compiler
-        .compile(&bytes)
+    let compiled = ephem::precompile(&compiler, &bytes)
         .with_context(|| format!("compiling {}", args.input.display()))?;
     // The cache's key for this wasm, so that the artifact is also a valid entry for it.
     let source = Cache::source(&Cache::key(&bytes, &compiler.fingerprint()));

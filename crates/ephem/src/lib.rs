@@ -42,9 +42,11 @@
 
 #![warn(missing_docs)]
 
+mod snapshot;
 pub mod wast;
 
 pub use ephem_compiler::{CompileError, Compiler, Proposals};
+pub use ephem_module::CompiledModule;
 pub use ephem_runtime::*;
 
 /// Validates and compiles wasm (binary or text) for `engine`, for this CPU.
@@ -54,7 +56,19 @@ pub fn compile(engine: &Engine, bytes: &[u8]) -> Result<Module, Error> {
 
 /// As [`compile`], with a given compiler.
 pub fn compile_with(compiler: &Compiler, engine: &Engine, bytes: &[u8]) -> Result<Module, Error> {
-    Module::new(engine, &compiler.compile(bytes).map_err(Error::compile)?)
+    Module::new(engine, &precompile(compiler, bytes)?)
+}
+
+/// Compiles `bytes` (wasm or wat) without an engine, for an artifact file: what [`compile`]
+/// loads. Like it, runs the module's start function now where that is what every
+/// instantiation would do (see `snapshot`; [`Compiler::compile`] alone does not).
+pub fn precompile(compiler: &Compiler, bytes: &[u8]) -> Result<CompiledModule, Error> {
+    let compiled = compiler.compile(bytes).map_err(Error::compile)?;
+    if compiled.info.start.is_none() {
+        return Ok(compiled);
+    }
+    let wasm = wat::parse_bytes(bytes).map_err(Error::compile)?;
+    Ok(snapshot::apply(compiled, &wasm))
 }
 
 /// The module for `wasm`, through `cache`: opened if cached, else compiled and stored. The
@@ -66,7 +80,6 @@ pub fn compile_cached(
     wasm: &[u8],
 ) -> Result<(Module, Outcome), Error> {
     let key = Cache::key(wasm, &compiler.fingerprint());
-    let (artifact, outcome) =
-        cache.get_or_compile(&key, || compiler.compile(wasm).map_err(Error::compile))?;
+    let (artifact, outcome) = cache.get_or_compile(&key, || precompile(compiler, wasm))?;
     Ok((Module::from_artifact(engine, artifact), outcome))
 }

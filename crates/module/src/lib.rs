@@ -403,6 +403,20 @@ pub struct ModuleInfo {
     pub names: Vec<FuncName>,
     /// Whether the code charges fuel (see `VmOffsets::FUEL`).
     pub metered: bool,
+    /// Set when the start function ran at compile time: the memories, data segments and
+    /// global initialisers describe the state it left, and instantiation does not run it.
+    pub snapshot: Option<StartSnapshot>,
+}
+
+/// What running a module's start function at compile time recorded (see
+/// [`ModuleInfo::snapshot`]), so that a metered instantiation pays exactly what the run would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct StartSnapshot {
+    /// The fuel the run consumed.
+    pub fuel_cost: u64,
+    /// The least fuel with which the run completes (it checks fuel only at function entries
+    /// and loop headers, so this may be less than the cost); with less it traps `OutOfFuel`.
+    pub fuel_needed: u64,
 }
 
 /// A function's name from the module's name section.

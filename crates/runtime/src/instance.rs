@@ -133,6 +133,13 @@ impl Module {
         &self.inner.artifact
     }
 
+    /// Whether this module's start function ran when it was compiled, so that instantiation
+    /// starts from the state it left instead of running it (see the `ephem` crate's
+    /// `snapshot`).
+    pub fn start_ran_at_compile(&self) -> bool {
+        self.inner.artifact.info().snapshot.is_some()
+    }
+
     /// The module's imports, in order.
     pub fn imports(&self) -> impl Iterator<Item = ImportRef<'_>> {
         // Imports come first in each index space: count them per kind.
@@ -274,6 +281,13 @@ pub struct ImportRef<'a> {
     pub kind: ImportKind,
     /// What the import is in the module's index space of its kind.
     pub index: u32,
+}
+
+/// See [`Instance::defined_state`]: memories' bytes, and globals' raw values.
+#[doc(hidden)]
+pub struct DefinedState {
+    pub memories: Vec<Vec<u8>>,
+    pub globals: Vec<ValRaw>,
 }
 
 /// Where instantiation spent its time ([`Instance::new_timed`]).
@@ -422,6 +436,26 @@ impl Instance {
 
     fn data<'a>(&self, store: &'a StoreOpaque) -> &'a InstanceData {
         store.instance(self.0)
+    }
+
+    /// Every defined memory's bytes and every defined global's value, in module order: what a
+    /// start function left, for the compile-time snapshot (the `ephem` crate's `snapshot`).
+    #[doc(hidden)]
+    pub fn defined_state(&self, store: impl AsContext) -> DefinedState {
+        let store = store.as_context();
+        let store = store.opaque();
+        let inner = self.data(store);
+        let info = inner.module.inner.artifact.info();
+        let memories = inner.memories[info.imported_memories.to_native() as usize..]
+            .iter()
+            // SAFETY: no wasm runs while the store is borrowed; the bytes are copied out.
+            .map(|&m| unsafe { store.memories[m as usize].bytes() }.to_vec())
+            .collect();
+        let globals = inner.globals[info.imported_globals.to_native() as usize..]
+            .iter()
+            .map(|&g| store.globals[g as usize].get())
+            .collect();
+        DefinedState { memories, globals }
     }
 
     /// The export named `name`.
@@ -917,9 +951,27 @@ unsafe fn initialise(
             }
             inner.dropped_datas.borrow_mut()[i] = true;
         }
-        info.start
-            .as_ref()
-            .map(|start| inner.func(store, start.to_native()))
+        match info.snapshot.as_ref() {
+            // The start function ran when the module was compiled: what it left is the
+            // module's initial state, and a metered module pays what the run cost.
+            Some(s) if info.metered => {
+                let (cost, needed) = (s.fuel_cost.to_native(), s.fuel_needed.to_native());
+                // SAFETY: the store's fuel cell; no wasm runs and nothing else borrows it.
+                let left = unsafe { &mut *store.fuel.get() };
+                if *left < 0 || (*left as u64) < needed {
+                    // Where the run would have stopped; its store is left with nothing.
+                    *left = -1;
+                    return Err(Error::Trap(Trap::new(TrapKind::OutOfFuel)));
+                }
+                *left = (*left).saturating_sub_unsigned(cost);
+                None
+            }
+            Some(_) => None,
+            None => info
+                .start
+                .as_ref()
+                .map(|start| inner.func(store, start.to_native())),
+        }
     };
     if let Some(f) = start {
         // SAFETY: per the contract; the start function takes and returns nothing.
@@ -929,8 +981,6 @@ unsafe fn initialise(
 }
 
 impl InstanceData {
-    /// Charges `n` fuel for a bulk operation of metered code (before it runs): false when the
-    /// store cannot pay, and the operation must trap with `OutOfFuel` (status 2).
     /// What a bulk operation over `n` bytes or elements checks first: the call's deadline (a
     /// signal cannot stop host code, see `interrupt`), then the fuel it charges. `Some` is the
     /// trap flag to return: 3 interrupted, 2 out of fuel.

@@ -47,6 +47,8 @@ pub use ephem_code_memory::{PoolConfig, Strategy};
 pub use ephem_module::{FuncType, GlobalType, MemoryType, TableType, TrapKind, ValType};
 pub use externals::{Extern, Global, Memory, Table};
 pub use func::{Caller, ExternRef, Func, HostError, Val};
+#[doc(hidden)]
+pub use instance::DefinedState;
 pub use instance::{ExportRef, ExternType, ImportRef, Instance, InstantiateTimings, Module};
 pub use limits::{DEFAULT_COUNT, ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 pub use linker::{InstancePre, Linker};

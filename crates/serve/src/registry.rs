@@ -316,7 +316,8 @@ impl Registry {
         }
         let (artifact, outcome) = self.cache.get_or_compile(key, || {
             let wasm = source()?;
-            (self.compiler.compile(&wasm)).map_err(|e| RegistryError::Invalid(e.to_string()))
+            ephem::precompile(&self.compiler, &wasm)
+                .map_err(|e| RegistryError::Invalid(e.to_string()))
         })?;
         let origin = match outcome {
             Outcome::Hit => Origin::Hit,
