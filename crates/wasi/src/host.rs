@@ -3,9 +3,11 @@
 //!
 //! Documented departures: sockets (`sock_*`) return `ENOTSUP` (no socket can be opened or
 //! inherited yet); `proc_raise` returns `ENOTSUP` (a guest cannot signal the host process);
-//! `poll_oneoff` and other blocking calls are not interrupted by an epoch deadline, since the
-//! host is never interrupted inside its own code; rights are reported and checked per
-//! descriptor, and a read-only preopen's files and directories inherit rights without writes;
+//! blocking calls run to their end under an epoch deadline (the host is never stopped inside
+//! its own code), except that a clock wait in `poll_oneoff` is cut short by the interrupt
+//! signal, so that a sleeping guest stops at its deadline (waits on descriptors restart);
+//! rights are reported and checked per descriptor, and a read-only preopen's files and
+//! directories inherit rights without writes;
 //! `fd_fdstat_set_flags` changes only files the guest opened (on stdio and directories, whose
 //! host descriptors are shared, it succeeds without effect).
 
@@ -1049,6 +1051,8 @@ impl WasiCtx {
             let limit = timeout.map(timespec);
             if waits.is_empty() {
                 if let Some(t) = &limit {
+                    // Cut short by a signal (the runtime's interrupt: the deadline passed, and
+                    // the guest stops as this returns), it reports only what is due.
                     let _ = rustix::thread::nanosleep(t);
                 }
             } else {

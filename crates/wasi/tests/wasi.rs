@@ -542,3 +542,42 @@ fn every_preview1_function_is_linked_with_its_type() {
     let mut store = Store::new(&engine, WasiCtx::builder().build());
     linker.instantiate(&mut store, &module).unwrap();
 }
+
+/// A guest asleep in `poll_oneoff` on a clock is woken when its store's deadline passes (the
+/// interrupt signal cuts the host's sleep short) and stopped as the call returns, instead of
+/// holding its thread for the whole sleep.
+#[test]
+fn a_sleeping_guest_is_stopped_at_its_deadline() {
+    let engine = Engine::default();
+    // One relative clock subscription of 30 s at 0, the event at 64, the count at 128.
+    let module = ephem::compile(
+        &engine,
+        br#"(module
+              (import "wasi_snapshot_preview1" "poll_oneoff"
+                (func $poll (param i32 i32 i32 i32) (result i32)))
+              (memory (export "memory") 1)
+              (func (export "_start")
+                (i64.store (i32.const 24) (i64.const 30000000000))
+                (drop (call $poll (i32.const 0) (i32.const 64) (i32.const 1) (i32.const 128)))))"#,
+    )
+    .unwrap();
+    let mut linker = Linker::new(&engine);
+    ephem_wasi::add_to_linker(&mut linker, |c: &mut WasiCtx| c).unwrap();
+    let mut store = Store::new(&engine, WasiCtx::builder().build());
+    let instance = linker.instantiate(&mut store, &module).unwrap();
+    let start = instance
+        .get_typed_func::<(), ()>(&mut store, "_start")
+        .unwrap();
+    let ticker = engine.start_epoch_ticker(std::time::Duration::from_millis(10));
+    store.set_epoch_deadline(5);
+    let started = std::time::Instant::now();
+    let error = start.call(&mut store, ()).unwrap_err();
+    let took = started.elapsed();
+    drop(ticker);
+    assert_eq!(
+        error.trap().unwrap().kind,
+        ephem::TrapKind::Interrupted,
+        "{error}"
+    );
+    assert!(took < std::time::Duration::from_secs(5), "slept {took:?}");
+}
