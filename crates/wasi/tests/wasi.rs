@@ -438,6 +438,18 @@ fn a_symlink_swapped_during_opens_never_leads_outside() {
     );
 }
 
+/// A store with an empty WASI context, and the `_start` of `module` instantiated in it.
+fn wat_start(engine: &Engine, module: &Module) -> (Store<WasiCtx>, ephem::TypedFunc<(), ()>) {
+    let mut linker = Linker::new(engine);
+    ephem_wasi::add_to_linker(&mut linker, |c: &mut WasiCtx| c).unwrap();
+    let mut store = Store::new(engine, WasiCtx::builder().build());
+    let instance = linker.instantiate(&mut store, module).unwrap();
+    let start = instance
+        .get_typed_func::<(), ()>(&mut store, "_start")
+        .unwrap();
+    (store, start)
+}
+
 #[test]
 fn a_guest_without_memory_cannot_call_wasi_but_the_host_survives() {
     let engine = Engine::default();
@@ -448,13 +460,7 @@ fn a_guest_without_memory_cannot_call_wasi_but_the_host_survives() {
               (func (export "_start") (drop (call $y))))"#,
     )
     .unwrap();
-    let mut linker = Linker::new(&engine);
-    ephem_wasi::add_to_linker(&mut linker, |c: &mut WasiCtx| c).unwrap();
-    let mut store = Store::new(&engine, WasiCtx::builder().build());
-    let instance = linker.instantiate(&mut store, &module).unwrap();
-    let start = instance
-        .get_typed_func::<(), ()>(&mut store, "_start")
-        .unwrap();
+    let (mut store, start) = wat_start(&engine, &module);
     let error = start.call(&mut store, ()).unwrap_err();
     assert!(
         error
@@ -561,13 +567,7 @@ fn a_sleeping_guest_is_stopped_at_its_deadline() {
                 (drop (call $poll (i32.const 0) (i32.const 64) (i32.const 1) (i32.const 128)))))"#,
     )
     .unwrap();
-    let mut linker = Linker::new(&engine);
-    ephem_wasi::add_to_linker(&mut linker, |c: &mut WasiCtx| c).unwrap();
-    let mut store = Store::new(&engine, WasiCtx::builder().build());
-    let instance = linker.instantiate(&mut store, &module).unwrap();
-    let start = instance
-        .get_typed_func::<(), ()>(&mut store, "_start")
-        .unwrap();
+    let (mut store, start) = wat_start(&engine, &module);
     let ticker = engine.start_epoch_ticker(std::time::Duration::from_millis(10));
     store.set_epoch_deadline(5);
     let started = std::time::Instant::now();
