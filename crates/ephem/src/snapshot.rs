@@ -23,7 +23,7 @@
 //!   from a small module).
 //!
 //! Metered modules stay exact: the run's fuel cost is recorded, with the least fuel the run
-//! completes with (found by bisection: fuel is checked only at function entries and loop
+//! completes with (found by search: fuel is checked only at function entries and loop
 //! headers, so a run may end in debt), and instantiation charges the one or traps
 //! `OutOfFuel` below the other, as running the start function would.
 //!
@@ -163,8 +163,23 @@ fn run(compiled: &CompiledModule) -> Option<(DefinedState, StartSnapshot)> {
         let (state, left) = attempt(Some(budget)).ok()?;
         let cost = budget - left;
         // The least fuel that completes the run lies in [0, cost]: fuel only decides whether
-        // the same run stops early, so completion is monotone in it.
+        // the same run stops early, so completion is monotone in it. It is usually just below
+        // the cost (the run's last straight stretch after its last check): gallop down from
+        // the cost to bracket it, then bisect.
         let (mut low, mut high) = (0, cost);
+        let mut step = 1;
+        while high > 0 {
+            let probe = high.saturating_sub(step);
+            match attempt(Some(probe)) {
+                Ok(_) => high = probe,
+                Err(Some(TrapKind::OutOfFuel)) => {
+                    low = probe + 1;
+                    break;
+                }
+                Err(_) => return None,
+            }
+            step *= 2;
+        }
         while low < high {
             let mid = low + (high - low) / 2;
             match attempt(Some(mid)) {
