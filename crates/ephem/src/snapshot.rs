@@ -133,8 +133,8 @@ fn run(compiled: &CompiledModule) -> Option<(DefinedState, StartSnapshot)> {
             }
         })
     };
-    // With `fuel`, a metered run. `None`: it ran out of fuel (`Some(Err)`: it failed
-    // otherwise); the state it left and the fuel left.
+    // A run (with `fuel`, metered): the state it left and the fuel left; or the kind of its
+    // trap, `None` if the memory bound refused a growth or it failed otherwise.
     let attempt = |fuel: Option<u64>| -> Result<(DefinedState, u64), Option<TrapKind>> {
         let mut store = Store::new(&engine, Bound::default());
         store.limiter(|b| b);
@@ -166,26 +166,29 @@ fn run(compiled: &CompiledModule) -> Option<(DefinedState, StartSnapshot)> {
         // the same run stops early, so completion is monotone in it. It is usually just below
         // the cost (the run's last straight stretch after its last check): gallop down from
         // the cost to bracket it, then bisect.
+        // Whether the run completes with `fuel`; `None` if it fails other than for fuel.
+        let completes = |fuel| match attempt(Some(fuel)) {
+            Ok(_) => Some(true),
+            Err(Some(TrapKind::OutOfFuel)) => Some(false),
+            Err(_) => None,
+        };
         let (mut low, mut high) = (0, cost);
         let mut step = 1;
         while high > 0 {
             let probe = high.saturating_sub(step);
-            match attempt(Some(probe)) {
-                Ok(_) => high = probe,
-                Err(Some(TrapKind::OutOfFuel)) => {
-                    low = probe + 1;
-                    break;
-                }
-                Err(_) => return None,
+            if !completes(probe)? {
+                low = probe + 1;
+                break;
             }
+            high = probe;
             step *= 2;
         }
         while low < high {
             let mid = low + (high - low) / 2;
-            match attempt(Some(mid)) {
-                Ok(_) => high = mid,
-                Err(Some(TrapKind::OutOfFuel)) => low = mid + 1,
-                Err(_) => return None,
+            if completes(mid)? {
+                high = mid;
+            } else {
+                low = mid + 1;
             }
         }
         let snapshot = StartSnapshot {

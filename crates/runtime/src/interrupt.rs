@@ -84,7 +84,16 @@ pub(crate) struct Watch {
 /// call about to enter wasm. A call without a deadline on a thread that never had one costs
 /// nothing more than a thread-local read.
 pub(crate) fn watch(engine: usize, deadline: u64) -> Watch {
-    let previous = RUNNER
+    Watch {
+        previous: publish(engine, deadline),
+    }
+}
+
+/// Makes `deadline` this thread's (registering the thread first if the deadline is a real
+/// one), and returns the engine and deadline it replaces; `None` if the thread was never
+/// registered and still need not be.
+fn publish(engine: usize, deadline: u64) -> Option<(usize, u64)> {
+    RUNNER
         .try_with(|cell| {
             let runner = match cell.get() {
                 Some(r) => &r.0,
@@ -98,8 +107,7 @@ pub(crate) fn watch(engine: usize, deadline: u64) -> Watch {
             ))
         })
         .ok()
-        .flatten();
-    Watch { previous }
+        .flatten()
 }
 
 impl Drop for Watch {
@@ -117,17 +125,9 @@ impl Drop for Watch {
 
 /// A host function moved the deadline of the call running on this thread.
 pub(crate) fn moved(engine: usize, deadline: u64) {
-    let _ = RUNNER.try_with(|cell| {
-        let runner = match cell.get() {
-            Some(r) => &r.0,
-            None if deadline == u64::MAX => return,
-            None => &cell.get_or_init(Registration::new).0,
-        };
-        runner.deadline.store(deadline, SeqCst);
-        runner
-            .engine
-            .store(if deadline == u64::MAX { 0 } else { engine }, SeqCst);
-    });
+    // What it replaces is the moved deadline itself: the watch of the call keeps the one to
+    // put back.
+    publish(engine, deadline);
 }
 
 /// The engine at address `engine` reached `epoch`: signals every thread whose call is due.
