@@ -50,6 +50,9 @@ pub enum CompileError {
 /// A compiler for the host CPU.
 pub struct Compiler {
     isa: OwnedTargetIsa,
+    /// The same target with the pinned register reserved: metered code keeps the fuel there
+    /// across calls (see the translator's fuel).
+    metered_isa: OwnedTargetIsa,
     /// The fuel cost of each operator, and the name that identifies the table in the
     /// fingerprint; `None`: no metering.
     fuel: Option<(&'static str, FuelCosts)>,
@@ -134,18 +137,24 @@ impl Compiler {
         set(&mut flags, "unwind_info", "false")?;
         // Every frame links to its caller's, so that a trap can report its wasm backtrace.
         set(&mut flags, "preserve_frame_pointers", "true")?;
-        let mut isa_builder =
-            cranelift_native::builder().map_err(|e| CompileError::Codegen(e.to_string()))?;
-        for (k, v) in isa_settings {
+        let build = |flags: settings::Builder| {
+            let mut isa_builder =
+                cranelift_native::builder().map_err(|e| CompileError::Codegen(e.to_string()))?;
+            for (k, v) in isa_settings {
+                isa_builder
+                    .set(k, v)
+                    .map_err(|e| CompileError::Codegen(format!("setting {k}: {e}")))?;
+            }
             isa_builder
-                .set(k, v)
-                .map_err(|e| CompileError::Codegen(format!("setting {k}: {e}")))?;
-        }
-        let isa = isa_builder
-            .finish(settings::Flags::new(flags))
-            .map_err(|e| CompileError::Codegen(e.to_string()))?;
+                .finish(settings::Flags::new(flags))
+                .map_err(|e| CompileError::Codegen(e.to_string()))
+        };
+        let isa = build(flags.clone())?;
+        set(&mut flags, "enable_pinned_reg", "true")?;
+        let metered_isa = build(flags)?;
         Ok(Compiler {
             isa,
+            metered_isa,
             fuel: None,
             max_image_bytes: ephem_module::DEFAULT_MAX_IMAGE_BYTES,
             proposals: Proposals::ALL,
@@ -162,7 +171,9 @@ impl Compiler {
     /// subtracts what it runs from its store's fuel (`Store::set_fuel`), per straight-line
     /// stretch, and traps with `OutOfFuel` at a function entry or loop header once the fuel is
     /// below zero. The charge is deterministic: the same module, input and fuel consume the
-    /// same amount on every machine and run. A store with fuel refuses unmetered modules.
+    /// same amount on every machine and run. The fuel travels between functions in a register
+    /// reserved for it (see `ephem_module`'s calling convention), so a store runs metered or
+    /// unmetered modules, not both, and a store with fuel refuses unmetered ones.
     pub fn with_fuel(self) -> Compiler {
         self.with_fuel_costs("default", default_fuel_cost)
     }
@@ -183,14 +194,22 @@ impl Compiler {
         self
     }
 
+    /// The target code is generated for: with the pinned register reserved when metering.
+    fn isa(&self) -> &dyn cranelift_codegen::isa::TargetIsa {
+        match self.fuel {
+            Some(_) => &*self.metered_isa,
+            None => &*self.isa,
+        }
+    }
+
     /// A description of everything that changes the generated code and the artifact (target
     /// and settings).
     pub fn fingerprint(&self) -> String {
         format!(
             "{} {} {} fuel={} max_image={} proposals={:?}",
-            self.isa.triple(),
-            self.isa.flags(),
-            self.isa
+            self.isa().triple(),
+            self.isa().flags(),
+            self.isa()
                 .isa_flags()
                 .iter()
                 .map(|f| f.to_string())
@@ -206,7 +225,7 @@ impl Compiler {
     /// features it may use (enabled `has_*` settings) and the fingerprint.
     pub fn target(&self) -> Target {
         Target {
-            arch: self.isa.triple().architecture.to_string(),
+            arch: self.isa().triple().architecture.to_string(),
             cpu_features: self
                 .isa
                 .isa_flags()
@@ -229,8 +248,8 @@ impl Compiler {
             info: &parsed.info,
             offsets: &offsets,
             layout: &layout,
-            call_conv: self.isa.default_call_conv(),
-            frontend: self.isa.frontend_config(),
+            call_conv: self.isa().default_call_conv(),
+            frontend: self.isa().frontend_config(),
             fuel_costs: self.fuel.map(|(_, costs)| costs),
         };
 
@@ -307,7 +326,7 @@ impl Compiler {
         }
         let names = ctx.func.params.user_named_funcs().clone();
         let code = ctx
-            .compile(&*self.isa, &mut ControlPlane::default())
+            .compile(self.isa(), &mut ControlPlane::default())
             .map_err(|e| CompileError::Codegen(format!("{:?}", e.inner)))?;
         let mut calls = Vec::new();
         let mut libcalls = Vec::new();

@@ -135,8 +135,9 @@ struct Translator<'a, 'b> {
     dead_depth: usize,
     reachable: bool,
     locals: Vec<Variable>,
-    /// The store's remaining fuel, kept in a register (read at entry and after calls, written
-    /// back before calls and returns); `None` for unmetered code.
+    /// The remaining fuel, kept in a register; `None` for unmetered code. Between functions it
+    /// travels in the pinned register: read at entry and after calls, set before calls and
+    /// returns (see `ephem_module`'s calling convention).
     fuel: Option<Variable>,
     /// Fuel of the operators translated since the last subtraction: charged at once where
     /// control flow leaves the straight-line stretch.
@@ -319,19 +320,12 @@ impl Translator<'_, '_> {
         self.stack.extend(params);
     }
 
-    /// Reads the store's fuel into the fuel variable, if the code is metered (at entry and
-    /// after calls, which may charge fuel or refuel).
+    /// Takes the fuel from the pinned register into the fuel variable, if the code is metered
+    /// (at entry and after calls, which may charge fuel or refuel).
     fn reload_fuel(&mut self) {
         let Some(var) = self.fuel else { return };
-        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
-        let value = self.b.ins().load(I64, trusted(), at, 0);
+        let value = self.b.ins().get_pinned_reg(I64);
         self.b.def_var(var, value);
-    }
-
-    /// Writes `value` to the store's value that vmctx field `field` points at.
-    fn store_cell(&mut self, field: u32, value: Value) {
-        let at = self.load_ptr(self.vmctx, field);
-        self.b.ins().store(trusted(), value, at, 0);
     }
 
     /// Subtracts the fuel of the operators since the last subtraction.
@@ -345,27 +339,40 @@ impl Translator<'_, '_> {
         }
     }
 
-    /// Writes the remaining fuel back to the store (before calls and returns).
+    /// Puts the remaining fuel in the pinned register (before calls, returns and traps).
     fn spill_fuel(&mut self) {
         self.flush_fuel();
         let Some(var) = self.fuel else { return };
         let left = self.b.use_var(var);
-        self.store_cell(VmOffsets::FUEL, left);
+        self.b.ins().set_pinned_reg(left);
     }
 
-    /// Traps with `OutOfFuel` (after writing the fuel back) once the fuel is below zero.
+    /// Writes the remaining fuel to the store, where builtins charge it, and back.
+    fn fuel_to_store(&mut self) {
+        self.spill_fuel();
+        let Some(var) = self.fuel else { return };
+        let left = self.b.use_var(var);
+        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
+        self.b.ins().store(trusted(), left, at, 0);
+    }
+
+    /// Reads the store's fuel after a builtin charged it.
+    fn fuel_from_store(&mut self) {
+        let Some(var) = self.fuel else { return };
+        let at = self.load_ptr(self.vmctx, VmOffsets::FUEL);
+        let left = self.b.ins().load(I64, trusted(), at, 0);
+        self.b.def_var(var, left);
+        self.b.ins().set_pinned_reg(left);
+    }
+
+    /// Puts the fuel in the pinned register, where a trap takes it from (so that what ran
+    /// before a trap is paid for), and traps with `OutOfFuel` once it is below zero.
     fn fuel_check(&mut self) {
         let Some(var) = self.fuel else { return };
         let left = self.b.use_var(var);
+        self.b.ins().set_pinned_reg(left);
         let out = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, left, 0);
-        let empty = self.b.create_block();
-        let go_on = self.b.create_block();
-        self.b.set_cold_block(empty);
-        self.b.ins().brif(out, empty, &[], go_on, &[]);
-        self.b.switch_to_block(empty);
-        self.store_cell(VmOffsets::FUEL, left);
-        self.b.ins().trap(code::OUT_OF_FUEL);
-        self.b.switch_to_block(go_on);
+        self.b.ins().trapnz(out, code::OUT_OF_FUEL);
     }
 
     /// Whether `op` leaves the straight-line stretch (or calls out), so that the fuel of what
@@ -575,10 +582,10 @@ impl Translator<'_, '_> {
         let mut all = vec![self.vmctx];
         all.extend_from_slice(args);
         // Bulk operations charge fuel per byte or element from the store's count.
-        self.spill_fuel();
+        self.fuel_to_store();
         let call = self.b.ins().call_indirect(sig, fnptr, &all);
         let result = self.b.inst_results(call).first().copied();
-        self.reload_fuel();
+        self.fuel_from_store();
         result
     }
 

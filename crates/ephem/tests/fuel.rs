@@ -1,6 +1,6 @@
 //! Fuel: metered code pays for what it runs, deterministically, and traps with `OutOfFuel`
 //! when it cannot; the store can be refuelled. Bulk operations pay per byte or element, and
-//! host functions can charge for their own work.
+//! host functions can charge for their own work. What ran before a trap is paid for.
 
 use ephem::{
     Compiler, Engine, EngineConfig, ErrorKind, Linker, Module, PoolConfig, Store, Strategy,
@@ -215,4 +215,163 @@ fn a_store_with_fuel_refuses_unmetered_modules() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
     assert!(e.to_string().contains("fuel"), "{e}");
+}
+
+const TRAPPING: &str = r#"(module
+  (memory 1)
+  (func $burn (param $n i32) (result i32)
+    (loop $l
+      (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+      (br_if $l (local.get $n)))
+    (local.get $n))
+  (func (export "call_then_return") (param $n i32) (result i32)
+    (drop (call $burn (local.get $n))) (i32.const 0))
+  (func (export "call_then_fault") (param $n i32) (result i32)
+    (drop (call $burn (local.get $n))) (i32.load (i32.const -4)))
+  (func (export "loop_then_return") (param $n i32) (result i32)
+    (loop $l
+      (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+      (br_if $l (local.get $n)))
+    (i32.const 0))
+  (func (export "loop_then_unreachable") (param $n i32) (result i32)
+    (loop $l
+      (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+      (br_if $l (local.get $n)))
+    unreachable))"#;
+
+#[test]
+fn what_ran_before_a_trap_is_paid_for() {
+    // Metered code keeps its fuel in a register; a trap takes it from there, as of the last
+    // function entry, loop header, call or return. So a guest cannot run a loop or a call
+    // for free by trapping after it: 1 000 iterations more cost what they cost without it.
+    let engine = Engine::default();
+    let m = module(&engine, TRAPPING);
+    let cost = |name: &str, n: i32, trap: Option<TrapKind>| {
+        let (used, got) = run(&engine, &m, name, n, 1 << 30);
+        assert_eq!(got, trap, "{name}({n})");
+        used
+    };
+    let per_1000 = |name: &str, trap| cost(name, 1001, trap) - cost(name, 1, trap);
+    let (fault, unreachable) = (
+        Some(TrapKind::MemoryOutOfBounds),
+        Some(TrapKind::Unreachable),
+    );
+    assert_eq!(per_1000("call_then_return", None), 6000);
+    assert_eq!(per_1000("call_then_fault", fault), 6000);
+    assert_eq!(per_1000("loop_then_return", None), 6000);
+    assert_eq!(per_1000("loop_then_unreachable", unreachable), 6000);
+    // Everything up to the call's return: the caller's stretch before the call, the callee.
+    assert_eq!(
+        cost("call_then_fault", 1, fault),
+        cost("call_then_return", 1, None) - 1
+    );
+}
+
+#[test]
+fn host_functions_see_and_set_the_fuel_of_the_code_around_them() {
+    // A host function sees what its caller spent, charges, and calls back into wasm, which
+    // spends from the same fuel; the caller goes on with what is left.
+    let engine = Engine::default();
+    let m = module(
+        &engine,
+        r#"(module
+          (import "host" "reenter" (func $reenter (param i32) (result i32)))
+          (func $burn (export "burn") (param $n i32) (result i32)
+            (loop $l
+              (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+              (br_if $l (local.get $n)))
+            (local.get $n))
+          (func (export "outer") (param $n i32) (result i32)
+            (drop (call $burn (local.get $n)))
+            (drop (call $reenter (local.get $n)))
+            (call $burn (local.get $n))))"#,
+    );
+    let mut linker = Linker::new(&engine);
+    linker
+        .func_wrap(
+            "host",
+            "reenter",
+            |mut caller: ephem::Caller<'_, Vec<u64>>, n: i32| -> Result<i32, ephem::Error> {
+                let before = caller.get_fuel()?;
+                caller.consume_fuel(100)?;
+                let burn = caller.get_export("burn").unwrap().into_func().unwrap();
+                let burn = burn.typed::<i32, i32>(&caller)?;
+                let r = burn.call(&mut caller, n)?;
+                let after = caller.get_fuel()?;
+                caller.data_mut().extend([before, after]);
+                Ok(r)
+            },
+        )
+        .unwrap();
+    let mut store = Store::new(&engine, Vec::new());
+    store.set_fuel(1_000_000);
+    let instance = linker.instantiate(&mut store, &m).unwrap();
+    let burn = instance
+        .get_typed_func::<i32, i32>(&mut store, "burn")
+        .unwrap();
+    burn.call(&mut store, 1000).unwrap();
+    let one_burn = 1_000_000 - store.get_fuel().unwrap();
+    store.set_fuel(1_000_000);
+    let outer = instance
+        .get_typed_func::<i32, i32>(&mut store, "outer")
+        .unwrap();
+    outer.call(&mut store, 1000).unwrap();
+    let &[before, after] = store.data().as_slice() else {
+        panic!("the host function ran once: {:?}", store.data())
+    };
+    // The caller's first stretch (2), the first burn, and its second stretch (2) before the
+    // host function.
+    assert_eq!(1_000_000 - before, one_burn + 4);
+    assert_eq!(before - after, 100 + one_burn);
+    // After the host function: one stretch (2) and the last burn.
+    assert_eq!(after - store.get_fuel().unwrap(), 2 + one_burn);
+}
+
+#[test]
+fn a_store_runs_metered_or_unmetered_code_not_both() {
+    let engine = Engine::default();
+    let wat = b"(module (func (export \"f\")))";
+    let plain = ephem::compile(&engine, wat).unwrap();
+    let metered = ephem::compile_with(&metered(), &engine, wat).unwrap();
+    for (first, second) in [(&plain, &metered), (&metered, &plain)] {
+        let mut store = Store::new(&engine, ());
+        let linker = Linker::new(&engine);
+        let instance = linker.instantiate(&mut store, first).unwrap();
+        let e = linker.instantiate(&mut store, second).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+        assert!(e.to_string().contains("metering"), "{e}");
+        // The store goes on with the kind it has.
+        let f = instance.get_typed_func::<(), ()>(&mut store, "f").unwrap();
+        f.call(&mut store, ()).unwrap();
+        linker.instantiate(&mut store, first).unwrap();
+    }
+}
+
+#[test]
+fn a_host_function_called_from_the_host_leaves_metered_fuel_alone() {
+    // Called by the host, a host function goes through the module's entry trampoline and
+    // adapter, with no wasm caller: the fuel is what the host set, and what it charges.
+    let engine = Engine::default();
+    let m = module(
+        &engine,
+        r#"(module
+          (import "host" "charge" (func $charge (param i32)))
+          (export "charge" (func $charge)))"#,
+    );
+    let mut linker = Linker::new(&engine);
+    linker
+        .func_wrap(
+            "host",
+            "charge",
+            |mut caller: ephem::Caller<'_, ()>, n: i32| caller.consume_fuel(n as u64),
+        )
+        .unwrap();
+    let mut store = Store::new(&engine, ());
+    store.set_fuel(1000);
+    let instance = linker.instantiate(&mut store, &m).unwrap();
+    let charge = instance
+        .get_typed_func::<i32, ()>(&mut store, "charge")
+        .unwrap();
+    charge.call(&mut store, 30).unwrap();
+    assert_eq!(store.get_fuel().unwrap(), 970);
 }

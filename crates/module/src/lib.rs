@@ -11,6 +11,13 @@
 //! also holds, per function type, an *entry trampoline* `fn(vmctx, callee, values: *mut ValRaw)`
 //! that the host calls (arguments in, results out through `values`), and a *host adapter* with
 //! the wasm signature that wasm calls to reach a host function (see [`HostFuncHeader`]).
+//!
+//! Metered code ([`ModuleInfo::metered`]) also passes the store's remaining fuel in the
+//! target's pinned register (x86_64: `r15`), which it never uses otherwise: set before every
+//! call and return, read at entry and after every call. The runtime loads it from the store
+//! when it enters wasm, writes it back when wasm returns or traps, and around host functions.
+//! Unmetered code keeps that register as callee-saved, so the two kinds cannot call each other
+//! (a store runs only one).
 
 mod check;
 mod funcrefs;

@@ -219,18 +219,31 @@ pub(crate) enum HostFailure {
 }
 
 /// What a host function's adapter calls, through `arch::ephem_host_call`, which passes `fp`,
-/// its frame pointer. A failed host function does not return: the failure is kept in the store
-/// and the call into wasm ends at once (`signals::raise_from_host`), without a signal. So does
-/// the call when a host function returns past the call's deadline (see `interrupt`).
+/// its frame pointer, and `pinned`, the pinned register, and sets that register to what this
+/// returns. In a store of metered code that is the fuel: written to the store for the host
+/// function to see and charge, and read back after it. A failed host function does not
+/// return: the failure is kept in the store and the call into wasm ends at once
+/// (`signals::raise_from_host`), without a signal. So does the call when a host function
+/// returns past the call's deadline (see `interrupt`).
 pub(crate) unsafe extern "C" fn host_call(
     ctx: *mut u8,
     caller_vmctx: *mut u8,
     values: *mut ValRaw,
     fp: usize,
-) {
+    pinned: i64,
+) -> i64 {
+    let store = crate::signals::current_store().cast::<StoreOpaque>();
+    // SAFETY: the store running this call; no reference into it is live here, and its fuel
+    // cell is only touched by this thread while the call runs.
+    let fuel = unsafe { (*store).runs_metered().then(|| (*store).fuel.get()) };
+    if let Some(cell) = fuel {
+        // SAFETY: as just said.
+        unsafe { *cell = pinned };
+    }
     // SAFETY: per this function's contract with the adapter.
     let signal = match unsafe { run_host(ctx, caller_vmctx, values) } {
-        true if !crate::signals::interrupt_due() => return,
+        // SAFETY: as above.
+        true if !crate::signals::interrupt_due() => return fuel.map_or(pinned, |c| unsafe { *c }),
         true => crate::interrupt::INTERRUPT,
         false => 0,
     };
@@ -540,6 +553,7 @@ pub(crate) unsafe fn invoke(
         crate::signals::call(
             store.cast(),
             limit,
+            (*store).fuel.get(),
             max_stack,
             deadline,
             fr.trampoline,
@@ -550,7 +564,15 @@ pub(crate) unsafe fn invoke(
     };
     let Err(site) = outcome else { return Ok(()) };
     // SAFETY: wasm has returned; nothing else references the store now.
-    let failure = unsafe { (*store).host_failure.take() };
+    let failure = unsafe {
+        // A signal stopped metered code: its fuel was in the pinned register.
+        if let Some(fuel) = site.pinned
+            && (*store).runs_metered()
+        {
+            *(*store).fuel.get() = fuel;
+        }
+        (*store).host_failure.take()
+    };
     if let Some(e) = Trap::file_fault(&site) {
         return Err(e);
     }

@@ -625,12 +625,7 @@ pub(crate) unsafe fn instantiate(
 
     // SAFETY: per the contract; nothing borrows the store's data here.
     unsafe { store.admit_instance(store_ptr)? };
-    if store.fuel_enabled() && !info.metered {
-        return Err(Error::Usage(
-            "the module was compiled without fuel metering and cannot run in a store with fuel"
-                .into(),
-        ));
-    }
+    store.admits_code(info.metered)?;
 
     // Imported memories this module has an image for: claimed now, before anything can
     // expose them, so that an untouched one can take the image as it is.
@@ -981,6 +976,11 @@ unsafe fn initialise(
 }
 
 impl InstanceData {
+    /// Whether the instance's code is metered.
+    pub(crate) fn metered(&self) -> bool {
+        self.module.inner.artifact.info().metered
+    }
+
     /// What a bulk operation over `n` bytes or elements checks first: the call's deadline (a
     /// signal cannot stop host code, see `interrupt`), then the fuel it charges. `Some` is the
     /// trap flag to return: 3 interrupted, 2 out of fuel.
@@ -988,7 +988,7 @@ impl InstanceData {
         if crate::signals::interrupt_due() {
             return Some(3);
         }
-        if !self.module.inner.artifact.info().metered {
+        if !self.metered() {
             return None;
         }
         // SAFETY: the store's fuel cell, which the calling code wrote back before this call

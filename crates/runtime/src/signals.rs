@@ -54,6 +54,10 @@ pub struct TrapSite {
     pub signal: i32,
     pub callers: [CodeSite; MAX_FRAMES],
     pub depth: usize,
+    /// The pinned register when a signal stopped wasm: metered code's fuel (see
+    /// `ephem_module`), which the caller writes back to the store. `None` after a host
+    /// function, which left the store's fuel current.
+    pub pinned: Option<i64>,
 }
 
 /// One host-to-wasm call in progress on this thread.
@@ -128,12 +132,14 @@ pub fn interrupt_due() -> bool {
 /// # Safety
 /// `trampoline` must be the entry trampoline of `callee`'s type, `vmctx` a context `callee`
 /// accepts, `values` large enough for the type's parameters and results, `limit_cell`
-/// the store's stack-limit cell, and `deadline`'s cells the store's and its engine's, all
-/// valid for the call.
+/// the store's stack-limit cell, `fuel` its fuel cell (metered code runs with it in the pinned
+/// register, written back when the call returns) and `deadline`'s cells the store's and its
+/// engine's, all valid for the call.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn call(
     store: *mut u8,
     limit_cell: *mut usize,
+    fuel: *mut i64,
     max_stack: usize,
     deadline: Deadline,
     trampoline: *const u8,
@@ -162,8 +168,9 @@ pub unsafe fn call(
     };
     CURRENT.with(|c| c.set(&mut state));
     // SAFETY: per the contract; the stub restores every callee-saved register on both exits.
-    let trapped =
-        unsafe { arch::ephem_enter_wasm(&mut state.saved_sp, trampoline, vmctx, callee, values) };
+    let trapped = unsafe {
+        arch::ephem_enter_wasm(&mut state.saved_sp, trampoline, vmctx, callee, values, fuel)
+    };
     CURRENT.with(|c| c.set(outer));
     if trapped == 0 {
         Ok(())
@@ -324,6 +331,7 @@ unsafe extern "C" fn on_signal(
                 tag,
             },
             signal,
+            pinned: Some(arch::pinned(uc)),
             ..TrapSite::default()
         };
         record_callers(&mut state.trap, arch::sp(uc), arch::fp(uc), state.saved_sp);

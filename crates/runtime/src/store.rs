@@ -119,6 +119,10 @@ pub struct StoreOpaque {
     /// it. Below zero once a charge could not be paid.
     pub(crate) fuel: UnsafeCell<i64>,
     fuel_enabled: bool,
+    /// Whether this store's instances run metered code, once it has one. Metered code passes
+    /// the fuel in the pinned register, which unmetered code keeps as its own (see
+    /// `ephem_module`), so the two kinds cannot call each other and a store runs one.
+    metered: Option<bool>,
     /// `ask_limiter` for this store's data type, once a limiter is set.
     limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
 }
@@ -156,6 +160,7 @@ impl<T> Store<T> {
                     epoch_deadline: AtomicU64::new(u64::MAX),
                     fuel: UnsafeCell::new(i64::MAX),
                     fuel_enabled: false,
+                    metered: None,
                     limiter: None,
                 },
                 data,
@@ -192,7 +197,9 @@ impl<T> Store<T> {
 
     /// Gives the store `fuel` to run metered code with (see the compiler's `with_fuel`): what
     /// it runs is subtracted, and it traps with `OutOfFuel` once none is left. May be called
-    /// again after that (refuelling). From then on the store refuses unmetered modules.
+    /// again after that (refuelling). From then on the store refuses unmetered modules. What
+    /// a guest ran before a trap is paid for, up to its last function entry, loop header,
+    /// call or return.
     pub fn set_fuel(&mut self, fuel: u64) {
         self.inner.opaque.set_fuel(fuel);
     }
@@ -296,9 +303,30 @@ impl StoreOpaque {
         }
     }
 
-    /// Whether metered code is required: the store was given fuel.
-    pub(crate) fn fuel_enabled(&self) -> bool {
-        self.fuel_enabled
+    /// Whether an instance of code compiled with or without metering may join the store: it
+    /// must be metered once the store has fuel, and of the kind of the store's instances.
+    pub(crate) fn admits_code(&self, metered: bool) -> Result<(), crate::Error> {
+        let kind = |m| if m { "with" } else { "without" };
+        if self.fuel_enabled && !metered {
+            return Err(crate::Error::Usage(
+                "the module was compiled without fuel metering and cannot run in a store with fuel"
+                    .into(),
+            ));
+        }
+        match self.metered {
+            Some(m) if m != metered => Err(crate::Error::Usage(format!(
+                "the module was compiled {} fuel metering and the store's instances {} it: \
+                 one store runs only one kind",
+                kind(metered),
+                kind(m)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the store's instances run metered code (see [`StoreOpaque::admits_code`]).
+    pub(crate) fn runs_metered(&self) -> bool {
+        self.metered == Some(true)
     }
 
     pub(crate) fn instance(&self, stored: Stored) -> &InstanceData {
@@ -344,6 +372,7 @@ impl StoreOpaque {
     }
 
     pub(crate) fn push_instance(&mut self, instance: Box<InstanceData>) -> Stored {
+        self.metered = Some(instance.metered());
         self.instances.push(instance);
         self.stored(self.instances.len() - 1)
     }

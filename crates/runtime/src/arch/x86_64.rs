@@ -1,16 +1,19 @@
 //! x86_64 Linux: the entry stub and trap landing, and the registers the signal handler reads
 //! and rewrites.
 //!
-//! `ephem_enter_wasm(saved_sp, trampoline, vmctx, callee, values)` saves the callee-saved
-//! registers, stores its stack pointer at `saved_sp`, and calls
-//! `trampoline(vmctx, callee, values)`; it returns 0. `ephem_trap_landing`, entered by the
-//! signal handler with the stack pointer set back to the saved one, restores the registers and
-//! returns 1 from the stub instead.
+//! `ephem_enter_wasm(saved_sp, trampoline, vmctx, callee, values, fuel)` saves the
+//! callee-saved registers, stores its stack pointer at `saved_sp`, loads `*fuel` into the
+//! pinned register `r15` (metered code's fuel, see `ephem_module`), and calls
+//! `trampoline(vmctx, callee, values)`; it writes `r15` back to `*fuel` and returns 0.
+//! `ephem_trap_landing`, entered by the signal handler with the stack pointer set back to the
+//! saved one, restores the registers and returns 1 from the stub instead (the handler took
+//! `r15` from the signal's context).
 //!
 //! Host functions unwind the same way without a signal: adapters call them through
 //! `ephem_host_call`, which gives `func::host_call` its own frame pointer (the start of the
 //! chain of wasm frames above it) so that a failed host call can record where it was and
-//! `ephem_unwind` to the landing directly.
+//! `ephem_unwind` to the landing directly. It also passes `r15` and sets it to what
+//! `host_call` returns: the fuel after the host function, or `r15` unchanged.
 
 use ephem_module::ValRaw;
 
@@ -28,11 +31,14 @@ std::arch::global_asm!(
     "push r15",
     "sub rsp, 8",
     "mov [rdi], rsp",
+    "mov rbx, r9",
+    "mov r15, [rbx]",
     "mov rax, rsi",
     "mov rdi, rdx",
     "mov rsi, rcx",
     "mov rdx, r8",
     "call rax",
+    "mov [rbx], r15",
     "xor eax, eax",
     "2:",
     "add rsp, 8",
@@ -57,7 +63,9 @@ std::arch::global_asm!(
     "push rbp",
     "mov rbp, rsp",
     "mov rcx, rbp",
+    "mov r8, r15",
     "call {host_call}",
+    "mov r15, rax",
     "pop rbp",
     "ret",
     host_call = sym crate::func::host_call,
@@ -70,6 +78,7 @@ unsafe extern "C" {
         vmctx: *mut u8,
         callee: *const u8,
         values: *mut ValRaw,
+        fuel: *mut i64,
     ) -> u32;
     fn ephem_trap_landing();
     /// Continues at the trap landing with stack pointer `sp` (the one `ephem_enter_wasm`
@@ -88,6 +97,11 @@ pub fn pc(uc: &libc::ucontext_t) -> usize {
 /// The interrupted thread's stack pointer.
 pub fn sp(uc: &libc::ucontext_t) -> usize {
     uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize
+}
+
+/// The interrupted thread's pinned register: metered code's fuel as of its last call or return.
+pub fn pinned(uc: &libc::ucontext_t) -> i64 {
+    uc.uc_mcontext.gregs[libc::REG_R15 as usize]
 }
 
 /// The interrupted thread's frame pointer.
