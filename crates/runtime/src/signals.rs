@@ -8,7 +8,8 @@
 //! published code ([`registry::lookup`]); if so it records where, and resumes the thread at
 //! `ephem_trap_landing`, which restores the saved registers and returns 1 from the stub. Any
 //! other fault is passed to the handler installed before ours (or the default action), so a
-//! crash in host code still crashes.
+//! crash in host code still crashes. The handler also records the pinned register, where
+//! metered code keeps its fuel, for the caller to write back to the store.
 //!
 //! A deadline stops wasm the same way: `interrupt` sends [`INTERRUPT`] to a thread whose call
 //! is due, and the handler ends the call only where a fault would (the thread is in published
