@@ -227,7 +227,7 @@ impl Compiler {
         Target {
             arch: self.isa().triple().architecture.to_string(),
             cpu_features: self
-                .isa
+                .isa()
                 .isa_flags()
                 .iter()
                 .filter(|f| f.name.starts_with("has_") && f.as_bool() == Some(true))

@@ -346,12 +346,11 @@ unsafe extern "C" fn on_signal(
         .expect("only our signals");
     // SAFETY: PREVIOUS was filled before our handler was installed.
     let prev = unsafe { (*PREVIOUS.0.get())[i].assume_init_ref() };
-    if signal == INTERRUPT
-        && (prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN)
-    {
+    let no_handler = prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN;
+    if signal == INTERRUPT && no_handler {
         // An interrupt that came too late or landed in host code (which checks the deadline
         // on its way back into wasm); ignored, as SIGURG is by default.
-    } else if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN {
+    } else if no_handler {
         // Restore it; returning re-runs the faulting instruction under the default action.
         // SAFETY: reinstalling a previously valid action.
         unsafe { libc::sigaction(signal, prev, std::ptr::null_mut()) };
