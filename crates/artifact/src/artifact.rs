@@ -790,6 +790,14 @@ impl Artifact {
         self.identity
     }
 
+    /// The seal as the header holds it: a keyed hash of the whole file, so equal seals mean
+    /// equal files (verified against the key unless opened unverified).
+    pub fn seal(&self) -> [u8; 32] {
+        let mut seal = [0; 32];
+        seal.copy_from_slice(&self.front[off::SEAL..off::SEAL + 32]);
+        seal
+    }
+
     /// The file (for mapping its text or images).
     pub fn file(&self) -> BorrowedFd<'_> {
         self.file.as_fd()

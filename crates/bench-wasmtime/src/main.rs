@@ -7,13 +7,14 @@
 //! are created), instantiate, call the same export as ephem's side calls (see
 //! `ephem_bench::fresh`), drop the store and module.
 //!
-//! wasmtime's compiled files go to a directory of their own, beside ephem's cache.
+//! The two runtimes take turns in blocks of the same random picks (see `main`). wasmtime's
+//! compiled files go to a directory of their own, beside ephem's cache.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use ephem_bench::fresh::{self, FreshArgs, Picker};
+use ephem_bench::fresh::{self, FreshArgs, Picker, Workload};
 use ephem_bench_wasmtime::wt::{self, Sample as WtSample};
 
 #[derive(Parser)]
@@ -23,6 +24,9 @@ struct Args {
     #[command(flatten)]
     fresh: FreshArgs,
 }
+
+/// Invocations per runtime in one turn of the interleaved measurement.
+const BLOCK: usize = 64;
 
 fn us(d: Duration) -> String {
     format!("{:.1}", d.as_nanos() as f64 / 1000.0)
@@ -39,13 +43,21 @@ fn main() -> anyhow::Result<()> {
     let (dir, _temporary) = args.work_dir()?;
 
     // ephem.
-    let ours = args.measure(&dir)?;
+    let ephem_engine = args.engine()?;
+    let cache = ephem::Cache::new(dir.join("ephem"), u64::MAX);
+    let work = Workload::prepare(
+        &ephem_engine,
+        &cache,
+        &args.files,
+        args.call(),
+        &args.metering,
+    )?;
 
-    // wasmtime, over the same modules, in the same random order.
+    // wasmtime, over the same modules.
     let engine = wt::engine(false)?;
     std::fs::create_dir_all(dir.join("wasmtime"))?;
     let mut paths = Vec::new();
-    for (file, subject) in args.files.iter().zip(&ours.subjects) {
+    for (file, subject) in args.files.iter().zip(&work.subjects) {
         let wasm = wat::parse_file(file).with_context(|| format!("reading {}", file.display()))?;
         let path = dir.join("wasmtime").join(format!("{}.cwasm", subject.key));
         std::fs::write(&path, engine.precompile_module(&wasm)?)?;
@@ -54,38 +66,49 @@ fn main() -> anyhow::Result<()> {
         wt::invoke_file(&engine, &path, &host, &subject.name, export, None)?;
         paths.push((path, host));
     }
-    let mut theirs = vec![Vec::with_capacity(args.invocations); paths.len()];
-    let mut picker = Picker::new(0x5eed);
-    for _ in 0..args.invocations * paths.len() {
-        let i = picker.pick(paths.len());
+    let wasmtime_invoke = |i: usize| {
         let (path, host) = &paths[i];
-        let subject = &ours.subjects[i];
+        let subject = &work.subjects[i];
         let export = subject.export.as_deref();
-        theirs[i].push(wt::invoke_file(
-            &engine,
-            path,
-            host,
-            &subject.name,
-            export,
-            None,
-        )?);
+        wt::invoke_file(&engine, path, host, &subject.name, export, None)
+    };
+
+    // Both, in blocks of the same random picks, taking turns at going first: a machine whose
+    // speed drifts during the run slows both alike, while each block runs with its runtime's
+    // own data in the caches, as a node running only that runtime would.
+    let n = paths.len();
+    let mut ours = vec![Vec::with_capacity(args.invocations); n];
+    let mut theirs = vec![Vec::with_capacity(args.invocations); n];
+    let mut picker = Picker::new(0x5eed);
+    let total = args.invocations * n;
+    for round in 0..total.div_ceil(BLOCK) {
+        let picks: Vec<usize> = (0..BLOCK.min(total - round * BLOCK))
+            .map(|_| picker.pick(n))
+            .collect();
+        for ephem_turn in [round % 2 == 0, round % 2 == 1] {
+            for &i in &picks {
+                if ephem_turn {
+                    ours[i].push(work.invoke(i)?);
+                } else {
+                    theirs[i].push(wasmtime_invoke(i)?);
+                }
+            }
+        }
     }
 
-    // Throughput on `--threads` threads, as ephem's side measured it.
+    // Throughput on `--threads` threads, the same way for both.
     let throughput = (args.threads > 1)
-        .then(|| {
-            let per_thread = args.invocations * paths.len();
-            fresh::Throughput::measure(args.threads, per_thread, |thread| {
+        .then(|| -> anyhow::Result<_> {
+            let per_thread = args.invocations * n;
+            let ours = work.throughput(args.threads, per_thread)?;
+            let theirs = fresh::Throughput::measure(args.threads, per_thread, |thread| {
                 let mut picker = Picker::new(0x5eed + thread as u64);
                 for _ in 0..per_thread {
-                    let i = picker.pick(paths.len());
-                    let (path, host) = &paths[i];
-                    let subject = &ours.subjects[i];
-                    let export = subject.export.as_deref();
-                    wt::invoke_file(&engine, path, host, &subject.name, export, None)?;
+                    wasmtime_invoke(picker.pick(n))?;
                 }
                 Ok(())
-            })
+            })?;
+            Ok((ours, theirs))
         })
         .transpose()?;
 
@@ -95,8 +118,8 @@ fn main() -> anyhow::Result<()> {
             "module", "ephem med µs", "ephem p90 µs", "wasmtime med µs", "wasmtime p90 µs", "ratio"
         );
     }
-    for (i, subject) in ours.subjects.iter().enumerate() {
-        let mut e: Vec<Duration> = ours.samples[i].iter().map(|s| s.total()).collect();
+    for (i, subject) in work.subjects.iter().enumerate() {
+        let mut e: Vec<Duration> = ours[i].iter().map(|s| s.total()).collect();
         let mut w: Vec<Duration> = theirs[i].iter().map(WtSample::total).collect();
         let (em, ep) = fresh::median_p90(&mut e);
         let (wm, wp) = fresh::median_p90(&mut w);
@@ -138,7 +161,7 @@ fn main() -> anyhow::Result<()> {
             );
         }
     }
-    if let (Some(ours), Some(theirs)) = (ours.throughput, throughput) {
+    if let Some((ours, theirs)) = throughput {
         ours.print("ephem", args.json);
         theirs.print("wasmtime", args.json);
     }

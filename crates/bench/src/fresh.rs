@@ -245,9 +245,63 @@ impl Throughput {
     }
 }
 
-/// Runs the workload: each module (under each metering) once to warm up (the first open of a
-/// file verifies its seal, once per process), then `invocations` invocations of each in random
-/// order, so that the meterings are measured interleaved.
+/// The workload on ephem, ready to run: every module (under each metering) compiled into the
+/// cache, the host functions defined, and each module invoked once to warm up (the first open
+/// of a file verifies its seal, once per process).
+pub struct Workload<'a> {
+    engine: &'a Engine,
+    cache: &'a Cache,
+    pub subjects: Vec<Subject>,
+    hosts: Vec<(Linker<WasiCtx>, WasiCtxBuilder)>,
+}
+
+impl<'a> Workload<'a> {
+    pub fn prepare(
+        engine: &'a Engine,
+        cache: &'a Cache,
+        files: &[PathBuf],
+        call: Call<'_>,
+        meterings: &[Metering],
+    ) -> anyhow::Result<Workload<'a>> {
+        let mut subjects = Vec::new();
+        for &m in meterings {
+            subjects.extend(prepare(m, engine, cache, files, call)?);
+        }
+        let mut hosts = Vec::new();
+        for s in &subjects {
+            let module = Module::from_artifact(engine, cache.open(&s.key)?.context("cached")?);
+            let host = (host(engine, &module)?, wasi_template(s)?);
+            invoke(engine, cache, s, &host)?;
+            hosts.push(host);
+        }
+        Ok(Workload {
+            engine,
+            cache,
+            subjects,
+            hosts,
+        })
+    }
+
+    /// One invocation of subject `i`.
+    pub fn invoke(&self, i: usize) -> anyhow::Result<Sample> {
+        invoke(self.engine, self.cache, &self.subjects[i], &self.hosts[i])
+    }
+
+    /// Throughput on `threads` threads against one, each making `per_thread` invocations in
+    /// random order.
+    pub fn throughput(&self, threads: usize, per_thread: usize) -> anyhow::Result<Throughput> {
+        Throughput::measure(threads, per_thread, |thread| {
+            let mut picker = Picker::new(0x5eed + thread as u64);
+            for _ in 0..per_thread {
+                self.invoke(picker.pick(self.subjects.len()))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Runs the workload: `invocations` invocations of each module in random order, so that the
+/// meterings are measured interleaved, after a warm-up ([`Workload::prepare`]).
 pub fn measure(
     engine: &Engine,
     cache: &Cache,
@@ -257,38 +311,19 @@ pub fn measure(
     invocations: usize,
     threads: usize,
 ) -> anyhow::Result<Results> {
-    let mut subjects = Vec::new();
-    for &m in meterings {
-        subjects.extend(prepare(m, engine, cache, files, call)?);
-    }
-    let mut hosts = Vec::new();
-    for s in &subjects {
-        let module = Module::from_artifact(engine, cache.open(&s.key)?.context("cached")?);
-        let host = (host(engine, &module)?, wasi_template(s)?);
-        invoke(engine, cache, s, &host)?;
-        hosts.push(host);
-    }
-    let mut samples = vec![Vec::with_capacity(invocations); subjects.len()];
+    let work = Workload::prepare(engine, cache, files, call, meterings)?;
+    let n = work.subjects.len();
+    let mut samples = vec![Vec::with_capacity(invocations); n];
     let mut picker = Picker::new(0x5eed);
-    for _ in 0..invocations * subjects.len() {
-        let i = picker.pick(subjects.len());
-        samples[i].push(invoke(engine, cache, &subjects[i], &hosts[i])?);
+    for _ in 0..invocations * n {
+        let i = picker.pick(n);
+        samples[i].push(work.invoke(i)?);
     }
-    let per_thread = invocations * subjects.len();
     let throughput = (threads > 1)
-        .then(|| {
-            Throughput::measure(threads, per_thread, |thread| {
-                let mut picker = Picker::new(0x5eed + thread as u64);
-                for _ in 0..per_thread {
-                    let i = picker.pick(subjects.len());
-                    invoke(engine, cache, &subjects[i], &hosts[i])?;
-                }
-                Ok(())
-            })
-        })
+        .then(|| work.throughput(threads, invocations * n))
         .transpose()?;
     Ok(Results {
-        subjects,
+        subjects: work.subjects,
         samples,
         throughput,
     })

@@ -18,9 +18,8 @@
 //! - **Affinity**: a load that names its text ([`TextId`]) takes back a free region that still
 //!   maps that very text, as it is: no system call, and the pages its earlier runs touched are
 //!   still present (no faults). A region is taken back only for an equal id, and the caller
-//!   promises that equal ids mean equal bytes (ephem's come from a file's identity: device,
-//!   inode, size and modification time, of files that are replaced, never rewritten; a mapping
-//!   keeps its inode alive, so the number cannot be reused meanwhile). A load without an id,
+//!   promises that equal ids mean equal bytes (ephem's are an artifact's seal, a keyed hash of
+//!   the whole file, with its device and inode). A load without an id,
 //!   or for a text no free region holds, maps as above.
 //! - Texts larger than the largest class, or loads after the range is used up, get a mapping
 //!   of their own (the caller's fallback).

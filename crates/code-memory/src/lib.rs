@@ -22,7 +22,8 @@
 //! - **No stale code**: publishing fills everything beyond the new code that an earlier owner
 //!   wrote with trapping bytes, so a slot shows exactly what its current owner wrote.
 //! - **Steady state makes no system call under `dual`**: slots are pre-faulted through both
-//!   views; taking and returning one is a lock-free queue operation. The exceptions are slow
+//!   views; taking and returning one is a list operation under a mutex held for nothing else
+//!   (a slot that still holds the text asked for is published without a write). The exceptions are slow
 //!   paths: creating or growing a slot, and moving a write view (every
 //!   [`PoolConfig::remap_every`] loads of that slot, to an address chosen at random).
 //! - **Instruction caches**: publishing ends with `sys::flush_icache` over the written range
@@ -47,7 +48,7 @@ use std::io;
 use std::str::FromStr;
 
 pub use arena::TextId;
-pub use pool::{CodePool, CodeSlot, LoadedCode, PoolStats};
+pub use pool::{Acquired, CodePool, CodeSlot, LoadedCode, PoolStats};
 pub use sys::{TRAP_FILL, page_size};
 
 /// How code memory is made executable. See the crate documentation for what each does.
@@ -139,6 +140,10 @@ pub struct PoolConfig {
     /// Under `dual`, a slot's write view moves to a fresh random address after this many loads
     /// through it (0 turns it off).
     pub remap_every: u32,
+    /// Slots that may exist to keep texts for later loads of them ([`CodePool::acquire_text`]):
+    /// a load of a text no free slot holds makes a new slot while fewer than this many exist,
+    /// rather than overwrite the text freed longest ago.
+    pub keep_texts: usize,
     /// Required for [`Strategy::Rwx`].
     pub rwx: Option<RwxOptIn>,
 }
@@ -152,6 +157,8 @@ impl Default for PoolConfig {
             max_slots: 1024,
             prefault_slots: std::thread::available_parallelism().map_or(1, |n| n.get()),
             remap_every: 1024,
+            // At most 16 MiB of slots at the default size kept for texts.
+            keep_texts: 16,
             rwx: None,
         }
     }

@@ -203,6 +203,24 @@ impl SlotMem {
         Ok(exec_ptr)
     }
 
+    /// Where the code last published with `len` bytes still executes, if this memory keeps it
+    /// after release, untouched: then it can be published again without being written (the
+    /// flipping strategies leave it read+execute; `naive` unmaps it).
+    pub fn kept(&self, len: usize) -> Option<*const u8> {
+        match self {
+            SlotMem::Fresh { .. } => None,
+            SlotMem::Flip {
+                map, high_water, ..
+            }
+            | SlotMem::Rwx { map, high_water } => {
+                (*high_water == len).then(|| map.as_ptr() as *const u8)
+            }
+            SlotMem::Dual {
+                exec, high_water, ..
+            } => (*high_water == len).then(|| exec.as_ptr() as *const u8),
+        }
+    }
+
     /// Ends a load: the code is no longer executed by its owner.
     pub fn release(&mut self) {
         if let SlotMem::Fresh { map, .. } = self {

@@ -27,7 +27,7 @@ fn pool(strategy: Strategy, remap_every: u32) -> CodePool {
 fn loads_under_seccomp(pool: &CodePool, len: usize, loads: u32) -> i32 {
     let image = module(len, &[(0, 0), (len - 6, 0)]);
     // SAFETY: the child only runs code that neither allocates nor takes locks another thread of
-    // the parent could hold (the pool's queue is lock-free), and does not unwind.
+    // the parent could hold (this pool is used by this thread only), and does not unwind.
     unsafe {
         ephem_test_support::under_seccomp(|| {
             let mut code = 0;

@@ -700,41 +700,76 @@ fn segments_an_image_holds_are_left_out_and_behave_as_dropped() {
     run.call("init", &[Val::I32(8000), Val::I32(0)]);
 }
 
-/// Texts mapped from files keep their arena region when released, and the next load of the
-/// same file takes it back as it is. Two artifacts of the same size (so they compete for the
-/// same regions), loaded in turn many times, each run their own code; a file replaced by
-/// another at the same path (a new file, as the cache replaces entries) runs the new code.
+/// Texts keep their code memory when released (an arena region when mapped from the file, a
+/// code slot when copied), and the next load of the same file takes it back as it is. Two
+/// artifacts of the same size (so they compete for the same regions and slots), loaded in turn
+/// many times, each run their own code; a file replaced by another at the same path (a new
+/// file, as the cache replaces entries) runs the new code.
 #[test]
-fn a_text_region_taken_back_runs_its_own_code_never_another() {
-    let tmp = ephem_test_support::temp_dir();
-    let wat = |n: i32| format!(r#"(module (func (export "f") (result i32) i32.const {n}))"#);
-    let write = |name: &str, n: i32| {
-        let path = tmp.path().join(name);
-        ephem_artifact::write_atomic(&path, &artifact_bytes(&wat(n))).unwrap();
-        path
-    };
-    let (a, b) = (write("a.ephem", 1111), write("b.ephem", 2222));
-    let engine = Engine::with_config(EngineConfig {
-        map_text_at: Some(0),
-        ..EngineConfig::default()
-    })
-    .unwrap();
-    let call = |path: &std::path::Path| {
-        let module = Module::from_file(&engine, path, &KEY).unwrap();
-        Run::new(&module, &[]).i32("f", &[])
-    };
-    for round in 0..200 {
-        let (first, second) = if round % 3 == 0 { (&b, &a) } else { (&a, &b) };
-        let want = |p: &std::path::Path| if p == a { 1111 } else { 2222 };
-        assert_eq!(call(first), want(first), "round {round}");
-        assert_eq!(call(second), want(second), "round {round}");
+fn text_memory_taken_back_runs_its_own_code_never_another() {
+    for map_text_at in [Some(0), Some(usize::MAX)] {
+        let tmp = ephem_test_support::temp_dir();
+        let wat = |n: i32| format!(r#"(module (func (export "f") (result i32) i32.const {n}))"#);
+        let write = |name: &str, n: i32| {
+            let path = tmp.path().join(name);
+            ephem_artifact::write_atomic(&path, &artifact_bytes(&wat(n))).unwrap();
+            path
+        };
+        let (a, b) = (write("a.ephem", 1111), write("b.ephem", 2222));
+        let engine = Engine::with_config(EngineConfig {
+            map_text_at,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let prefaulted = engine.code_pool().stats().slots;
+        let call = |path: &std::path::Path| {
+            let module = Module::from_file(&engine, path, &KEY).unwrap();
+            Run::new(&module, &[]).i32("f", &[])
+        };
+        for round in 0..200 {
+            let (first, second) = if round % 3 == 0 { (&b, &a) } else { (&a, &b) };
+            let want = |p: &std::path::Path| if p == a { 1111 } else { 2222 };
+            assert_eq!(call(first), want(first), "{map_text_at:?}, round {round}");
+            assert_eq!(call(second), want(second), "{map_text_at:?}, round {round}");
+        }
+        // The same path, a new file with other code.
+        let replaced = write("c.ephem", 3333);
+        std::fs::rename(&replaced, &a).unwrap();
+        for _ in 0..3 {
+            assert_eq!(call(&a), 3333, "{map_text_at:?}");
+            assert_eq!(call(&b), 2222, "{map_text_at:?}");
+        }
+        let made = engine.code_pool().stats().slots - prefaulted;
+        if map_text_at == Some(0) {
+            assert_eq!(made, 0, "nothing was copied");
+        } else {
+            // At most a slot per text (three), not one per load.
+            assert!(made <= 3, "{made} code slots made");
+        }
     }
-    // The same path, a new file with other code.
-    let replaced = write("c.ephem", 3333);
-    std::fs::rename(&replaced, &a).unwrap();
-    for _ in 0..3 {
-        assert_eq!(call(&a), 3333);
-        assert_eq!(call(&b), 2222);
+}
+
+/// Modules compiled in this process (memory files, made and dropped one after another) with
+/// other constants, many rounds over a few at a time: each runs its own code, whatever slot
+/// an earlier one left its text in.
+#[test]
+fn modules_made_in_memory_never_run_each_others_code() {
+    let engine = Engine::default();
+    let compiler = Compiler::new().unwrap();
+    let module = |n: i32| {
+        let wat = format!(r#"(module (func (export "f") (result i32) i32.const {n}))"#);
+        Module::from_artifact(
+            &engine,
+            Artifact::from_compiled(&compiler.compile(wat.as_bytes()).unwrap()).unwrap(),
+        )
+    };
+    for round in 0..100 {
+        let live: Vec<(i32, Module)> = (0..3)
+            .map(|k| (round * 3 + k, module(round * 3 + k)))
+            .collect();
+        for (n, m) in live.iter().chain(live.iter().rev()) {
+            assert_eq!(Run::new(m, &[]).i32("f", &[]), *n, "round {round}");
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ephem_artifact::{Artifact, ArtifactKey};
-use ephem_code_memory::{LoadedCode, TextId};
+use ephem_code_memory::{Acquired, LoadedCode, TextId};
 use ephem_module::{
     ArchivedConstExpr, ArchivedSegmentMode, Builtin, CompiledModule, ConstExpr, ConstOp,
     EntityIndex, ImportKind, Reloc, SegmentMode, TrapKind, ValRaw, VmFuncRef, VmOffsets, native,
@@ -860,27 +860,31 @@ impl ImageSource for ArtifactImage<'_> {
     }
 }
 
-/// Copies (or maps) the module's text into executable memory and relocates it.
+/// Copies (or maps) the module's text into executable memory and relocates it, or takes back
+/// a slot or arena region that still holds it.
 fn load_code(module: &Module) -> Result<LoadedCode, Error> {
     let m = &*module.inner;
     let artifact = &m.artifact;
     let text_len = artifact.text_len();
     let tag = Arc::as_ptr(&module.inner) as usize;
+    let id = text_id(artifact);
     if artifact.relocs().is_empty() && m.engine.maps_text(text_len) {
-        // The file's identity names the text: a free arena region that still maps it is taken
-        // back with its pages present (files are replaced, never rewritten: see the artifact).
-        let [dev, ino, size, mtime, mtime_ns] = artifact.identity().words();
-        let offset = artifact.text_file_offset();
-        let id = TextId([dev, ino, size, mtime, mtime_ns, offset]);
         return Ok(LoadedCode::map_file(
             artifact.file(),
-            offset,
+            artifact.text_file_offset(),
             text_len,
             tag,
             Some(id),
         )?);
     }
-    let mut slot = m.engine.code_pool().acquire(text_len.max(1))?;
+    let mut slot = match m
+        .engine
+        .code_pool()
+        .acquire_text(text_len.max(1), id, tag)?
+    {
+        Acquired::Kept(code) => return Ok(code),
+        Acquired::Empty(slot) => slot,
+    };
     let bytes = slot.bytes_mut();
     // Straight from the file into the slot's write view: one copy, no mapping.
     artifact.read_text(&mut bytes[..text_len])?;
@@ -892,6 +896,19 @@ fn load_code(module: &Module) -> Result<LoadedCode, Error> {
         bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
     }
     Ok(slot.publish_tagged(tag)?)
+}
+
+/// What names an artifact's text for taking back code memory that still holds it: equal ids
+/// must mean equal bytes once loaded. The seal is a keyed hash of the whole file, and the
+/// relocations point at this process's libcalls, the same for every load. The device and
+/// inode are added for files opened without checking their seal: their text is another
+/// file's only if that file is this one (a mapped file's inode stays alive; an unmapped one
+/// that is reused must also carry the very same seal).
+fn text_id(artifact: &ephem_artifact::Artifact) -> TextId {
+    let seal = artifact.seal();
+    let word = |i: usize| u64::from_le_bytes(seal[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    let [dev, ino, ..] = artifact.identity().words();
+    TextId([word(0), word(1), word(2), word(3), dev, ino])
 }
 
 /// Element segments, data segments (images first), start function.
