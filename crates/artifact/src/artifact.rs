@@ -238,6 +238,54 @@ fn looks_like_artifact(h: &[u8]) -> bool {
 /// Reads the file's bytes from `front.len()` up to `end` onto the end of `front`, into its spare
 /// capacity: zeroing a buffer that is about to be overwritten costs as much as a third of the
 /// read.
+/// Front buffers of dropped artifacts, kept per thread for the next opens: a buffer of tens of
+/// KiB, allocated and freed on every invocation, costs more in the allocator (which coalesces
+/// such chunks on free) than the read that fills it.
+mod spare {
+    use std::cell::RefCell;
+
+    use rkyv::util::AlignedVec;
+
+    /// Buffers kept per thread.
+    const KEEP: usize = 4;
+    /// Larger buffers are freed: a module that big is rare, and its open costs far more.
+    const MAX_BYTES: usize = 1 << 20;
+
+    thread_local! {
+        static FRONTS: RefCell<Vec<AlignedVec<16>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An empty buffer, with the capacity an earlier artifact left if any.
+    pub(super) fn take() -> AlignedVec<16> {
+        FRONTS
+            .try_with(|f| f.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// Keeps `front` for a later [`take`] (its bytes are dropped).
+    pub(super) fn give_back(mut front: AlignedVec<16>) {
+        if front.capacity() == 0 || front.capacity() > MAX_BYTES {
+            return;
+        }
+        front.clear();
+        // During thread exit the buffer is simply freed.
+        let _ = FRONTS.try_with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() < KEEP {
+                f.push(front);
+            }
+        });
+    }
+}
+
+impl Drop for Artifact {
+    fn drop(&mut self) {
+        spare::give_back(std::mem::take(&mut self.front));
+    }
+}
+
 fn read_front(file: &File, front: &mut AlignedVec<16>, end: usize) -> Result<(), Error> {
     front.reserve(end.saturating_sub(front.len()));
     while front.len() < end {
@@ -367,7 +415,7 @@ impl Artifact {
             let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
             verified.get(id).copied()
         });
-        let mut front = AlignedVec::<16>::new();
+        let mut front = spare::take();
         read_front(
             &file,
             &mut front,

@@ -324,20 +324,29 @@ pub(crate) struct InstanceData {
     dropped_elems: RefCell<Vec<bool>>,
 }
 
-/// The vmctx bytes, 16-aligned.
+/// The vmctx bytes, 16-aligned, followed by the cells of the globals the instance defines
+/// (which the vmctx points at, as at imported ones).
 struct VmCtx(Box<[std::mem::MaybeUninit<ValRaw>]>);
 
 impl VmCtx {
-    /// A vmctx of `size` bytes, the first `zeroed` of them zeros; the rest (lazy funcref
-    /// slots) is written before anything reads it, so zeroing it would only cost time.
-    fn new(size: u32, zeroed: u32) -> VmCtx {
-        let mut words = Box::new_uninit_slice((size as usize).div_ceil(16).max(1));
+    /// A vmctx of `size` bytes, the first `zeroed` of them zeros, and `globals` cells; the rest
+    /// (lazy funcref slots) is written before anything reads it, and each global's cell when
+    /// it is made, so zeroing them would only cost time.
+    fn new(size: u32, zeroed: u32, globals: usize) -> VmCtx {
+        let words = (size as usize).div_ceil(16);
+        let mut words = Box::new_uninit_slice((words + globals).max(1));
         let zeroed = (zeroed as usize).div_ceil(16).min(words.len());
         words[..zeroed].fill(std::mem::MaybeUninit::new(0));
         VmCtx(words)
     }
     fn ptr(&self) -> *mut u8 {
         self.0.as_ptr() as *mut u8
+    }
+    /// The cell of defined global `k` (of the `globals` made with the vmctx of `size` bytes).
+    fn global_cell(&self, size: u32, k: usize) -> *mut ValRaw {
+        let at = (size as usize).div_ceil(16) + k;
+        assert!(at < self.0.len(), "a cell of this vmctx");
+        self.0.as_ptr().wrapping_add(at) as *mut ValRaw
     }
     /// # Safety
     /// `offset` must be a field of this vmctx of type `T` (per `VmOffsets`).
@@ -686,7 +695,11 @@ pub(crate) unsafe fn instantiate(
     }
 
     let o = &m.offsets;
-    let vmctx = VmCtx::new(o.size, o.funcref(m.artifact.first_lazy_slot()));
+    let vmctx = VmCtx::new(
+        o.size,
+        o.funcref(m.artifact.first_lazy_slot()),
+        info.global_inits.len(),
+    );
     let vm = vmctx.ptr();
     let funcref_at = |f: u32| vm.wrapping_add(o.funcref(m.funcref_slot(f)) as usize) as usize;
     // SAFETY (all writes below): offsets come from this module's `VmOffsets`.
@@ -746,7 +759,9 @@ pub(crate) unsafe fn instantiate(
                 store.globals[globals[g as usize] as usize].get() as u64
             }),
         };
-        globals.push(store.push_global(GlobalData::new(ty, value)).index);
+        // SAFETY: a cell of this instance's vmctx, which the store keeps as long as the global.
+        let global = unsafe { GlobalData::in_vmctx(ty, vmctx.global_cell(o.size, k), value) };
+        globals.push(store.push_global(global).index);
     }
     for (i, &g) in globals.iter().enumerate() {
         // SAFETY: as above.

@@ -23,7 +23,8 @@
 //!
 //! # Cost
 //! Creating a store is one allocation (the boxed inner part, so that its address, which
-//! instances point at, never changes); its vectors allocate only when something is added.
+//! instances point at, never changes); its vectors are those a store dropped earlier on the
+//! same thread left, emptied, so a store per invocation does not allocate them again.
 
 use std::cell::UnsafeCell;
 use std::num::NonZeroU64;
@@ -127,6 +128,75 @@ pub struct StoreOpaque {
     limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
 }
 
+/// A store's vectors, empty: a dropped store's are kept per thread for the next store, since a
+/// store per invocation would otherwise allocate each of them again on its first use.
+#[derive(Default)]
+struct Parts {
+    #[allow(clippy::vec_box)]
+    instances: Vec<Box<InstanceData>>,
+    memories: Vec<LinearMemory>,
+    tables: Vec<TableData>,
+    globals: Vec<GlobalData>,
+    host_funcs: Vec<StoredHostFunc>,
+    keep: Vec<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+thread_local! {
+    static SPARE_PARTS: std::cell::Cell<Option<Parts>> = const { std::cell::Cell::new(None) };
+}
+
+impl Parts {
+    /// Larger vectors are freed rather than kept: a store that held that much is rare.
+    const MAX_KEPT: usize = 64;
+
+    fn take() -> Parts {
+        SPARE_PARTS
+            .try_with(|spare| spare.take())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// Keeps these (emptied) vectors for the next [`Parts::take`] on this thread.
+    fn give_back(self) {
+        let small = [
+            self.instances.capacity(),
+            self.memories.capacity(),
+            self.tables.capacity(),
+            self.globals.capacity(),
+            self.host_funcs.capacity(),
+            self.keep.capacity(),
+        ]
+        .iter()
+        .all(|&c| c <= Self::MAX_KEPT);
+        if small {
+            // During thread exit they are simply freed.
+            let _ = SPARE_PARTS.try_with(|spare| spare.set(Some(self)));
+        }
+    }
+}
+
+impl Drop for StoreOpaque {
+    fn drop(&mut self) {
+        // In the fields' order, as without this: instances first (see the field).
+        self.instances.clear();
+        self.memories.clear();
+        self.tables.clear();
+        self.globals.clear();
+        self.host_funcs.clear();
+        self.keep.clear();
+        Parts {
+            instances: std::mem::take(&mut self.instances),
+            memories: std::mem::take(&mut self.memories),
+            tables: std::mem::take(&mut self.tables),
+            globals: std::mem::take(&mut self.globals),
+            host_funcs: std::mem::take(&mut self.host_funcs),
+            keep: std::mem::take(&mut self.keep),
+        }
+        .give_back();
+    }
+}
+
 /// A host function made in (or imported into) a store.
 pub(crate) struct StoredHostFunc {
     /// Kept alive by an entry of the store's `keep`.
@@ -146,22 +216,32 @@ impl<T> Store<T> {
     pub fn new(engine: &Engine, data: T) -> Store<T> {
         Store {
             inner: Box::new(StoreInner {
-                opaque: StoreOpaque {
-                    id: StoreId::next(),
-                    engine: engine.clone(),
-                    instances: Vec::new(),
-                    memories: Vec::new(),
-                    tables: Vec::new(),
-                    globals: Vec::new(),
-                    host_funcs: Vec::new(),
-                    keep: Vec::new(),
-                    host_failure: None,
-                    stack_limit: UnsafeCell::new(0),
-                    epoch_deadline: AtomicU64::new(u64::MAX),
-                    fuel: UnsafeCell::new(i64::MAX),
-                    fuel_enabled: false,
-                    metered: None,
-                    limiter: None,
+                opaque: {
+                    let Parts {
+                        instances,
+                        memories,
+                        tables,
+                        globals,
+                        host_funcs,
+                        keep,
+                    } = Parts::take();
+                    StoreOpaque {
+                        id: StoreId::next(),
+                        engine: engine.clone(),
+                        instances,
+                        memories,
+                        tables,
+                        globals,
+                        host_funcs,
+                        keep,
+                        host_failure: None,
+                        stack_limit: UnsafeCell::new(0),
+                        epoch_deadline: AtomicU64::new(u64::MAX),
+                        fuel: UnsafeCell::new(i64::MAX),
+                        fuel_enabled: false,
+                        metered: None,
+                        limiter: None,
+                    }
                 },
                 data,
                 limiter: None,
