@@ -360,6 +360,15 @@ impl Artifact {
             .read(true)
             .custom_flags(flags.bits() as i32)
             .open(&path)?;
+        Artifact::from_opened(file, path, key)
+    }
+
+    /// As [`Artifact::open_with`], for `file`, already opened from `path`.
+    pub(crate) fn from_opened(
+        file: File,
+        path: PathBuf,
+        key: Option<&ArtifactKey>,
+    ) -> Result<Artifact, Error> {
         let mut artifact = Artifact::from_file(file, Some(key))?;
         artifact.path = Some(path);
         Ok(artifact)

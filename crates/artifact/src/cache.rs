@@ -30,10 +30,11 @@
 //!   kept in memory and [`Outcome::Uncached`] says why.
 
 use std::io::Write;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use ephem_module::CompiledModule;
 
@@ -60,6 +61,24 @@ pub struct Cache {
     max_bytes: u64,
     /// The deployment's key: given, or loaded from (made in) the directory on first use.
     key: OnceLock<Result<ArtifactKey, String>>,
+    /// The directory, open once an entry was found in it (-1 before): entries are opened
+    /// relative to it, which spares the kernel a walk of the directory's path on every open
+    /// (see [`Cache::open_entry`]).
+    dir_fd: AtomicI32,
+    /// Descriptors of directories found at `dir` before the one `dir_fd` holds (someone
+    /// replaced the directory): closed with the cache, since another thread may still be
+    /// opening through one.
+    retired: Mutex<Vec<OwnedFd>>,
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        let fd = *self.dir_fd.get_mut();
+        if fd >= 0 {
+            // SAFETY: the cache's own descriptor, no longer shared (`&mut self`).
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+    }
 }
 
 /// Where an artifact came from.
@@ -109,6 +128,8 @@ impl Cache {
             dir: dir.into(),
             max_bytes,
             key: OnceLock::new(),
+            dir_fd: AtomicI32::new(-1),
+            retired: Mutex::default(),
         }
     }
 
@@ -118,6 +139,8 @@ impl Cache {
             dir: dir.into(),
             max_bytes,
             key: OnceLock::from(Ok(key)),
+            dir_fd: AtomicI32::new(-1),
+            retired: Mutex::default(),
         }
     }
 
@@ -188,7 +211,8 @@ impl Cache {
     /// is removed and reported as the error, which names it.
     pub fn open(&self, key: &str) -> Result<Option<Artifact>, Error> {
         let sealer = self.artifact_key()?;
-        let opened = Artifact::open_with(self.path(key), Some(sealer), true).and_then(|artifact| {
+        let opened = self.open_entry(key).and_then(|file| {
+            let artifact = Artifact::from_opened(file, self.path(key), Some(sealer))?;
             if source_is(key, &artifact.source()) {
                 Ok(artifact)
             } else {
@@ -219,6 +243,75 @@ impl Cache {
             path,
             source: Box::new(e),
         })
+    }
+
+    /// Opens the file of entry `key` (never blocking on a FIFO, never through a symbolic
+    /// link): relative to the directory once it is open, else by path. An entry the directory
+    /// lacks but the path finds means the directory was replaced: the new one is opened for
+    /// the next entries.
+    fn open_entry(&self, key: &str) -> Result<std::fs::File, Error> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let dir = self.dir_fd.load(Ordering::Acquire);
+        if dir >= 0 {
+            let (mut stack, mut heap) = ([0; 128], String::new());
+            let name = entry_name(key, &mut stack, &mut heap);
+            // SAFETY: `dir_fd` holds a descriptor this cache owns and closes only when
+            // dropped; replaced ones are kept open in `retired` until then.
+            let dir = unsafe { BorrowedFd::borrow_raw(dir) };
+            match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+                Ok(fd) => return Ok(fd.into()),
+                Err(Errno::NOENT) => {}
+                Err(e) => return Err(Error::Io(e.into())),
+            }
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags((flags & !OFlags::RDONLY).bits() as i32)
+            .open(self.path(key))?;
+        self.open_dir();
+        Ok(file)
+    }
+
+    /// Opens the directory for [`Cache::open_entry`], unless the descriptor it has is of the
+    /// same directory.
+    fn open_dir(&self) {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let Ok(fresh) = rustix::fs::open(&self.dir, flags, Mode::empty()) else {
+            return;
+        };
+        let old = self.dir_fd.load(Ordering::Acquire);
+        if old >= 0 {
+            // SAFETY: as in `open_entry`.
+            let old_fd = unsafe { BorrowedFd::borrow_raw(old) };
+            let same = match (rustix::fs::fstat(old_fd), rustix::fs::fstat(&fresh)) {
+                (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+                _ => false,
+            };
+            if same {
+                return;
+            }
+        }
+        let raw = fresh.as_raw_fd();
+        match self
+            .dir_fd
+            .compare_exchange(old, raw, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                std::mem::forget(fresh);
+                if old >= 0 {
+                    // SAFETY: the descriptor `dir_fd` owned until the exchange above.
+                    let old = unsafe { OwnedFd::from_raw_fd(old) };
+                    self.retired
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(old);
+                }
+            }
+            // Another thread replaced it meanwhile: theirs stays, this one is closed.
+            Err(_) => drop(fresh),
+        }
     }
 
     /// The artifact for `key`: from the cache, or made by `compile` and stored.
@@ -429,6 +522,21 @@ impl Cache {
             }
         }
         Ok(entries)
+    }
+}
+
+/// The file name of entry `key`: written into `stack` when it fits (the hot path allocates
+/// nothing), else into `heap`.
+fn entry_name<'a>(key: &'a str, stack: &'a mut [u8; 128], heap: &'a mut String) -> &'a str {
+    let len = key.len() + 1 + EXT.len();
+    if len <= stack.len() {
+        stack[..key.len()].copy_from_slice(key.as_bytes());
+        stack[key.len()] = b'.';
+        stack[key.len() + 1..len].copy_from_slice(EXT.as_bytes());
+        std::str::from_utf8(&stack[..len]).expect("made of a str and ASCII")
+    } else {
+        *heap = format!("{key}.{EXT}");
+        heap
     }
 }
 

@@ -421,3 +421,40 @@ fn odd_files_at_a_keys_path_are_replaced_without_blocking_or_following() {
         "a link's target is untouched"
     );
 }
+
+/// Entries are opened relative to the cache's directory once it is found: a directory removed
+/// and made again under the same path is noticed, and its entries (made by another process's
+/// cache here) are the ones opened from then on.
+#[test]
+fn a_replaced_cache_directory_is_followed() {
+    let compiler = Compiler::new().unwrap();
+    let engine = Engine::default();
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().join("cache");
+    let key = ephem_artifact::ArtifactKey::from_bytes([9; 32]);
+    let cache = Cache::with_key(&dir, 1 << 30, key.clone());
+    let wasm = wat(1);
+    let (_, first) = ephem::compile_cached(&compiler, &engine, &cache, wasm.as_bytes()).unwrap();
+    assert_eq!(first, Outcome::Compiled { replaced: None });
+    let (module, hit) = ephem::compile_cached(&compiler, &engine, &cache, wasm.as_bytes()).unwrap();
+    assert_eq!(hit, Outcome::Hit);
+    assert_eq!(call_f(&engine, &module), 1);
+
+    std::fs::remove_dir_all(&dir).unwrap();
+    let other = Cache::with_key(&dir, 1 << 30, key);
+    let (_, made) = ephem::compile_cached(&compiler, &engine, &other, wasm.as_bytes()).unwrap();
+    assert_eq!(made, Outcome::Compiled { replaced: None });
+    for _ in 0..3 {
+        let (module, hit) =
+            ephem::compile_cached(&compiler, &engine, &cache, wasm.as_bytes()).unwrap();
+        assert_eq!(hit, Outcome::Hit, "found in the new directory");
+        assert_eq!(call_f(&engine, &module), 1);
+    }
+    // An entry the other cache adds later is seen through the new directory too.
+    let (_, made) = ephem::compile_cached(&compiler, &engine, &other, wat(2).as_bytes()).unwrap();
+    assert_eq!(made, Outcome::Compiled { replaced: None });
+    let (module, hit) =
+        ephem::compile_cached(&compiler, &engine, &cache, wat(2).as_bytes()).unwrap();
+    assert_eq!(hit, Outcome::Hit);
+    assert_eq!(call_f(&engine, &module), 2);
+}
