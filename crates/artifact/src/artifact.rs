@@ -235,9 +235,6 @@ fn looks_like_artifact(h: &[u8]) -> bool {
     differ <= 2 || fields_intact
 }
 
-/// Reads the file's bytes from `front.len()` up to `end` onto the end of `front`, into its spare
-/// capacity: zeroing a buffer that is about to be overwritten costs as much as a third of the
-/// read.
 /// Front buffers of dropped artifacts, kept per thread for the next opens: a buffer of tens of
 /// KiB, allocated and freed on every invocation, costs more in the allocator (which coalesces
 /// such chunks on free) than the read that fills it.
@@ -286,6 +283,9 @@ impl Drop for Artifact {
     }
 }
 
+/// Reads the file's bytes from `front.len()` up to `end` onto the end of `front`, into its spare
+/// capacity: zeroing a buffer that is about to be overwritten costs as much as a third of the
+/// read.
 fn read_front(file: &File, front: &mut AlignedVec<16>, end: usize) -> Result<(), Error> {
     front.reserve(end.saturating_sub(front.len()));
     while front.len() < end {

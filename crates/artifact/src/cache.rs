@@ -265,12 +265,10 @@ impl Cache {
                 Err(e) => return Err(Error::Io(e.into())),
             }
         }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags((flags & !OFlags::RDONLY).bits() as i32)
-            .open(self.path(key))?;
+        let fd = rustix::fs::open(self.path(key), flags, Mode::empty())
+            .map_err(|e| Error::Io(e.into()))?;
         self.open_dir();
-        Ok(file)
+        Ok(fd.into())
     }
 
     /// Opens the directory for [`Cache::open_entry`], unless the descriptor it has is of the

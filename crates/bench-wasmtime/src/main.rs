@@ -45,7 +45,7 @@ fn main() -> anyhow::Result<()> {
 
     // ephem.
     let ephem_engine = args.engine()?;
-    let cache = ephem::Cache::new(dir.join("ephem"), u64::MAX);
+    let cache = args.cache(&dir);
     let work = Workload::prepare(
         &ephem_engine,
         &cache,
@@ -103,12 +103,8 @@ fn main() -> anyhow::Result<()> {
         .then(|| -> anyhow::Result<_> {
             let per_thread = args.invocations * n;
             let ours = work.throughput(args.threads, per_thread)?;
-            let theirs = fresh::Throughput::measure(args.threads, per_thread, |thread| {
-                let mut picker = Picker::new(0x5eed + thread as u64);
-                for _ in 0..per_thread {
-                    wasmtime_invoke(picker.pick(n))?;
-                }
-                Ok(())
+            let theirs = fresh::Throughput::of_picks(args.threads, per_thread, n, |i| {
+                wasmtime_invoke(i).map(drop)
             })?;
             Ok((ours, theirs))
         })

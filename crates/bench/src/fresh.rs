@@ -199,6 +199,23 @@ pub struct Throughput {
 }
 
 impl Throughput {
+    /// Throughput of `per_thread` invocations per thread, each `invoke(i)` of a subject `i` of
+    /// `subjects` picked at random (a seed per thread).
+    pub fn of_picks(
+        threads: usize,
+        per_thread: usize,
+        subjects: usize,
+        invoke: impl Fn(usize) -> anyhow::Result<()> + Sync,
+    ) -> anyhow::Result<Throughput> {
+        Throughput::measure(threads, per_thread, |thread| {
+            let mut picker = Picker::new(0x5eed + thread as u64);
+            for _ in 0..per_thread {
+                invoke(picker.pick(subjects))?;
+            }
+            Ok(())
+        })
+    }
+
     /// Runs `work(thread)` (which makes `per_thread` invocations) on one thread, then on
     /// `threads` at once, and times both.
     pub fn measure(
@@ -290,12 +307,8 @@ impl<'a> Workload<'a> {
     /// Throughput on `threads` threads against one, each making `per_thread` invocations in
     /// random order.
     pub fn throughput(&self, threads: usize, per_thread: usize) -> anyhow::Result<Throughput> {
-        Throughput::measure(threads, per_thread, |thread| {
-            let mut picker = Picker::new(0x5eed + thread as u64);
-            for _ in 0..per_thread {
-                self.invoke(picker.pick(self.subjects.len()))?;
-            }
-            Ok(())
+        Throughput::of_picks(threads, per_thread, self.subjects.len(), |i| {
+            self.invoke(i).map(drop)
         })
     }
 }
@@ -503,10 +516,15 @@ impl FreshArgs {
         }
     }
 
+    /// ephem's cache in the working directory `dir`.
+    pub fn cache(&self, dir: &std::path::Path) -> Cache {
+        Cache::new(dir.join("ephem"), u64::MAX)
+    }
+
     /// Runs the workload on ephem, with the cache in `dir`.
     pub fn measure(&self, dir: &std::path::Path) -> anyhow::Result<Results> {
         let engine = self.engine()?;
-        let cache = Cache::new(dir.join("ephem"), u64::MAX);
+        let cache = self.cache(dir);
         measure(
             &engine,
             &cache,
