@@ -358,19 +358,24 @@ impl Slot {
     /// run of them), which leaves them present for the next instance and, unlike discarding,
     /// makes the kernel flush no other core's TLB.
     ///
-    /// Reading the page map costs per page read, touched or not (about 0.5 µs, then 4 ns per
-    /// page), so a reset reads it only up to the slot's high-water mark, below which its
-    /// instances touched pages densely enough (a page per [`SCAN_DENSITY`] bytes) that the
-    /// faults saved pay for the reading; the rest is discarded whole, which costs little, and
-    /// flushes nothing, where nothing was touched. Below the mark there may be nothing to read
-    /// at all (an instance that touches no memory makes one `madvise`, as before the page map).
-    /// The mark is learned by reading the whole slot (up to [`MAX_SCAN`]) every so often: after
+    /// A reset reads the page map only up to the slot's high-water mark, below which its
+    /// instances touched pages; the rest is discarded whole, which costs little, and flushes
+    /// nothing, where nothing was touched. Below the mark there may be nothing to read at all
+    /// (an instance that touches no memory makes one `madvise`, as before the page map). The
+    /// mark is learned by reading the whole slot (up to [`MAX_SCAN`]) every so often: after
     /// [`FIRST_FULL_SCAN`] resets, then twice as long each time it learns nothing new, up to
     /// [`MAX_FULL_SCAN`]; and at the next reset when one finds a page touched past the mark.
+    ///
+    /// Where the page map is asked with `PAGEMAP_SCAN`, which costs by what was touched, any
+    /// page touched sets the mark: a stack at the top of a 2 MiB memory and a few pages at its
+    /// bottom (Rust's brotli) stay resident. Reading the page map file costs per page read,
+    /// touched or not (about 0.5 µs, then 4 ns per page), so there the mark is set only where
+    /// instances touched pages densely enough (a page per [`SCAN_DENSITY`] bytes) that the
+    /// faults saved pay for the reading.
     fn reset_by_page_map(&mut self, config: &MemoryConfig) -> rustix::io::Result<bool> {
-        use crate::pagemap::{PAGE as HOST_PAGE, Page};
+        use crate::pagemap::{PAGE as HOST_PAGE, Page, Pages};
         thread_local! {
-            static ENTRIES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+            static TOUCHED: RefCell<Vec<Pages>> = const { RefCell::new(Vec::new()) };
         }
         let image = self.image.map_or(0..0, |i| i.offset..i.offset + i.len);
         let full = self.learned.until_full == 0;
@@ -382,8 +387,8 @@ impl Slot {
             self.discard(0, self.accessible)?;
             return Ok(true);
         }
-        ENTRIES.with_borrow_mut(|entries| {
-            if !crate::pagemap::read(self.base, scanned, entries) {
+        TOUCHED.with_borrow_mut(|runs| {
+            if !crate::pagemap::touched(self.base, scanned, runs) {
                 return Ok(false);
             }
             let mut budget = config.resident_dirty_bytes / HOST_PAGE;
@@ -391,46 +396,50 @@ impl Slot {
             let (mut touched, mut top) = (0, 0);
             // The runs of pages to discard, and of image pages to copy back, the scan is in.
             let (mut discard_run, mut copy_run) = (Run::default(), Run::default());
-            for (k, &entry) in entries.iter().enumerate() {
-                let at = k * HOST_PAGE;
-                let page = Page::of(entry);
-                if page == Page::Absent && discard_run.is_empty() && copy_run.is_empty() {
-                    continue;
+            // Where the last run of touched pages ended: an untouched page there ends the runs.
+            let mut after = 0;
+            for &Pages { start, end, page } in runs.iter() {
+                if start != after {
+                    copy_run.step(false, after, |from, to| self.copy_back(from, to))?;
+                    discard_run.step(false, after, |from, to| self.discard(from, to))?;
                 }
-                if page != Page::Absent {
-                    touched += 1;
-                    top = at + HOST_PAGE;
-                }
-                let written_image = page == Page::Private && image.contains(&at);
-                let copy = written_image && self.image_file.is_some();
-                copy_run.step(copy, at, |from, to| self.copy_back(from, to))?;
-                let discard = match page {
-                    Page::Absent | Page::File => false,
-                    Page::Swapped => true,
-                    Page::Private if image.contains(&at) => self.image_file.is_none(),
-                    Page::Private => {
-                        // SAFETY: an accessible, present page of our reservation, referenced
-                        // by nothing (its memory is being dropped).
-                        let page =
-                            unsafe { std::slice::from_raw_parts_mut(self.base.add(at), HOST_PAGE) };
-                        // Reading first spares the shared zero page a copy-on-write fault.
-                        if is_zero(page) {
-                            false
-                        } else if budget > 0 {
-                            budget -= 1;
-                            page.fill(0);
-                            false
-                        } else {
-                            true
+                after = end;
+                touched += (end - start) / HOST_PAGE;
+                top = end;
+                for at in (start..end).step_by(HOST_PAGE) {
+                    let written_image = page == Page::Private && image.contains(&at);
+                    let copy = written_image && self.image_file.is_some();
+                    copy_run.step(copy, at, |from, to| self.copy_back(from, to))?;
+                    let discard = match page {
+                        Page::File => false,
+                        Page::Swapped => true,
+                        Page::Private if image.contains(&at) => self.image_file.is_none(),
+                        Page::Private => {
+                            // SAFETY: an accessible, present page of our reservation,
+                            // referenced by nothing (its memory is being dropped).
+                            let page = unsafe {
+                                std::slice::from_raw_parts_mut(self.base.add(at), HOST_PAGE)
+                            };
+                            // Reading first spares the shared zero page a copy-on-write fault.
+                            if is_zero(page) {
+                                false
+                            } else if budget > 0 {
+                                budget -= 1;
+                                page.fill(0);
+                                false
+                            } else {
+                                true
+                            }
                         }
-                    }
-                };
-                discard_run.step(discard, at, |from, to| self.discard(from, to))?;
+                    };
+                    discard_run.step(discard, at, |from, to| self.discard(from, to))?;
+                }
             }
             copy_run.step(false, scanned, |from, to| self.copy_back(from, to))?;
             // The run under way, if any, and everything past what was read.
             self.discard(discard_run.start().unwrap_or(scanned), self.accessible)?;
-            self.learned.learn(full, touched, top);
+            self.learned
+                .learn(full, touched, top, crate::pagemap::cost_follows_touched());
             Ok(true)
         })
     }
@@ -441,10 +450,6 @@ impl Slot {
 struct Run(Option<usize>);
 
 impl Run {
-    fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
-
     fn start(&self) -> Option<usize> {
         self.0
     }
@@ -492,8 +497,9 @@ impl Learned {
     }
 
     /// After a reset that read all of the slot's page map (up to [`MAX_SCAN`]) if `full`, else
-    /// up to [`Learned::reach`], and found `touched` pages, the last ending at `top`.
-    fn learn(&mut self, full: bool, touched: usize, top: usize) {
+    /// up to [`Learned::reach`], and found `touched` pages, the last ending at `top`; `cheap`
+    /// if asking cost by what was touched (then any page touched sets the mark).
+    fn learn(&mut self, full: bool, touched: usize, top: usize, cheap: bool) {
         if !full {
             // Touched past the mark: look at the whole slot at the next reset.
             self.until_full = if top > self.mark {
@@ -503,7 +509,7 @@ impl Learned {
             };
             return;
         }
-        let mark = if touched * SCAN_DENSITY >= top {
+        let mark = if touched * SCAN_DENSITY >= top || (cheap && touched > 0) {
             top
         } else {
             0
