@@ -9,9 +9,9 @@
 //! flush every other core's TLB for this process, which is what limited two threads' throughput.
 //!
 //! [`touched`] hands back the runs of pages that are not absent. It asks the kernel with the
-//! `PAGEMAP_SCAN` ioctl (Linux 6.7) where it can: the kernel skips untouched page tables whole
-//! and answers in runs, so the cost follows what was touched, not the range's size (a 16 MiB
-//! slot with 256 pages touched: about 1 µs instead of 10). Older kernels answer with an error
+//! `PAGEMAP_SCAN` ioctl (Linux 6.7) where it can: the kernel skips ranges without page tables
+//! whole and answers in runs, so the cost follows where pages were touched, not the range's
+//! size. Older kernels answer with an error
 //! once, and from then on the file is read: one 64-bit entry per page, one `pread`, merged into
 //! the same runs, at about 0.5 µs plus 4 ns per page.
 //!
