@@ -334,6 +334,60 @@ fn reused_memory_slots_never_show_the_previous_instance() {
     }
 }
 
+/// Two modules whose images differ only in their bytes (same size, same place) take turns in
+/// one slot, and each instance writes every page of its image: the next instance of either sees
+/// its own image, whether a reset copied the pages back from the file, from the slot's
+/// pristine copies (kept per image, so never the other module's), or, past the copies the slot
+/// keeps, from the file again.
+#[test]
+fn written_image_pages_come_back_as_their_own_image() {
+    // 24 pages of image (more than a slot keeps pristine copies of), each page starting with
+    // its module's letter and its number.
+    let wat = |letter: char| {
+        let mut w = String::from(
+            r#"(module (memory (export "mem") 2)
+              (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0)))
+              (func (export "scribble") (local $p i32)
+                (loop $l
+                  (i32.store8 (local.get $p) (i32.const 0xee))
+                  (i32.store8 (i32.add (local.get $p) (i32.const 1)) (i32.const 0xee))
+                  (local.set $p (i32.add (local.get $p) (i32.const 4096)))
+                  (br_if $l (i32.lt_u (local.get $p) (i32.const 98304)))))"#,
+        );
+        // Whole pages of data, so that the memory has an image.
+        let fill = letter.to_string().repeat(4094);
+        for page in 0..24 {
+            w += &format!(
+                "(data (i32.const {}) \"{letter}\\{page:02x}{fill}\")",
+                page * 4096
+            );
+        }
+        w + ")"
+    };
+    let engine = engine_with(0, 0, true);
+    let compiler = Compiler::new().unwrap();
+    let modules =
+        ['a', 'b'].map(|l| ephem::compile_with(&compiler, &engine, wat(l).as_bytes()).unwrap());
+    let mut base = None;
+    // a a b b a b a a ...: a slot finds its own image again, and the other's.
+    for round in 0..16usize {
+        let which = [0, 0, 1, 1, 0, 1][round % 6];
+        let mut run = Run::new(&modules[which], &[]);
+        assert_eq!(*base.get_or_insert(run.base()), run.base(), "one slot");
+        let letter = [b'a', b'b'][which] as i32;
+        for page in 0..24 {
+            let at = page * 4096;
+            assert_eq!(
+                (run.load(at), run.load(at + 1)),
+                (letter, page),
+                "round {round}, page {page}"
+            );
+        }
+        run.call("scribble", &[]);
+        assert_eq!(run.load(4096), 0xee);
+    }
+}
+
 /// A memory without an image, larger than the part zeroed whole: its reset reads the page map
 /// and zeroes what the instance wrote in place, up to a bound, discarding the rest. Instances
 /// in one slot write a different pattern each round (more pages than the bound in some rounds,

@@ -168,13 +168,29 @@ struct Slot {
     base: *mut u8,
     accessible: usize,
     image: Option<MappedImage>,
-    /// The file `image` is mapped from (a descriptor of our own): a reset copies back from it
-    /// the image pages an instance wrote (see [`Slot::reset_by_page_map`]).
-    image_file: Option<std::os::fd::OwnedFd>,
+    /// The file `image` is mapped from: a reset copies back from it the image pages an
+    /// instance wrote (see [`Slot::reset_by_page_map`]). Replaced, with its pristine pages,
+    /// whenever `image` is.
+    image_file: Option<ImageFile>,
     /// What the slot learned of where its instances touch memory (see
     /// [`Slot::reset_by_page_map`]).
     learned: Learned,
 }
+
+/// The file a slot's image is mapped from (a descriptor of our own), and pristine copies of
+/// image pages that instances wrote, as the file holds them: read once, the first time a reset
+/// finds the page written, so that later resets copy it back from memory instead of with a
+/// `pread` (an instance that writes its data section writes the same pages every time). At
+/// most [`PRISTINE_PAGES`] per slot.
+struct ImageFile {
+    fd: std::os::fd::OwnedFd,
+    /// (offset in the memory, the page).
+    pristine: Vec<(usize, Box<[u8]>)>,
+}
+
+/// The most pristine image pages a slot keeps (64 KiB; with the pool's 128 idle slots, 8 MiB
+/// at most).
+const PRISTINE_PAGES: usize = 16;
 
 // SAFETY: a slot is plain address space owned by whoever holds it (the pool's list or one
 // memory); the pointer is never shared while owned.
@@ -275,7 +291,12 @@ impl Slot {
             return Err(e);
         }
         // Without a descriptor of its own, a reset discards written image pages instead.
-        self.image_file = rustix::io::fcntl_dupfd_cloexec(image.file().0, 0).ok();
+        self.image_file = rustix::io::fcntl_dupfd_cloexec(image.file().0, 0)
+            .ok()
+            .map(|fd| ImageFile {
+                fd,
+                pristine: Vec::new(),
+            });
         if let Some(old) = self.image.replace(want) {
             let (start, end) = (want.offset, want.offset + want.len);
             let (old_start, old_end) = (old.offset, old.offset + old.len);
@@ -332,24 +353,45 @@ impl Slot {
         Ok(())
     }
 
-    /// Copies `[from, to)`, pages of the mapped image, back from its file.
-    fn copy_back(&self, from: usize, to: usize) -> rustix::io::Result<()> {
-        let (Some(image), Some(file)) = (self.image, &self.image_file) else {
+    /// Copies `[from, to)`, pages of the mapped image, back from its file: from the slot's
+    /// pristine copies where it has them, keeping copies of the pages it reads while it has
+    /// room.
+    fn copy_back(&mut self, from: usize, to: usize) -> rustix::io::Result<()> {
+        use crate::pagemap::PAGE as HOST_PAGE;
+        let (Some(image), Some(file)) = (self.image, &mut self.image_file) else {
             return self.discard(from, to);
         };
-        let mut done = from;
-        while done < to {
-            // SAFETY: accessible pages of our own reservation inside the image, referenced by
-            // nothing (their memory is being dropped).
-            let dst = unsafe { std::slice::from_raw_parts_mut(self.base.add(done), to - done) };
-            let at = image.file_offset + (done - image.offset) as u64;
-            match rustix::io::pread(file, dst, at) {
-                Ok(n) if n > 0 => done += n,
-                // Short of the file (it cannot be, but never leave data behind): discard.
-                _ => return self.discard(done, to),
+        let base = self.base;
+        // SAFETY: accessible pages of our own reservation inside the image, referenced by
+        // nothing (their memory is being dropped).
+        let memory =
+            |at: usize, len: usize| unsafe { std::slice::from_raw_parts_mut(base.add(at), len) };
+        let file_at = |at: usize| image.file_offset + (at - image.offset) as u64;
+        let mut at = from;
+        let failed = loop {
+            if at == to {
+                break None;
             }
+            if let Some((_, page)) = file.pristine.iter().find(|(o, _)| *o == at) {
+                memory(at, HOST_PAGE).copy_from_slice(page);
+            } else if file.pristine.len() < PRISTINE_PAGES {
+                let mut page = vec![0; HOST_PAGE].into_boxed_slice();
+                if !read_exact(&file.fd, &mut page, file_at(at)) {
+                    break Some(at);
+                }
+                memory(at, HOST_PAGE).copy_from_slice(&page);
+                file.pristine.push((at, page));
+            } else {
+                // No room for more copies: the rest of the run straight from the file.
+                break (!read_exact(&file.fd, memory(at, to - at), file_at(at))).then_some(at);
+            }
+            at += HOST_PAGE;
+        };
+        match failed {
+            // Short of the file (it cannot be, but never leave data behind): discard.
+            Some(at) => self.discard(at, to),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The reset by page map (see the module documentation); `false` if it cannot be read.
@@ -531,6 +573,18 @@ const SCAN_DENSITY: usize = 256 << 10;
 const FIRST_FULL_SCAN: u32 = 8;
 /// See [`Slot::reset_by_page_map`].
 const MAX_FULL_SCAN: u32 = 256;
+
+/// Fills `dst` from `fd` at `at`; `false` if the file ends first or cannot be read.
+fn read_exact(fd: &std::os::fd::OwnedFd, dst: &mut [u8], at: u64) -> bool {
+    let mut done = 0;
+    while done < dst.len() {
+        match rustix::io::pread(fd, &mut dst[done..], at + done as u64) {
+            Ok(n) if n > 0 => done += n,
+            _ => return false,
+        }
+    }
+    true
+}
 
 /// Whether a page-aligned page is all zeros (a reduction without early exit vectorises).
 fn is_zero(page: &[u8]) -> bool {
