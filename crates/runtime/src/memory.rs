@@ -32,7 +32,8 @@
 //!   in place (no system call; its pages stay resident for the next instance).
 //! - Any other slot reads the kernel's page map ([`crate::pagemap`]) and undoes exactly what the
 //!   instance did: pages it never touched, and image pages it only read (still the file's), are
-//!   left as they are; image pages it wrote are copied back from the image's file; anonymous
+//!   left as they are; image pages it wrote are copied back from the image's file (or from the
+//!   slot's pristine copies of them, see [`ImageFile`]); anonymous
 //!   pages it wrote are zeroed in place, up to [`MemoryConfig::resident_dirty_bytes`] of them;
 //!   the rest (anonymous pages past that bound, swapped-out pages, and everything past the part
 //!   of the slot whose page map is read) is discarded with `madvise(MADV_DONTNEED)`, after
@@ -396,8 +397,8 @@ impl Slot {
 
     /// The reset by page map (see the module documentation); `false` if it cannot be read.
     ///
-    /// Image pages the instance wrote are copied back from the image's file (one `pread` per
-    /// run of them), which leaves them present for the next instance and, unlike discarding,
+    /// Image pages the instance wrote are copied back (see [`Slot::copy_back`]), which leaves
+    /// them present for the next instance and, unlike discarding,
     /// makes the kernel flush no other core's TLB.
     ///
     /// Where the page map is asked with `PAGEMAP_SCAN`, which costs by where pages were touched,
