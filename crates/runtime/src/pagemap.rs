@@ -72,7 +72,7 @@ pub(crate) fn cost_follows_touched() -> bool {
     !NO_SCAN.load(Ordering::Relaxed)
 }
 
-/// The pages of `[addr, addr + len)` (both page-aligned) that are not [`Page::Absent`], as runs
+/// The pages of `[addr, addr + len)` (both page-aligned) that are present or swapped, as runs
 /// in address order, into `runs`; `false` when the page map cannot be read.
 pub(crate) fn touched(addr: *const u8, len: usize, runs: &mut Vec<Pages>) -> bool {
     if cost_follows_touched() {
