@@ -7,6 +7,7 @@
 //! - [`metering`]: what bounds a benchmark's guests (a deadline, fuel).
 //! - [`load`]: every way the field makes code executable, side by side (the code pool's
 //!   strategies, a plain copy as the physical limit), with a chart.
+//! - [`syscalls`]: how the system calls of the fresh path scale across threads on this machine.
 //! - [`thresholds`]: copying against mapping for texts and memory images across sizes, where
 //!   the engine's defaults come from.
 //!
@@ -17,6 +18,7 @@ pub mod fresh;
 pub mod load;
 pub mod metering;
 pub mod stress;
+pub mod syscalls;
 pub mod thresholds;
 
 /// `ephem bench …`.
@@ -32,6 +34,8 @@ pub enum Bench {
     /// many data segments, a large funcref table, an imported memory touched by the start
     /// function), for `bench fresh`.
     StressModules(stress::Args),
+    /// How the system calls the fresh path makes scale from one thread to several, here.
+    Syscalls(syscalls::Args),
 }
 
 /// Runs a benchmark command.
@@ -41,5 +45,6 @@ pub fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::Fresh(args) => fresh::run(args),
         Bench::Thresholds(args) => thresholds::run(args),
         Bench::StressModules(args) => stress::run(args),
+        Bench::Syscalls(args) => syscalls::run(args),
     }
 }

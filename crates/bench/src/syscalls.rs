@@ -1,0 +1,180 @@
+//! How the system calls the fresh path makes scale from one thread to several on this machine.
+//!
+//! The fresh path of a small module is half system calls (opening its artifact, a reset's page
+//! map): so its throughput on N threads can only scale as well as they do. This measures the
+//! ceiling apart from ephem: each operation alone, on one thread and on N at once, in short
+//! paired turns, with the scaling N × (time per operation on one thread) / (time per operation
+//! on N threads), the median over the turns.
+//!
+//! - `getppid`: the cheapest system call; touches nothing shared.
+//! - `open-read-close`: `openat` + `fstat` + a 16 KiB `pread` + `close` of one file, as opening
+//!   an artifact does (every thread opens the same file, as threads running one module do).
+//! - `openat-close`: the same without reading: what the descriptor table and the directory's
+//!   descriptor (shared by every thread) cost.
+//! - `open-close`: the same by absolute path, without a directory descriptor.
+//! - `pread`: a 16 KiB `pread` from one descriptor all threads share.
+//! - `compute`: arithmetic only, no system call: what the machine's cores give.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Threads to run each operation on at once.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Operations per thread.
+    #[arg(long, default_value_t = 200_000)]
+    ops: usize,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("file"), vec![7u8; 64 << 10])?;
+    let dir_fd = rustix::fs::open(
+        dir.path(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .context("opening the temporary directory")?;
+    let shared = open(&dir_fd)?;
+    let path = dir.path().join("file");
+    let ops: [(&str, &(dyn Fn() -> anyhow::Result<()> + Sync)); 6] = [
+        ("getppid", &|| {
+            std::hint::black_box(rustix::process::getppid());
+            Ok(())
+        }),
+        ("open-read-close", &|| {
+            let fd = open(&dir_fd)?;
+            std::hint::black_box(rustix::fs::fstat(&fd)?);
+            read(&fd)
+        }),
+        ("openat-close", &|| open(&dir_fd).map(drop)),
+        ("open-close", &|| {
+            let fd = rustix::fs::open(
+                &path,
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )?;
+            drop(fd);
+            Ok(())
+        }),
+        ("pread", &|| read(&shared)),
+        ("compute", &|| {
+            let mut x = std::hint::black_box(1u64);
+            for _ in 0..200 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                x ^= x >> 13;
+            }
+            std::hint::black_box(x);
+            Ok(())
+        }),
+    ];
+    if !args.json {
+        println!(
+            "{:<16} {:>14} {:>18} {:>8}",
+            "operation",
+            "1 thread ns/op",
+            format!("{} threads ns/op", args.threads),
+            "scaling"
+        );
+    }
+    for (name, op) in ops {
+        // Short turns of one thread and of N, paired: this machine's speed drifts between
+        // them otherwise.
+        let (mut one, mut many, mut scaling) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let (o, m) = (
+                per_op(op, 1, args.ops / ROUNDS)?,
+                per_op(op, args.threads, args.ops / ROUNDS)?,
+            );
+            scaling.push(args.threads as f64 * o.as_secs_f64() / m.as_secs_f64());
+            one.push(o);
+            many.push(m);
+        }
+        let (one, many) = (median(&mut one), median(&mut many));
+        scaling.sort_by(f64::total_cmp);
+        let scaling = scaling[ROUNDS / 2];
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "operation": name,
+                    "threads": args.threads,
+                    "one_thread_ns": one.as_nanos() as u64,
+                    "threads_ns": many.as_nanos() as u64,
+                    "scaling": scaling,
+                })
+            );
+        } else {
+            println!(
+                "{name:<16} {:>14} {:>18} {scaling:>7.2}×",
+                one.as_nanos(),
+                many.as_nanos()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Paired turns per operation; the scaling reported is their median.
+const ROUNDS: usize = 15;
+
+fn median<T: Ord + Copy>(v: &mut [T]) -> T {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn open(dir: &OwnedFd) -> anyhow::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        dir,
+        "file",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?)
+}
+
+fn read(fd: &OwnedFd) -> anyhow::Result<()> {
+    let mut buf = [0u8; 16 << 10];
+    rustix::io::pread(fd.as_fd(), &mut buf, 0)?;
+    std::hint::black_box(&buf);
+    Ok(())
+}
+
+/// Time per operation with `threads` threads each running `ops` of it at once: the slowest
+/// thread's time (each times itself, from when all are ready) over its count.
+fn per_op(
+    op: &(dyn Fn() -> anyhow::Result<()> + Sync),
+    threads: usize,
+    ops: usize,
+) -> anyhow::Result<Duration> {
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    // Busy first, so that the scheduler has spread the threads over the cores
+                    // before the timing starts (a new thread starts on its parent's core).
+                    let warm = Instant::now();
+                    while warm.elapsed() < Duration::from_millis(20) {
+                        std::hint::spin_loop();
+                    }
+                    barrier.wait();
+                    let start = Instant::now();
+                    (0..ops).try_for_each(|_| op())?;
+                    Ok::<_, anyhow::Error>(start.elapsed())
+                })
+            })
+            .collect();
+        let mut slowest = Duration::ZERO;
+        for w in workers {
+            slowest = slowest.max(w.join().expect("a benchmark thread panicked")?);
+        }
+        Ok(slowest / ops as u32)
+    })
+}
