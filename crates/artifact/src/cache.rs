@@ -135,13 +135,9 @@ impl Cache {
 
     /// A cache in `dir` whose artifacts are sealed with `key` (a key a fleet shares).
     pub fn with_key(dir: impl Into<PathBuf>, max_bytes: u64, key: ArtifactKey) -> Cache {
-        Cache {
-            dir: dir.into(),
-            max_bytes,
-            key: OnceLock::from(Ok(key)),
-            dir_fd: AtomicI32::new(-1),
-            retired: Mutex::default(),
-        }
+        let cache = Cache::new(dir, max_bytes);
+        let _ = cache.key.set(Ok(key));
+        cache
     }
 
     /// Where the cache keeps the key it makes.

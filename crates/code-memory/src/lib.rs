@@ -23,8 +23,8 @@
 //!   wrote with trapping bytes, so a slot shows exactly what its current owner wrote.
 //! - **Steady state makes no system call under `dual`**: slots are pre-faulted through both
 //!   views; taking and returning one is a list operation under a mutex held for nothing else
-//!   (a slot that still holds the text asked for is published without a write). The exceptions are slow
-//!   paths: creating or growing a slot, and moving a write view (every
+//!   (a slot that still holds the text asked for is published without a write). The
+//!   exceptions are slow paths: creating or growing a slot, and moving a write view (every
 //!   [`PoolConfig::remap_every`] loads of that slot, to an address chosen at random).
 //! - **Instruction caches**: publishing ends with `sys::flush_icache` over the written range
 //!   (nothing on x86_64; required on aarch64).
