@@ -53,15 +53,6 @@ use crate::format::{
 use crate::key::KeyId;
 use crate::{ArtifactKey, Error, cpu};
 
-/// Files whose text is shorter than [`SMALL_TEXT`] and ends within this many bytes are read up
-/// to the end of the text on open (a small module's metadata, tables and data come before it).
-const READ_WHOLE_FRONT_UP_TO: usize = 256 << 10;
-
-/// Texts shorter than this are copied into code slots rather than mapped, by default: the
-/// crossover measured by `ephem bench thresholds` (see BENCHMARKS.md). Opening reads such a text
-/// with the metadata when the file is small enough (its first 256 KiB hold the whole text).
-pub const SMALL_TEXT: usize = 160 << 10;
-
 /// How much of the file the first read takes: the header and, for most modules, the metadata
 /// and function table behind it.
 const FIRST_READ: usize = 4 << 10;
@@ -481,17 +472,9 @@ impl Artifact {
             }
         }
 
-        // Header, metadata and segment data, in that order at the front of the file; and for a
-        // small module everything up to the end of its text, so that loading its code into a
-        // code slot is a copy from memory, with no system call of its own.
+        // Header, metadata and segment data, in that order at the front of the file.
         let sec = |s: Section| sections[s as usize].end;
-        let text = &sections[Section::Text as usize];
-        let small = text.end - text.start < SMALL_TEXT as u64;
-        let mut need = sec(Section::Meta).max(sec(Section::Data));
-        if small && text.end <= READ_WHOLE_FRONT_UP_TO as u64 {
-            need = need.max(text.end);
-        }
-        let need = need as usize;
+        let need = sec(Section::Meta).max(sec(Section::Data)) as usize;
         read_front(&file, &mut front, need)?;
         let artifact = Artifact {
             file,
@@ -879,16 +862,9 @@ impl Artifact {
         self.section_len(Section::Text)
     }
 
-    /// Copies the machine code into `dst` (`text_len` bytes): from memory when opening read it
-    /// (small modules), else from the file.
+    /// Reads the machine code into `dst` (`text_len` bytes) from the file.
     pub fn read_text(&self, dst: &mut [u8]) -> Result<(), Error> {
-        match self.in_front(Section::Text) {
-            Some(bytes) if bytes.len() == dst.len() => {
-                dst.copy_from_slice(bytes);
-                Ok(())
-            }
-            _ => read_at(&self.file, dst, self.text_file_offset()),
-        }
+        read_at(&self.file, dst, self.text_file_offset())
     }
 
     /// Where the text starts in the file (page-aligned); the rest of its last page is `int3`.

@@ -19,7 +19,7 @@ pub mod cpu;
 pub mod format;
 mod key;
 
-pub use artifact::{Artifact, Identity, SMALL_TEXT, is_artifact};
+pub use artifact::{Artifact, Identity, is_artifact};
 pub use cache::{Cache, CacheStats, DEFAULT_MAX_BYTES, Outcome, STALE_TEMP_SECS, write_atomic};
 pub use format::{ArchivedMemoryImage, MemoryImage, to_bytes};
 pub use key::ArtifactKey;

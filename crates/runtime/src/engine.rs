@@ -33,8 +33,13 @@ pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
 
 /// Default for [`EngineConfig::map_text_at`]: where mapping starts to beat reading into a code
 /// slot (`ephem bench thresholds`: equal within noise from 128 to 160 KiB; see BENCHMARKS.md).
-/// Artifacts read texts below it when they are opened, so copying them makes no system call.
-pub const DEFAULT_MAP_TEXT_AT: usize = ephem_artifact::SMALL_TEXT;
+///
+/// Opening an artifact never reads its text: a code slot usually still holds it, and one that
+/// does not reads it straight from the file into its write view. Reading it with the metadata,
+/// as opening once did, copied the whole text on every invocation (table-10000, whose text
+/// holds 40 KB of initial elements, was 24 % slower; 300 distinct small modules, whose slots
+/// rarely hold their text, 4 to 10 %).
+pub const DEFAULT_MAP_TEXT_AT: usize = 160 << 10;
 
 /// Shared by every module and instance made with it; cheap to clone and `Send + Sync`.
 #[derive(Clone)]
