@@ -36,8 +36,9 @@ use crate::ArtifactKey;
 pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes, or what generated code
 /// expects of the runtime (15: bulk-memory builtins may return 3, interrupted; 16: start
-/// snapshots, `ModuleInfo::snapshot`; 17: metered code takes its fuel in the pinned register).
-pub const FORMAT_VERSION: u32 = 17;
+/// snapshots, `ModuleInfo::snapshot`; 17: metered code takes its fuel in the pinned register;
+/// 18: `table.set` marks its table in `VmTable::code_wrote`).
+pub const FORMAT_VERSION: u32 = 18;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;

@@ -1005,6 +1005,11 @@ impl Translator<'_, '_> {
                     value
                 };
                 self.b.ins().store(trusted(), value, slot, 0);
+                let t = self.table(table);
+                let wrote = self.b.ins().iconst(I32, 1);
+                self.b
+                    .ins()
+                    .store(trusted(), wrote, t, VmOffsets::TABLE_CODE_WROTE as i32);
             }
             O::TableSize { table } => {
                 let t = self.table(table);

@@ -52,7 +52,17 @@ pub struct VmMemory {
 pub struct VmTable {
     pub elements: *mut usize,
     pub length: u32,
+    /// Set (non-zero) by generated code's `table.set`, the one write to the elements the
+    /// runtime does not see: a table whose elements go back to a pool for the next table is
+    /// cleared over the range the runtime wrote, or whole once this is set.
+    pub code_wrote: u32,
 }
+
+const _: () =
+    assert!(std::mem::offset_of!(VmTable, elements) == VmOffsets::TABLE_ELEMENTS as usize);
+const _: () = assert!(std::mem::offset_of!(VmTable, length) == VmOffsets::TABLE_LENGTH as usize);
+const _: () =
+    assert!(std::mem::offset_of!(VmTable, code_wrote) == VmOffsets::TABLE_CODE_WROTE as usize);
 
 /// The first field of the context a host adapter receives: the function it calls with the
 /// context, the caller's vmctx (null when the host called) and a pointer to the arguments
@@ -198,6 +208,7 @@ impl VmOffsets {
     pub const MEMORY_LENGTH: u32 = 8;
     pub const TABLE_ELEMENTS: u32 = 0;
     pub const TABLE_LENGTH: u32 = 8;
+    pub const TABLE_CODE_WROTE: u32 = 12;
     /// The bit set in a written funcref table element (see the module documentation).
     pub const FUNCREF_WRITTEN: u64 = 1;
 

@@ -1114,8 +1114,8 @@ impl InstanceData {
             });
         // SAFETY: no other reference to the table's elements is alive while the host fills it
         // (`values` reads globals and the vmctx, never a table).
-        let elements = unsafe { table.elements() };
-        for (element, v) in elements[d].iter_mut().zip(values) {
+        let elements = unsafe { table.write(d) };
+        for (element, v) in elements.iter_mut().zip(values) {
             *element = table.tag(v);
         }
         true
@@ -1410,7 +1410,7 @@ unsafe extern "C" fn table_fill(vmctx: *mut u8, table: u32, dst: u32, val: u64, 
     match t.range(dst, len) {
         Some(r) => {
             // SAFETY: no other reference to the elements is alive during a builtin.
-            unsafe { t.elements()[r].fill(t.tag(val as usize)) };
+            unsafe { t.write(r).fill(t.tag(val as usize)) };
             0
         }
         None => 1,
@@ -1438,13 +1438,18 @@ unsafe extern "C" fn table_copy(
     // from the destination's initial contents instead.
     s.make_all(sr.clone());
     if std::ptr::eq(d, s) {
+        let lo = sr.start.min(dr.start);
+        let hi = sr.end.max(dr.end);
         // SAFETY: as above.
-        unsafe { d.elements().copy_within(sr, dr.start) };
+        unsafe {
+            d.write(lo..hi)
+                .copy_within(sr.start - lo..sr.end - lo, dr.start - lo)
+        };
     } else {
         // SAFETY: as above; distinct tables.
-        let src_items = unsafe { s.elements()[sr].to_vec() };
+        let src_items = unsafe { s.read(sr).to_vec() };
         // SAFETY: as above.
-        unsafe { d.elements()[dr].copy_from_slice(&src_items) };
+        unsafe { d.write(dr).copy_from_slice(&src_items) };
     }
     0
 }

@@ -4,8 +4,16 @@
 //! with [`VmOffsets::FUNCREF_WRITTEN`] set. A never-written element of a lazy table is made
 //! from the table's initial contents ([`LazyInit`]) when first read, of any other table it is
 //! null. The methods here take and return untagged values.
+//!
+//! Element buffers are kept per thread for the next table ([`spare`]), so that a fresh
+//! instance's table of thousands of elements costs neither an allocation nor clearing all of
+//! them: a table remembers which of 64 chunks of its elements the runtime wrote to
+//! ([`Written`]), and generated code's `table.set` (the only other writer) marks
+//! [`VmTable::code_wrote`]; a buffer given back is cleared over those chunks, or whole when
+//! code wrote to it.
 
 use std::cell::{Cell, UnsafeCell};
+use std::ops::Range;
 
 use ephem_module::{TableType, ValType, VmOffsets, VmTable};
 
@@ -16,9 +24,50 @@ pub const MAX_ELEMENTS: u32 = 10_000_000;
 
 pub struct TableData {
     def: Box<UnsafeCell<VmTable>>,
+    /// The elements, then (up to the vector's length, which may be more than the table's)
+    /// zeros: what the buffer held cleared when it was taken (see [`spare`]).
     elements: UnsafeCell<Vec<usize>>,
     ty: TableType,
     lazy: Cell<Option<LazyInit>>,
+    written: Cell<Written>,
+}
+
+/// Which elements the runtime wrote to, as 64 chunks of `1 << shift` elements (the last chunk
+/// runs to the end): a few scattered writes to a large table, such as lazy elements made on
+/// `call_indirect`, then clear a few chunks rather than one range covering them all.
+#[derive(Clone, Copy, Default)]
+struct Written {
+    chunks: u64,
+    shift: u32,
+}
+
+impl Written {
+    /// For a table of `len` elements: chunks as small as make 64 cover it.
+    fn new(len: u32) -> Written {
+        Written {
+            chunks: 0,
+            shift: len.div_ceil(64).next_power_of_two().trailing_zeros(),
+        }
+    }
+
+    fn note(&mut self, range: Range<usize>) {
+        if range.is_empty() {
+            return;
+        }
+        let chunk = |i: usize| (i >> self.shift).min(63) as u32;
+        let (first, last) = (chunk(range.start), chunk(range.end - 1));
+        self.chunks |= (u64::MAX >> (63 - last)) & (u64::MAX << first);
+    }
+
+    /// The ranges of `len` elements to clear.
+    fn ranges(self, len: usize) -> impl Iterator<Item = Range<usize>> {
+        (0..64)
+            .filter(move |k| self.chunks & (1 << k) != 0)
+            .map(move |k| {
+                let end = if k == 63 { len } else { (k + 1) << self.shift };
+                (k << self.shift).min(len)..end.min(len)
+            })
+    }
 }
 
 const WRITTEN: usize = VmOffsets::FUNCREF_WRITTEN as usize;
@@ -44,29 +93,61 @@ impl TableData {
             def: Box::new(UnsafeCell::new(VmTable {
                 elements: std::ptr::null_mut(),
                 length: 0,
+                code_wrote: 0,
             })),
-            elements: UnsafeCell::new(Vec::new()),
+            elements: UnsafeCell::new(spare::take(ty.min as usize)),
             ty,
             lazy: Cell::new(None),
+            written: Cell::new(Written::new(ty.min)),
         };
         // Null stays "never written" (0), so that a lazy table's initial contents show through.
-        let init = if init == 0 { 0 } else { table.tag(init) };
-        // SAFETY: the table was just made; nothing else refers to its elements.
-        unsafe { *table.elements.get() = vec![init; ty.min as usize] };
-        table.sync();
+        if init != 0 {
+            let init = table.tag(init);
+            // SAFETY: the table was just made; nothing else refers to its elements.
+            unsafe { table.write(0..ty.min as usize) }.fill(init);
+        }
+        table.sync(ty.min);
         Ok(table)
     }
 
-    fn sync(&self) {
+    /// Publishes the (possibly moved) elements and the table's length, `len`.
+    fn sync(&self, len: u32) {
         // SAFETY: single-threaded owners; generated code reads the definition only while not
         // growing (growing happens in a builtin called from that same code).
         unsafe {
             let elements = &mut *self.elements.get();
-            *self.def.get() = VmTable {
-                elements: elements.as_mut_ptr(),
-                length: elements.len() as u32,
-            };
+            let def = &mut *self.def.get();
+            def.elements = elements.as_mut_ptr();
+            def.length = len;
         }
+    }
+
+    /// Notes that the runtime wrote the elements in `range` (in bounds).
+    fn wrote(&self, range: Range<usize>) {
+        let mut w = self.written.get();
+        w.note(range);
+        self.written.set(w);
+    }
+
+    /// The elements in `range` (in bounds), to write: the range is noted (see the module
+    /// documentation).
+    ///
+    /// # Safety
+    /// No other reference to the elements may be alive while the slice is.
+    #[allow(clippy::mut_from_ref)] // Exclusivity is the documented caller contract.
+    pub(crate) unsafe fn write(&self, range: Range<usize>) -> &mut [usize] {
+        self.wrote(range.clone());
+        // SAFETY: per the contract.
+        unsafe { &mut (&mut *self.elements.get())[range] }
+    }
+
+    /// The elements in `range` (in bounds), as stored.
+    ///
+    /// # Safety
+    /// No reference to the elements for writing may be alive while the slice is.
+    pub(crate) unsafe fn read(&self, range: Range<usize>) -> &[usize] {
+        // SAFETY: per the contract.
+        unsafe { &(&*self.elements.get())[range] }
     }
 
     pub fn ty(&self) -> TableType {
@@ -93,8 +174,9 @@ impl TableData {
     /// Element `i` as stored, made first if it was never written (so never 0 for a funcref
     /// table), if in bounds.
     pub fn raw(&self, i: u32) -> Option<usize> {
+        let at = self.range(i, 1)?;
         // SAFETY: plain read, single-threaded.
-        let raw = unsafe { *(&*self.elements.get()).get(i as usize)? };
+        let raw = unsafe { self.read(at)[0] };
         if raw != 0 || !self.holds_funcrefs() {
             return Some(raw);
         }
@@ -104,17 +186,18 @@ impl TableData {
             None => 0,
         };
         let raw = made | WRITTEN;
-        // SAFETY: plain write, single-threaded; no reference to the elements is alive (making
-        // the element touched only the owner's vmctx).
-        unsafe { (&mut *self.elements.get())[i as usize] = raw };
+        // SAFETY: single-threaded; no reference to the elements is alive (making the element
+        // touched only the owner's vmctx).
+        unsafe { self.write(i as usize..i as usize + 1)[0] = raw };
         Some(raw)
     }
 
     /// Sets element `i` to `v`, if in bounds.
     pub fn set(&self, i: u32, v: usize) -> Option<()> {
+        let range = self.range(i, 1)?;
         let v = self.tag(v);
-        // SAFETY: plain write, single-threaded.
-        unsafe { *(&mut *self.elements.get()).get_mut(i as usize)? = v };
+        // SAFETY: single-threaded; no other reference to the elements is alive.
+        unsafe { self.write(range)[0] = v };
         Some(())
     }
 
@@ -170,8 +253,15 @@ impl TableData {
         }
         let init = self.tag(init);
         // SAFETY: single-threaded; `sync` republishes the (possibly moved) elements.
-        unsafe { (&mut *self.elements.get()).resize(new as usize, init) };
-        self.sync();
+        let elements = unsafe { &mut *self.elements.get() };
+        if elements.len() < new as usize {
+            elements.resize(new as usize, 0);
+        }
+        if init != 0 {
+            // SAFETY: as above.
+            unsafe { self.write(old as usize..new as usize) }.fill(init);
+        }
+        self.sync(new);
         Some(old)
     }
 
@@ -188,15 +278,78 @@ impl TableData {
             self.raw(i as u32);
         }
     }
+}
 
-    /// The elements as stored (see the module documentation).
-    ///
-    /// # Safety
-    /// No other reference to the elements may be alive.
-    #[allow(clippy::mut_from_ref)] // Exclusivity is the documented caller contract.
-    pub unsafe fn elements(&self) -> &mut [usize] {
-        // SAFETY: per the contract.
-        unsafe { &mut *self.elements.get() }
+impl Drop for TableData {
+    fn drop(&mut self) {
+        let elements = std::mem::take(self.elements.get_mut());
+        let def = self.def.get_mut();
+        let mut written = self.written.get();
+        if def.code_wrote != 0 {
+            written.chunks = u64::MAX;
+        }
+        let len = def.length as usize;
+        spare::give(elements, |elements| {
+            for range in written.ranges(len) {
+                elements[range].fill(0);
+            }
+        });
+    }
+}
+
+/// Element buffers kept per thread for the next tables (see the module documentation).
+///
+/// A kept buffer is all zeros up to its length. Taking one for `n` elements keeps that length
+/// when it is more (the table's length is its own), so that a buffer taken in turn by a large
+/// and a small table is cleared over the large one's length only once.
+mod spare {
+    use std::cell::RefCell;
+
+    /// Buffers kept per thread: a store holds a few tables at most.
+    const KEPT: usize = 4;
+    /// Larger buffers are freed rather than kept (1 MiB).
+    const MAX_KEPT_ELEMENTS: usize = 1 << 17;
+
+    thread_local! {
+        static KEPT_BUFFERS: RefCell<Vec<Vec<usize>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A buffer of at least `n` zero elements.
+    pub(super) fn take(n: usize) -> Vec<usize> {
+        let kept = KEPT_BUFFERS
+            .try_with(|kept| {
+                let mut kept = kept.borrow_mut();
+                // The shortest that needs no clearing, else the one that needs the least.
+                let best = (kept.iter().enumerate())
+                    .min_by_key(|(_, b)| (n.saturating_sub(b.len()), b.len()))
+                    .map(|(i, _)| i)?;
+                Some(kept.swap_remove(best))
+            })
+            .ok()
+            .flatten();
+        let mut buffer = kept.unwrap_or_default();
+        if buffer.len() < n {
+            buffer.resize(n, 0);
+        }
+        buffer
+    }
+
+    /// Keeps `buffer` for a later [`take`] once `clear` has zeroed whatever in it may not be.
+    pub(super) fn give(mut buffer: Vec<usize>, clear: impl FnOnce(&mut [usize])) {
+        if buffer.len() > MAX_KEPT_ELEMENTS || buffer.is_empty() {
+            return;
+        }
+        // During thread exit it is simply freed.
+        let _ = KEPT_BUFFERS.try_with(|kept| {
+            let mut kept = kept.borrow_mut();
+            if kept.len() < KEPT {
+                clear(&mut buffer);
+                kept.push(buffer);
+            } else if let Some(shorter) = kept.iter_mut().find(|b| b.len() < buffer.len()) {
+                clear(&mut buffer);
+                *shorter = buffer;
+            }
+        });
     }
 }
 
