@@ -41,7 +41,7 @@ const KEEP_PER_CLASS: usize = 32;
 
 /// What a text is, for taking back a free region that still maps it (see the module
 /// documentation): equal ids must mean equal bytes.
-#[derive(Clone, Copy, Debug, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Eq)]
 pub struct TextId(pub [u64; 6]);
 
 /// Without a call: a load compares its id with every free region's and slot's (the derived
