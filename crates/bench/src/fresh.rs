@@ -190,7 +190,7 @@ pub struct Results {
 }
 
 /// Invocations per second, on one thread and on `threads` threads sharing one engine and
-/// cache (each thread as many invocations as the one-thread run made).
+/// cache (each thread as many invocations as the one-thread turns made).
 #[derive(Clone, Copy, Debug)]
 pub struct Throughput {
     pub threads: usize,
@@ -198,47 +198,45 @@ pub struct Throughput {
     pub multi: f64,
 }
 
+/// Turns of one thread and of N, alternated: this machine's speed drifts between them
+/// otherwise.
+const TURNS: usize = 5;
+
 impl Throughput {
     /// Throughput of `per_thread` invocations per thread, each `invoke(i)` of a subject `i` of
-    /// `subjects` picked at random (a seed per thread).
+    /// `subjects` picked at random (a seed per thread and turn).
     pub fn of_picks(
         threads: usize,
         per_thread: usize,
         subjects: usize,
         invoke: impl Fn(usize) -> anyhow::Result<()> + Sync,
     ) -> anyhow::Result<Throughput> {
-        Throughput::measure(threads, per_thread, |thread| {
-            let mut picker = Picker::new(0x5eed + thread as u64);
-            for _ in 0..per_thread {
-                invoke(picker.pick(subjects))?;
-            }
-            Ok(())
+        Throughput::measure(threads, per_thread, |seed, invocations| {
+            let mut picker = Picker::new(0x5eed + seed);
+            (0..invocations).try_for_each(|_| invoke(picker.pick(subjects)))
         })
     }
 
-    /// Runs `work(thread)` (which makes `per_thread` invocations) on one thread, then on
-    /// `threads` at once, and times both.
+    /// Times `work(seed, n)` (which makes `n` invocations, `per_thread` in all over the turns)
+    /// on one thread and on `threads` at once, in alternating turns (see
+    /// [`crate::threads::slowest`]).
     pub fn measure(
         threads: usize,
         per_thread: usize,
-        work: impl Fn(usize) -> anyhow::Result<()> + Sync,
+        work: impl Fn(u64, usize) -> anyhow::Result<()> + Sync,
     ) -> anyhow::Result<Throughput> {
-        let t = Instant::now();
-        work(0)?;
-        let single = per_thread as f64 / t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        std::thread::scope(|s| {
-            let work = &work;
-            let handles: Vec<_> = (0..threads).map(|i| s.spawn(move || work(i))).collect();
-            handles
-                .into_iter()
-                .try_for_each(|h| h.join().expect("a benchmark thread panicked"))
-        })?;
-        let multi = (threads * per_thread) as f64 / t.elapsed().as_secs_f64();
+        let n = per_thread.div_ceil(TURNS);
+        let (mut one, mut many) = (Duration::ZERO, Duration::ZERO);
+        for turn in 0..TURNS as u64 {
+            let seed = turn * 1000;
+            one += crate::threads::slowest(1, seed, |seed| work(seed, n))?;
+            many += crate::threads::slowest(threads, seed + 500, |seed| work(seed, n))?;
+        }
+        let invocations = (TURNS * n) as f64;
         Ok(Throughput {
             threads,
-            single,
-            multi,
+            single: invocations / one.as_secs_f64(),
+            multi: threads as f64 * invocations / many.as_secs_f64(),
         })
     }
 

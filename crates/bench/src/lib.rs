@@ -8,6 +8,7 @@
 //! - [`load`]: every way the field makes code executable, side by side (the code pool's
 //!   strategies, a plain copy as the physical limit), with a chart.
 //! - [`syscalls`]: how the system calls of the fresh path scale across threads on this machine.
+//! - [`threads`]: timing work on several threads at once, for both scaling measurements.
 //! - [`thresholds`]: copying against mapping for texts and memory images across sizes, where
 //!   the engine's defaults come from.
 //!
@@ -19,6 +20,7 @@ pub mod load;
 pub mod metering;
 pub mod stress;
 pub mod syscalls;
+pub mod threads;
 pub mod thresholds;
 
 /// `ephem bench …`.

@@ -16,7 +16,7 @@
 //! - `compute`: arithmetic only, no system call: what the machine's cores give.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -146,35 +146,13 @@ fn read(fd: &OwnedFd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Time per operation with `threads` threads each running `ops` of it at once: the slowest
-/// thread's time (each times itself, from when all are ready) over its count.
+/// Time per operation with `threads` threads each running `ops` of it at once (see
+/// [`crate::threads::slowest`]).
 fn per_op(
     op: &(dyn Fn() -> anyhow::Result<()> + Sync),
     threads: usize,
     ops: usize,
 ) -> anyhow::Result<Duration> {
-    let barrier = std::sync::Barrier::new(threads);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    // Busy first, so that the scheduler has spread the threads over the cores
-                    // before the timing starts (a new thread starts on its parent's core).
-                    let warm = Instant::now();
-                    while warm.elapsed() < Duration::from_millis(20) {
-                        std::hint::spin_loop();
-                    }
-                    barrier.wait();
-                    let start = Instant::now();
-                    (0..ops).try_for_each(|_| op())?;
-                    Ok::<_, anyhow::Error>(start.elapsed())
-                })
-            })
-            .collect();
-        let mut slowest = Duration::ZERO;
-        for w in workers {
-            slowest = slowest.max(w.join().expect("a benchmark thread panicked")?);
-        }
-        Ok(slowest / ops as u32)
-    })
+    let time = crate::threads::slowest(threads, 0, |_| (0..ops).try_for_each(|_| op()))?;
+    Ok(time / ops as u32)
 }
