@@ -13,6 +13,8 @@
 //!   descriptor (shared by every thread) cost.
 //! - `open-close`: the same by absolute path, without a directory descriptor.
 //! - `pread`: a 16 KiB `pread` from one descriptor all threads share.
+//! - `pagemap-scan`: what a memory reset asks the kernel (`ephem_runtime::pagemap::touched`),
+//!   each thread about a 1 MiB region of its own with 16 pages touched.
 //! - `compute`: arithmetic only, no system call: what the machine's cores give.
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -44,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     .context("opening the temporary directory")?;
     let shared = open(&dir_fd)?;
     let path = dir.path().join("file");
-    let ops: [(&str, &(dyn Fn() -> anyhow::Result<()> + Sync)); 6] = [
+    let ops: [(&str, &(dyn Fn() -> anyhow::Result<()> + Sync)); 7] = [
         ("getppid", &|| {
             std::hint::black_box(rustix::process::getppid());
             Ok(())
@@ -65,6 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }),
         ("pread", &|| read(&shared)),
+        ("pagemap-scan", &scan_own_region),
         ("compute", &|| {
             let mut x = std::hint::black_box(1u64);
             for _ in 0..200 {
@@ -137,6 +140,43 @@ fn open(dir: &OwnedFd) -> anyhow::Result<OwnedFd> {
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )?)
+}
+
+/// Asks the page map about this thread's region: an anonymous mapping, as a memory slot is,
+/// made on first use with 16 of its pages written.
+fn scan_own_region() -> anyhow::Result<()> {
+    use ephem_runtime::pagemap::{PAGE, Pages, touched};
+    const LEN: usize = 1 << 20;
+    struct Region(*mut u8, std::cell::RefCell<Vec<Pages>>);
+    impl Drop for Region {
+        fn drop(&mut self) {
+            // SAFETY: our own mapping, which nothing refers to any more.
+            let _ = unsafe { rustix::mm::munmap(self.0.cast(), LEN) };
+        }
+    }
+    thread_local! {
+        static REGION: Region = {
+            use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous};
+            // SAFETY: a new private mapping, at an address the kernel picks.
+            let at = unsafe {
+                mmap_anonymous(std::ptr::null_mut(), LEN, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE)
+            }
+            .expect("a 1 MiB mapping")
+            .cast::<u8>();
+            for page in 0..16 {
+                // SAFETY: inside the mapping just made.
+                unsafe { at.add(page * 16 * PAGE).write(1) };
+            }
+            Region(at, Default::default())
+        };
+    }
+    REGION.with(|Region(at, runs)| {
+        anyhow::ensure!(
+            touched(*at, LEN, &mut runs.borrow_mut()),
+            "the page map cannot be read here"
+        );
+        Ok(())
+    })
 }
 
 fn read(fd: &OwnedFd) -> anyhow::Result<()> {

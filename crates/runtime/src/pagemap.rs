@@ -27,12 +27,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode, opcode};
 
 /// The host page size the entries describe (4 KiB on every target ephem supports).
-pub(crate) const PAGE: usize = 4096;
+pub const PAGE: usize = 4096;
 
 /// One touched page's state. A page never faulted in (or discarded) reads as zeros or as its
 /// file, with nothing to undo: [`touched`] leaves such pages out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Page {
+pub enum Page {
     /// Swapped out: it holds data that only discarding removes.
     Swapped,
     /// Present and private to this mapping: an anonymous page, or a copy of a file page the
@@ -44,7 +44,7 @@ pub(crate) enum Page {
 
 /// Pages `[start, end)` (byte offsets from the address asked about), all in state `page`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Pages {
+pub struct Pages {
     pub start: usize,
     pub end: usize,
     pub page: Page,
@@ -68,13 +68,13 @@ fn pagemap() -> Option<&'static File> {
 static NO_SCAN: AtomicBool = AtomicBool::new(false);
 
 /// Whether asking for a range costs by what was touched in it rather than by its size.
-pub(crate) fn cost_follows_touched() -> bool {
+pub fn cost_follows_touched() -> bool {
     !NO_SCAN.load(Ordering::Relaxed)
 }
 
 /// The pages of `[addr, addr + len)` (both page-aligned) that are present or swapped, as runs
 /// in address order, into `runs`; `false` when the page map cannot be read.
-pub(crate) fn touched(addr: *const u8, len: usize, runs: &mut Vec<Pages>) -> bool {
+pub fn touched(addr: *const u8, len: usize, runs: &mut Vec<Pages>) -> bool {
     if cost_follows_touched() {
         if let Some(ok) = touched_by(Way::Scan, addr, len, runs) {
             return ok;
