@@ -2,7 +2,7 @@
 //! `/proc/self/pagemap`.
 //!
 //! A memory slot's reset uses it to touch only what an instance touched (see
-//! [`crate::memory`]): a page never faulted in needs nothing, a page of a mapped image the
+//! `memory`): a page never faulted in needs nothing, a page of a mapped image the
 //! instance only read still holds the file and can stay mapped for the next instance, and a page
 //! it wrote can be zeroed in place, staying resident, instead of being discarded and faulted in
 //! again. Discarding everything (`madvise(MADV_DONTNEED)`) instead would also make the kernel
