@@ -33,7 +33,7 @@ mod libcalls;
 mod limits;
 mod linker;
 mod memory;
-/// Public for `ephem bench syscalls`, which measures how its system call scales.
+// Public for `ephem bench syscalls`, which measures how its system call scales.
 #[doc(hidden)]
 pub mod pagemap;
 mod signals;
