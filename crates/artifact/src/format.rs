@@ -21,11 +21,11 @@
 //! The header names every section by (offset, length), records the cache key of the wasm the
 //! artifact came from (`source`), and carries the seal: a keyed BLAKE3 of the whole file (taken
 //! with the seal field as zeros) under the deployment's [`ArtifactKey`]. Opening reads the
-//! header, `meta` and `data`: `meta` is validated and then read in place; `data` is what instantiation copies. The rest
-//! grows with the module's functions or segments and is read on first use: `funcs`, `names` and
-//! `traps` on the first trap (backtraces), `spans` when an image must be applied to a memory
-//! that may hold data already; `text` is copied or mapped, images are mapped or copied into
-//! linear memory.
+//! header, `meta` and `data`: `meta` is validated and then read in place; `data` is what
+//! instantiation copies. The rest grows with the module's functions or segments and is read on
+//! first use: `funcs`, `names` and `traps` on the first trap (backtraces), `spans` when an image
+//! must be applied to a memory that may hold data already; `text` is copied or mapped, images
+//! are mapped or copied into linear memory.
 
 use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Placement, Reloc, SegmentMode, Target};
 use rkyv::{Archive, Serialize};

@@ -45,7 +45,7 @@ const KEEP_PER_CLASS: usize = 32;
 pub struct TextId(pub [u64; 6]);
 
 /// Without a call: a load compares its id with every free region's and slot's (the derived
-/// comparison calls `memcmp`, 3 % of a load of a text new to its region).
+/// comparison calls `memcmp`: 3 % of the samples of loads whose texts are new to their regions).
 impl PartialEq for TextId {
     fn eq(&self, other: &TextId) -> bool {
         self.0.iter().zip(&other.0).fold(0, |d, (a, b)| d | (a ^ b)) == 0

@@ -54,7 +54,7 @@ pub struct VmTable {
     pub length: u32,
     /// Set (non-zero) by generated code's `table.set`, the one write to the elements the
     /// runtime does not see: a table whose elements go back to a pool for the next table is
-    /// cleared over the range the runtime wrote, or whole once this is set.
+    /// cleared over the chunks the runtime wrote, or whole once this is set.
     pub code_wrote: u32,
 }
 

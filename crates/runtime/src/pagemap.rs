@@ -68,7 +68,7 @@ fn pagemap() -> Option<&'static File> {
 static NO_SCAN: AtomicBool = AtomicBool::new(false);
 
 /// Whether asking for a range costs by what was touched in it rather than by its size.
-pub fn cost_follows_touched() -> bool {
+pub(crate) fn cost_follows_touched() -> bool {
     !NO_SCAN.load(Ordering::Relaxed)
 }
 

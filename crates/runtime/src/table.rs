@@ -24,8 +24,8 @@ pub const MAX_ELEMENTS: u32 = 10_000_000;
 
 pub struct TableData {
     def: Box<UnsafeCell<VmTable>>,
-    /// The elements, then (up to the vector's length, which may be more than the table's)
-    /// zeros: what the buffer held cleared when it was taken (see [`spare`]).
+    /// The table's elements, then zeros up to the vector's length, which may be more than the
+    /// table's (see [`spare`]).
     elements: UnsafeCell<Vec<usize>>,
     ty: TableType,
     lazy: Cell<Option<LazyInit>>,
@@ -35,7 +35,7 @@ pub struct TableData {
 /// Which elements the runtime wrote to, as 64 chunks of `1 << shift` elements (the last chunk
 /// runs to the end): a few scattered writes to a large table, such as lazy elements made on
 /// `call_indirect`, then clear a few chunks rather than one range covering them all.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Written {
     chunks: u64,
     shift: u32,
