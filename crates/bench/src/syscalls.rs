@@ -172,7 +172,7 @@ fn scan_own_region() -> anyhow::Result<()> {
     }
     REGION.with(|Region(at, runs)| {
         anyhow::ensure!(
-            touched(*at, LEN, &mut runs.borrow_mut()),
+            touched(*at, LEN, false, &mut runs.borrow_mut()),
             "the page map cannot be read here"
         );
         Ok(())

@@ -74,27 +74,37 @@ pub(crate) fn cost_follows_touched() -> bool {
 
 /// The pages of `[addr, addr + len)` (both page-aligned) that are present or swapped, as runs
 /// in address order, into `runs`; `false` when the page map cannot be read.
-pub fn touched(addr: *const u8, len: usize, runs: &mut Vec<Pages>) -> bool {
+///
+/// Only with `files` are pages shared with a file told apart ([`Page::File`]); without, they
+/// read as [`Page::Private`]. Telling them apart makes `PAGEMAP_SCAN` look up every present
+/// page's descriptor, which a range with no file mapped in it does not need.
+pub fn touched(addr: *const u8, len: usize, files: bool, runs: &mut Vec<Pages>) -> bool {
     if cost_follows_touched() {
-        if let Some(ok) = touched_by(Way::Scan, addr, len, runs) {
+        if let Some(ok) = touched_by(Way::Scan, addr, len, files, runs) {
             return ok;
         }
         NO_SCAN.store(true, Ordering::Relaxed);
     }
-    touched_by(Way::Read, addr, len, runs).unwrap_or(false)
+    touched_by(Way::Read, addr, len, files, runs).unwrap_or(false)
 }
 
 /// [`touched`] one way; `None` if that way is not supported here.
-fn touched_by(way: Way, addr: *const u8, len: usize, runs: &mut Vec<Pages>) -> Option<bool> {
+fn touched_by(
+    way: Way,
+    addr: *const u8,
+    len: usize,
+    files: bool,
+    runs: &mut Vec<Pages>,
+) -> Option<bool> {
     runs.clear();
     let Some(file) = pagemap() else {
         return Some(false);
     };
     match way {
-        Way::Scan => scan(file, addr as u64, len as u64, runs)
+        Way::Scan => scan(file, addr as u64, len as u64, files, runs)
             .ok()
             .map(|()| true),
-        Way::Read => Some(read(file, addr, len, runs)),
+        Way::Read => Some(read(file, addr, len, files, runs)),
     }
 }
 
@@ -151,7 +161,16 @@ unsafe impl Ioctl for Scan<'_> {
     }
 }
 
-fn scan(file: &File, addr: u64, len: u64, runs: &mut Vec<Pages>) -> rustix::io::Result<()> {
+fn scan(
+    file: &File,
+    addr: u64,
+    len: u64,
+    files: bool,
+    runs: &mut Vec<Pages>,
+) -> rustix::io::Result<()> {
+    // Room for a few dozen regions: the kernel allocates a buffer as large for every call,
+    // which costs more than a call of its own where an instance touched hundreds of scattered
+    // pages (BENCHMARKS.md, the seventh pass).
     let mut regions = [PageRegion::default(); 64];
     let mut at = addr;
     while at < addr + len {
@@ -162,7 +181,7 @@ fn scan(file: &File, addr: u64, len: u64, runs: &mut Vec<Pages>) -> rustix::io::
             vec: regions.as_mut_ptr() as u64,
             vec_len: regions.len() as u64,
             category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_FILE,
+            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED | if files { PAGE_IS_FILE } else { 0 },
             ..PmScanArg::default()
         };
         // SAFETY: see `Scan`: `arg` points at `regions`, which outlives the call.
@@ -191,7 +210,7 @@ fn scan(file: &File, addr: u64, len: u64, runs: &mut Vec<Pages>) -> rustix::io::
     Ok(())
 }
 
-fn read(file: &File, addr: *const u8, len: usize, runs: &mut Vec<Pages>) -> bool {
+fn read(file: &File, addr: *const u8, len: usize, files: bool, runs: &mut Vec<Pages>) -> bool {
     const PRESENT: u64 = 1 << 63;
     const SWAPPED: u64 = 1 << 62;
     const FILE_OR_SHARED: u64 = 1 << 61;
@@ -218,7 +237,7 @@ fn read(file: &File, addr: *const u8, len: usize, runs: &mut Vec<Pages>) -> bool
                 Page::Swapped
             } else if entry & PRESENT == 0 {
                 continue;
-            } else if entry & FILE_OR_SHARED != 0 {
+            } else if files && entry & FILE_OR_SHARED != 0 {
                 Page::File
             } else {
                 Page::Private
@@ -263,7 +282,7 @@ mod tests {
         let anon = map(64 * PAGE, None);
         let ways: Vec<Way> = [Way::Scan, Way::Read]
             .into_iter()
-            .filter(|&w| touched_by(w, anon, PAGE, &mut Vec::new()) == Some(true))
+            .filter(|&w| touched_by(w, anon, PAGE, true, &mut Vec::new()) == Some(true))
             .collect();
         if !ways.contains(&Way::Read) {
             eprintln!("no /proc/self/pagemap here: nothing to check");
@@ -283,9 +302,9 @@ mod tests {
             mapped.add(2 * PAGE).write(1);
             let _ = std::ptr::read_volatile(mapped.add(5 * PAGE));
         }
-        let runs = |way, addr, len| {
+        let runs = |way, addr, len, files| {
             let mut runs = Vec::new();
-            assert_eq!(touched_by(way, addr, len, &mut runs), Some(true));
+            assert_eq!(touched_by(way, addr, len, files, &mut runs), Some(true));
             runs
         };
         let p = |start: usize, end: usize, page| Pages {
@@ -294,22 +313,26 @@ mod tests {
             page,
         };
         for &way in &ways {
-            assert_eq!(
-                runs(way, anon, 64 * PAGE),
-                [p(2, 5, Page::Private), p(40, 41, Page::Private)],
-                "{way:?}"
-            );
-            // Fault-around may map neighbours of a page read: check only the pages touched.
-            let file_runs = runs(way, mapped, 8 * PAGE);
-            let state = |k: usize| {
-                file_runs
-                    .iter()
-                    .find(|r| (r.start..r.end).contains(&(k * PAGE)))
-                    .map(|r| r.page)
-            };
-            assert_eq!(state(1), Some(Page::File), "{way:?}");
-            assert_eq!(state(2), Some(Page::Private), "{way:?}");
-            assert_eq!(state(5), Some(Page::File), "{way:?}");
+            for files in [true, false] {
+                assert_eq!(
+                    runs(way, anon, 64 * PAGE, files),
+                    [p(2, 5, Page::Private), p(40, 41, Page::Private)],
+                    "{way:?}"
+                );
+                // Fault-around may map neighbours of a page read: check only the pages touched.
+                let file_runs = runs(way, mapped, 8 * PAGE, files);
+                let state = |k: usize| {
+                    file_runs
+                        .iter()
+                        .find(|r| (r.start..r.end).contains(&(k * PAGE)))
+                        .map(|r| r.page)
+                };
+                // Not told apart, file pages read as private ones.
+                let read_only = if files { Page::File } else { Page::Private };
+                assert_eq!(state(1), Some(read_only), "{way:?} {files}");
+                assert_eq!(state(2), Some(Page::Private), "{way:?} {files}");
+                assert_eq!(state(5), Some(read_only), "{way:?} {files}");
+            }
         }
         // SAFETY: our own mappings, no references into them.
         unsafe {
