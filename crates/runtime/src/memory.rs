@@ -30,9 +30,9 @@
 //!
 //! - A slot of at most [`MemoryConfig::keep_resident`] bytes without a mapped image is zeroed
 //!   in place (no system call; its pages stay resident for the next instance).
-//! - Zeroing in place writes only the cache lines that are not zeros already, where the CPU has
-//!   wide enough vectors to read them faster than `memset` writes (see `zero_written_lines`).
-//!   So it never writes the shared zero page either.
+//! - Zeroing in place never writes a page that is all zeros (so never the shared zero page),
+//!   and on CPUs with AVX2 writes only the cache lines that are not: reading them costs less
+//!   than writing them all (see `zero_written_lines`).
 //! - Any other slot reads the kernel's page map ([`crate::pagemap`]) and undoes exactly what the
 //!   instance did: pages it never touched, and image pages it only read (still the file's), are
 //!   left as they are; image pages it wrote are copied back from the image's file (or from the
