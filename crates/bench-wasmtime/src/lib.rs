@@ -5,11 +5,7 @@ pub mod wt;
 
 use std::time::Duration;
 
-/// The median of `v` (the upper one of an even count); `v` must not be empty.
-pub fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
-}
+pub use ephem_bench::median;
 
 /// `d` in milliseconds, three decimals.
 pub fn ms(d: Duration) -> String {

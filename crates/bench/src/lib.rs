@@ -23,6 +23,14 @@ pub mod syscalls;
 pub mod threads;
 pub mod thresholds;
 
+use std::time::Duration;
+
+/// The median of `v` (the upper one of an even count); `v` must not be empty.
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
 /// `ephem bench …`.
 #[derive(clap::Subcommand)]
 pub enum Bench {

@@ -100,7 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             one.push(o);
             many.push(m);
         }
-        let (one, many) = (median(&mut one), median(&mut many));
+        let (one, many) = (crate::median(one), crate::median(many));
         scaling.sort_by(f64::total_cmp);
         let scaling = scaling[ROUNDS / 2];
         if args.json {
@@ -127,11 +127,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Paired turns per operation; the scaling reported is their median.
 const ROUNDS: usize = 15;
-
-fn median<T: Ord + Copy>(v: &mut [T]) -> T {
-    v.sort_unstable();
-    v[v.len() / 2]
-}
 
 fn open(dir: &OwnedFd) -> anyhow::Result<OwnedFd> {
     Ok(rustix::fs::openat(

@@ -19,6 +19,8 @@ use anyhow::Context;
 use ephem::{Compiler, Engine, EngineConfig, Instance, MemoryConfig, Module, Store};
 use ephem_code_memory::{CodePool, LoadedCode, PoolConfig};
 
+use crate::median;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Sizes to measure, with an optional k or m suffix.
@@ -31,11 +33,6 @@ pub struct Args {
     /// One JSON object per line instead of tables.
     #[arg(long)]
     json: bool,
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
 }
 
 /// Reads one byte of every page of `[ptr, ptr + len)`: the page faults a run over all of it
