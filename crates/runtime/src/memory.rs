@@ -188,7 +188,7 @@ struct Slot {
 /// `pread` (an instance that writes its data section writes the same pages every time). At
 /// most [`PRISTINE_PAGES`] per slot.
 struct ImageFile {
-    fd: std::os::fd::OwnedFd,
+    file: std::fs::File,
     /// (offset in the memory, the page).
     pristine: Vec<(usize, Box<[u8]>)>,
 }
@@ -299,7 +299,7 @@ impl Slot {
         self.image_file = rustix::io::fcntl_dupfd_cloexec(image.file().0, 0)
             .ok()
             .map(|fd| ImageFile {
-                fd,
+                file: fd.into(),
                 pristine: Vec::new(),
             });
         if let Some(old) = self.image.replace(want) {
@@ -366,7 +366,8 @@ impl Slot {
     /// room.
     fn copy_back(&mut self, from: usize, to: usize) -> rustix::io::Result<()> {
         use crate::pagemap::PAGE as HOST_PAGE;
-        let (Some(image), Some(file)) = (self.image, &mut self.image_file) else {
+        use std::os::unix::fs::FileExt;
+        let (Some(image), Some(source)) = (self.image, &mut self.image_file) else {
             return self.discard(from, to);
         };
         let base = self.base;
@@ -380,18 +381,19 @@ impl Slot {
             if at == to {
                 break None;
             }
-            if let Some((_, page)) = file.pristine.iter().find(|(o, _)| *o == at) {
+            if let Some((_, page)) = source.pristine.iter().find(|(o, _)| *o == at) {
                 memory(at, HOST_PAGE).copy_from_slice(page);
-            } else if file.pristine.len() < PRISTINE_PAGES {
+            } else if source.pristine.len() < PRISTINE_PAGES {
                 let mut page = vec![0; HOST_PAGE].into_boxed_slice();
-                if !read_exact(&file.fd, &mut page, file_at(at)) {
+                if source.file.read_exact_at(&mut page, file_at(at)).is_err() {
                     break Some(at);
                 }
                 memory(at, HOST_PAGE).copy_from_slice(&page);
-                file.pristine.push((at, page));
+                source.pristine.push((at, page));
             } else {
                 // No room for more copies: the rest of the run straight from the file.
-                break (!read_exact(&file.fd, memory(at, to - at), file_at(at))).then_some(at);
+                let rest = source.file.read_exact_at(memory(at, to - at), file_at(at));
+                break rest.is_err().then_some(at);
             }
             at += HOST_PAGE;
         };
@@ -579,18 +581,6 @@ const SCAN_DENSITY: usize = 256 << 10;
 const FIRST_FULL_SCAN: u32 = 8;
 /// See [`Slot::reset_by_page_map`].
 const MAX_FULL_SCAN: u32 = 256;
-
-/// Fills `dst` from `fd` at `at`; `false` if the file ends first or cannot be read.
-fn read_exact(fd: &std::os::fd::OwnedFd, dst: &mut [u8], at: u64) -> bool {
-    let mut done = 0;
-    while done < dst.len() {
-        match rustix::io::pread(fd, &mut dst[done..], at + done as u64) {
-            Ok(n) if n > 0 => done += n,
-            _ => return false,
-        }
-    }
-    true
-}
 
 /// A cache line, as words.
 type Line = [u64; 8];

@@ -225,12 +225,8 @@ fn read(file: &File, addr: *const u8, len: usize, files: bool, runs: &mut Vec<Pa
         let bytes =
             unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr().cast::<u8>(), pages * 8) };
         let first = (addr as usize / PAGE) as u64 * 8;
-        let mut done = 0;
-        while done < bytes.len() {
-            match rustix::io::pread(file, &mut bytes[done..], first + done as u64) {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => done += n,
-            }
+        if std::os::unix::fs::FileExt::read_exact_at(file, bytes, first).is_err() {
+            return false;
         }
         for (k, &entry) in raw.iter().enumerate() {
             let page = if entry & SWAPPED != 0 {
