@@ -559,6 +559,14 @@ impl Artifact {
         let info: ephem_module::ModuleInfo = ephem_module::native(&self.meta().info);
         info.check()
             .map_err(|why| damaged(format!("metadata: {why}")))?;
+        let derived = self.meta().small_ids.as_slice()
+            == crate::format::small_ids(&info).as_slice()
+            && self.meta().imports_digest == crate::format::imports_digest(&info);
+        if !derived {
+            return Err(damaged(
+                "metadata: the type ids or the imports' digest are not the module's",
+            ));
+        }
         let eager = info.escaping();
         if self.eager() != eager.as_slice() {
             return Err(damaged(
@@ -855,6 +863,19 @@ impl Artifact {
 
     pub fn target(&self) -> &ArchivedTarget {
         &self.meta().target
+    }
+
+    /// Per type of [`Artifact::info`], its [`ephem_module::small_id`], or `None` for a type
+    /// without one.
+    pub fn small_ids(&self) -> impl ExactSizeIterator<Item = Option<u32>> + '_ {
+        (self.meta().small_ids.iter())
+            .map(|&id| Some(id.to_native()).filter(|&id| id != crate::format::NOT_SMALL))
+    }
+
+    /// What identifies the module's imports: two artifacts with the same digest have the same
+    /// imports (module, name, kind and type, in order).
+    pub fn imports_digest(&self) -> &[u8; 32] {
+        &self.meta().imports_digest
     }
 
     /// Length of the machine code.

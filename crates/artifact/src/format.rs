@@ -27,7 +27,9 @@
 //! must be applied to a memory that may hold data already; `text` is copied or mapped, images
 //! are mapped or copied into linear memory.
 
-use ephem_module::{CompiledModule, ConstExpr, ModuleInfo, Placement, Reloc, SegmentMode, Target};
+use ephem_module::{
+    CompiledModule, ConstExpr, ImportKind, ModuleInfo, Placement, Reloc, SegmentMode, Target,
+};
 use rkyv::{Archive, Serialize};
 
 use crate::ArtifactKey;
@@ -37,8 +39,9 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// Bumped whenever the layout or the meaning of any field changes, or what generated code
 /// expects of the runtime (15: bulk-memory builtins may return 3, interrupted; 16: start
 /// snapshots, `ModuleInfo::snapshot`; 17: metered code takes its fuel in the pinned register;
-/// 18: `table.set` marks its table in `VmTable::code_wrote`).
-pub const FORMAT_VERSION: u32 = 18;
+/// 18: `table.set` marks its table in `VmTable::code_wrote`; 19: `Meta::small_ids` and
+/// `Meta::imports_digest`).
+pub const FORMAT_VERSION: u32 = 19;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -160,6 +163,73 @@ pub(crate) struct Meta {
     /// `ephem_module::FuncrefLayout`), 0 for other items. Resolved here so that filling a table
     /// is a multiply-add per element, not a search.
     pub elem_slots: Vec<Vec<u32>>,
+    /// Per type of `info.types`, its [`ephem_module::small_id`], or [`NOT_SMALL`]: an engine's
+    /// canonical id without computing anything (only the others are looked up).
+    pub small_ids: Vec<u32>,
+    /// What identifies the imports (see [`imports_digest`]): a linker resolves a list of
+    /// imports it has resolved before without looking up a name.
+    pub imports_digest: [u8; 32],
+}
+
+/// [`Meta::small_ids`] of a type without a small id.
+pub const NOT_SMALL: u32 = u32::MAX;
+
+/// The small ids of `info`'s types (see [`Meta::small_ids`]).
+pub(crate) fn small_ids(info: &ModuleInfo) -> Vec<u32> {
+    (info.types.iter())
+        .map(|t| t.small_id().unwrap_or(NOT_SMALL))
+        .collect()
+}
+
+/// A digest of `info`'s imports: every import's module, name, kind and type (a function's by
+/// value, not by index), in order. Two modules with the same digest have the same imports, so
+/// whatever a linker resolved for one holds for the other. A BLAKE3 hash, 256 bits: the
+/// modules are untrusted, and finding two import lists with the same digest must be infeasible.
+pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    let mut bytes = Vec::new();
+    for import in &info.imports {
+        for name in [&import.module, &import.name] {
+            h.update(&(name.len() as u64).to_le_bytes());
+            h.update(name.as_bytes());
+        }
+        // (`FuncType::key` clears what it writes to: the kind's tag is hashed on its own.)
+        bytes.clear();
+        let tag: u8 = match &import.kind {
+            ImportKind::Func(t) => {
+                // (A type that is not there, which only a forged module has, hashes as none.)
+                if let Some(ty) = info.types.get(*t as usize) {
+                    ty.key(&mut bytes);
+                }
+                0
+            }
+            ImportKind::Table(t) => {
+                bytes.push(t.elem as u8);
+                limits(&mut bytes, t.min, t.max);
+                1
+            }
+            ImportKind::Memory(m) => {
+                limits(&mut bytes, m.min, m.max);
+                2
+            }
+            ImportKind::Global(g) => {
+                bytes.extend([g.ty as u8, g.mutable as u8]);
+                3
+            }
+        };
+        h.update(&[tag]);
+        h.update(&(bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    *h.finalize().as_bytes()
+}
+
+fn limits(out: &mut Vec<u8>, min: u32, max: Option<u32>) {
+    out.extend(min.to_le_bytes());
+    match max {
+        Some(max) => out.extend([1].into_iter().chain(max.to_le_bytes())),
+        None => out.push(0),
+    }
 }
 
 /// Where a lazy table's initial elements are in the text: `len` u32s from `at`.
@@ -343,6 +413,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
     // Names are only for backtraces: a section of their own, read on the first trap.
     let names = std::mem::take(&mut info.names);
     let elem_slots = elem_slots(&info, &layout.eager);
+    let (small_ids, imports_digest) = (small_ids(&info), imports_digest(&info));
     let meta = Meta {
         target: compiled.target.clone(),
         info,
@@ -359,6 +430,8 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         eager: layout.eager,
         eager_code,
         data_index,
+        small_ids,
+        imports_digest,
     };
     let meta_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&meta).expect("metadata always encodes");
 

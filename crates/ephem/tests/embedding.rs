@@ -377,3 +377,56 @@ fn typed_funcs_take_and_return_references() {
             .is_err()
     );
 }
+
+/// A linker remembers the imports it resolved by their digest: a module with the same imports
+/// (declared through other type indices) is resolved as it would be afresh, one whose imports
+/// differ only in a type is refused, and a definition made later is what the next module gets.
+#[test]
+fn a_linker_resolves_imports_it_saw_before_as_it_would_afresh() {
+    const FIRST: &str = r#"(module
+      (import "env" "f" (func $f (param i32) (result i32)))
+      (import "env" "g" (func $g (result i32)))
+      (func (export "run") (result i32) (i32.add (call $f (i32.const 40)) (call $g))))"#;
+    // The same imports, their types declared in the other order, and other code.
+    const SAME_IMPORTS: &str = r#"(module
+      (type (func (result i32)))
+      (type (func (param i32) (result i32)))
+      (import "env" "f" (func $f (type 1)))
+      (import "env" "g" (func $g (type 0)))
+      (func (export "run") (result i32) (i32.mul (call $f (i32.const 3)) (call $g))))"#;
+    const OTHER_TYPE: &str = r#"(module
+      (import "env" "f" (func $f (param i64) (result i32)))
+      (import "env" "g" (func $g (result i32)))
+      (func (export "run") (result i32) (call $f (i64.const 1))))"#;
+    let engine = Engine::default();
+    let mut linker = Linker::new(&engine);
+    linker.allow_shadowing(true);
+    linker.func_wrap("env", "f", |x: i32| x + 1).unwrap();
+    linker.func_wrap("env", "g", || 1).unwrap();
+    let run = |linker: &Linker<()>, wat: &str| -> Result<i32, Error> {
+        let module = compile(&engine, wat.as_bytes())?;
+        let mut store = Store::new(&engine, ());
+        let instance = linker.instantiate_pre(&module)?.instantiate(&mut store)?;
+        instance
+            .get_typed_func::<(), i32>(&mut store, "run")?
+            .call(&mut store, ())
+    };
+    let digest = |wat: &str| {
+        *compile(&engine, wat.as_bytes())
+            .unwrap()
+            .artifact()
+            .imports_digest()
+    };
+    assert_eq!(digest(FIRST), digest(SAME_IMPORTS));
+    assert_ne!(digest(FIRST), digest(OTHER_TYPE));
+
+    assert_eq!(run(&linker, FIRST).unwrap(), 42);
+    assert_eq!(run(&linker, SAME_IMPORTS).unwrap(), 4);
+    let e = run(&linker, OTHER_TYPE).unwrap_err();
+    assert!(e.to_string().contains("incompatible import type"), "{e}");
+    assert_eq!(run(&linker, FIRST).unwrap(), 42);
+
+    linker.func_wrap("env", "g", || 100).unwrap();
+    assert_eq!(run(&linker, FIRST).unwrap(), 141);
+    assert_eq!(run(&linker, SAME_IMPORTS).unwrap(), 400);
+}

@@ -325,6 +325,32 @@ fn a_forged_eager_list_is_refused() {
     assert!(e.contains("eager") || e.contains("metadata"), "{e}");
 }
 
+/// The types' small ids are the engine's canonical type ids: a wrong one would let a
+/// `call_indirect` of one signature reach a function of another.
+#[test]
+fn a_forged_small_type_id_is_refused() {
+    let good = ephem_artifact::to_bytes(&compiled(), &[0; 32], &KEY);
+    let artifact = open_bytes("good.ephem", &good).unwrap();
+    let ids: Vec<u32> = artifact.small_ids().map(|id| id.unwrap()).collect();
+    assert!(ids.len() >= 2 && ids[0] != ids[1]);
+    let e = refused_with_u32_replaced(&good, &ids, 1, ids[0]);
+    assert!(e.contains("type ids"), "{e}");
+}
+
+/// The imports' digest is what a linker knows an import list by: one that names another
+/// module's imports would link this module as that one.
+#[test]
+fn a_forged_imports_digest_is_refused() {
+    let good = ephem_artifact::to_bytes(&compiled(), &[0; 32], &KEY);
+    let digest = *open_bytes("good.ephem", &good).unwrap().imports_digest();
+    let at = good.windows(32).position(|w| w == digest).unwrap();
+    let mut forged = good.clone();
+    forged[at] ^= 1;
+    format::reseal(&mut forged, &KEY);
+    let e = open_bytes("forged.ephem", &forged).unwrap_err();
+    assert!(e.to_string().contains("digest"), "{e}");
+}
+
 /// A passive segment's items are funcref slots the writer derives from the module; one pointing
 /// at another function's slot would let `table.init` put a function of another type in a table.
 #[test]

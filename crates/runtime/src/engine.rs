@@ -194,14 +194,19 @@ impl Engine {
         reg.id(&key, || ty.clone())
     }
 
-    /// The canonical ids of a module's `types` (at most one lock for all of them).
-    pub(crate) fn type_ids(&self, types: &[ArchivedFuncType]) -> Vec<u32> {
+    /// The canonical ids of a module's `types`, given their `small` ids (see
+    /// [`Artifact::small_ids`](ephem_artifact::Artifact::small_ids)): only types without one
+    /// are looked up, under at most one lock for all of them.
+    pub(crate) fn type_ids(
+        &self,
+        types: &[ArchivedFuncType],
+        small: impl ExactSizeIterator<Item = Option<u32>>,
+    ) -> Vec<u32> {
         let mut key = Vec::new();
         let mut reg = None;
-        types
-            .iter()
-            .map(|ty| {
-                ty.small_id().unwrap_or_else(|| {
+        (types.iter().zip(small))
+            .map(|(ty, small)| {
+                small.unwrap_or_else(|| {
                     ty.key(&mut key);
                     reg.get_or_insert_with(|| {
                         self.inner.types.lock().unwrap_or_else(|e| e.into_inner())

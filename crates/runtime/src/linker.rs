@@ -6,11 +6,17 @@
 //! functions when an instance imports them) and, optionally, externs of one store (exports of
 //! instances registered with [`Linker::instance`]); using those with another store fails to
 //! link.
+//!
+//! Resolving looks up every import by name. A linker remembers the imports it resolved by
+//! their digest ([`Artifact::imports_digest`](ephem_artifact::Artifact::imports_digest): module,
+//! name, kind and type of each import, in order), so that a module whose imports it has seen
+//! before, the same module opened again or another one built against the same host, is
+//! resolved with one lookup instead of one per import. Defining anything forgets them.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ephem_module::ImportKind;
 
@@ -46,9 +52,16 @@ pub struct Linker<T> {
     /// Every host function defined. Shared with the `InstancePre`s made from the linker, which
     /// point into it: one reference count per instantiation, not one per import.
     hosts: Arc<Hosts>,
+    /// Import lists resolved before, by digest (see the module documentation); at most
+    /// [`REMEMBERED`], emptied when full.
+    resolved: Mutex<HashMap<[u8; 32], Arc<[Resolved]>, Hasher>>,
     allow_shadowing: bool,
     _data: PhantomData<fn() -> T>,
 }
+
+/// How many import lists a linker remembers: an embedder serves modules built against a few
+/// hosts, so a handful is plenty; the bound keeps arbitrary modules from growing it.
+const REMEMBERED: usize = 64;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -60,6 +73,7 @@ impl<T> Clone for Linker<T> {
             engine: self.engine.clone(),
             defs: self.defs.clone(),
             hosts: self.hosts.clone(),
+            resolved: Mutex::default(),
             allow_shadowing: self.allow_shadowing,
             _data: PhantomData,
         }
@@ -73,6 +87,7 @@ impl<T: 'static> Linker<T> {
             engine: engine.clone(),
             defs: HashMap::default(),
             hosts: Arc::default(),
+            resolved: Mutex::default(),
             allow_shadowing: false,
             _data: PhantomData,
         }
@@ -91,6 +106,11 @@ impl<T: 'static> Linker<T> {
     }
 
     fn insert(&mut self, module: &str, name: &str, def: Definition) -> Result<&mut Self, Error> {
+        // What resolved before may resolve differently now.
+        self.resolved
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         let names = self.defs.entry(module.to_owned()).or_default();
         if !self.allow_shadowing && names.contains_key(name) {
             return Err(Error::Usage(format!(
@@ -247,6 +267,32 @@ impl<T: 'static> Linker<T> {
                 "the module belongs to another engine than the linker".into(),
             ));
         }
+        let digest = module.artifact().imports_digest();
+        let remembered = (self.resolved.lock().unwrap_or_else(|e| e.into_inner()))
+            .get(digest)
+            .cloned();
+        let items = match remembered {
+            Some(items) => items,
+            None => {
+                let items = self.resolve(module)?;
+                let mut resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
+                if resolved.len() >= REMEMBERED {
+                    resolved.clear();
+                }
+                resolved.insert(*digest, items.clone());
+                items
+            }
+        };
+        Ok(InstancePre {
+            module: module.clone(),
+            items,
+            keep: self.hosts.clone(),
+            _data: PhantomData,
+        })
+    }
+
+    /// Looks up and type-checks each of `module`'s imports.
+    fn resolve(&self, module: &Module) -> Result<Arc<[Resolved]>, Error> {
         let mut items = Vec::with_capacity(module.artifact().info().imports.len());
         let mut unknown = Vec::new();
         for import in module.imports() {
@@ -283,12 +329,7 @@ impl<T: 'static> Linker<T> {
                 unknown.join(", ")
             )));
         }
-        Ok(InstancePre {
-            module: module.clone(),
-            items: items.into(),
-            keep: self.hosts.clone(),
-            _data: PhantomData,
-        })
+        Ok(items.into())
     }
 }
 
