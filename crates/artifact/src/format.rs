@@ -171,8 +171,8 @@ pub(crate) struct Meta {
     pub imports_digest: [u8; 32],
 }
 
-/// [`Meta::small_ids`] of a type without a small id.
-pub const NOT_SMALL: u32 = u32::MAX;
+/// The small id recorded for a type without one (see `Meta::small_ids`).
+pub(crate) const NOT_SMALL: u32 = u32::MAX;
 
 /// The small ids of `info`'s types (see [`Meta::small_ids`]).
 pub(crate) fn small_ids(info: &ModuleInfo) -> Vec<u32> {
