@@ -40,8 +40,9 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// expects of the runtime (15: bulk-memory builtins may return 3, interrupted; 16: start
 /// snapshots, `ModuleInfo::snapshot`; 17: metered code takes its fuel in the pinned register;
 /// 18: `table.set` marks its table in `VmTable::code_wrote`; 19: `Meta::small_ids` and
-/// `Meta::imports_digest`).
-pub const FORMAT_VERSION: u32 = 19;
+/// `Meta::imports_digest`; 20: stores set write marks before the memory's base,
+/// `ephem_module::MARK_SHIFT`).
+pub const FORMAT_VERSION: u32 = 20;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;

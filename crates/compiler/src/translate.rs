@@ -31,7 +31,9 @@ use cranelift_codegen::ir::{
 };
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
-use ephem_module::{Builtin, BuiltinType, ModuleInfo, ValType, VmOffsets};
+use ephem_module::{
+    Builtin, BuiltinType, MARK_SHIFT, MARK_WINDOW, MARKS_BEFORE, ModuleInfo, ValType, VmOffsets,
+};
 use wasmparser::{BlockType, FunctionBody, Operator};
 
 use crate::CompileError;
@@ -125,6 +127,19 @@ impl Frame {
     }
 }
 
+/// A memory access: see [`Translator::access`].
+struct Access {
+    /// The native address accessed.
+    addr: Value,
+    /// The memory's base.
+    base: Value,
+    memory: u32,
+    /// The wasm address operand, and the same zero-extended to 64 bits.
+    index: Value,
+    wide: Value,
+    offset: u64,
+}
+
 struct Translator<'a, 'b> {
     env: &'a Env<'a>,
     b: FunctionBuilder<'b>,
@@ -142,6 +157,9 @@ struct Translator<'a, 'b> {
     /// Fuel of the operators translated since the last subtraction: charged at once where
     /// control flow leaves the straight-line stretch.
     fuel_pending: u64,
+    /// The write marks set so far in this block (see [`Translator::mark_written`]): memory,
+    /// index operand, the offset's window.
+    marked: (Option<ir::Block>, Vec<(u32, Value, u64)>),
 }
 
 fn args(values: &[Value]) -> Vec<BlockArg> {
@@ -226,6 +244,7 @@ pub fn translate(
         locals,
         fuel: None,
         fuel_pending: 0,
+        marked: (None, Vec::new()),
     };
     if env.fuel_costs.is_some() {
         let var = t.b.declare_var(I64);
@@ -526,15 +545,56 @@ impl Translator<'_, '_> {
 
     /// Effective native address of a memory access.
     fn address(&mut self, memory: u32, offset: u64) -> Value {
+        self.access(memory, offset).addr
+    }
+
+    /// A memory access: its native address, and what [`Translator::mark_written`] needs.
+    fn access(&mut self, memory: u32, offset: u64) -> Access {
         let index = self.pop();
         let base = self.load_ptr(self.vmctx, self.env.offsets.memory_base(memory));
-        let index = self.b.ins().uextend(I64, index);
-        let addr = self.b.ins().iadd(base, index);
-        if offset == 0 {
+        let wide = self.b.ins().uextend(I64, index);
+        let addr = self.b.ins().iadd(base, wide);
+        let addr = if offset == 0 {
             addr
         } else {
             self.b.ins().iadd_imm_u(addr, offset as i64)
+        };
+        Access {
+            addr,
+            base,
+            memory,
+            index,
+            wide,
+            offset,
         }
+    }
+
+    /// Sets the write mark of a store (of at most 16 bytes) through `a` (see
+    /// `ephem_module::MARK_SHIFT` for what it covers), unless a store earlier in this block set
+    /// the same one: marks stay set while the instance runs, and an earlier instruction of the
+    /// block has run whenever this one does.
+    fn mark_written(&mut self, a: &Access) {
+        let window = a.offset - a.offset % MARK_WINDOW;
+        let block = self.b.current_block().expect("translating into a block");
+        if self.marked.0 != Some(block) {
+            self.marked = (Some(block), Vec::new());
+        }
+        let key = (a.memory, a.index, window);
+        if self.marked.1.contains(&key) {
+            return;
+        }
+        self.marked.1.push(key);
+        let at = if window == 0 {
+            a.wide
+        } else {
+            self.b.ins().iadd_imm_u(a.wide, window as i64)
+        };
+        let page = self.b.ins().ushr_imm_u(at, i64::from(MARK_SHIFT));
+        let mark = self.b.ins().iadd(a.base, page);
+        let one = self.b.ins().iconst(I8, 1);
+        self.b
+            .ins()
+            .store(trusted(), one, mark, -(MARKS_BEFORE as i32));
     }
 
     fn load(&mut self, m: wasmparser::MemArg, ty: Type, kind: LoadKind) {
@@ -554,12 +614,13 @@ impl Translator<'_, '_> {
 
     fn store(&mut self, m: wasmparser::MemArg, width: Option<Type>) {
         let value = self.pop();
-        let addr = self.address(memory_index(&m), m.offset);
+        let a = self.access(memory_index(&m), m.offset);
         let value = match width {
             Some(w) => self.b.ins().ireduce(w, value),
             None => value,
         };
-        self.b.ins().store(heap(), value, addr, 0);
+        self.b.ins().store(heap(), value, a.addr, 0);
+        self.mark_written(&a);
     }
 
     /// Calls a runtime builtin with `vmctx` and `args` (of the types its entry in

@@ -91,10 +91,12 @@ impl Run {
         (0..5).map(|i| self.load(IMAGE_AT + i) as u8).collect()
     }
 
-    /// The address of the exported memory `mem`: which pool slot it took.
+    /// The address of the exported memory `mem`: which pool slot it took. (Read through
+    /// `data`: `data_ptr` would let the host write, and the next reset would not trust the
+    /// write marks, which these tests are also about.)
     fn base(&mut self) -> usize {
         let mem = self.instance.get_memory(&mut self.store, "mem").unwrap();
-        mem.data_ptr(&self.store) as usize
+        mem.data(&self.store).as_ptr() as usize
     }
 }
 
@@ -475,6 +477,159 @@ fn resets_by_page_map_leave_nothing_behind() {
             0,
             "{resident_dirty_bytes}: at the end"
         );
+    }
+}
+
+/// Every way wasm and the host write a memory, at addresses that straddle host pages (with
+/// static offsets whose remainder runs into the next page too), inside an image and outside
+/// it: the next instance in the same slot finds the memory exactly as a fresh one (the same
+/// checksum of every byte), whichever way the slot is initialised and reset. Resets trust the
+/// write marks generated code and the runtime set (see `ephem_module::MARK_SHIFT`) unless
+/// the host had the raw bytes (`data_mut`), which is written here too.
+#[test]
+fn every_way_of_writing_is_undone_for_the_next_instance() {
+    // (name, the operator with `{}` where its offset goes, the value as a constant).
+    let stores = [
+        ("i32", "i32.store {}", "(i32.const -1)"),
+        ("i32_8", "i32.store8 {}", "(i32.const -1)"),
+        ("i32_16", "i32.store16 {}", "(i32.const -1)"),
+        ("i64", "i64.store {}", "(i64.const -1)"),
+        ("i64_8", "i64.store8 {}", "(i64.const -1)"),
+        ("i64_16", "i64.store16 {}", "(i64.const -1)"),
+        ("i64_32", "i64.store32 {}", "(i64.const -1)"),
+        ("f32", "f32.store {}", "(f32.const -1)"),
+        ("f64", "f64.store {}", "(f64.const -1)"),
+        ("v128", "v128.store {}", "(v128.const i64x2 -1 -1)"),
+        ("lane8", "v128.store8_lane {} 3", "(v128.const i64x2 -1 -1)"),
+        (
+            "lane16",
+            "v128.store16_lane {} 1",
+            "(v128.const i64x2 -1 -1)",
+        ),
+        (
+            "lane32",
+            "v128.store32_lane {} 2",
+            "(v128.const i64x2 -1 -1)",
+        ),
+        (
+            "lane64",
+            "v128.store64_lane {} 1",
+            "(v128.const i64x2 -1 -1)",
+        ),
+    ];
+    // Offsets: none, one whose remainder plus any size crosses a page, one of pages.
+    let offsets = [0u32, 4093, 3 * 4096 + 4090];
+    let mut wat = String::from(
+        r#"(module (memory (export "mem") 3 3)
+        (data (i32.const 65536) "image bytes, not zeros")
+        (data (i32.const 70000) "more of the image")
+        (data $passive "passive segment bytes")
+        (func (export "fill") (param i32 i32) (memory.fill (local.get 0) (i32.const 255) (local.get 1)))
+        (func (export "copy") (param i32 i32) (memory.copy (local.get 0) (i32.const 65536) (local.get 1)))
+        (func (export "init") (param i32 i32) (memory.init $passive (local.get 0) (i32.const 0) (local.get 1)))
+        (func (export "sum") (result i64) (local $at i32) (local $acc i64)
+          (loop $l
+            (local.set $acc (i64.add (i64.mul (local.get $acc) (i64.const 31))
+              (i64.load8_u (local.get $at))))
+            (local.set $at (i32.add (local.get $at) (i32.const 1)))
+            (br_if $l (i32.lt_u (local.get $at) (i32.const 196608))))
+          (local.get $acc))
+        "#,
+    );
+    for (name, op, value) in stores {
+        for offset in offsets {
+            let op = op.replace("{}", &format!("offset={offset}"));
+            wat += &format!(
+                "(func (export \"{name}_{offset}\") (param i32) ({op} (local.get 0) {value}))\n"
+            );
+        }
+    }
+    wat += ")";
+    let end = 3 * 65536;
+    // Where writes begin (before any offset): page ends and starts, in the image and not.
+    let addresses = [
+        0,
+        4095,
+        4093,
+        4089,
+        4081,
+        65536 - 3,
+        65536 + 4094,
+        70000 - 4,
+        2 * 65536 - 7,
+    ];
+    let settings = [
+        (0, 128 << 10, 2 << 20),
+        (usize::MAX, 0, 0),
+        (0, 0, 2 << 20),
+        (usize::MAX, 1 << 20, 64 << 10),
+    ];
+    for (map_image_at, keep_resident, resident_dirty_bytes) in settings {
+        let engine = Engine::with_config(EngineConfig {
+            memory: MemoryConfig {
+                max_idle_slots: 1,
+                map_image_at,
+                keep_resident,
+                resident_dirty_bytes,
+                ..MemoryConfig::default()
+            },
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let module = ephem::compile(&engine, wat.as_bytes()).unwrap();
+        let mut fresh = Run::new(&module, &[]);
+        let sum_of = |run: &mut Run| match run.call("sum", &[])[..] {
+            [Val::I64(v)] => v,
+            ref other => panic!("{other:?}"),
+        };
+        let (base, sum) = (fresh.base(), sum_of(&mut fresh));
+        drop(fresh);
+        let setting = format!("{map_image_at} {keep_resident} {resident_dirty_bytes}");
+        let check = |what: &str, write: &mut dyn FnMut(&mut Run)| {
+            let mut run = Run::new(&module, &[]);
+            assert_eq!(run.base(), base, "one slot");
+            write(&mut run);
+            assert_ne!(sum_of(&mut run), sum, "{what} wrote nothing ({setting})");
+            drop(run);
+            let mut next = Run::new(&module, &[]);
+            assert_eq!(
+                sum_of(&mut next),
+                sum,
+                "{what} left data behind ({setting})"
+            );
+        };
+        for (name, _, _) in stores {
+            for offset in offsets {
+                for at in addresses {
+                    if at + offset as i32 + 16 > end {
+                        continue;
+                    }
+                    let export = format!("{name}_{offset}");
+                    check(&format!("{export} at {at}"), &mut |run| {
+                        run.call(&export, &[Val::I32(at)]);
+                    });
+                }
+            }
+        }
+        for at in addresses {
+            for len in [1, 3, 17, 4097] {
+                for bulk in ["fill", "copy", "init"] {
+                    let len = if bulk == "init" { len.min(21) } else { len };
+                    check(&format!("{bulk} of {len} at {at}"), &mut |run| {
+                        run.call(bulk, &[Val::I32(at), Val::I32(len)]);
+                    });
+                }
+                check(&format!("Memory::write of {len} at {at}"), &mut |run| {
+                    let mem = run.instance.get_memory(&mut run.store, "mem").unwrap();
+                    mem.write(&mut run.store, at as usize, &vec![0xee; len as usize])
+                        .unwrap();
+                });
+                check(&format!("data_mut at {at}"), &mut |run| {
+                    let mem = run.instance.get_memory(&mut run.store, "mem").unwrap();
+                    mem.data_mut(&mut run.store)[at as usize + len as usize - 1] ^= 0x5a;
+                });
+            }
+        }
     }
 }
 

@@ -38,6 +38,30 @@ pub struct VmFuncRef {
     pub type_id: u32,
 }
 
+/// Write marks: a byte per host page of linear memory, in the [`MARKS_BEFORE`] bytes that
+/// precede the memory's base, which generated code sets (to non-zero) when it stores into the
+/// page, so that a reset can find what an instance wrote without reading the whole memory or
+/// asking the kernel.
+///
+/// # Invariant
+/// A store of at most 16 bytes at memory address `index + offset` (index and offset both
+/// below 2^32) sets the mark of page `(index + offset - offset % MARK_WINDOW) >> MARK_SHIFT`.
+/// Every byte it writes then lies in that page or in the first [`MARK_HEAD`] bytes of the
+/// next (it begins less than `MARK_WINDOW` bytes past the window's start). The runtime marks
+/// every page it writes. Marks are never cleared while any instance can run on the memory.
+///
+/// Rounding the offset down lets every store through one index and offsets of one window
+/// (fields of one struct) share one mark, and the shift with it.
+pub const MARK_SHIFT: u32 = 12;
+/// See [`MARK_SHIFT`].
+pub const MARK_WINDOW: u64 = 64;
+/// The bytes at the start of the page after a marked one that a store marked there may reach:
+/// `MARK_WINDOW` plus the widest store, in whole cache lines.
+pub const MARK_HEAD: usize = 128;
+/// Bytes of marks before a memory's base: enough for every page the invariant above can name
+/// (`(2^32 - 1 + 2^32 - 1) >> 12`), so a mark is never out of bounds whatever the store.
+pub const MARKS_BEFORE: usize = 1 << (33 - MARK_SHIFT);
+
 /// A linear memory's current size, shared by every instance that imports the memory.
 #[repr(C)]
 #[derive(Debug)]

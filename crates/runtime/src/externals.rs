@@ -4,7 +4,7 @@
 use ephem_module::{GlobalType, MemoryType, TableType, ValType};
 
 use crate::instance::{admit_memory, admit_table, raw_store};
-use crate::memory::{LinearMemory, PAGE};
+use crate::memory::{HostBytes, LinearMemory, PAGE};
 use crate::store::{AsContext, AsContextMut, Stored};
 use crate::table::{GlobalData, TableData};
 use crate::{Error, Func, Val};
@@ -120,7 +120,7 @@ impl Memory {
     /// The memory's bytes.
     pub fn data<'a, S: AsContext + ?Sized>(&self, store: &'a S) -> &'a [u8] {
         // SAFETY: no wasm can run while `store` is borrowed.
-        unsafe { self.get(store).bytes() }
+        unsafe { self.get(store).bytes_to_read() }
     }
 
     /// The memory's bytes, to change.
@@ -145,9 +145,25 @@ impl Memory {
         unsafe { (&mut *bytes, &mut *data) }
     }
 
+    /// As [`Memory::data_and_store_mut`], with the bytes as [`HostBytes`]: what the host
+    /// writes through them is marked, so the memory's reset stays the cheap one (see
+    /// [`HostBytes`]). What WASI functions use.
+    pub fn host_bytes_and_store_mut<'a, S: AsContextMut + ?Sized>(
+        &self,
+        store: &'a mut S,
+    ) -> (HostBytes<'a>, &'a mut S::Data) {
+        // SAFETY: as in `data_and_store_mut`: no wasm runs while `store` is borrowed, and the
+        // bytes are the memory's own mapping, apart from the store's data.
+        let bytes: HostBytes<'_> = unsafe { self.get(&*store).host_bytes() };
+        // SAFETY: as in `data_and_store_mut`; the bytes' lifetime is the store borrow's.
+        let bytes: HostBytes<'a> = unsafe { std::mem::transmute(bytes) };
+        let data = &mut store.as_context_mut().0.data;
+        (bytes, data)
+    }
+
     /// The first byte (for embedders that hand the memory to other code).
     pub fn data_ptr(&self, store: impl AsContext) -> *mut u8 {
-        self.get(&store).base()
+        self.get(&store).host_base()
     }
 
     /// Copies `buf.len()` bytes at `offset` out of the memory.

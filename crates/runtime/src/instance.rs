@@ -458,7 +458,7 @@ impl Instance {
         let memories = inner.memories[info.imported_memories.to_native() as usize..]
             .iter()
             // SAFETY: no wasm runs while the store is borrowed; the bytes are copied out.
-            .map(|&m| unsafe { store.memories[m as usize].bytes() }.to_vec())
+            .map(|&m| unsafe { store.memories[m as usize].bytes_to_read() }.to_vec())
             .collect();
         let globals = inner.globals[info.imported_globals.to_native() as usize..]
             .iter()
@@ -1202,7 +1202,7 @@ impl InstanceData {
             _ => &[],
         };
         let memory = self.memory(store, mem);
-        let (Some(src_end), Some(dst_end)) = (
+        let (Some(src_end), Some(_)) = (
             end_within(src, len, bytes.len()),
             end_within(dst, len, memory.len()),
         ) else {
@@ -1210,7 +1210,9 @@ impl InstanceData {
         };
         // SAFETY: bounds checked; no wasm runs while we copy.
         unsafe {
-            memory.bytes()[dst as usize..dst_end].copy_from_slice(&bytes[src as usize..src_end])
+            memory
+                .to_write(dst as usize, len as usize)
+                .copy_from_slice(&bytes[src as usize..src_end])
         };
         true
     }
@@ -1322,7 +1324,11 @@ unsafe extern "C" fn memory_fill(vmctx: *mut u8, mem: u32, dst: u32, val: u32, l
     match end_within(dst, len, memory.len()) {
         Some(end) => {
             // SAFETY: bounds checked; the calling wasm code is suspended in this call.
-            unsafe { memory.bytes()[dst as usize..end].fill(val as u8) };
+            unsafe {
+                memory
+                    .to_write(dst as usize, end - dst as usize)
+                    .fill(val as u8)
+            };
             0
         }
         None => 1,
@@ -1353,6 +1359,7 @@ unsafe extern "C" fn memory_copy(
     if end_within(dst, len, d.len()).is_none() || end_within(src, len, s.len()).is_none() {
         return 1;
     }
+    d.mark(dst as usize, len as usize);
     // SAFETY: both ranges checked; `copy` allows overlap (same memory).
     unsafe {
         std::ptr::copy(

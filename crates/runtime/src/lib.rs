@@ -54,6 +54,7 @@ pub use instance::DefinedState;
 pub use instance::{ExportRef, ExternType, ImportRef, Instance, InstantiateTimings, Module};
 pub use limits::{DEFAULT_COUNT, ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 pub use linker::{InstancePre, Linker};
+pub use memory::HostBytes;
 pub use memory::MemoryConfig;
 pub use store::{AsContext, AsContextMut, Store, StoreContext, StoreContextMut};
 pub use typed::{HostReturn, IntoFunc, TypedFunc, WasmParams, WasmResults, WasmTy};

@@ -26,7 +26,22 @@
 //! bytes the segments write, copied out of the image.
 //!
 //! When the memory is dropped its slot is reset before anything else can take it, so nothing
-//! one instance wrote is visible to the next:
+//! one instance wrote is visible to the next.
+//!
+//! # Write marks
+//! Before each slot's base lie [`ephem_module::MARKS_BEFORE`] bytes of *write marks*, a byte
+//! per host page, which generated code sets when it stores into the page (see
+//! [`ephem_module::MARK_SHIFT`] for exactly which), and the runtime when it writes for wasm
+//! (bulk memory operations, data segments, images copied in, [`LinearMemory::write`]). While
+//! every write since the last reset set them, the reset visits only the marked pages and the
+//! first [`ephem_module::MARK_HEAD`] bytes of the page after each (where a store marked in
+//! one may reach): image pages are copied back (only the cache lines that differ, so a page
+//! that was never written stays the file's), anonymous ones zeroed in place (only their
+//! written lines) up to `max(keep_resident, resident_dirty_bytes)` and discarded past that. No
+//! system call, and nothing read that was not written or next to a write. A host that takes
+//! the raw bytes ([`LinearMemory::bytes`], the base pointer) may write anywhere unmarked, and
+//! the memory's reset then falls back to what follows (which also clears the marks); host
+//! functions that write through [`HostBytes`] (WASI's) mark what they write:
 //!
 //! - A slot of at most [`MemoryConfig::keep_resident`] bytes without a mapped image is zeroed
 //!   in place (no system call; its pages stay resident for the next instance).
@@ -65,6 +80,9 @@ use crate::limits::Growing;
 use rustix::mm::{Advice, MapFlags, MprotectFlags, ProtFlags};
 
 pub const PAGE: u64 = 65536;
+/// Bytes of write marks before each memory's base (see [`ephem_module::MARK_SHIFT`]).
+const MARKS: usize = ephem_module::MARKS_BEFORE;
+const _: () = assert!(1 << ephem_module::MARK_SHIFT == crate::pagemap::PAGE);
 /// Most pages a 32-bit memory can have.
 pub const MAX_PAGES: u32 = 65536;
 /// Address space behind each memory base: 4 GiB of addresses plus 4 GiB of offsets, plus a
@@ -203,23 +221,44 @@ unsafe impl Send for Slot {}
 
 impl Slot {
     fn reserve() -> Result<Slot, crate::Error> {
+        let failed = |e| crate::Error::Limit(format!("cannot reserve linear memory: {e}"));
         // SAFETY: a fresh private mapping the kernel places; nothing else is affected.
-        let base = unsafe {
+        let start = unsafe {
             rustix::mm::mmap_anonymous(
                 null_mut(),
-                RESERVATION,
+                MARKS + RESERVATION,
                 ProtFlags::empty(),
                 MapFlags::PRIVATE | MapFlags::NORESERVE,
             )
         }
-        .map_err(|e| crate::Error::Limit(format!("cannot reserve linear memory: {e}")))?;
-        Ok(Slot {
-            base: base.cast(),
+        .map_err(failed)?;
+        // SAFETY: the first `MARKS` bytes of the reservation just made, ours alone.
+        let marks = unsafe {
+            rustix::mm::mprotect(start, MARKS, MprotectFlags::READ | MprotectFlags::WRITE)
+        };
+        let slot = Slot {
+            // SAFETY: inside the reservation (`MARKS` is less than its length).
+            base: unsafe { start.cast::<u8>().add(MARKS) },
             accessible: 0,
             image: None,
             image_file: None,
             learned: Learned::default(),
-        })
+        };
+        // On failure, dropping the slot unmaps the reservation.
+        marks.map_err(failed).map(|()| slot)
+    }
+
+    /// The write marks of the first `pages` host pages (see [`ephem_module::MARK_SHIFT`]),
+    /// and the mark after them.
+    ///
+    /// # Safety
+    /// No wasm code may run on the slot's memory while the slice is alive.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn marks(&self, pages: usize) -> &mut [u8] {
+        debug_assert!(pages < MARKS);
+        // SAFETY: `[base - MARKS, base)` is our read+write marks region; exclusive per the
+        // contract.
+        unsafe { std::slice::from_raw_parts_mut(self.base.sub(MARKS), pages + 1) }
     }
 
     /// Makes exactly `[0, len)` accessible.
@@ -320,11 +359,19 @@ impl Slot {
     /// Makes everything an instance wrote disappear (see the module documentation): anonymous
     /// pages read as zeros again, a mapped image's pages as the file again. Without
     /// `reuse_image`, the image is marked as one no memory may take as it is.
-    fn reset(&mut self, config: &MemoryConfig) -> rustix::io::Result<()> {
+    fn reset(&mut self, config: &MemoryConfig, marked: bool) -> rustix::io::Result<()> {
         let len = self.accessible;
         if let Some(image) = &mut self.image {
             image.reusable &= config.reuse_images;
         }
+        let pages = len / crate::pagemap::PAGE;
+        if marked {
+            return self.reset_by_marks(config, pages);
+        }
+        // Marks that generated code set are not the whole story here, but must not survive
+        // into the next memory's reset.
+        // SAFETY: the memory that used the slot is being dropped.
+        unsafe { self.marks(pages) }.fill(0);
         if self.image.is_none() && len <= config.keep_resident {
             // SAFETY: `[0, len)` is accessible anonymous memory and nothing else references it
             // (the memory that used it is being dropped).
@@ -382,13 +429,13 @@ impl Slot {
                 break None;
             }
             if let Some((_, page)) = source.pristine.iter().find(|(o, _)| *o == at) {
-                memory(at, HOST_PAGE).copy_from_slice(page);
+                copy_differing_lines(memory(at, HOST_PAGE), page);
             } else if source.pristine.len() < PRISTINE_PAGES {
                 let mut page = vec![0; HOST_PAGE].into_boxed_slice();
                 if source.file.read_exact_at(&mut page, file_at(at)).is_err() {
                     break Some(at);
                 }
-                memory(at, HOST_PAGE).copy_from_slice(&page);
+                copy_differing_lines(memory(at, HOST_PAGE), &page);
                 source.pristine.push((at, page));
             } else {
                 // No room for more copies: the rest of the run straight from the file.
@@ -402,6 +449,98 @@ impl Slot {
             Some(at) => self.discard(at, to),
             None => Ok(()),
         }
+    }
+
+    /// The reset by write marks, where every write since the last reset set them (see the
+    /// module documentation): a marked page is reset whole, and the first
+    /// [`ephem_module::MARK_HEAD`] bytes of the page after it; image pages are copied back,
+    /// anonymous ones zeroed in place up to a budget of `max(keep_resident,
+    /// resident_dirty_bytes)` and discarded past it. No system call unless something is
+    /// discarded or an image page is read from its file.
+    fn reset_by_marks(&mut self, config: &MemoryConfig, pages: usize) -> rustix::io::Result<()> {
+        use crate::pagemap::PAGE as HOST_PAGE;
+        let image = self.image.map_or(0..0, |i| i.offset..i.offset + i.len);
+        let mut budget = config.keep_resident.max(config.resident_dirty_bytes) / HOST_PAGE;
+        let (mut discard_run, mut copy_run) = (Run::default(), Run::default());
+        // SAFETY (for every `marks` below): the memory that used the slot is being dropped;
+        // no slice of the marks is kept across a call that takes `self`.
+        let mut page = next_mark(unsafe { self.marks(pages) }, 0).min(pages);
+        while page < pages {
+            let at = page * HOST_PAGE;
+            if unsafe { self.marks(pages) }[page] == 0 {
+                copy_run.step(false, at, |f, t| self.copy_back(f, t))?;
+                discard_run.step(false, at, |f, t| self.discard(f, t))?;
+                // The page after a marked one: only its head can have been written.
+                self.reset_head(at)?;
+                page = next_mark(unsafe { self.marks(pages) }, page + 1).min(pages);
+                continue;
+            }
+            let in_image = image.contains(&at);
+            copy_run.step(in_image && self.image_file.is_some(), at, |f, t| {
+                self.copy_back(f, t)
+            })?;
+            let discard = if in_image {
+                self.image_file.is_none()
+            } else if budget > 0 {
+                budget -= 1;
+                // SAFETY: an accessible page of our reservation, referenced by nothing (its
+                // memory is being dropped). Only written lines are written: a page that was
+                // only read (the shared zero page) is never copied on write.
+                zero_written_lines(unsafe {
+                    std::slice::from_raw_parts_mut(self.base.add(at), HOST_PAGE)
+                });
+                false
+            } else {
+                true
+            };
+            discard_run.step(discard, at, |f, t| self.discard(f, t))?;
+            page += 1;
+        }
+        let end = pages * HOST_PAGE;
+        copy_run.step(false, end, |f, t| self.copy_back(f, t))?;
+        discard_run.step(false, end, |f, t| self.discard(f, t))?;
+        unsafe { self.marks(pages) }.fill(0);
+        Ok(())
+    }
+
+    /// Resets the first [`ephem_module::MARK_HEAD`] bytes of the accessible page at `at`
+    /// (see [`Slot::reset_by_marks`]): zeroed where anonymous, copied back (the lines that
+    /// differ) where the image is.
+    fn reset_head(&mut self, at: usize) -> rustix::io::Result<()> {
+        use crate::pagemap::PAGE as HOST_PAGE;
+        use ephem_module::MARK_HEAD;
+        use std::os::unix::fs::FileExt;
+        // SAFETY: the head of an accessible page of our reservation, referenced by nothing
+        // (its memory is being dropped).
+        let head = unsafe { std::slice::from_raw_parts_mut(self.base.add(at), MARK_HEAD) };
+        let Some(image) = self
+            .image
+            .filter(|i| (i.offset..i.offset + i.len).contains(&at))
+        else {
+            zero_written_lines(head);
+            return Ok(());
+        };
+        let Some(source) = &mut self.image_file else {
+            return self.discard(at, at + HOST_PAGE);
+        };
+        if let Some((_, page)) = source.pristine.iter().find(|(o, _)| *o == at) {
+            copy_differing_lines(head, &page[..MARK_HEAD]);
+            return Ok(());
+        }
+        // Kept as a pristine page where there is room, as `copy_back` keeps them: the same
+        // heads come back at every reset.
+        let file_at = image.file_offset + (at - image.offset) as u64;
+        let room = source.pristine.len() < PRISTINE_PAGES;
+        let mut pristine = vec![0; if room { HOST_PAGE } else { MARK_HEAD }];
+        if source.file.read_exact_at(&mut pristine, file_at).is_err() {
+            // Short of the file (it cannot be, but never leave data behind): discard.
+            return self.discard(at, at + HOST_PAGE);
+        }
+        copy_differing_lines(head, &pristine[..MARK_HEAD]);
+        if room {
+            source.pristine.push((at, pristine.into_boxed_slice()));
+        }
+        Ok(())
     }
 
     /// The reset by page map (see the module documentation); `false` if it cannot be read.
@@ -597,6 +736,84 @@ fn lines(page: &mut [u8]) -> &mut [Line] {
     lines
 }
 
+/// Sets the write marks of `[offset, offset + len)` of the memory at `base` (see
+/// [`ephem_module::MARK_SHIFT`]).
+///
+/// # Safety
+/// `base` is a live memory's base, the range lies within the memory, and no wasm runs on it.
+unsafe fn mark_range(base: *mut u8, offset: usize, len: usize) {
+    use ephem_module::MARK_SHIFT;
+    if len == 0 {
+        return;
+    }
+    let (first, last) = (offset >> MARK_SHIFT, (offset + len - 1) >> MARK_SHIFT);
+    // SAFETY: the marks of pages within a memory lie in its slot's marks region (`MARKS`
+    // covers every page of a 4 GiB memory), which only the memory's users write, never
+    // concurrently with this (per the contract).
+    unsafe { std::ptr::write_bytes(base.sub(MARKS).add(first), 1, last - first + 1) };
+}
+
+/// A memory's bytes as a host function reads and writes them: writes go through
+/// [`HostBytes::get_mut`], which sets the write marks of what it hands out (see the module
+/// documentation), so that the memory's reset can still trust them. (Made from a plain slice,
+/// there is nothing to mark.)
+pub struct HostBytes<'a> {
+    bytes: &'a mut [u8],
+    /// The memory's base, or `None` for a plain slice.
+    base: Option<*mut u8>,
+}
+
+impl<'a> HostBytes<'a> {
+    /// Bytes of no memory (for tests of host functions).
+    pub fn new(bytes: &'a mut [u8]) -> HostBytes<'a> {
+        HostBytes { bytes, base: None }
+    }
+
+    /// All the bytes, to read.
+    pub fn as_slice(&self) -> &[u8] {
+        self.bytes
+    }
+
+    /// `range` to write (marked as written), or `None` if it is not within the bytes.
+    pub fn get_mut(&mut self, range: std::ops::Range<usize>) -> Option<&mut [u8]> {
+        let bytes = self.bytes.get_mut(range.clone())?;
+        if let Some(base) = self.base {
+            // SAFETY: `base` is the memory whose bytes these are, alive and not running wasm
+            // for as long as `self` borrows them; the range lies within them.
+            unsafe { mark_range(base, range.start, range.len()) };
+        }
+        Some(bytes)
+    }
+}
+
+/// Copies the cache lines of `src` that differ from `dst`'s (page-aligned, of one length): a
+/// page of a private file mapping that was never written stays the file's (not copied on
+/// write), and one written in a few lines is written in those.
+fn copy_differing_lines(dst: &mut [u8], src: &[u8]) {
+    for (d, s) in dst.chunks_exact_mut(64).zip(src.chunks_exact(64)) {
+        if d != s {
+            d.copy_from_slice(s);
+        }
+    }
+}
+
+/// The first marked page at or after `from`, or `marks.len()`: 64 marks at a time where it
+/// can (a reduction without early exit, which vectorises).
+fn next_mark(marks: &[u8], from: usize) -> usize {
+    const BLOCK: usize = 64;
+    let first = |range: std::ops::Range<usize>| range.clone().find(|&at| marks[at] != 0);
+    let aligned = from.next_multiple_of(BLOCK).min(marks.len());
+    if let Some(at) = first(from..aligned) {
+        return at;
+    }
+    let mut at = aligned;
+    while at + BLOCK <= marks.len() && marks[at..at + BLOCK].iter().fold(0, |acc, &m| acc | m) == 0
+    {
+        at += BLOCK;
+    }
+    first(at..marks.len()).unwrap_or(marks.len())
+}
+
 /// Whether a page-aligned page is all zeros (a reduction without early exit vectorises).
 fn is_zero(page: &[u8]) -> bool {
     // SAFETY: any bytes are valid u64s; `align_to` hands back whatever does not align.
@@ -655,7 +872,7 @@ fn zero_written_lines_avx2(lines: &mut [Line]) -> bool {
 impl Drop for Slot {
     fn drop(&mut self) {
         // SAFETY: we own the reservation and nothing references it any more.
-        let _ = unsafe { rustix::mm::munmap(self.base.cast(), RESERVATION) };
+        let _ = unsafe { rustix::mm::munmap(self.base.sub(MARKS).cast(), MARKS + RESERVATION) };
     }
 }
 
@@ -723,12 +940,12 @@ impl MemoryPool {
     /// Takes back the slot of a memory that started at `initial` bytes: reset, then shrunk
     /// back to that size if it grew, so that the next memory of its kind finds it with its
     /// size and image (one `mprotect`, instead of replacing the image and faulting it in).
-    fn give_back(&self, mut slot: Slot, initial: usize) {
+    fn give_back(&self, mut slot: Slot, initial: usize, marked: bool) {
         let full = || self.idle.lock().unwrap_or_else(|e| e.into_inner()).len();
         // Beyond the bound, or if it cannot be reset, the slot is dropped (unmapped). The
         // reset comes first: pages made inaccessible keep whatever they hold.
         if full() >= self.config.max_idle_slots
-            || slot.reset(&self.config).is_err()
+            || slot.reset(&self.config, marked).is_err()
             || slot.set_accessible(initial.min(slot.accessible)).is_err()
         {
             return;
@@ -756,6 +973,10 @@ pub struct LinearMemory {
     /// Where the slot goes when the memory is dropped (`None`: unmapped).
     pool: Option<Arc<MemoryPool>>,
     untouched: Cell<bool>,
+    /// Whether every write since the slot's last reset set its write marks: generated code's
+    /// and the runtime's own do; the host's through [`LinearMemory::bytes`] or the base do
+    /// not, and the reset then reads the memory (or the page map) instead.
+    marked: Cell<bool>,
 }
 
 /// What an instance found when it claimed a memory it initialises from an image
@@ -830,6 +1051,7 @@ impl LinearMemory {
             slot: RefCell::new(Some(slot)),
             pool,
             untouched: Cell::new(true),
+            marked: Cell::new(true),
         })
     }
 
@@ -845,9 +1067,11 @@ impl LinearMemory {
             && slot.unmap_image().is_err()
         {
             // Cannot replace the pages: zero them in place (private copies). The slot still
-            // maps the image, so a reset brings it back, as the pool expects.
+            // maps the image, so a reset brings it back, as the pool expects (reading them all:
+            // these writes are not marked).
             // SAFETY: the image lies in the accessible pages; nothing references them yet.
             unsafe { std::ptr::write_bytes(slot.base.add(image.offset), 0, image.len) };
+            self.marked.set(false);
         }
     }
 
@@ -894,6 +1118,7 @@ impl LinearMemory {
             slot.unmap_image()
                 .map_err(|e| crate::Error::Limit(format!("cannot reset a memory slot: {e}")))?;
         }
+        self.mark(offset, size);
         // SAFETY: the image lies within the accessible pages (checked above); no wasm runs.
         let dst = unsafe { &mut self.bytes_unexposed()[offset..offset + size] };
         match claim {
@@ -932,10 +1157,63 @@ impl LinearMemory {
         self.def.get()
     }
 
-    /// The first byte (the memory is exposed: see the type's docs).
-    pub fn base(&self) -> *mut u8 {
+    /// The first byte, for generated code, which marks what it writes (the memory is exposed:
+    /// see the type's docs).
+    pub(crate) fn base(&self) -> *mut u8 {
         self.expose();
         self.raw_base()
+    }
+
+    /// The first byte, for the host, which may write anything through it: the next reset
+    /// reads the whole memory rather than trust the write marks.
+    pub fn host_base(&self) -> *mut u8 {
+        self.marked.set(false);
+        self.base()
+    }
+
+    /// Sets the write marks of `[offset, offset + len)`, which lies within the memory (see
+    /// [`ephem_module::MARK_SHIFT`]).
+    pub(crate) fn mark(&self, offset: usize, len: usize) {
+        debug_assert!(offset + len <= self.len());
+        // SAFETY: the range lies within the memory; no wasm runs on it while the runtime
+        // writes for it.
+        unsafe { mark_range(self.raw_base(), offset, len) };
+    }
+
+    /// The bytes, for a host function that writes them only through [`HostBytes::get_mut`],
+    /// which marks what it hands out: the memory's reset stays the one by marks.
+    ///
+    /// # Safety
+    /// No wasm code may run on this memory while the result is alive.
+    pub(crate) unsafe fn host_bytes(&self) -> HostBytes<'_> {
+        self.expose();
+        HostBytes {
+            // SAFETY: per the contract.
+            bytes: unsafe { self.bytes_unexposed() },
+            base: Some(self.raw_base()),
+        }
+    }
+
+    /// `[offset, offset + len)` to write, marked as written (see [`LinearMemory::mark`]).
+    ///
+    /// # Safety
+    /// As for [`LinearMemory::bytes`]; the range lies within the memory.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn to_write(&self, offset: usize, len: usize) -> &mut [u8] {
+        self.expose();
+        self.mark(offset, len);
+        // SAFETY: per the contract.
+        unsafe { &mut self.bytes_unexposed()[offset..offset + len] }
+    }
+
+    /// The accessible bytes, to read.
+    ///
+    /// # Safety
+    /// No wasm code may run on this memory while the slice is alive.
+    pub unsafe fn bytes_to_read(&self) -> &[u8] {
+        self.expose();
+        // SAFETY: per the contract.
+        unsafe { self.bytes_unexposed() }
     }
 
     fn raw_base(&self) -> *mut u8 {
@@ -1014,7 +1292,7 @@ impl LinearMemory {
             ))
         })?;
         // SAFETY: bounds checked; the embedder is not running wasm while it holds `&self` here.
-        buf.copy_from_slice(unsafe { &self.bytes()[offset..end] });
+        buf.copy_from_slice(unsafe { &self.bytes_to_read()[offset..end] });
         Ok(())
     }
 
@@ -1028,16 +1306,18 @@ impl LinearMemory {
             ))
         })?;
         // SAFETY: as above.
-        unsafe { self.bytes()[offset..end].copy_from_slice(data) };
+        unsafe { self.to_write(offset, end - offset).copy_from_slice(data) };
         Ok(())
     }
 
-    /// The accessible bytes.
+    /// The accessible bytes, for the host to write as it likes: the next reset reads the
+    /// whole memory rather than trust the write marks.
     ///
     /// # Safety
     /// No wasm code may run on this memory while the slice is alive.
     #[allow(clippy::mut_from_ref)] // Exclusivity is the documented caller contract.
     pub unsafe fn bytes(&self) -> &mut [u8] {
+        self.marked.set(false);
         self.expose();
         // SAFETY: `[base, base + len)` is mapped read+write; exclusivity per the contract.
         unsafe { self.bytes_unexposed() }
@@ -1065,7 +1345,11 @@ impl Drop for LinearMemory {
             pool.release_bytes(self.len());
         }
         match &self.pool {
-            Some(pool) => pool.give_back(slot, self.ty.min as usize * PAGE as usize),
+            Some(pool) => pool.give_back(
+                slot,
+                self.ty.min as usize * PAGE as usize,
+                self.marked.get(),
+            ),
             None => drop(slot),
         }
     }

@@ -85,7 +85,7 @@ fn call<T>(
     let Some(Extern::Memory(memory)) = caller.get_export("memory") else {
         return Err(NoMemory);
     };
-    let (bytes, data) = memory.data_and_store_mut(caller);
+    let (bytes, data) = memory.host_bytes_and_store_mut(caller);
     let errno = match f(get(data), &mut GuestMemory(bytes)) {
         Ok(()) => Errno::SUCCESS,
         Err(e) => e,

@@ -3,19 +3,22 @@
 //!
 //! Values are little-endian at any alignment, as wasm memory is.
 
+use ephem_runtime::HostBytes;
+
 use crate::abi::{Errno, IOVEC_SIZE};
 
 /// What a host function returns to the guest on failure.
 pub type Result<T, E = Errno> = std::result::Result<T, E>;
 
-/// A borrowed linear memory.
-pub struct GuestMemory<'a>(pub(crate) &'a mut [u8]);
+/// A borrowed linear memory. Writes go through [`GuestMemory::slice_mut`], which marks them
+/// (see [`HostBytes`]).
+pub struct GuestMemory<'a>(pub(crate) HostBytes<'a>);
 
 impl GuestMemory<'_> {
     fn range(&self, ptr: u32, len: u32) -> Result<std::ops::Range<usize>> {
         let start = ptr as usize;
         let end = start + len as usize;
-        if end > self.0.len() {
+        if end > self.0.as_slice().len() {
             return Err(Errno::FAULT);
         }
         Ok(start..end)
@@ -24,13 +27,13 @@ impl GuestMemory<'_> {
     /// `len` bytes at `ptr`.
     pub fn slice(&self, ptr: u32, len: u32) -> Result<&[u8]> {
         let r = self.range(ptr, len)?;
-        Ok(&self.0[r])
+        Ok(&self.0.as_slice()[r])
     }
 
     /// `len` bytes at `ptr`, to write.
     pub fn slice_mut(&mut self, ptr: u32, len: u32) -> Result<&mut [u8]> {
         let r = self.range(ptr, len)?;
-        Ok(&mut self.0[r])
+        self.0.get_mut(r).ok_or(Errno::FAULT)
     }
 
     /// Copies `bytes` to `ptr`.
@@ -84,7 +87,9 @@ impl GuestMemory<'_> {
     /// The byte slices of a ciovec array, to write out.
     pub fn gather(&self, iovs: &[(u32, u32)]) -> Vec<std::io::IoSlice<'_>> {
         iovs.iter()
-            .map(|&(p, l)| std::io::IoSlice::new(&self.0[p as usize..p as usize + l as usize]))
+            .map(|&(p, l)| {
+                std::io::IoSlice::new(&self.0.as_slice()[p as usize..p as usize + l as usize])
+            })
             .collect()
     }
 }
@@ -96,7 +101,7 @@ mod tests {
     #[test]
     fn accesses_past_the_end_are_faults_not_panics() {
         let mut bytes = vec![0u8; 16];
-        let mut m = GuestMemory(&mut bytes);
+        let mut m = GuestMemory(HostBytes::new(&mut bytes));
         m.set_u64(8, u64::MAX).unwrap();
         assert_eq!(m.u64(8), Ok(u64::MAX));
         assert_eq!(m.u64(9), Err(Errno::FAULT));

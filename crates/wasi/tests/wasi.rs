@@ -581,3 +581,67 @@ fn a_sleeping_guest_is_stopped_at_its_deadline() {
     );
     assert!(took < std::time::Duration::from_secs(5), "slept {took:?}");
 }
+
+/// What a WASI function writes into the guest's memory (here `fd_read`'s bytes, across a page
+/// boundary and on a page of their own) is marked as written, like the guest's own stores: the
+/// next instance in the same memory slot finds only zeros, whether the slot is zeroed in place
+/// or reset through the page map.
+#[test]
+fn what_wasi_functions_write_is_gone_for_the_next_instance() {
+    const WAT: &str = r#"(module
+      (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 4)
+      ;; Reads stdin into 64 bytes at `at` (an iovec at 0, the count at 8).
+      (func (export "read") (param $at i32) (result i32)
+        (i32.store (i32.const 0) (local.get $at))
+        (i32.store (i32.const 4) (i32.const 64))
+        (call $read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8)))
+      ;; The OR of every word of the memory.
+      (func (export "or_all") (result i64) (local $at i32) (local $acc i64)
+        (loop $l
+          (local.set $acc (i64.or (local.get $acc) (i64.load (local.get $at))))
+          (local.set $at (i32.add (local.get $at) (i32.const 8)))
+          (br_if $l (i32.lt_u (local.get $at) (i32.const 262144))))
+        (local.get $acc)))"#;
+    for keep_resident in [0, 1 << 20] {
+        let engine = Engine::with_config(ephem::EngineConfig {
+            memory: ephem::MemoryConfig {
+                max_idle_slots: 1,
+                keep_resident,
+                ..ephem::MemoryConfig::default()
+            },
+            ..ephem::EngineConfig::default()
+        })
+        .unwrap();
+        let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+        let mut linker = Linker::new(&engine);
+        ephem_wasi::add_to_linker(&mut linker, |c: &mut WasiCtx| c).unwrap();
+        for at in [4096 - 7, 3 * 65536 + 100, 65536 - 1] {
+            let mut b = WasiCtx::builder();
+            b.stdin(ephem_wasi::Input::Bytes(
+                b"secret bytes from stdin".as_slice().into(),
+            ));
+            let mut store = Store::new(&engine, b.build());
+            let instance = linker.instantiate(&mut store, &module).unwrap();
+            let read = instance
+                .get_typed_func::<i32, i32>(&mut store, "read")
+                .unwrap();
+            assert_eq!(read.call(&mut store, at).unwrap(), 0, "fd_read's errno");
+            let memory = instance.get_memory(&mut store, "memory").unwrap();
+            let at = at as usize;
+            assert_eq!(&memory.data(&store)[at..at + 6], b"secret");
+            drop(store);
+
+            let mut store = Store::new(&engine, WasiCtx::builder().build());
+            let instance = linker.instantiate(&mut store, &module).unwrap();
+            let or_all = instance
+                .get_typed_func::<(), i64>(&mut store, "or_all")
+                .unwrap();
+            assert_eq!(
+                or_all.call(&mut store, ()).unwrap(),
+                0,
+                "bytes read at {at} left behind ({keep_resident})"
+            );
+        }
+    }
+}

@@ -145,10 +145,10 @@ impl Translator<'_, '_> {
     }
 
     /// A memory access's address; the vector operand (of lane loads and stores) is popped first.
-    fn lane_access(&mut self, m: wasmparser::MemArg, ty: Type) -> (Value, Value) {
+    fn lane_access(&mut self, m: wasmparser::MemArg, ty: Type) -> (Value, super::Access) {
         let v = self.vpop(ty);
-        let addr = self.address(memory_index(&m), m.offset);
-        (v, addr)
+        let a = self.access(memory_index(&m), m.offset);
+        (v, a)
     }
 
     /// Translates `op` if it is a SIMD operator; `false` if it is not.
@@ -161,8 +161,9 @@ impl Translator<'_, '_> {
                 self.push(v);
             }
             O::V128Store { memarg } => {
-                let (v, addr) = self.lane_access(memarg, I8X16);
-                self.b.ins().store(vheap(), v, addr, 0);
+                let (v, a) = self.lane_access(memarg, I8X16);
+                self.b.ins().store(vheap(), v, a.addr, 0);
+                self.mark_written(&a);
             }
             O::V128Load8x8S { memarg }
             | O::V128Load8x8U { memarg }
@@ -217,8 +218,8 @@ impl Translator<'_, '_> {
                     O::V128Load32Lane { .. } => (I32, I32X4),
                     _ => (I64, I64X2),
                 };
-                let (v, addr) = self.lane_access(memarg, vector);
-                let x = self.b.ins().load(scalar, vheap(), addr, 0);
+                let (v, a) = self.lane_access(memarg, vector);
+                let x = self.b.ins().load(scalar, vheap(), a.addr, 0);
                 let v = self.b.ins().insertlane(v, x, lane);
                 self.push(v);
             }
@@ -232,9 +233,10 @@ impl Translator<'_, '_> {
                     O::V128Store32Lane { .. } => I32X4,
                     _ => I64X2,
                 };
-                let (v, addr) = self.lane_access(memarg, vector);
+                let (v, a) = self.lane_access(memarg, vector);
                 let x = self.b.ins().extractlane(v, lane);
-                self.b.ins().store(vheap(), x, addr, 0);
+                self.b.ins().store(vheap(), x, a.addr, 0);
+                self.mark_written(&a);
             }
             O::V128Const { value } => {
                 let v = self.vconst(I8X16, value.bytes());
