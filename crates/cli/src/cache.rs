@@ -118,7 +118,7 @@ pub struct CompileArgs {
     image: ImageArgs,
 }
 
-/// Bounds on what a compiled artifact holds.
+/// What a compiled artifact holds, and what its code does besides the module's work.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ImageArgs {
     /// The largest memory image an artifact may hold (a `k`, `m` or `g` suffix for KiB, MiB,
@@ -126,14 +126,21 @@ pub struct ImageArgs {
     /// segments instead.
     #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
     max_image_size: Option<usize>,
+    /// Compile stores without write marks: about 3 % faster compute, a slower reset of each
+    /// instance's memory (it reads the memory, or asks the kernel, instead).
+    #[arg(long)]
+    no_write_marks: bool,
 }
 
 impl ImageArgs {
-    pub fn apply(&self, compiler: Compiler) -> Compiler {
-        match self.max_image_size {
-            Some(bytes) => compiler.with_max_image_bytes(bytes as u64),
-            None => compiler,
+    pub fn apply(&self, mut compiler: Compiler) -> Compiler {
+        if let Some(bytes) = self.max_image_size {
+            compiler = compiler.with_max_image_bytes(bytes as u64);
         }
+        if self.no_write_marks {
+            compiler = compiler.without_write_marks();
+        }
+        compiler
     }
 }
 

@@ -60,6 +60,8 @@ pub struct Compiler {
     max_image_bytes: u64,
     /// See [`Compiler::with_proposals`].
     proposals: Proposals,
+    /// See [`Compiler::without_write_marks`].
+    write_marks: bool,
 }
 
 /// The WebAssembly 3.0 features a compiler accepts beyond WebAssembly 2.0 (which includes
@@ -158,7 +160,17 @@ impl Compiler {
             fuel: None,
             max_image_bytes: ephem_module::DEFAULT_MAX_IMAGE_BYTES,
             proposals: Proposals::ALL,
+            write_marks: true,
         })
+    }
+
+    /// This compiler, generating stores that set no write marks (`ephem_module::MARK_SHIFT`).
+    /// Marks cost about 3 % of compute time (more in loops that store through a new address
+    /// every iteration) and save a reset that reads the memory or asks the kernel: without
+    /// them, long-running compute is faster and each instance's teardown slower.
+    pub fn without_write_marks(mut self) -> Compiler {
+        self.write_marks = false;
+        self
     }
 
     /// This compiler, accepting only `proposals` beyond WebAssembly 2.0 (default: all).
@@ -206,7 +218,7 @@ impl Compiler {
     /// and settings).
     pub fn fingerprint(&self) -> String {
         format!(
-            "{} {} {} fuel={} max_image={} proposals={:?}",
+            "{} {} {} fuel={} max_image={} proposals={:?} write_marks={}",
             self.isa().triple(),
             self.isa().flags(),
             self.isa()
@@ -217,7 +229,8 @@ impl Compiler {
                 .join(","),
             self.fuel.map_or("off", |(name, _)| name),
             self.max_image_bytes,
-            self.proposals
+            self.proposals,
+            self.write_marks
         )
     }
 
@@ -242,6 +255,7 @@ impl Compiler {
         let bytes = wat::parse_bytes(bytes)?;
         let mut parsed = parse::parse(&bytes, self.proposals)?;
         parsed.info.metered = self.fuel.is_some();
+        parsed.info.marks_writes = self.write_marks;
         let layout = ephem_module::FuncrefLayout::of(&parsed.info);
         let offsets = VmOffsets::new(&parsed.info, layout.slots(parsed.info.imported_funcs));
         let env = translate::Env {

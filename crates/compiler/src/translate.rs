@@ -574,6 +574,9 @@ impl Translator<'_, '_> {
     /// the same one: marks stay set while the instance runs, and an earlier instruction of the
     /// block has run whenever this one does.
     fn mark_written(&mut self, a: &Access) {
+        if !self.env.info.marks_writes {
+            return;
+        }
         let window = a.offset - a.offset % MARK_WINDOW;
         let block = self.b.current_block().expect("translating into a block");
         if self.marked.0 != Some(block) {

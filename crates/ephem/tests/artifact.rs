@@ -633,6 +633,66 @@ fn every_way_of_writing_is_undone_for_the_next_instance() {
     }
 }
 
+/// Code compiled without write marks (`Compiler::without_write_marks`) writes a memory
+/// unmarked, whether it defines the memory or imports it beside marked code: the memory's
+/// reset then reads it, and the next instance in the slot finds zeros.
+#[test]
+fn memories_written_by_code_without_marks_are_reset_whole() {
+    const WAT: &str = r#"(module (memory (export "mem") 4)
+      (func (export "store") (param i32 i32) (i32.store8 (local.get 0) (local.get 1)))
+      (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0))))"#;
+    const IMPORTS: &str = r#"(module (import "env" "mem" (memory 4))
+      (func (export "store") (param i32 i32) (i32.store8 (local.get 0) (local.get 1))))"#;
+    let unmarked = Compiler::new().unwrap().without_write_marks();
+    let marked = Compiler::new().unwrap();
+    for keep_resident in [0, 1 << 20] {
+        let engine = Engine::with_config(EngineConfig {
+            memory: MemoryConfig {
+                max_idle_slots: 1,
+                keep_resident,
+                ..MemoryConfig::default()
+            },
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let plain = ephem::compile_with(&unmarked, &engine, WAT.as_bytes()).unwrap();
+        let checker = ephem::compile_with(&marked, &engine, WAT.as_bytes()).unwrap();
+        let secrets = [100, 70000, 4 * 65536 - 1];
+        let mut run = Run::new(&plain, &[]);
+        for at in secrets {
+            run.store(at, 0x5e);
+        }
+        drop(run);
+        let mut next = Run::new(&checker, &[]);
+        for at in secrets {
+            assert_eq!(next.load(at), 0, "byte {at} leaked ({keep_resident})");
+        }
+        drop(next);
+
+        // An imported memory that marked and unmarked code both write.
+        let importer_marked = ephem::compile_with(&marked, &engine, IMPORTS.as_bytes()).unwrap();
+        let importer_plain = ephem::compile_with(&unmarked, &engine, IMPORTS.as_bytes()).unwrap();
+        let mut store = Store::new(&engine, ());
+        let memory = Memory::new(&mut store, MemoryType { min: 4, max: None }).unwrap();
+        for (module, at) in [(&importer_marked, 100), (&importer_plain, 70000)] {
+            let instance = Instance::new(&mut store, module, &[memory.into()]).unwrap();
+            let store_fn = instance.get_func(&mut store, "store").unwrap();
+            store_fn
+                .call(&mut store, &[Val::I32(at), Val::I32(0x77)], &mut [])
+                .unwrap();
+        }
+        drop(store);
+        let mut next = Run::new(&checker, &[]);
+        for at in [100, 70000] {
+            assert_eq!(
+                next.load(at),
+                0,
+                "imported: byte {at} leaked ({keep_resident})"
+            );
+        }
+    }
+}
+
 #[test]
 fn memories_grow_beyond_their_image() {
     for map_image_at in [0, usize::MAX] {

@@ -410,6 +410,9 @@ pub struct ModuleInfo {
     pub names: Vec<FuncName>,
     /// Whether the code charges fuel (see `VmOffsets::FUEL`).
     pub metered: bool,
+    /// Whether the code sets write marks (see [`MARK_SHIFT`]); without them, a memory it
+    /// writes is reset by reading it.
+    pub marks_writes: bool,
     /// Set when the start function ran at compile time: the memories, data segments and
     /// global initialisers describe the state it left, and instantiation does not run it.
     pub snapshot: Option<StartSnapshot>,

@@ -709,6 +709,9 @@ pub(crate) unsafe fn instantiate(
         vmctx.write(VmOffsets::FUEL, store.fuel.get());
         for (i, &mem) in memories.iter().enumerate() {
             let mem = &store.memories[mem as usize];
+            if !info.marks_writes {
+                mem.writes_unmarked();
+            }
             vmctx.write(o.memory_base(i as u32), mem.base());
             vmctx.write(o.memory_def(i as u32), mem.vm());
         }

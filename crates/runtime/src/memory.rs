@@ -1071,7 +1071,7 @@ impl LinearMemory {
             // these writes are not marked).
             // SAFETY: the image lies in the accessible pages; nothing references them yet.
             unsafe { std::ptr::write_bytes(slot.base.add(image.offset), 0, image.len) };
-            self.marked.set(false);
+            self.writes_unmarked();
         }
     }
 
@@ -1167,8 +1167,14 @@ impl LinearMemory {
     /// The first byte, for the host, which may write anything through it: the next reset
     /// reads the whole memory rather than trust the write marks.
     pub fn host_base(&self) -> *mut u8 {
-        self.marked.set(false);
+        self.writes_unmarked();
         self.base()
+    }
+
+    /// Something may write the memory without setting its write marks (the host through the
+    /// raw bytes, code compiled without them): the next reset reads the whole memory.
+    pub(crate) fn writes_unmarked(&self) {
+        self.marked.set(false);
     }
 
     /// Sets the write marks of `[offset, offset + len)`, which lies within the memory (see
@@ -1317,7 +1323,7 @@ impl LinearMemory {
     /// No wasm code may run on this memory while the slice is alive.
     #[allow(clippy::mut_from_ref)] // Exclusivity is the documented caller contract.
     pub unsafe fn bytes(&self) -> &mut [u8] {
-        self.marked.set(false);
+        self.writes_unmarked();
         self.expose();
         // SAFETY: `[base, base + len)` is mapped read+write; exclusivity per the contract.
         unsafe { self.bytes_unexposed() }
