@@ -558,6 +558,33 @@ pub fn run_case(
     }
 }
 
+/// Runs `plan`'s calls on one instance of `wasm`, drops it, and instantiates the module again
+/// on the same side, whose engine hands the second instance the memory slots the first
+/// released: the second's exported memories must be byte for byte what the first's were before
+/// its calls, whatever those calls wrote. `Ok(None)` when they are (or the module does not
+/// instantiate), else the first memory and offset that differ.
+pub fn leftovers<S: Side>(side: &S, wasm: &[u8], plan: &Plan) -> Result<Option<String>, String> {
+    let module = side.compile(wasm)?;
+    let Ok(mut first) = side.instantiate(&module) else {
+        return Ok(None);
+    };
+    let before = side.state(&mut first).memories;
+    for call in &plan.calls {
+        // What it returned or how it trapped is the comparison's business, not this check's.
+        let _ = side.call(&mut first, call)?;
+    }
+    drop(first);
+    let mut second = side
+        .instantiate(&module)
+        .map_err(|t| format!("the second instantiation failed: {t:?}"))?;
+    let after = side.state(&mut second).memories;
+    Ok(before.iter().zip(&after).find_map(|((name, a), (_, b))| {
+        let at = a.iter().zip(b).position(|(x, y)| x != y);
+        let at = at.or_else(|| (a.len() != b.len()).then_some(a.len().min(b.len())))?;
+        Some(format!("memory {name:?} differs at byte {at}"))
+    }))
+}
+
 /// Shrinks `wasm` (with `wasm-shrink`) to a smaller module on which the engines still
 /// disagree, with the plan of case `seed` derived anew for each candidate.
 pub fn shrink(

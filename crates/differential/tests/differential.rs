@@ -35,6 +35,26 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     assert!(calls > 4_000, "only {calls} calls compared");
 }
 
+/// What generated modules write (every store kind `wasm-smith` emits, bulk memory, start
+/// functions) is gone for the next instance in the same memory slots: the write marks cover
+/// every path by which wasm writes memory (see `ephem_module::MARK_SHIFT`).
+#[test]
+fn generated_modules_leave_nothing_for_the_next_instance() {
+    let ephem = Ephem::new().unwrap();
+    let (mut modules, mut leaks) = (0, Vec::new());
+    for seed in SEEDS {
+        let wasm = generate(seed).unwrap();
+        let plan = plan(&wasm, seed);
+        match ephem_differential::leftovers(&ephem, &wasm, &plan) {
+            Ok(None) => modules += 1,
+            Ok(Some(leak)) => leaks.push(format!("seed {seed}: {leak}")),
+            Err(e) => leaks.push(format!("seed {seed}: {e}")),
+        }
+    }
+    assert!(leaks.is_empty(), "{}", leaks.join("\n"));
+    assert!(modules > 400, "only {modules} modules ran");
+}
+
 #[test]
 fn damaged_modules_get_wasmparsers_verdict_and_crash_nothing() {
     let ephem = Ephem::new().unwrap();
