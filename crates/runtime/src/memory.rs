@@ -105,7 +105,8 @@ pub struct MemoryConfig {
     /// resident for the next instance, in slots larger than `keep_resident` or with an image
     /// (see the module documentation); pages written past this are discarded. It bounds what an
     /// idle slot keeps resident beyond `keep_resident`. 0 discards them all, as before the page
-    /// map was read.
+    /// map was read. A reset by write marks zeroes up to the larger of this and
+    /// `keep_resident` in place, wherever in the slot the marked pages are.
     pub resident_dirty_bytes: usize,
     /// Whether the next memory of the same artifact may take an idle slot's mapped image as it
     /// is (see the module documentation). Off, every memory replaces the image it finds: the
