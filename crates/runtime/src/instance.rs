@@ -1205,12 +1205,12 @@ impl InstanceData {
             _ => &[],
         };
         let memory = self.memory(store, mem);
-        let (Some(src_end), Some(_)) = (
-            end_within(src, len, bytes.len()),
-            end_within(dst, len, memory.len()),
-        ) else {
+        let Some(src_end) = end_within(src, len, bytes.len()) else {
             return false;
         };
+        if end_within(dst, len, memory.len()).is_none() {
+            return false;
+        }
         // SAFETY: bounds checked; no wasm runs while we copy.
         unsafe {
             memory
