@@ -258,15 +258,22 @@ fn artifacts_for_another_cpu_are_refused() {
 
 /// One idle memory slot at most, so that every memory reuses the same one.
 fn engine_with(map_image_at: usize, keep_resident: usize, reuse_images: bool) -> Engine {
+    one_slot_engine(MemoryConfig {
+        reuse_images,
+        keep_resident,
+        map_image_at,
+        ..MemoryConfig::default()
+    })
+}
+
+/// An engine with `memory`'s settings but one idle memory slot at most (and texts copied).
+fn one_slot_engine(memory: MemoryConfig) -> Engine {
     Engine::with_config(EngineConfig {
         code: PoolConfig::default(),
         map_text_at: None,
         memory: MemoryConfig {
             max_idle_slots: 1,
-            reuse_images,
-            keep_resident,
-            map_image_at,
-            ..MemoryConfig::default()
+            ..memory
         },
         ..EngineConfig::default()
     })
@@ -436,15 +443,10 @@ fn resets_by_page_map_leave_nothing_behind() {
     };
     let grown = (256 * 65536, 260 * 65536, 4093);
     for resident_dirty_bytes in [0, 64 << 10, 2 << 20] {
-        let engine = Engine::with_config(EngineConfig {
-            memory: MemoryConfig {
-                max_idle_slots: 1,
-                resident_dirty_bytes,
-                ..MemoryConfig::default()
-            },
-            ..EngineConfig::default()
-        })
-        .unwrap();
+        let engine = one_slot_engine(MemoryConfig {
+            resident_dirty_bytes,
+            ..MemoryConfig::default()
+        });
         let module = ephem::compile(&engine, SPREAD.as_bytes()).unwrap();
         let mut base = None;
         let probe = |run: &mut Run, (from, to, step): (i32, i32, i32)| {
@@ -565,17 +567,12 @@ fn every_way_of_writing_is_undone_for_the_next_instance() {
         (usize::MAX, 1 << 20, 64 << 10),
     ];
     for (map_image_at, keep_resident, resident_dirty_bytes) in settings {
-        let engine = Engine::with_config(EngineConfig {
-            memory: MemoryConfig {
-                max_idle_slots: 1,
-                map_image_at,
-                keep_resident,
-                resident_dirty_bytes,
-                ..MemoryConfig::default()
-            },
-            ..EngineConfig::default()
-        })
-        .unwrap();
+        let engine = one_slot_engine(MemoryConfig {
+            map_image_at,
+            keep_resident,
+            resident_dirty_bytes,
+            ..MemoryConfig::default()
+        });
         let module = ephem::compile(&engine, wat.as_bytes()).unwrap();
         let mut fresh = Run::new(&module, &[]);
         let sum_of = |run: &mut Run| match run.call("sum", &[])[..] {
@@ -646,15 +643,10 @@ fn memories_written_by_code_without_marks_are_reset_whole() {
     let unmarked = Compiler::new().unwrap().without_write_marks();
     let marked = Compiler::new().unwrap();
     for keep_resident in [0, 1 << 20] {
-        let engine = Engine::with_config(EngineConfig {
-            memory: MemoryConfig {
-                max_idle_slots: 1,
-                keep_resident,
-                ..MemoryConfig::default()
-            },
-            ..EngineConfig::default()
-        })
-        .unwrap();
+        let engine = one_slot_engine(MemoryConfig {
+            keep_resident,
+            ..MemoryConfig::default()
+        });
         let plain = ephem::compile_with(&unmarked, &engine, WAT.as_bytes()).unwrap();
         let checker = ephem::compile_with(&marked, &engine, WAT.as_bytes()).unwrap();
         let secrets = [100, 70000, 4 * 65536 - 1];
