@@ -41,6 +41,12 @@ fn main() -> anyhow::Result<()> {
              measures what metering costs ephem"
         );
     }
+    if args.write_marks != [ephem_bench::fresh::WriteMarks::On] {
+        anyhow::bail!(
+            "the comparison with wasmtime runs ephem's default code; `ephem bench fresh \
+             --write-marks on,off` measures what the marks save"
+        );
+    }
     let (dir, _temporary) = args.work_dir()?;
 
     // ephem.
@@ -52,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         &args.files,
         args.call(),
         &args.metering,
+        &args.write_marks,
     )?;
 
     // wasmtime, over the same modules.

@@ -50,6 +50,13 @@ pub fn wasi_template(subject: &Subject) -> anyhow::Result<WasiCtxBuilder> {
     Ok(b)
 }
 
+/// Whether code is compiled with write marks (`bench fresh --write-marks`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteMarks {
+    On,
+    Off,
+}
+
 /// A module of the workload, compiled into the cache.
 #[derive(Clone, Debug)]
 pub struct Subject {
@@ -62,6 +69,8 @@ pub struct Subject {
     pub artifact_bytes: u64,
     /// What its code was compiled with and its stores are given.
     pub metering: Metering,
+    /// Whether its code sets write marks (see `Compiler::without_write_marks`).
+    pub write_marks: bool,
 }
 
 impl Subject {
@@ -72,9 +81,13 @@ impl Subject {
             Some(export) => format!("{}:{export}", self.name),
             None => self.name.clone(),
         };
-        match self.metering {
+        let label = match self.metering {
             Metering::Off => label,
             m => format!("{label} [{}]", m.name()),
+        };
+        match self.write_marks {
+            true => label,
+            false => format!("{label} [no marks]"),
         }
     }
 }
@@ -144,13 +157,17 @@ pub fn default_export(module: &Module) -> Option<String> {
 /// Compiles every file into `cache` (if not there yet) for `metering`, and picks the export
 /// each calls.
 pub fn prepare(
-    metering: Metering,
+    (metering, write_marks): (Metering, bool),
     engine: &Engine,
     cache: &Cache,
     files: &[PathBuf],
     call: Call<'_>,
 ) -> anyhow::Result<Vec<Subject>> {
-    let compiler = &metering.compiler()?;
+    let mut compiler = metering.compiler()?;
+    if !write_marks {
+        compiler = compiler.without_write_marks();
+    }
+    let compiler = &compiler;
     files
         .iter()
         .map(|path| {
@@ -177,6 +194,7 @@ pub fn prepare(
                 text_bytes: module.artifact().text_len(),
                 artifact_bytes: module.artifact().file_len(),
                 metering,
+                write_marks,
             })
         })
         .collect()
@@ -277,10 +295,14 @@ impl<'a> Workload<'a> {
         files: &[PathBuf],
         call: Call<'_>,
         meterings: &[Metering],
+        write_marks: &[WriteMarks],
     ) -> anyhow::Result<Workload<'a>> {
         let mut subjects = Vec::new();
         for &m in meterings {
-            subjects.extend(prepare(m, engine, cache, files, call)?);
+            for &marks in write_marks {
+                let code = (m, marks == WriteMarks::On);
+                subjects.extend(prepare(code, engine, cache, files, call)?);
+            }
         }
         let mut hosts = Vec::new();
         for s in &subjects {
@@ -318,11 +340,11 @@ pub fn measure(
     cache: &Cache,
     files: &[PathBuf],
     call: Call<'_>,
-    meterings: &[Metering],
+    (meterings, write_marks): (&[Metering], &[WriteMarks]),
     invocations: usize,
     threads: usize,
 ) -> anyhow::Result<Results> {
-    let work = Workload::prepare(engine, cache, files, call, meterings)?;
+    let work = Workload::prepare(engine, cache, files, call, meterings, write_marks)?;
     let n = work.subjects.len();
     let mut samples = vec![Vec::with_capacity(invocations); n];
     let mut picker = Picker::new(0x5eed);
@@ -443,6 +465,10 @@ pub struct FreshArgs {
     /// `both`; comma-separated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
     pub metering: Vec<Metering>,
+    /// Run the modules compiled with write marks, without, or both, interleaved (`on`, `off`;
+    /// comma-separated): what the marks save on the fresh path.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
+    pub write_marks: Vec<WriteMarks>,
     /// Also run the invocations on this many threads at once, over one engine and one cache,
     /// and report throughput against one thread.
     #[arg(long, default_value_t = 1)]
@@ -528,7 +554,7 @@ impl FreshArgs {
             &cache,
             &self.files,
             self.call(),
-            &self.metering,
+            (&self.metering, &self.write_marks),
             self.invocations,
             self.threads,
         )
@@ -582,6 +608,7 @@ pub fn run(args: FreshArgs) -> anyhow::Result<()> {
                     "module": subject.name,
                     "export": subject.export,
                     "metering": subject.metering.name(),
+                    "write_marks": subject.write_marks,
                     "median_ns": median.as_nanos() as u64,
                     "p90_ns": p90.as_nanos() as u64,
                     "invocations": samples.len(),

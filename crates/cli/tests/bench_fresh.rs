@@ -89,6 +89,43 @@ fn bench_fresh_measures_each_metering() {
     assert_eq!(count, 2);
 }
 
+/// `--write-marks on,off`: each module compiled both ways (two artifacts: the code differs),
+/// and each runs and returns on every invocation.
+#[test]
+fn bench_fresh_measures_with_and_without_write_marks() {
+    let tmp = temp_dir();
+    let dir = tmp.path();
+    let a = dir.join("store.wat");
+    std::fs::write(
+        &a,
+        r#"(module (memory 1) (func (export "run") (result i32)
+             (i32.store (i32.const 4096) (i32.const 7)) (i32.load (i32.const 4096))))"#,
+    )
+    .unwrap();
+    let lines = json_lines(
+        Command::new(env!("CARGO_BIN_EXE_ephem"))
+            .args(["bench", "fresh", "--json", "--invoke", "run"])
+            .args(["--invocations", "10", "--write-marks", "on,off"])
+            .arg("--dir")
+            .arg(dir.join("work"))
+            .arg(&a),
+    );
+    let marks: Vec<bool> = lines
+        .iter()
+        .map(|l| l["write_marks"].as_bool().unwrap())
+        .collect();
+    assert_eq!(marks, [true, false]);
+    for line in &lines {
+        assert!(line["median_ns"].as_u64().unwrap() > 0, "{line}");
+        assert_eq!(line["trapped"], 0, "{line}");
+    }
+    let artifacts = std::fs::read_dir(dir.join("work/ephem")).unwrap();
+    let count = artifacts
+        .filter(|e| e.as_ref().unwrap().path().extension() == Some("ephem".as_ref()))
+        .count();
+    assert_eq!(count, 2);
+}
+
 #[test]
 fn bench_thresholds_measures_both_ways_at_each_size() {
     let lines = json_lines(Command::new(env!("CARGO_BIN_EXE_ephem")).args([
