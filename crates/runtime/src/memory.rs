@@ -212,6 +212,26 @@ struct ImageFile {
     pristine: Vec<(usize, Box<[u8]>)>,
 }
 
+impl ImageFile {
+    /// The pristine copy of the image page at memory offset `at` (at `file_at` in the file):
+    /// the one kept, else read from the file and kept while there is room for it; `None` when
+    /// it is not kept and there is no room.
+    fn pristine(&mut self, at: usize, file_at: u64) -> std::io::Result<Option<&[u8]>> {
+        use crate::pagemap::PAGE as HOST_PAGE;
+        use std::os::unix::fs::FileExt;
+        if let Some(k) = self.pristine.iter().position(|(o, _)| *o == at) {
+            return Ok(Some(&self.pristine[k].1));
+        }
+        if self.pristine.len() >= PRISTINE_PAGES {
+            return Ok(None);
+        }
+        let mut page = vec![0; HOST_PAGE].into_boxed_slice();
+        self.file.read_exact_at(&mut page, file_at)?;
+        self.pristine.push((at, page));
+        Ok(self.pristine.last().map(|(_, page)| &**page))
+    }
+}
+
 /// The most pristine image pages a slot keeps (64 KiB; with the pool's 128 idle slots, 8 MiB
 /// at most).
 const PRISTINE_PAGES: usize = 16;
@@ -429,19 +449,14 @@ impl Slot {
             if at == to {
                 break None;
             }
-            if let Some((_, page)) = source.pristine.iter().find(|(o, _)| *o == at) {
-                copy_differing_lines(memory(at, HOST_PAGE), page);
-            } else if source.pristine.len() < PRISTINE_PAGES {
-                let mut page = vec![0; HOST_PAGE].into_boxed_slice();
-                if source.file.read_exact_at(&mut page, file_at(at)).is_err() {
-                    break Some(at);
+            match source.pristine(at, file_at(at)) {
+                Ok(Some(page)) => copy_differing_lines(memory(at, HOST_PAGE), page),
+                Ok(None) => {
+                    // No room for more copies: the rest of the run straight from the file.
+                    let rest = source.file.read_exact_at(memory(at, to - at), file_at(at));
+                    break rest.is_err().then_some(at);
                 }
-                copy_differing_lines(memory(at, HOST_PAGE), &page);
-                source.pristine.push((at, page));
-            } else {
-                // No room for more copies: the rest of the run straight from the file.
-                let rest = source.file.read_exact_at(memory(at, to - at), file_at(at));
-                break rest.is_err().then_some(at);
+                Err(_) => break Some(at),
             }
             at += HOST_PAGE;
         };
@@ -524,24 +539,26 @@ impl Slot {
         let Some(source) = &mut self.image_file else {
             return self.discard(at, at + HOST_PAGE);
         };
-        if let Some((_, page)) = source.pristine.iter().find(|(o, _)| *o == at) {
-            copy_differing_lines(head, &page[..MARK_HEAD]);
-            return Ok(());
-        }
-        // Kept as a pristine page where there is room, as `copy_back` keeps them: the same
-        // heads come back at every reset.
+        // The page's pristine copy, kept as `copy_back` keeps them (the same heads come back
+        // at every reset), else just the head read from the file.
         let file_at = image.file_offset + (at - image.offset) as u64;
-        let room = source.pristine.len() < PRISTINE_PAGES;
-        let mut pristine = vec![0; if room { HOST_PAGE } else { MARK_HEAD }];
-        if source.file.read_exact_at(&mut pristine, file_at).is_err() {
+        let restored = match source.pristine(at, file_at) {
+            Ok(Some(page)) => {
+                copy_differing_lines(head, &page[..MARK_HEAD]);
+                true
+            }
+            Ok(None) => {
+                let mut pristine = [0; MARK_HEAD];
+                let read = source.file.read_exact_at(&mut pristine, file_at);
+                read.map(|()| copy_differing_lines(head, &pristine)).is_ok()
+            }
+            Err(_) => false,
+        };
+        match restored {
+            true => Ok(()),
             // Short of the file (it cannot be, but never leave data behind): discard.
-            return self.discard(at, at + HOST_PAGE);
+            false => self.discard(at, at + HOST_PAGE),
         }
-        copy_differing_lines(head, &pristine[..MARK_HEAD]);
-        if room {
-            source.pristine.push((at, pristine.into_boxed_slice()));
-        }
-        Ok(())
     }
 
     /// The reset by page map (see the module documentation); `false` if it cannot be read.
