@@ -82,11 +82,7 @@ fn bench_fresh_measures_each_metering() {
         assert_eq!(line["trapped"], 0, "{line}");
     }
     // Two artifacts: with fuel and without (a deadline compiles nothing in).
-    let artifacts = std::fs::read_dir(dir.join("work/ephem")).unwrap();
-    let count = artifacts
-        .filter(|e| e.as_ref().unwrap().path().extension() == Some("ephem".as_ref()))
-        .count();
-    assert_eq!(count, 2);
+    assert_eq!(artifacts_in(&dir.join("work/ephem")), 2);
 }
 
 /// `--write-marks on,off`: each module compiled both ways (two artifacts: the code differs),
@@ -119,11 +115,15 @@ fn bench_fresh_measures_with_and_without_write_marks() {
         assert!(line["median_ns"].as_u64().unwrap() > 0, "{line}");
         assert_eq!(line["trapped"], 0, "{line}");
     }
-    let artifacts = std::fs::read_dir(dir.join("work/ephem")).unwrap();
-    let count = artifacts
+    assert_eq!(artifacts_in(&dir.join("work/ephem")), 2);
+}
+
+/// How many artifacts (`*.ephem`) the cache directory `dir` holds.
+fn artifacts_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
         .filter(|e| e.as_ref().unwrap().path().extension() == Some("ephem".as_ref()))
-        .count();
-    assert_eq!(count, 2);
+        .count()
 }
 
 #[test]
