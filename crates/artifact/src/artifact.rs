@@ -194,13 +194,11 @@ fn name_entry(names: &[u8], count: usize, k: usize) -> (u32, Range<usize>) {
     (u32_at(names, at), base + start..base + end)
 }
 
-/// One 8-byte entry of the function table.
-fn func_loc(entry: &[u8]) -> FuncLoc {
-    FuncLoc {
-        offset: u32_at(entry, 0),
-        len: u32_at(entry, 4),
-    }
-}
+/// Bytes of one entry of the function table: code offset, then function (0 = the first
+/// defined one). Each function's code reaches to the next one's, the last one's to the end of
+/// the machine code (the compiler puts the trampolines and host adapters first, and nothing but
+/// padding between functions).
+const FUNC_ENTRY: usize = 8;
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
@@ -586,23 +584,34 @@ impl Artifact {
         self.check_tables()
     }
 
-    /// The function and trap tables: every function's code lies inside the machine code, in
-    /// order, and the trap table is sorted and names known kinds.
+    /// The function and trap tables: every defined function has one entry, its code lies inside
+    /// the machine code without overlapping another's, in order; the trap table is sorted and
+    /// names known kinds.
     fn check_tables(&self) -> Result<(), Error> {
         let text = u64::from(self.code_len());
-        let mut end = 0u64;
-        for f in self.funcs()? {
-            let (start, len) = (u64::from(f.offset), u64::from(f.len));
-            if start < end || start + len > text {
-                return Err(damaged("a function's code lies outside the text"));
+        let mut code = vec![None; self.info().defined_funcs()];
+        for (func, f) in self.funcs()? {
+            // The length is what lies before the next entry (or the end): 0 when two share an
+            // offset, wrapped past the text when they are out of order.
+            if f.len == 0 || u64::from(f.offset) + u64::from(f.len) > text {
+                return Err(damaged(
+                    "a function's code lies outside the text, or overlaps another's",
+                ));
             }
-            end = start + len;
+            match code.get_mut(func as usize) {
+                Some(slot @ None) => *slot = Some(f.offset),
+                _ => {
+                    return Err(damaged(
+                        "the function table names a function twice, or none",
+                    ));
+                }
+            }
         }
         let imported = self.info().imported_funcs.to_native();
-        let code_is = |f: u32, code: u32| {
+        let code_is = |f: u32, at: u32| {
             f.checked_sub(imported)
-                .and_then(|f| self.func(f as usize))
-                .is_some_and(|loc| loc.offset == code)
+                .and_then(|f| code.get(f as usize).copied().flatten())
+                .is_some_and(|offset| offset == at)
         };
         let code_matches = (self.eager().iter())
             .zip(self.eager_code())
@@ -726,7 +735,7 @@ impl Artifact {
             && info.imported_globals.to_native() as usize <= info.globals.len();
         let ok = imports_fit
             && text <= self.text_len()
-            && sec(Section::Funcs) == 8 * info.defined_funcs()
+            && sec(Section::Funcs) == FUNC_ENTRY * info.defined_funcs()
             && sec(Section::Traps) == crate::format::traps_len(m.trap_count.to_native() as usize)
             && m.trampolines.len() == types
             && m.host_adapters.len() == types
@@ -960,17 +969,21 @@ impl Artifact {
         &self.meta().eager_code
     }
 
-    /// Where defined function `i` (0 = the first defined one) is in the text (`None` when the
-    /// function table cannot be read, or has no such entry).
-    pub fn func(&self, i: usize) -> Option<FuncLoc> {
-        let table = self.lazy_section(&self.funcs, Section::Funcs).ok()?;
-        table.get(i * 8..i * 8 + 8).map(func_loc)
-    }
-
-    /// Where every defined function is in the text, in order.
-    pub fn funcs(&self) -> Result<impl ExactSizeIterator<Item = FuncLoc> + '_, Error> {
+    /// Every defined function (0 = the first defined one) and where it is in the text, with
+    /// the padding after it, in the order of the text.
+    pub fn funcs(&self) -> Result<impl ExactSizeIterator<Item = (u32, FuncLoc)> + '_, Error> {
         let table = self.lazy_section(&self.funcs, Section::Funcs)?;
-        Ok(table.chunks_exact(8).map(func_loc))
+        let (table, _) = table.as_chunks::<FUNC_ENTRY>();
+        let code_len = self.code_len();
+        Ok((0..table.len()).map(move |k| {
+            let offset = u32_at(&table[k], 0);
+            let end = table.get(k + 1).map_or(code_len, |next| u32_at(next, 0));
+            let loc = FuncLoc {
+                offset,
+                len: end.wrapping_sub(offset),
+            };
+            (u32_at(&table[k], 4), loc)
+        }))
     }
 
     /// The name section's name of function `func`, if it has one (read on first use).
@@ -996,13 +1009,16 @@ impl Artifact {
     /// offset within it.
     pub fn func_at(&self, offset: u32) -> Option<(u32, u32)> {
         let table = self.lazy_section(&self.funcs, Section::Funcs).ok()?;
-        let (table, _) = table.as_chunks::<8>();
-        let k = (table.partition_point(|e| func_loc(e).offset <= offset)).checked_sub(1)?;
-        let f = func_loc(&table[k]);
-        (offset < f.offset.saturating_add(f.len)).then(|| {
+        let (table, _) = table.as_chunks::<FUNC_ENTRY>();
+        let k = (table.partition_point(|e| u32_at(e, 0) <= offset)).checked_sub(1)?;
+        let (start, func) = (u32_at(&table[k], 0), u32_at(&table[k], 4));
+        let end = table
+            .get(k + 1)
+            .map_or(self.code_len(), |next| u32_at(next, 0));
+        (offset < end).then(|| {
             (
-                self.info().imported_funcs.to_native() + k as u32,
-                offset - f.offset,
+                self.info().imported_funcs.to_native() + func,
+                offset - start,
             )
         })
     }

@@ -4,7 +4,9 @@
 //! 0      header (HEADER_SIZE bytes, fixed layout, little-endian)
 //!        meta     rkyv archive: target, module info, relocations, trampolines, memory images
 //!        data     the bytes of every data segment that no image holds
-//!        funcs    per defined function: code offset u32, code length u32
+//!        funcs    per defined function, sorted by code offset: code offset u32, function u32
+//!                 (0 = the first defined one); its code reaches to the next entry's (the last
+//!                 one's to the end of the machine code)
 //!        traps    per trapping instruction, sorted: code offset u32, kind u32; then an index:
 //!                 the code offset of every TRAP_BLOCK-th entry (u32), so that finding a trap
 //!                 reads the index and one block, not a table of megabytes
@@ -41,8 +43,9 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// snapshots, `ModuleInfo::snapshot`; 17: metered code takes its fuel in the pinned register;
 /// 18: `table.set` marks its table in `VmTable::code_wrote`; 19: `Meta::small_ids` and
 /// `Meta::imports_digest`; 20: stores set write marks before the memory's base,
-/// `ephem_module::MARK_SHIFT`).
-pub const FORMAT_VERSION: u32 = 20;
+/// `ephem_module::MARK_SHIFT`; 21: the text is laid out by calls, the function table sorted by
+/// offset).
+pub const FORMAT_VERSION: u32 = 21;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -443,9 +446,14 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
     out.extend_from_slice(&data);
     section(&mut out, Section::Data, start);
     let start = out.len();
-    for f in &compiled.funcs {
-        out.extend_from_slice(&f.offset.to_le_bytes());
-        out.extend_from_slice(&f.len.to_le_bytes());
+    let mut by_offset: Vec<(u32, u32)> = (0..)
+        .zip(&compiled.funcs)
+        .map(|(i, f)| (f.offset, i))
+        .collect();
+    by_offset.sort_unstable();
+    for (offset, i) in by_offset {
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&i.to_le_bytes());
     }
     section(&mut out, Section::Funcs, start);
     let start = out.len();

@@ -402,11 +402,11 @@ fn link(
     data: Vec<u8>,
 ) -> Result<CompiledModule, CompileError> {
     let mut text = Vec::new();
-    let mut offsets = Vec::with_capacity(units.len());
-    for unit in &units {
+    let mut offsets = vec![0; units.len()];
+    for u in layout_order(&info, &units, defined) {
         text.resize(text.len().next_multiple_of(16), 0xCC);
-        offsets.push(text.len() as u32);
-        text.extend_from_slice(&unit.code);
+        offsets[u] = text.len() as u32;
+        text.extend_from_slice(&units[u].code);
     }
     let mut traps = Vec::new();
     let mut relocs = Vec::new();
@@ -444,6 +444,52 @@ fn link(
         data,
         max_image_bytes: 0,
     })
+}
+
+/// The order the units go in the text (unit indices: defined functions, then the trampolines
+/// and host adapters), chosen for the first call of a text that is new to the process: each
+/// page it touches is a fault, and the kernel maps the 64 KiB around a faulting page with it.
+/// So what every call reaches goes first and together: the trampolines and host adapters, then
+/// the exported functions and the start function, then the functions these call directly,
+/// depth first (a caller's callees near it); the rest (reached only through tables, or not at
+/// all) follow in index order.
+fn layout_order(info: &ephem_module::ModuleInfo, units: &[Compiled], defined: usize) -> Vec<usize> {
+    let imported = info.imported_funcs;
+    let unit_of = |f: u32| f.checked_sub(imported).map(|i| i as usize);
+    let mut order: Vec<usize> = (defined..units.len()).collect();
+    let mut placed = vec![false; defined];
+    let roots: Vec<usize> = (info.exports.iter())
+        .filter_map(|e| match e.index {
+            ephem_module::EntityIndex::Func(f) => unit_of(f),
+            _ => None,
+        })
+        .chain(info.start.and_then(unit_of))
+        .filter(|&u| u < defined)
+        .collect();
+    for &u in &roots {
+        if !std::mem::replace(&mut placed[u], true) {
+            order.push(u);
+        }
+    }
+    // Depth first from each root; the stack holds callees in reverse, so the first call site's
+    // callee comes next.
+    let mut expanded = vec![false; defined];
+    let mut stack = Vec::new();
+    for &root in &roots {
+        stack.push(root);
+        while let Some(u) = stack.pop() {
+            if std::mem::replace(&mut expanded[u], true) {
+                continue;
+            }
+            if !std::mem::replace(&mut placed[u], true) {
+                order.push(u);
+            }
+            let callees = units[u].calls.iter().rev().filter_map(|c| unit_of(c.1));
+            stack.extend(callees.filter(|&c| c < defined && !expanded[c]));
+        }
+    }
+    order.extend((0..defined).filter(|&u| !placed[u]));
+    order
 }
 
 fn libcall(lc: ClifLibCall) -> Option<LibCall> {

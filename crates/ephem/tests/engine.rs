@@ -465,8 +465,37 @@ fn the_wasm_stack_size_is_configurable_and_exhaustion_stays_a_trap() {
     assert!(matches!(depth(64 << 10, 100).unwrap()[..], [Val::I32(100)]));
 }
 
+/// The text's layout (`layout_order` in the compiler): trampolines and host adapters first, then
+/// the exported functions in export order, then what they call, depth first in call-site order,
+/// then the rest by index.
 #[test]
-fn compiling_lays_functions_out_in_module_order_whatever_order_threads_take_them() {
+fn the_text_puts_what_calls_reach_first_and_callees_after_their_callers() {
+    let compiled = ephem::Compiler::new()
+        .unwrap()
+        .compile(
+            br#"(module
+              (table 1 funcref) (elem (i32.const 0) $f6)
+              (func $f0 (result i32) i32.const 0 i32.const 1 i32.add)
+              (func $f1 (result i32) i32.const 1)
+              (func $f2 (result i32) call $f4)
+              (func $f3 (export "first") (result i32) call $f2 call $f1 i32.add)
+              (func $f4 (result i32) i32.const 4)
+              (func $f5 (export "second") (result i32) i32.const 5)
+              (func $f6 (result i32) i32.const 6)
+              (export "second again" (func $f5)))"#,
+        )
+        .unwrap();
+    let mut by_offset: Vec<usize> = (0..compiled.funcs.len()).collect();
+    by_offset.sort_by_key(|&i| compiled.funcs[i].offset);
+    assert_eq!(by_offset, [3, 5, 2, 4, 1, 0, 6]);
+    let first_func = compiled.funcs.iter().map(|f| f.offset).min().unwrap();
+    let entries = compiled.trampolines.iter().chain(&compiled.host_adapters);
+    assert!(entries.clone().count() > 0);
+    assert!(entries.clone().all(|&t| t < first_func));
+}
+
+#[test]
+fn compiling_lays_functions_out_the_same_whatever_order_threads_take_them() {
     // Bodies grow towards the end of the module, so threads that take the largest first
     // compile them in reverse; each function calls the one before it.
     let mut wat = String::from("(module (func $f0 (result i32) i32.const 1)\n");
@@ -483,7 +512,8 @@ fn compiling_lays_functions_out_in_module_order_whatever_order_threads_take_them
     for _ in 0..3 {
         assert_eq!(compiler.compile(wat.as_bytes()).unwrap(), first);
     }
-    assert!(first.funcs.windows(2).all(|w| w[0].offset < w[1].offset));
+    // The export calls the one before it, which calls the one before it...: depth first.
+    assert!(first.funcs.windows(2).all(|w| w[0].offset > w[1].offset));
     // 1 + the sum of 8i over i in 1..64.
     let mut store = Store::new(&Engine::default(), ());
     let instance = instantiate(&mut store, &wat);

@@ -132,8 +132,8 @@ fn forged_metadata_is_refused_at_open() {
             Box::new(|c| c.funcs[1].offset = c.funcs[0].offset),
         ),
         (
-            "function code past the end of the text",
-            Box::new(|c| c.funcs[0].len = u32::MAX),
+            "function code that starts at the end of the text",
+            Box::new(|c| c.funcs[0].offset = c.text.len() as u32),
         ),
         (
             "element item of a function that is not there",
@@ -323,6 +323,23 @@ fn a_forged_eager_list_is_refused() {
     assert!(!eager.is_empty());
     let e = refused_with_u32_replaced(&good, &eager, 0, eager[0] + 1);
     assert!(e.contains("eager") || e.contains("metadata"), "{e}");
+}
+
+/// The function table (sorted by code offset, each entry naming its function; backtraces read
+/// it) must name every defined function once.
+#[test]
+fn a_forged_function_table_is_refused() {
+    let compiled = compiled();
+    let good = ephem_artifact::to_bytes(&compiled, &[0; 32], &KEY);
+    let mut entries: Vec<(u32, u32)> = (0..)
+        .zip(&compiled.funcs)
+        .map(|(i, f)| (f.offset, i))
+        .collect();
+    entries.sort_unstable();
+    let table: Vec<u32> = entries.iter().flat_map(|&(o, i)| [o, i]).collect();
+    // The second entry names the first entry's function.
+    let e = refused_with_u32_replaced(&good, &table, 3, entries[0].1);
+    assert!(e.contains("names a function twice"), "{e}");
 }
 
 /// The types' small ids are the engine's canonical type ids: a wrong one would let a

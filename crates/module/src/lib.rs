@@ -621,7 +621,7 @@ pub struct CompiledModule {
     pub text: Vec<u8>,
     /// Patches the loader applies (usually none).
     pub relocs: Vec<Reloc>,
-    /// One per defined function.
+    /// One per defined function, by index (the text lays them out in another order).
     pub funcs: Vec<FuncLoc>,
     /// Entry trampoline offset, one per type.
     pub trampolines: Vec<u32>,
@@ -648,15 +648,12 @@ impl CompiledModule {
             .map(|i| self.traps[i].1)
     }
 
-    /// The defined function whose code contains `offset`, and the offset within it.
+    /// The defined function whose code contains `offset`, and the offset within it (a scan:
+    /// functions are laid out by the calls between them, not by index).
     pub fn func_at(&self, offset: u32) -> Option<(u32, u32)> {
-        let i = self
-            .funcs
-            .partition_point(|f| f.offset <= offset)
-            .checked_sub(1)?;
-        let f = self.funcs[i];
-        (offset < f.offset + f.len)
-            .then(|| (self.info.imported_funcs + i as u32, offset - f.offset))
+        let (i, f) = (self.funcs.iter().enumerate())
+            .find(|(_, f)| f.offset <= offset && offset - f.offset < f.len)?;
+        Some((self.info.imported_funcs + i as u32, offset - f.offset))
     }
 }
 
