@@ -38,7 +38,7 @@ use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use ephem_module::{
     ArchivedModuleInfo, ArchivedReloc, ArchivedTarget, CompiledModule, FuncLoc, TrapKind,
@@ -59,7 +59,9 @@ const FIRST_READ: usize = 4 << 10;
 
 /// A compiled module in a file (or a memory file), ready to load.
 pub struct Artifact {
-    file: File,
+    /// Shared with memory slots that keep this artifact's image mapped (see
+    /// [`Artifact::shared_file`]).
+    file: Arc<File>,
     /// Where it was opened from (for errors), if from a path.
     path: Option<PathBuf>,
     file_len: u64,
@@ -475,7 +477,7 @@ impl Artifact {
         let need = sec(Section::Meta).max(sec(Section::Data)) as usize;
         read_front(&file, &mut front, need)?;
         let artifact = Artifact {
-            file,
+            file: Arc::new(file),
             path: None,
             file_len,
             sections,
@@ -858,6 +860,13 @@ impl Artifact {
     /// The file (for mapping its text or images).
     pub fn file(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
+    }
+
+    /// The open file, for a holder that outlives this artifact (a memory slot that keeps the
+    /// image mapped, and reads pristine pages from it): one descriptor, closed when the last
+    /// holder lets it go, instead of a duplicate per holder (two system calls).
+    pub fn shared_file(&self) -> Arc<File> {
+        Arc::clone(&self.file)
     }
 
     /// Size of the whole file.

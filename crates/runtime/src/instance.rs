@@ -869,6 +869,9 @@ impl ImageSource for ArtifactImage<'_> {
             self.artifact.image_file_offset(self.image),
         )
     }
+    fn shared_file(&self) -> Arc<std::fs::File> {
+        self.artifact.shared_file()
+    }
     fn read(&self, dst: &mut [u8]) -> Result<(), Error> {
         Ok(self.artifact.read_image(self.image, dst)?)
     }

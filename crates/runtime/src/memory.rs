@@ -135,6 +135,8 @@ pub(crate) trait ImageSource {
     fn range(&self) -> (usize, usize);
     /// The file holding the image, its identity, and where in it the image starts.
     fn file(&self) -> (BorrowedFd<'_>, Identity, u64);
+    /// The same file, for a slot to keep while it maps the image (see [`ImageFile`]).
+    fn shared_file(&self) -> Arc<std::fs::File>;
     /// Reads the whole image into `dst` (of the image's length).
     fn read(&self, dst: &mut [u8]) -> Result<(), crate::Error>;
     /// The spans (start, end; memory offsets) that data segments write, in order.
@@ -201,13 +203,13 @@ struct Slot {
     learned: Learned,
 }
 
-/// The file a slot's image is mapped from (a descriptor of our own), and pristine copies of
+/// The file a slot's image is mapped from (its artifact's descriptor, shared), and pristine copies of
 /// image pages that instances wrote, as the file holds them: read once, the first time a reset
 /// finds the page written, so that later resets copy it back from memory instead of with a
 /// `pread` (an instance that writes its data section writes the same pages every time). At
 /// most [`PRISTINE_PAGES`] per slot.
 struct ImageFile {
-    file: std::fs::File,
+    file: Arc<std::fs::File>,
     /// (offset in the memory, the page).
     pristine: Vec<(usize, Box<[u8]>)>,
 }
@@ -355,13 +357,10 @@ impl Slot {
             let _ = self.unmap_image();
             return Err(e);
         }
-        // Without a descriptor of its own, a reset discards written image pages instead.
-        self.image_file = rustix::io::fcntl_dupfd_cloexec(image.file().0, 0)
-            .ok()
-            .map(|fd| ImageFile {
-                file: fd.into(),
-                pristine: Vec::new(),
-            });
+        self.image_file = Some(ImageFile {
+            file: image.shared_file(),
+            pristine: Vec::new(),
+        });
         if let Some(old) = self.image.replace(want) {
             let (start, end) = (want.offset, want.offset + want.len);
             let (old_start, old_end) = (old.offset, old.offset + old.len);
