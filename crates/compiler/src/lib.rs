@@ -4,8 +4,9 @@
 //! [`compile`] validates and parses a module (`wasmparser`), translates every function body to
 //! Cranelift IR (our own translator, `translate`), compiles the functions in parallel, and
 //! links them into one position-independent text with per-type entry trampolines and host
-//! adapters. Intra-module calls are resolved here; everything that differs per process or per
-//! instance is reached through the instance context, so the text needs no relocation at load.
+//! adapters, laid out by calls (see `layout_order`). Intra-module calls are resolved here;
+//! everything that differs per process or per instance is reached through the instance
+//! context, so the text needs no relocation at load.
 //! The result is an [`ephem_module::CompiledModule`], which the runtime loads without this crate.
 //!
 //! Fuel metering ([`Compiler::with_fuel`]) is compiled in only when asked for; it is part of
