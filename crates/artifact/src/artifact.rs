@@ -106,17 +106,6 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The identity of the file `stat` describes.
-    pub(crate) fn of(stat: &rustix::fs::Stat) -> Identity {
-        Identity {
-            dev: stat.st_dev,
-            ino: stat.st_ino,
-            size: stat.st_size,
-            mtime: stat.st_mtime,
-            mtime_ns: stat.st_mtime_nsec as i64,
-        }
-    }
-
     /// The identity as plain words (device, inode, size, modification time in seconds and
     /// nanoseconds), for keys of other crates.
     pub fn words(&self) -> [u64; 5] {
@@ -146,7 +135,7 @@ pub(crate) fn ours_or_roots(uid: u32) -> bool {
 
 /// Whether nobody but this user or root can change the file in place: no write permission bit,
 /// and owned by this user or root (the owner could add one).
-pub(crate) fn unchangeable(stat: &rustix::fs::Stat) -> bool {
+fn unchangeable(stat: &rustix::fs::Stat) -> bool {
     stat.st_mode & 0o222 == 0 && ours_or_roots(stat.st_uid)
 }
 
@@ -371,19 +360,7 @@ impl Artifact {
         path: PathBuf,
         key: Option<&ArtifactKey>,
     ) -> Result<Artifact, Error> {
-        let stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
-        Artifact::from_shared(Arc::new(file), stat, path, key)
-    }
-
-    /// As [`Artifact::from_opened`], for a file that may be open elsewhere too, and its
-    /// `stat` (taken of it, or of a path that names it).
-    pub(crate) fn from_shared(
-        file: Arc<File>,
-        stat: rustix::fs::Stat,
-        path: PathBuf,
-        key: Option<&ArtifactKey>,
-    ) -> Result<Artifact, Error> {
-        let mut artifact = Artifact::from_file_with(file, stat, Some(key))?;
+        let mut artifact = Artifact::from_file(file, Some(key))?;
         artifact.path = Some(path);
         Ok(artifact)
     }
@@ -411,17 +388,8 @@ impl Artifact {
     /// checked but the header); else the key to verify the seal with (`Some(None)`: the
     /// metadata only), unless this file identity and key were verified before.
     fn from_file(file: File, check: Option<Option<&ArtifactKey>>) -> Result<Artifact, Error> {
-        let stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
-        Artifact::from_file_with(Arc::new(file), stat, check)
-    }
-
-    /// As [`Artifact::from_file`], with the file's `stat`.
-    fn from_file_with(
-        file: Arc<File>,
-        stat: rustix::fs::Stat,
-        check: Option<Option<&ArtifactKey>>,
-    ) -> Result<Artifact, Error> {
-        let (mut file, mut stat) = (file, stat);
+        let mut file = file;
+        let mut stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
         if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
             return Err(damaged("not a regular file"));
         }
@@ -429,11 +397,17 @@ impl Artifact {
         // (never remembered).
         let remember = check.is_some() && unchangeable(&stat);
         if check.is_some() && !remember {
-            file = Arc::new(snapshot(&file)?);
-            stat = rustix::fs::fstat(&*file).map_err(std::io::Error::from)?;
+            file = snapshot(&file)?;
+            stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
         }
         let file_len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
-        let identity = Identity::of(&stat);
+        let identity = Identity {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: stat.st_size,
+            mtime: stat.st_mtime,
+            mtime_ns: stat.st_mtime_nsec as i64,
+        };
         let remembered_as = check
             .filter(|_| remember)
             .map(|key| (identity, key.map(ArtifactKey::id)));
@@ -503,7 +477,7 @@ impl Artifact {
         let need = sec(Section::Meta).max(sec(Section::Data)) as usize;
         read_front(&file, &mut front, need)?;
         let artifact = Artifact {
-            file,
+            file: Arc::new(file),
             path: None,
             file_len,
             sections,

@@ -28,26 +28,20 @@
 //!   directory share a pid namespace.
 //! - **Failure to write** (unwritable directory, full disk) never fails a load: the artifact is
 //!   kept in memory and [`Outcome::Uncached`] says why.
-//! - **Open files**: the [`OPEN_FILES`] entries opened most recently stay open. Opening one of
-//!   them again asks the directory what its name holds now (`fstatat`, one system call instead
-//!   of `openat`, `fstat` and `close`) and takes the open file when that is the same one
-//!   (device, inode, size, modification time: what [`Artifact`] remembers verification by). A
-//!   removed or replaced entry is noticed as before; a removed one's disk space is freed when
-//!   its file drops out of the open ones.
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use ephem_module::CompiledModule;
 
 use crate::format::{EPHEM_VERSION, FORMAT_VERSION};
 use rustix::io::Errno;
 
-use crate::{Artifact, ArtifactKey, Error, Identity};
+use crate::{Artifact, ArtifactKey, Error};
 
 /// File name extension of cache entries.
 const EXT: &str = "ephem";
@@ -59,8 +53,6 @@ pub const STALE_TEMP_SECS: u64 = 600;
 pub const TOUCH_INTERVAL_SECS: i64 = 3600;
 /// Default size bound: 1 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
-/// How many entries' files a cache keeps open (see the module documentation).
-pub const OPEN_FILES: usize = 64;
 
 /// A compile cache in one directory (created on first write).
 #[derive(Debug)]
@@ -77,56 +69,6 @@ pub struct Cache {
     /// replaced the directory): closed with the cache, since another thread may still be
     /// opening through one.
     retired: Mutex<Vec<OwnedFd>>,
-    /// Entries' files kept open (see the module documentation).
-    open_files: Mutex<OpenFiles>,
-}
-
-/// The files of the entries opened most recently, at most [`OPEN_FILES`].
-#[derive(Debug, Default)]
-struct OpenFiles {
-    files: Vec<OpenFile>,
-    /// Counts uses, to find the least recently used.
-    clock: u64,
-}
-
-#[derive(Debug)]
-struct OpenFile {
-    key: Box<str>,
-    identity: Identity,
-    file: Arc<std::fs::File>,
-    used: u64,
-}
-
-impl OpenFiles {
-    /// The open file of entry `key`, and the identity it had when opened.
-    fn get(&mut self, key: &str) -> Option<(Identity, Arc<std::fs::File>)> {
-        self.clock += 1;
-        let f = self.files.iter_mut().find(|f| &*f.key == key)?;
-        f.used = self.clock;
-        Some((f.identity, Arc::clone(&f.file)))
-    }
-
-    /// Keeps `file` open as entry `key`'s, in place of the least recently used when full.
-    fn keep(&mut self, key: &str, identity: Identity, file: Arc<std::fs::File>) {
-        self.forget(key);
-        if self.files.len() >= OPEN_FILES {
-            let oldest = (self.files.iter().enumerate())
-                .min_by_key(|(_, f)| f.used)
-                .map(|(i, _)| i);
-            oldest.map(|i| self.files.swap_remove(i));
-        }
-        self.clock += 1;
-        self.files.push(OpenFile {
-            key: key.into(),
-            identity,
-            file,
-            used: self.clock,
-        });
-    }
-
-    fn forget(&mut self, key: &str) {
-        self.files.retain(|f| &*f.key != key);
-    }
 }
 
 impl Drop for Cache {
@@ -188,7 +130,6 @@ impl Cache {
             key: OnceLock::new(),
             dir_fd: AtomicI32::new(-1),
             retired: Mutex::default(),
-            open_files: Mutex::default(),
         }
     }
 
@@ -266,17 +207,14 @@ impl Cache {
     /// is removed and reported as the error, which names it.
     pub fn open(&self, key: &str) -> Result<Option<Artifact>, Error> {
         let sealer = self.artifact_key()?;
-        let opened = self.open_file(key).and_then(|(file, stat)| {
-            let artifact = Artifact::from_shared(file, stat, self.path(key), Some(sealer))?;
+        let opened = self.open_entry(key).and_then(|file| {
+            let artifact = Artifact::from_opened(file, self.path(key), Some(sealer))?;
             if source_is(key, &artifact.source()) {
                 Ok(artifact)
             } else {
                 Err(Error::OtherSource)
             }
         });
-        if opened.is_err() {
-            self.open_files().forget(key);
-        }
         let e = match opened {
             Ok(artifact) => {
                 self.touch(&artifact);
@@ -301,37 +239,6 @@ impl Cache {
             path,
             source: Box::new(e),
         })
-    }
-
-    fn open_files(&self) -> std::sync::MutexGuard<'_, OpenFiles> {
-        self.open_files.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The file of entry `key` and its `stat`: the one kept open if the entry's name still
-    /// holds it, else opened (and kept open if nobody can change it in place).
-    fn open_file(&self, key: &str) -> Result<(Arc<std::fs::File>, rustix::fs::Stat), Error> {
-        let dir = self.dir_fd.load(Ordering::Acquire);
-        let kept = (dir >= 0).then(|| self.open_files().get(key)).flatten();
-        if let Some((identity, file)) = kept {
-            let (mut stack, mut heap) = ([0; 128], String::new());
-            let name = entry_name(key, &mut stack, &mut heap);
-            // SAFETY: as in `open_entry`.
-            let dir = unsafe { BorrowedFd::borrow_raw(dir) };
-            let now = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
-            if let Some(stat) = now.ok().filter(|stat| Identity::of(stat) == identity) {
-                return Ok((file, stat));
-            }
-        }
-        let file = self.open_entry(key)?;
-        let stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
-        let file = Arc::new(file);
-        if crate::artifact::unchangeable(&stat)
-            && rustix::fs::FileType::from_raw_mode(stat.st_mode)
-                == rustix::fs::FileType::RegularFile
-        {
-            (self.open_files()).keep(key, Identity::of(&stat), Arc::clone(&file));
-        }
-        Ok((file, stat))
     }
 
     /// Opens the file of entry `key` (never blocking on a FIFO, never through a symbolic
@@ -770,49 +677,6 @@ mod tests {
         let mut off_by_one = Cache::source(&hex);
         off_by_one[31] ^= 1;
         assert!(!source_is(&hex, &off_by_one));
-    }
-
-    /// An entry's file is kept open and used again while the entry's name holds it; a file
-    /// renamed over it, or its removal, is noticed at once; at most [`OPEN_FILES`] are kept.
-    #[test]
-    fn entries_kept_open_are_used_while_their_names_hold_them() {
-        let tmp = ephem_test_support::temp_dir();
-        let cache = Cache::new(tmp.path(), u64::MAX);
-        let key = format!("{:064x}", 1);
-        cache
-            .get_or_compile(&key, || Ok::<_, Error>(compiled(1)))
-            .unwrap();
-        let open = || cache.open(&key).unwrap();
-        let first = open().unwrap().shared_file();
-        let again = open().unwrap();
-        assert!(Arc::ptr_eq(&first, &again.shared_file()), "kept open");
-
-        // The same bytes under a new inode (another process compiled it again).
-        let path = cache.path(&key);
-        let bytes = std::fs::read(&path).unwrap();
-        write_atomic(&path, &bytes).unwrap();
-        let replaced = open().unwrap();
-        assert!(!Arc::ptr_eq(&first, &replaced.shared_file()), "reopened");
-        assert_ne!(replaced.identity(), again.identity());
-        assert!(Arc::ptr_eq(
-            &replaced.shared_file(),
-            &open().unwrap().shared_file()
-        ));
-
-        std::fs::remove_file(&path).unwrap();
-        assert!(
-            open().is_none(),
-            "a removed entry is gone, though its file is open"
-        );
-
-        for n in 0..OPEN_FILES as i32 + 5 {
-            let key = format!("{n:064x}");
-            cache
-                .get_or_compile(&key, || Ok::<_, Error>(compiled(n)))
-                .unwrap();
-            cache.open(&key).unwrap().unwrap();
-        }
-        assert_eq!(cache.open_files().files.len(), OPEN_FILES);
     }
 
     /// A disk that is full until something is removed: the first write fails with `ENOSPC`,
