@@ -202,6 +202,19 @@ fn name_entry(names: &[u8], count: usize, k: usize) -> (u32, Range<usize>) {
 /// padding between functions).
 const FUNC_ENTRY: usize = 8;
 
+/// Entry `k` of the function `table`: its function and where its code is, up to the next
+/// entry's code (the last one's up to `code_len`; the length wraps when entries are out of
+/// order, which the full check refuses).
+fn func_entry(table: &[[u8; FUNC_ENTRY]], k: usize, code_len: u32) -> (u32, FuncLoc) {
+    let offset = u32_at(&table[k], 0);
+    let end = table.get(k + 1).map_or(code_len, |next| u32_at(next, 0));
+    let loc = FuncLoc {
+        offset,
+        len: end.wrapping_sub(offset),
+    };
+    (u32_at(&table[k], 4), loc)
+}
+
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
@@ -984,15 +997,7 @@ impl Artifact {
         let table = self.lazy_section(&self.funcs, Section::Funcs)?;
         let (table, _) = table.as_chunks::<FUNC_ENTRY>();
         let code_len = self.code_len();
-        Ok((0..table.len()).map(move |k| {
-            let offset = u32_at(&table[k], 0);
-            let end = table.get(k + 1).map_or(code_len, |next| u32_at(next, 0));
-            let loc = FuncLoc {
-                offset,
-                len: end.wrapping_sub(offset),
-            };
-            (u32_at(&table[k], 4), loc)
-        }))
+        Ok((0..table.len()).map(move |k| func_entry(table, k, code_len)))
     }
 
     /// The name section's name of function `func`, if it has one (read on first use).
@@ -1020,14 +1025,11 @@ impl Artifact {
         let table = self.lazy_section(&self.funcs, Section::Funcs).ok()?;
         let (table, _) = table.as_chunks::<FUNC_ENTRY>();
         let k = (table.partition_point(|e| u32_at(e, 0) <= offset)).checked_sub(1)?;
-        let (start, func) = (u32_at(&table[k], 0), u32_at(&table[k], 4));
-        let end = table
-            .get(k + 1)
-            .map_or(self.code_len(), |next| u32_at(next, 0));
-        (offset < end).then(|| {
+        let (func, f) = func_entry(table, k, self.code_len());
+        (offset < f.offset.wrapping_add(f.len)).then(|| {
             (
                 self.info().imported_funcs.to_native() + func,
-                offset - start,
+                offset - f.offset,
             )
         })
     }

@@ -647,14 +647,6 @@ impl CompiledModule {
             .ok()
             .map(|i| self.traps[i].1)
     }
-
-    /// The defined function whose code contains `offset`, and the offset within it (a scan:
-    /// functions are laid out by the calls between them, not by index).
-    pub fn func_at(&self, offset: u32) -> Option<(u32, u32)> {
-        let (i, f) = (self.funcs.iter().enumerate())
-            .find(|(_, f)| f.offset <= offset && offset - f.offset < f.len)?;
-        Some((self.info.imported_funcs + i as u32, offset - f.offset))
-    }
 }
 
 #[cfg(test)]
