@@ -1,4 +1,6 @@
 //! An open artifact: its header checked, its metadata decoded, the rest left in the file.
+//! [`Artifact`] is a handle: the cache keeps a thread's recent entries open, and opening one of
+//! them again hands out another handle without reading anything (see [`crate::Cache`]).
 //!
 //! Opening reads the header, the metadata and the segment data no image holds with one or two
 //! `pread`s (one for a file this process opened before: it remembers how much to read) and
@@ -57,8 +59,14 @@ use crate::{ArtifactKey, Error, cpu};
 /// and function table behind it.
 const FIRST_READ: usize = 4 << 10;
 
-/// A compiled module in a file (or a memory file), ready to load.
-pub struct Artifact {
+/// A compiled module in a file (or a memory file), ready to load. A handle: clones share the
+/// open file, the bytes read on open and the tables read later (the cache keeps entries open
+/// this way, see [`crate::Cache`]).
+#[derive(Clone)]
+pub struct Artifact(Arc<Opened>);
+
+/// What an [`Artifact`] handle shares.
+struct Opened {
     /// Shared with memory slots that keep this artifact's image mapped (see
     /// [`Artifact::shared_file`]).
     file: Arc<File>,
@@ -79,14 +87,16 @@ pub struct Artifact {
     funcs: OnceLock<Vec<u8>>,
     names: OnceLock<Vec<u8>>,
     /// Last access time (seconds) when opened, for the cache's eviction order.
-    pub(crate) accessed: i64,
+    accessed: i64,
     identity: Identity,
+    /// Read from a sealed copy of a file that others could change (see the module docs).
+    snapshot: bool,
 }
 
 impl std::fmt::Debug for Artifact {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Artifact")
-            .field("bytes", &self.file_len)
+            .field("bytes", &self.0.file_len)
             .field("text", &self.text_len())
             .field("images", &self.meta().images.len())
             .finish()
@@ -106,6 +116,17 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The identity of the file `stat` describes.
+    pub fn of(stat: &rustix::fs::Stat) -> Identity {
+        Identity {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: stat.st_size,
+            mtime: stat.st_mtime,
+            mtime_ns: stat.st_mtime_nsec as i64,
+        }
+    }
+
     /// The identity as plain words (device, inode, size, modification time in seconds and
     /// nanoseconds), for keys of other crates.
     pub fn words(&self) -> [u64; 5] {
@@ -281,7 +302,7 @@ mod spare {
     }
 }
 
-impl Drop for Artifact {
+impl Drop for Opened {
     fn drop(&mut self) {
         spare::give_back(std::mem::take(&mut self.front));
     }
@@ -373,9 +394,7 @@ impl Artifact {
         path: PathBuf,
         key: Option<&ArtifactKey>,
     ) -> Result<Artifact, Error> {
-        let mut artifact = Artifact::from_file(file, Some(key))?;
-        artifact.path = Some(path);
-        Ok(artifact)
+        Artifact::from_file(file, Some(path), Some(key))
     }
 
     /// Serialises `compiled` into an anonymous memory file and opens that: a module compiled
@@ -394,13 +413,17 @@ impl Artifact {
         // SAFETY: `fd` is a fresh descriptor we own; the File takes ownership of it.
         let mut file = unsafe { File::from_raw_fd(fd.into_raw_fd()) };
         file.write_all(bytes)?;
-        Artifact::from_file(file, None)
+        Artifact::from_file(file, None, None)
     }
 
     /// Opens the artifact in `file`. `check`: `None` for bytes this process wrote (nothing is
     /// checked but the header); else the key to verify the seal with (`Some(None)`: the
     /// metadata only), unless this file identity and key were verified before.
-    fn from_file(file: File, check: Option<Option<&ArtifactKey>>) -> Result<Artifact, Error> {
+    fn from_file(
+        file: File,
+        path: Option<PathBuf>,
+        check: Option<Option<&ArtifactKey>>,
+    ) -> Result<Artifact, Error> {
         let mut file = file;
         let mut stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
         if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
@@ -414,13 +437,7 @@ impl Artifact {
             stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
         }
         let file_len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
-        let identity = Identity {
-            dev: stat.st_dev,
-            ino: stat.st_ino,
-            size: stat.st_size,
-            mtime: stat.st_mtime,
-            mtime_ns: stat.st_mtime_nsec as i64,
-        };
+        let identity = Identity::of(&stat);
         let remembered_as = check
             .filter(|_| remember)
             .map(|key| (identity, key.map(ArtifactKey::id)));
@@ -489,9 +506,9 @@ impl Artifact {
         let sec = |s: Section| sections[s as usize].end;
         let need = sec(Section::Meta).max(sec(Section::Data)) as usize;
         read_front(&file, &mut front, need)?;
-        let artifact = Artifact {
+        let artifact = Artifact(Arc::new(Opened {
             file: Arc::new(file),
-            path: None,
+            path,
             file_len,
             sections,
             front,
@@ -502,7 +519,8 @@ impl Artifact {
             names: OnceLock::new(),
             accessed: stat.st_atime,
             identity,
-        };
+            snapshot: check.is_some() && !remember,
+        }));
         let Some(key) = check else {
             // Written by this process: trusted (and checked in debug builds, for the tests).
             if cfg!(debug_assertions) {
@@ -518,8 +536,8 @@ impl Artifact {
         // identity and key (see the module documentation).
         if let Some(key) = key {
             let mut whole = vec![0u8; file_len as usize];
-            read_at(&artifact.file, &mut whole, 0)?;
-            let h = &artifact.front[..HEADER_SIZE];
+            read_at(&artifact.0.file, &mut whole, 0)?;
+            let h = &artifact.0.front[..HEADER_SIZE];
             if crate::format::seal(&whole, key)[..] != h[off::SEAL..off::SEAL + 32] {
                 return Err(Error::Unsealed);
             }
@@ -535,7 +553,7 @@ impl Artifact {
             VERIFIED
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(id, artifact.front.len());
+                .insert(id, artifact.0.front.len());
         }
         Ok(artifact)
     }
@@ -544,8 +562,8 @@ impl Artifact {
     /// data always (`from_file` reads up to the end of the last of them), a small module's text
     /// and trap table too.
     fn in_front(&self, s: Section) -> Option<&[u8]> {
-        let r = &self.sections[s as usize];
-        self.front.get(r.start as usize..r.end as usize)
+        let r = &self.0.sections[s as usize];
+        self.0.front.get(r.start as usize..r.end as usize)
     }
 
     /// A section opening always reads (metadata, function table, segment data).
@@ -637,7 +655,7 @@ impl Artifact {
             ));
         }
         self.check_lazy(code_is)?;
-        let names = self.lazy_section(&self.names, Section::Names)?;
+        let names = self.lazy_section(&self.0.names, Section::Names)?;
         let count = names_count(names)?;
         let mut last = None;
         for k in 0..count {
@@ -653,7 +671,7 @@ impl Artifact {
             }
             last = Some(func);
         }
-        let traps = self.lazy_section(&self.traps, Section::Traps)?;
+        let traps = self.lazy_section(&self.0.traps, Section::Traps)?;
         let (entries, index) = traps.split_at(8 * self.trap_count());
         let indexed = (entries.chunks_exact(8).step_by(TRAP_BLOCK))
             .zip(index.chunks_exact(4))
@@ -685,7 +703,7 @@ impl Artifact {
         let code_len = self.code_len() as usize;
         let mut tail = vec![0; self.text_len().saturating_sub(code_len)];
         read_at(
-            &self.file,
+            &self.0.file,
             &mut tail,
             self.text_file_offset() + code_len as u64,
         )?;
@@ -807,7 +825,7 @@ impl Artifact {
     }
 
     fn section_len(&self, s: Section) -> usize {
-        let r = &self.sections[s as usize];
+        let r = &self.0.sections[s as usize];
         (r.end - r.start) as usize
     }
 
@@ -831,11 +849,11 @@ impl Artifact {
     /// A section's bytes, read into spare capacity: zeroing a buffer that is about to be
     /// overwritten costs as much as a third of the read.
     fn read_section(&self, s: Section) -> Result<Vec<u8>, Error> {
-        let (len, start) = (self.section_len(s), self.sections[s as usize].start);
+        let (len, start) = (self.section_len(s), self.0.sections[s as usize].start);
         let mut bytes = Vec::with_capacity(len);
         while bytes.len() < len {
             let at = start + bytes.len() as u64;
-            let n = rustix::io::pread(&self.file, rustix::buffer::spare_capacity(&mut bytes), at)
+            let n = rustix::io::pread(&self.0.file, rustix::buffer::spare_capacity(&mut bytes), at)
                 .map_err(std::io::Error::from)?;
             if n == 0 {
                 return Err(damaged("shorter than its header says"));
@@ -846,45 +864,56 @@ impl Artifact {
 
     /// Where the artifact was opened from, if from a path.
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        self.0.path.as_deref()
     }
 
     /// The cache key of the wasm this artifact was compiled from (see [`crate::Cache::key`]),
     /// as the header records it.
     pub fn source(&self) -> [u8; 32] {
-        self.front[off::SOURCE..off::SOURCE + 32]
+        self.0.front[off::SOURCE..off::SOURCE + 32]
             .try_into()
             .expect("32 bytes")
     }
 
+    /// Last access time (seconds) of the file when it was opened.
+    pub(crate) fn accessed(&self) -> i64 {
+        self.0.accessed
+    }
+
+    /// Whether this was read from a sealed copy of a file that others could change: a copy
+    /// whose identity no directory entry holds.
+    pub(crate) fn is_snapshot(&self) -> bool {
+        self.0.snapshot
+    }
+
     /// What identifies the file's contents (see [`Identity`]).
     pub fn identity(&self) -> Identity {
-        self.identity
+        self.0.identity
     }
 
     /// The seal as the header holds it: a keyed hash of the whole file, so equal seals mean
     /// equal files (verified against the key unless opened unverified).
     pub fn seal(&self) -> [u8; 32] {
         let mut seal = [0; 32];
-        seal.copy_from_slice(&self.front[off::SEAL..off::SEAL + 32]);
+        seal.copy_from_slice(&self.0.front[off::SEAL..off::SEAL + 32]);
         seal
     }
 
     /// The file (for mapping its text or images).
     pub fn file(&self) -> BorrowedFd<'_> {
-        self.file.as_fd()
+        self.0.file.as_fd()
     }
 
     /// The open file, for a holder that outlives this artifact (a memory slot that keeps the
     /// image mapped, and reads pristine pages from it): one descriptor, closed when the last
     /// holder lets it go, instead of a duplicate per holder (two system calls).
     pub fn shared_file(&self) -> Arc<File> {
-        Arc::clone(&self.file)
+        Arc::clone(&self.0.file)
     }
 
     /// Size of the whole file.
     pub fn file_len(&self) -> u64 {
-        self.file_len
+        self.0.file_len
     }
 
     /// The module's description, read in place.
@@ -916,12 +945,12 @@ impl Artifact {
 
     /// Reads the machine code into `dst` (`text_len` bytes) from the file.
     pub fn read_text(&self, dst: &mut [u8]) -> Result<(), Error> {
-        read_at(&self.file, dst, self.text_file_offset())
+        read_at(&self.0.file, dst, self.text_file_offset())
     }
 
     /// Where the text starts in the file (page-aligned); the rest of its last page is `int3`.
     pub fn text_file_offset(&self) -> u64 {
-        self.sections[Section::Text as usize].start
+        self.0.sections[Section::Text as usize].start
     }
 
     /// The bytes of every data segment that no image holds
@@ -994,7 +1023,7 @@ impl Artifact {
     /// Every defined function (0 = the first defined one) and where it is in the text, with
     /// the padding after it, in the order of the text.
     pub fn funcs(&self) -> Result<impl ExactSizeIterator<Item = (u32, FuncLoc)> + '_, Error> {
-        let table = self.lazy_section(&self.funcs, Section::Funcs)?;
+        let table = self.lazy_section(&self.0.funcs, Section::Funcs)?;
         let (table, _) = table.as_chunks::<FUNC_ENTRY>();
         let code_len = self.code_len();
         Ok((0..table.len()).map(move |k| func_entry(table, k, code_len)))
@@ -1002,7 +1031,7 @@ impl Artifact {
 
     /// The name section's name of function `func`, if it has one (read on first use).
     pub fn func_name(&self, func: u32) -> Option<String> {
-        let names = self.lazy_section(&self.names, Section::Names).ok()?;
+        let names = self.lazy_section(&self.0.names, Section::Names).ok()?;
         let count = names_count(names).ok()?;
         let (mut lo, mut hi) = (0, count);
         while lo < hi {
@@ -1022,7 +1051,7 @@ impl Artifact {
     /// The defined function whose code contains text `offset` (module index), and the
     /// offset within it.
     pub fn func_at(&self, offset: u32) -> Option<(u32, u32)> {
-        let table = self.lazy_section(&self.funcs, Section::Funcs).ok()?;
+        let table = self.lazy_section(&self.0.funcs, Section::Funcs).ok()?;
         let (table, _) = table.as_chunks::<FUNC_ENTRY>();
         let k = (table.partition_point(|e| u32_at(e, 0) <= offset)).checked_sub(1)?;
         let (func, f) = func_entry(table, k, self.code_len());
@@ -1040,18 +1069,18 @@ impl Artifact {
         let count = self.trap_count();
         let whole = self
             .in_front(Section::Traps)
-            .or(self.traps.get().map(Vec::as_slice));
+            .or(self.0.traps.get().map(Vec::as_slice));
         if let Some(t) = whole {
             return trap_in(&t[..8 * count], offset);
         }
         // The block of the index entry at or before `offset`, read alone.
-        let index = match self.trap_index.get() {
+        let index = match self.0.trap_index.get() {
             Some(index) => index,
             None => {
-                let r = &self.sections[Section::Traps as usize];
+                let r = &self.0.sections[Section::Traps as usize];
                 let mut index = vec![0; count.div_ceil(TRAP_BLOCK) * 4];
-                read_at(&self.file, &mut index, r.start + 8 * count as u64).ok()?;
-                self.trap_index.get_or_init(|| index)
+                read_at(&self.0.file, &mut index, r.start + 8 * count as u64).ok()?;
+                self.0.trap_index.get_or_init(|| index)
             }
         };
         let (index, _) = index.as_chunks::<4>();
@@ -1059,8 +1088,8 @@ impl Artifact {
             (index.partition_point(|&at| u32::from_le_bytes(at) <= offset)).checked_sub(1)?;
         let first = block * TRAP_BLOCK;
         let mut entries = vec![0; 8 * TRAP_BLOCK.min(count - first)];
-        let start = self.sections[Section::Traps as usize].start + 8 * first as u64;
-        read_at(&self.file, &mut entries, start).ok()?;
+        let start = self.0.sections[Section::Traps as usize].start + 8 * first as u64;
+        read_at(&self.0.file, &mut entries, start).ok()?;
         trap_in(&entries, offset)
     }
 
@@ -1085,7 +1114,7 @@ impl Artifact {
         &self,
         image: &ArchivedMemoryImage,
     ) -> Result<impl Iterator<Item = (u64, u64)> + '_, Error> {
-        let all = self.lazy_section(&self.spans, Section::Spans)?;
+        let all = self.lazy_section(&self.0.spans, Section::Spans)?;
         let [first, end] = image.spans.map(|s| s.to_native() as usize);
         let entries = all
             .get(first * 16..end * 16)
@@ -1107,11 +1136,11 @@ impl Artifact {
 
     /// Reads an image into `dst` (`image.len` bytes).
     pub fn read_image(&self, image: &ArchivedMemoryImage, dst: &mut [u8]) -> Result<(), Error> {
-        read_at(&self.file, dst, self.image_file_offset(image))
+        read_at(&self.0.file, dst, self.image_file_offset(image))
     }
 
     /// Where an image starts in the file (page-aligned).
     pub fn image_file_offset(&self, image: &ArchivedMemoryImage) -> u64 {
-        self.sections[Section::Images as usize].start + image.section_offset.to_native()
+        self.0.sections[Section::Images as usize].start + image.section_offset.to_native()
     }
 }
