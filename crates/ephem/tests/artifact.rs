@@ -343,6 +343,33 @@ fn reused_memory_slots_never_show_the_previous_instance() {
     }
 }
 
+/// A thread's next memory of a module takes the slot the thread's last one left, not one that
+/// another thread left meanwhile; after a thread exits, its slots are gone, and a memory that
+/// finds none of its own there takes one from the pool's list as before.
+#[test]
+fn a_thread_takes_back_the_memory_slot_it_left() {
+    let engine = Engine::with_config(EngineConfig::default()).unwrap();
+    let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+    let base = || Run::new(&module, &[]).base();
+    let ours = base();
+    let theirs = std::thread::scope(|s| s.spawn(base).join().unwrap());
+    assert_ne!(ours, theirs, "this thread keeps its slot");
+    assert_eq!(base(), ours, "and takes it back");
+
+    // One idle slot in all: a thread whose kept slot does not fit puts it on the list and
+    // takes it from there.
+    let one = engine_with(0, 0, true);
+    let module = ephem::compile(&one, WAT.as_bytes()).unwrap();
+    let other = ephem::compile(
+        &one,
+        br#"(module (memory (export "mem") 2 8) (func (export "f")))"#,
+    )
+    .unwrap();
+    let first = Run::new(&module, &[]).base();
+    assert_eq!(Run::new(&other, &[]).base(), first, "repurposed");
+    assert_eq!(Run::new(&module, &[]).base(), first);
+}
+
 /// Two modules whose images differ only in their bytes (same size, same place) take turns in
 /// one slot, and each instance writes every page of its image: the next instance of either sees
 /// its own image, whether a reset copied the pages back from the file, from the slot's
