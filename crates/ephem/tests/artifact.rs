@@ -344,8 +344,8 @@ fn reused_memory_slots_never_show_the_previous_instance() {
 }
 
 /// A thread's next memory of a module takes the slot the thread's last one left, not one that
-/// another thread left meanwhile; after a thread exits, its slots are gone, and a memory that
-/// finds none of its own there takes one from the pool's list as before.
+/// another thread left meanwhile; a thread that exits puts its slots on the pool's list; and a
+/// memory that finds none of its own among the thread's takes one from the list as before.
 #[test]
 fn a_thread_takes_back_the_memory_slot_it_left() {
     let engine = Engine::with_config(EngineConfig::default()).unwrap();
@@ -355,6 +355,8 @@ fn a_thread_takes_back_the_memory_slot_it_left() {
     let theirs = std::thread::scope(|s| s.spawn(base).join().unwrap());
     assert_ne!(ours, theirs, "this thread keeps its slot");
     assert_eq!(base(), ours, "and takes it back");
+    let third = std::thread::scope(|s| s.spawn(base).join().unwrap());
+    assert_eq!(third, theirs, "an exiting thread's slot goes to the list");
 
     // One idle slot in all: a thread whose kept slot does not fit puts it on the list and
     // takes it from there.

@@ -913,71 +913,100 @@ pub(crate) struct MemoryPool {
     idle: Mutex<Vec<Slot>>,
     /// Bytes of all live memories of the pool, at their current sizes.
     in_use: AtomicUsize,
-    /// What the slots threads keep know this pool by (see [`near`]).
-    id: u64,
 }
 
 /// The slots each thread reset last, in front of their pools' lists (see [`MemoryPool`]).
+/// A pool is known by its address, which the entries' weak references keep from being reused.
 mod near {
     use std::cell::RefCell;
+    use std::sync::{Arc, Weak};
 
-    use super::{MappedImage, Slot};
+    use super::{MappedImage, MemoryPool, Slot};
 
     /// Slots a thread keeps, of all pools together.
     pub const PER_THREAD: usize = 8;
 
-    thread_local! {
-        /// `(pool id, slot)`, least recently reset first.
-        static NEAR: RefCell<Vec<(u64, Slot)>> = const { RefCell::new(Vec::new()) };
+    /// `(pool, slot)`, least recently reset first. When the thread exits, each slot goes to
+    /// its pool's list, if the pool is still there.
+    struct Kept(Vec<(Weak<MemoryPool>, Slot)>);
+
+    impl Drop for Kept {
+        fn drop(&mut self) {
+            for (pool, slot) in self.0.drain(..) {
+                if let Some(pool) = pool.upgrade() {
+                    pool.keep_idle(slot);
+                }
+            }
+        }
     }
 
-    /// This thread's most recently reset slot of pool `pool` that is `len` bytes and (if
-    /// `image` is `Some`) maps that image.
-    pub fn take(pool: u64, len: usize, image: Option<Option<MappedImage>>) -> Option<Slot> {
+    thread_local! {
+        static NEAR: RefCell<Kept> = const { RefCell::new(Kept(Vec::new())) };
+    }
+
+    fn of(entry: &(Weak<MemoryPool>, Slot), pool: &MemoryPool) -> bool {
+        std::ptr::eq(entry.0.as_ptr(), pool)
+    }
+
+    /// This thread's most recently reset slot of `pool` that is `len` bytes and (if `image` is
+    /// `Some`) maps that image.
+    pub fn take(pool: &MemoryPool, len: usize, image: Option<Option<MappedImage>>) -> Option<Slot> {
         NEAR.try_with(|near| {
-            let mut near = near.borrow_mut();
-            let at = near.iter().rposition(|(p, s)| {
-                *p == pool && s.accessible == len && image.is_none_or(|i| s.image == i)
+            let kept = &mut near.borrow_mut().0;
+            let at = kept.iter().rposition(|e| {
+                of(e, pool) && e.1.accessible == len && image.is_none_or(|i| e.1.image == i)
             })?;
-            Some(near.remove(at).1)
+            Some(kept.remove(at).1)
         })
         .ok()
         .flatten()
     }
 
-    /// Keeps `slot` (reset) for pool `pool`, up to `max` of that pool and [`PER_THREAD`] in
-    /// all. Returns the slot of `pool` that no longer fits, for the pool's list: `slot` itself,
-    /// or the oldest one kept (one of another pool, perhaps since dropped, is dropped).
-    pub fn put(pool: u64, slot: Slot, max: usize) -> Option<Slot> {
+    /// Keeps `slot` (reset) for `pool`, up to `max` of that pool and [`PER_THREAD`] in all.
+    /// Returns the slot of `pool` that no longer fits, for the pool's list: `slot` itself, or
+    /// the oldest one kept (one of another pool goes to that pool's list, or is dropped).
+    pub fn put(pool: &Arc<MemoryPool>, slot: Slot, max: usize) -> Option<Slot> {
         let mut slot = Some(slot);
         // During thread exit, the slot goes to the list.
         let _ = NEAR.try_with(|near| {
-            let mut near = near.borrow_mut();
-            let keep = max.min(PER_THREAD);
-            if keep == 0 {
-                return;
-            }
-            let mine = near.iter().filter(|(p, _)| *p == pool).count();
-            let evict = if mine >= keep {
-                near.iter().position(|(p, _)| *p == pool)
-            } else {
-                (near.len() >= PER_THREAD).then_some(0)
+            let evicted = {
+                let kept = &mut near.borrow_mut().0;
+                let keep = max.min(PER_THREAD);
+                if keep == 0 {
+                    return;
+                }
+                let mine = kept.iter().filter(|e| of(e, pool)).count();
+                let at = if mine >= keep {
+                    kept.iter().position(|e| of(e, pool))
+                } else {
+                    (kept.len() >= PER_THREAD).then_some(0)
+                };
+                let evicted = at.map(|at| kept.remove(at));
+                kept.push((Arc::downgrade(pool), slot.take().expect("not kept yet")));
+                evicted
             };
-            let old = evict.map(|at| near.remove(at));
-            near.push((pool, slot.take().expect("not kept yet")));
-            slot = old.filter(|(p, _)| *p == pool).map(|(_, s)| s);
+            // Another pool's goes to its list, outside the borrow (it takes that list's lock).
+            match evicted {
+                Some(e) if of(&e, pool) => slot = Some(e.1),
+                Some((other, old)) => {
+                    if let Some(other) = other.upgrade() {
+                        other.keep_idle(old);
+                    }
+                }
+                None => {}
+            }
         });
         slot
     }
 
-    /// Hands this thread's slots of pool `pool` to `to`, least recently reset first.
-    pub fn drain(pool: u64, mut to: impl FnMut(Slot)) {
+    /// Hands this thread's slots of `pool` to `to`, least recently reset first.
+    pub fn drain(pool: &MemoryPool, mut to: impl FnMut(Slot)) {
         let _ = NEAR.try_with(|near| {
-            let mut near = near.borrow_mut();
+            let kept = &mut near.borrow_mut().0;
             let mut k = 0;
-            while k < near.len() {
-                if near[k].0 == pool {
-                    to(near.remove(k).1);
+            while k < kept.len() {
+                if of(&kept[k], pool) {
+                    to(kept.remove(k).1);
                 } else {
                     k += 1;
                 }
@@ -985,20 +1014,18 @@ mod near {
         });
     }
 
-    /// Drops this thread's slots of pool `pool`.
-    pub fn forget(pool: u64) {
-        let _ = NEAR.try_with(|near| near.borrow_mut().retain(|(p, _)| *p != pool));
+    /// Drops this thread's slots of `pool`.
+    pub fn forget(pool: &MemoryPool) {
+        let _ = NEAR.try_with(|near| near.borrow_mut().0.retain(|e| !of(e, pool)));
     }
 }
 
 impl MemoryPool {
     pub fn new(config: MemoryConfig) -> MemoryPool {
-        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         MemoryPool {
             config,
             idle: Mutex::new(Vec::with_capacity(config.max_idle_slots)),
             in_use: AtomicUsize::new(0),
-            id: IDS.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -1019,7 +1046,7 @@ impl MemoryPool {
     fn take(&self, len: usize, image: Option<MappedImage>) -> Result<Slot, crate::Error> {
         // Without image reuse, no idle slot's image is wanted: any of the size fits.
         let reuse = self.config.reuse_images;
-        if let Some(slot) = near::take(self.id, len, reuse.then_some(image)) {
+        if let Some(slot) = near::take(self, len, reuse.then_some(image)) {
             return Ok(slot);
         }
         // Dropped (unmapped) after the lock is let go.
@@ -1028,7 +1055,7 @@ impl MemoryPool {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             // What this thread keeps joins the list, so that the choice below is the one it
             // would be if nothing were kept (the oldest slots go past the bound).
-            near::drain(self.id, |slot| {
+            near::drain(self, |slot| {
                 if !idle.is_empty() && idle.len() >= self.config.max_idle_slots {
                     surplus.push(idle.remove(0));
                 }
@@ -1056,7 +1083,7 @@ impl MemoryPool {
     /// Takes back the slot of a memory that started at `initial` bytes: reset, then shrunk
     /// back to that size if it grew, so that the next memory of its kind finds it with its
     /// size and image (one `mprotect`, instead of replacing the image and faulting it in).
-    fn give_back(&self, mut slot: Slot, initial: usize, marked: bool) {
+    fn give_back(self: &Arc<Self>, mut slot: Slot, initial: usize, marked: bool) {
         // If it cannot be reset, the slot is dropped (unmapped). The reset comes first: pages
         // made inaccessible keep whatever they hold.
         let max = self.config.max_idle_slots;
@@ -1068,12 +1095,15 @@ impl MemoryPool {
         }
         // This thread keeps it; one it kept before may go to the list instead (one of another
         // pool is dropped).
-        let Some(slot) = near::put(self.id, slot, max) else {
-            return;
-        };
-        // Beyond the bound, the slot is dropped (unmapped).
+        if let Some(slot) = near::put(self, slot, max) {
+            self.keep_idle(slot);
+        }
+    }
+
+    /// Puts a reset slot on the list; beyond the bound, it is dropped (unmapped).
+    fn keep_idle(&self, slot: Slot) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < max {
+        if idle.len() < self.config.max_idle_slots {
             idle.push(slot);
         }
     }
@@ -1081,8 +1111,8 @@ impl MemoryPool {
 
 impl Drop for MemoryPool {
     fn drop(&mut self) {
-        // Other threads' slots of this pool are dropped as they keep newer ones, or exit.
-        near::forget(self.id);
+        // Other threads drop theirs when they keep newer ones, or exit.
+        near::forget(self);
     }
 }
 
