@@ -801,6 +801,15 @@ mod tests {
             .unwrap()
     }
 
+    /// Compiles module `n` into `cache` under key `n` (if it is not there), and returns the key.
+    fn stored(cache: &Cache, n: i32) -> String {
+        let key = format!("{n:064x}");
+        cache
+            .get_or_compile(&key, || Ok::<_, Error>(compiled(n)))
+            .unwrap();
+        key
+    }
+
     #[test]
     fn a_source_matches_exactly_its_own_key() {
         let hex = Cache::key(b"(module)", "fp");
@@ -828,10 +837,7 @@ mod tests {
     fn an_entry_is_kept_open_while_its_file_is_the_entrys() {
         let tmp = ephem_test_support::temp_dir();
         let cache = Cache::new(tmp.path(), u64::MAX);
-        let key = format!("{:064x}", 1);
-        cache
-            .get_or_compile(&key, || Ok::<_, Error>(compiled(1)))
-            .unwrap();
+        let key = stored(&cache, 1);
         let open = || cache.open(&key).unwrap().expect("an entry");
         let first = open();
         assert!(Arc::ptr_eq(&first.shared_file(), &open().shared_file()));
@@ -854,9 +860,7 @@ mod tests {
         assert!(matches!(cache.open(&key), Err(Error::Entry { .. })));
         assert!(!path.exists(), "a damaged entry is removed");
 
-        cache
-            .get_or_compile(&key, || Ok::<_, Error>(compiled(1)))
-            .unwrap();
+        stored(&cache, 1);
         let again = open();
         std::fs::remove_file(&path).unwrap();
         assert!(cache.open(&key).unwrap().is_none(), "removed");
@@ -870,13 +874,7 @@ mod tests {
         let tmp = ephem_test_support::temp_dir();
         let cache = Cache::new(tmp.path(), u64::MAX);
         let keys: Vec<String> = (0..KEPT_PER_THREAD as i32 + 3)
-            .map(|n| {
-                let key = format!("{n:064x}");
-                cache
-                    .get_or_compile(&key, || Ok::<_, Error>(compiled(n)))
-                    .unwrap();
-                key
-            })
+            .map(|n| stored(&cache, n))
             .collect();
         let file = |key: &str| cache.open(key).unwrap().unwrap().shared_file();
         let here = file(&keys[0]);
@@ -901,10 +899,7 @@ mod tests {
         drop(cache);
         let other = ephem_test_support::temp_dir();
         let cache = Cache::new(other.path(), u64::MAX);
-        let key = format!("{:064x}", 7);
-        cache
-            .get_or_compile(&key, || Ok::<_, Error>(compiled(7)))
-            .unwrap();
+        let key = stored(&cache, 7);
         cache.open(&key).unwrap().unwrap();
         assert_eq!(
             kept::counts().0,
@@ -921,10 +916,7 @@ mod tests {
         let tmp = ephem_test_support::temp_dir();
         let cache = Cache::new(tmp.path(), u64::MAX);
         for n in 0..3 {
-            let key = format!("{n:064x}");
-            cache
-                .get_or_compile(&key, || Ok::<_, Error>(compiled(n)))
-                .unwrap();
+            stored(&cache, n);
         }
         let full = std::sync::atomic::AtomicUsize::new(0);
         let write = |path: &Path, bytes: &[u8]| {
