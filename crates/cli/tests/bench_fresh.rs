@@ -49,40 +49,21 @@ fn bench_fresh_prints_one_json_object_per_module() {
 #[test]
 fn bench_fresh_measures_each_metering() {
     let tmp = temp_dir();
-    let dir = tmp.path();
-    let a = dir.join("loop.wat");
-    std::fs::write(
-        &a,
+    let lines = run_each_way(
+        tmp.path(),
         r#"(module (func (export "run") (result i32) (local i32)
              (loop (br_if 0 (i32.ne (local.tee 0 (i32.add (local.get 0) (i32.const 1)))
                                     (i32.const 1000))))
              (local.get 0)))"#,
-    )
-    .unwrap();
-    let lines = json_lines(
-        Command::new(env!("CARGO_BIN_EXE_ephem"))
-            .args(["bench", "fresh", "--json", "--invoke", "run"])
-            .args([
-                "--invocations",
-                "10",
-                "--metering",
-                "off,deadline,fuel,both",
-            ])
-            .arg("--dir")
-            .arg(dir.join("work"))
-            .arg(&a),
+        &["--metering", "off,deadline,fuel,both"],
     );
     let modes: Vec<&str> = lines
         .iter()
         .map(|l| l["metering"].as_str().unwrap())
         .collect();
     assert_eq!(modes, ["off", "deadline", "fuel", "both"]);
-    for line in &lines {
-        assert!(line["median_ns"].as_u64().unwrap() > 0, "{line}");
-        assert_eq!(line["trapped"], 0, "{line}");
-    }
     // Two artifacts: with fuel and without (a deadline compiles nothing in).
-    assert_eq!(artifacts_in(&dir.join("work/ephem")), 2);
+    assert_eq!(artifacts_in(&tmp.path().join("work/ephem")), 2);
 }
 
 /// `--write-marks on,off`: each module compiled both ways (two artifacts: the code differs),
@@ -90,32 +71,40 @@ fn bench_fresh_measures_each_metering() {
 #[test]
 fn bench_fresh_measures_with_and_without_write_marks() {
     let tmp = temp_dir();
-    let dir = tmp.path();
-    let a = dir.join("store.wat");
-    std::fs::write(
-        &a,
+    let lines = run_each_way(
+        tmp.path(),
         r#"(module (memory 1) (func (export "run") (result i32)
              (i32.store (i32.const 4096) (i32.const 7)) (i32.load (i32.const 4096))))"#,
-    )
-    .unwrap();
-    let lines = json_lines(
-        Command::new(env!("CARGO_BIN_EXE_ephem"))
-            .args(["bench", "fresh", "--json", "--invoke", "run"])
-            .args(["--invocations", "10", "--write-marks", "on,off"])
-            .arg("--dir")
-            .arg(dir.join("work"))
-            .arg(&a),
+        &["--write-marks", "on,off"],
     );
     let marks: Vec<bool> = lines
         .iter()
         .map(|l| l["write_marks"].as_bool().unwrap())
         .collect();
     assert_eq!(marks, [true, false]);
+    assert_eq!(artifacts_in(&tmp.path().join("work/ephem")), 2);
+}
+
+/// `ephem bench fresh --json` of the module `wat` (its export `run`, 10 invocations) with
+/// `flags`, its cache in `dir/work`: the lines, each checked to have run every invocation to
+/// its end.
+fn run_each_way(dir: &std::path::Path, wat: &str, flags: &[&str]) -> Vec<serde_json::Value> {
+    let file = dir.join("module.wat");
+    std::fs::write(&file, wat).unwrap();
+    let lines = json_lines(
+        Command::new(env!("CARGO_BIN_EXE_ephem"))
+            .args(["bench", "fresh", "--json", "--invoke", "run"])
+            .args(["--invocations", "10"])
+            .args(flags)
+            .arg("--dir")
+            .arg(dir.join("work"))
+            .arg(&file),
+    );
     for line in &lines {
         assert!(line["median_ns"].as_u64().unwrap() > 0, "{line}");
         assert_eq!(line["trapped"], 0, "{line}");
     }
-    assert_eq!(artifacts_in(&dir.join("work/ephem")), 2);
+    lines
 }
 
 /// How many artifacts (`*.ephem`) the cache directory `dir` holds.
