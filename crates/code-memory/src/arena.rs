@@ -23,11 +23,15 @@
 //!   or for a text no free region holds, maps as above.
 //! - Texts larger than the largest class, or loads after the range is used up, get a mapping
 //!   of their own (the caller's fallback).
+//! - Each region owns an entry of the code [`registry`](crate::registry) from when it is made,
+//!   set while it is owned and clear while it is free: a load writes no line that the loads of
+//!   other threads into other regions write.
 
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::{LazyLock, Mutex};
 
+use crate::registry;
 use crate::sys::{Mapping, page_size, round_up};
 
 /// Address space reserved for regions (never backed until mapped).
@@ -60,11 +64,12 @@ pub(crate) struct Region {
     class: usize,
 }
 
-/// A region's place, how far its mapped text reaches (bytes from its start), and which text
-/// that is, if it is known to be exactly one.
+/// A region's place, its registry entry, how far its mapped text reaches (bytes from its
+/// start), and which text that is, if it is known to be exactly one.
 #[derive(Clone, Copy, Debug)]
 struct Place {
     at: usize,
+    entry: usize,
     extent: usize,
     holds: Option<TextId>,
 }
@@ -144,18 +149,21 @@ pub(crate) fn place(
         let fresh = (*made < KEEP_PER_CLASS || free.is_empty()) && *next + (1 << shift) <= RESERVE;
         match pick {
             Some(i) => Some(free.remove(i)),
-            None if fresh => {
-                let at = *next;
-                *next += 1 << shift;
-                *made += 1;
-                Some(Place {
-                    at,
-                    extent: 0,
-                    holds: None,
-                })
-            }
-            None if free.is_empty() => None,
-            None => Some(free.remove(0)),
+            None => match fresh.then(registry::take).flatten() {
+                Some(entry) => {
+                    let at = *next;
+                    *next += 1 << shift;
+                    *made += 1;
+                    Some(Place {
+                        at,
+                        entry,
+                        extent: 0,
+                        holds: None,
+                    })
+                }
+                None if free.is_empty() => None,
+                None => Some(free.remove(0)),
+            },
         }
     };
     let Some(old) = taken else {
@@ -166,9 +174,9 @@ pub(crate) fn place(
     let mut region = Region {
         arena,
         place: Place {
-            at: old.at,
             extent: 1 << shift,
             holds: None,
+            ..old
         },
         class,
     };
@@ -185,10 +193,17 @@ impl Region {
     pub(crate) fn as_ptr(&self) -> *const u8 {
         self.arena.range.as_ptr().wrapping_add(self.place.at)
     }
+
+    /// Records the region's first `len` bytes in the registry, with `tag`, until it is dropped.
+    pub(crate) fn register(&self, len: usize, tag: usize) {
+        let start = self.as_ptr() as usize;
+        registry::set(self.place.entry, start, start + len, tag);
+    }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
+        registry::clear(self.place.entry);
         if let Some((class, place)) = near::put(self.class, self.place) {
             self.arena.release(class, place);
         }

@@ -380,16 +380,27 @@ enum Backing {
         pool: Arc<Inner>,
         slot: Option<Slot>,
     },
-    File {
-        _map: FileMap,
-        entry: usize,
-    },
+    File(#[allow(dead_code)] FileMap),
 }
 
-/// Where a text mapped from a file lives (held for its drop: released or unmapped).
+/// Where a text mapped from a file lives, held for its drop: released (clearing the region's
+/// registry entry) or unmapped.
 enum FileMap {
     Arena(#[allow(dead_code)] arena::Region),
-    Own(#[allow(dead_code)] Mapping),
+    Own(#[allow(dead_code)] OwnMap),
+}
+
+/// A text's own mapping and the registry entry taken for it.
+struct OwnMap {
+    entry: usize,
+    _map: Mapping,
+}
+
+impl Drop for OwnMap {
+    /// The registry entry goes before the mapping (dropped after this) is unmapped.
+    fn drop(&mut self) {
+        registry::give_back(self.entry);
+    }
 }
 
 // SAFETY: the code is immutable while published and its memory is owned by this value;
@@ -438,21 +449,23 @@ impl LoadedCode {
         };
         let (map, ptr) = match arena::place(file, offset, len, id).map_err(io)? {
             Some(region) => {
+                region.register(len, tag);
                 let ptr = region.as_ptr();
                 (FileMap::Arena(region), ptr)
             }
             None => {
                 let map = Mapping::private_file(file, offset, len.max(1), Prot::Rx).map_err(io)?;
+                let entry = registry::take().ok_or(Error::Exhausted {
+                    max_slots: registry::CAPACITY,
+                })?;
                 let ptr = map.as_ptr() as *const u8;
+                registry::set(entry, ptr as usize, ptr as usize + len, tag);
+                let map = OwnMap { entry, _map: map };
                 (FileMap::Own(map), ptr)
             }
         };
-        let entry = registry::take().ok_or(Error::Exhausted {
-            max_slots: registry::CAPACITY,
-        })?;
-        registry::set(entry, ptr as usize, ptr as usize + len, tag);
         Ok(LoadedCode {
-            backing: Backing::File { _map: map, entry },
+            backing: Backing::File(map),
             ptr,
             len,
         })
@@ -482,8 +495,7 @@ impl Drop for LoadedCode {
                     pool.give_back(slot);
                 }
             }
-            // The registry entry goes before the mapping (dropped after this) is unmapped.
-            Backing::File { entry, .. } => registry::give_back(*entry),
+            Backing::File(_) => {}
         }
     }
 }

@@ -204,3 +204,41 @@ fn published_code_is_found_in_the_registry_until_dropped() {
         );
     }
 }
+
+/// A text mapped from a file (into a region of the arena) is found in the registry under its
+/// load's tag while it is loaded, and not once it is dropped, though its region keeps the text
+/// mapped; taken back for the same text, it is found under the new load's tag.
+#[test]
+fn mapped_code_is_found_in_the_registry_until_dropped() {
+    use ephem_code_memory::{LoadedCode, TextId, registry};
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let bytes = module(5000, &[(0, 9)]);
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(&bytes).unwrap();
+    let id = Some(TextId([0x7e57; 6]));
+    let map = |tag| LoadedCode::map_file(file.as_fd(), 0, bytes.len(), tag, id).unwrap();
+
+    let code = map(0xa);
+    let start = code.as_ptr() as usize;
+    assert_eq!(registry::lookup(start + 4999), Some((start, 0xa)));
+    assert_eq!(registry::lookup(start + 5000), None, "past the end");
+    assert_eq!(call(&code, 0), 9);
+    drop(code);
+    assert_eq!(
+        registry::lookup(start),
+        None,
+        "still registered after release"
+    );
+
+    let again = map(0xb);
+    assert_eq!(
+        again.as_ptr() as usize,
+        start,
+        "the region that holds the text"
+    );
+    assert_eq!(registry::lookup(start), Some((start, 0xb)));
+    assert_eq!(call(&again, 0), 9);
+    drop(again);
+    assert_eq!(registry::lookup(start), None);
+}
