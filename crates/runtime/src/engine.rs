@@ -72,8 +72,41 @@ struct Types {
     /// By id minus [`REGISTERED`]. Shared with every [`crate::Func`] of the type: cloning a
     /// function allocates nothing.
     list: Vec<Arc<FuncType>>,
-    /// Small signatures that functions were made with, shared likewise.
-    small: HashMap<u32, Arc<FuncType>, foldhash::fast::RandomState>,
+}
+
+/// A function's type as [`Engine::shared_func_type`] gives it.
+pub(crate) enum TypeRef {
+    /// Decoded from its small id: no lock, and nothing written that another thread reads
+    /// (two threads calling exports took turns at the registry's lock on every call).
+    Small(FuncType),
+    /// The registry's (or a host function's) shared copy.
+    Shared(Arc<FuncType>),
+}
+
+impl TypeRef {
+    pub(crate) fn into_owned(self) -> FuncType {
+        match self {
+            TypeRef::Small(ty) => ty,
+            TypeRef::Shared(ty) => (*ty).clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for TypeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        FuncType::fmt(self, f)
+    }
+}
+
+impl std::ops::Deref for TypeRef {
+    type Target = FuncType;
+
+    fn deref(&self) -> &FuncType {
+        match self {
+            TypeRef::Small(ty) => ty,
+            TypeRef::Shared(ty) => ty,
+        }
+    }
 }
 
 /// The first id of a registered (not small) signature.
@@ -219,21 +252,19 @@ impl Engine {
 
     /// The type with canonical id `id`.
     pub fn func_type(&self, id: u32) -> FuncType {
-        (*self.shared_func_type(id)).clone()
+        self.shared_func_type(id).into_owned()
     }
 
-    /// The type with canonical id `id`, shared.
-    pub(crate) fn shared_func_type(&self, id: u32) -> Arc<FuncType> {
-        let mut types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+    /// The type with canonical id `id`, shared, or decoded when it is small.
+    pub(crate) fn shared_func_type(&self, id: u32) -> TypeRef {
         match id.checked_sub(REGISTERED) {
-            Some(i) => types.list[i as usize].clone(),
-            None => types
-                .small
-                .entry(id)
-                .or_insert_with(|| {
-                    Arc::new(ephem_module::from_small_id(id).expect("ids come from small_id"))
-                })
-                .clone(),
+            Some(i) => {
+                let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+                TypeRef::Shared(types.list[i as usize].clone())
+            }
+            None => TypeRef::Small(
+                ephem_module::from_small_id(id).expect("ids below REGISTERED are small ids"),
+            ),
         }
     }
 }

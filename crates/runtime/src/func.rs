@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use ephem_module::{FuncType, HostFuncHeader, TrapKind, ValRaw, ValType, VmFuncRef, VmOffsets};
 
+use crate::engine::TypeRef;
 use crate::store::{
     AsContext, AsContextMut, StoreContextMut, StoreId, StoreInner, StoreOpaque, Stored,
 };
@@ -428,11 +429,11 @@ impl Func {
         }
     }
 
-    pub(crate) fn shared_ty(self, store: &StoreOpaque) -> Arc<FuncType> {
+    pub(crate) fn shared_ty(self, store: &StoreOpaque) -> TypeRef {
         match self.kind {
             FuncKind::Host(i) => {
                 store.check(self.store);
-                store.host_func(i).ty.clone()
+                TypeRef::Shared(store.host_func(i).ty.clone())
             }
             FuncKind::Wasm(_) => store.engine().shared_func_type(self.type_id(store)),
         }
@@ -440,7 +441,7 @@ impl Func {
 
     /// The function's type.
     pub fn ty(&self, store: impl AsContext) -> FuncType {
-        (*self.shared_ty(store.as_context().opaque())).clone()
+        self.shared_ty(store.as_context().opaque()).into_owned()
     }
 
     /// Calls the function with `params`, writing its results into `results` (which must have
