@@ -380,7 +380,8 @@ fn typed_funcs_take_and_return_references() {
 
 /// A linker remembers the imports it resolved by their digest: a module with the same imports
 /// (declared through other type indices) is resolved as it would be afresh, one whose imports
-/// differ only in a type is refused, and a definition made later is what the next module gets.
+/// differ only in a type is refused, a definition made later is what the next module gets, and
+/// no other linker gets what this one resolved.
 #[test]
 fn a_linker_resolves_imports_it_saw_before_as_it_would_afresh() {
     const FIRST: &str = r#"(module
@@ -429,4 +430,19 @@ fn a_linker_resolves_imports_it_saw_before_as_it_would_afresh() {
     linker.func_wrap("env", "g", || 100).unwrap();
     assert_eq!(run(&linker, FIRST).unwrap(), 141);
     assert_eq!(run(&linker, SAME_IMPORTS).unwrap(), 400);
+
+    // What a thread remembers is this linker's: a clone defined otherwise, and a linker made
+    // after that one is gone, resolve for themselves; another thread resolves the same.
+    let mut other = linker.clone();
+    other.func_wrap("env", "g", || 7).unwrap();
+    assert_eq!(run(&other, FIRST).unwrap(), 48);
+    assert_eq!(run(&linker, FIRST).unwrap(), 141);
+    drop(other);
+    let mut fresh = Linker::new(&engine);
+    fresh.func_wrap("env", "f", |x: i32| x - 1).unwrap();
+    fresh.func_wrap("env", "g", || 3).unwrap();
+    assert_eq!(run(&fresh, FIRST).unwrap(), 42);
+    std::thread::scope(|s| {
+        s.spawn(|| assert_eq!(run(&linker, FIRST).unwrap(), 141));
+    });
 }

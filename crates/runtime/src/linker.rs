@@ -7,16 +7,19 @@
 //! instances registered with [`Linker::instance`]); using those with another store fails to
 //! link.
 //!
-//! Resolving looks up every import by name. A linker remembers the imports it resolved by
-//! their digest ([`Artifact::imports_digest`](ephem_artifact::Artifact::imports_digest): module,
-//! name, kind and type of each import, in order), so that a module whose imports it has seen
-//! before, the same module opened again or another one built against the same host, is
-//! resolved with one lookup instead of one per import. Defining anything forgets them.
+//! Resolving looks up every import by name. Each thread remembers the import lists it resolved
+//! last, by linker and digest ([`Artifact::imports_digest`](ephem_artifact::Artifact::imports_digest):
+//! module, name, kind and type of each import, in order), so that a module whose imports were
+//! seen before, the same module opened again or another one built against the same host, is
+//! resolved with one lookup instead of one per import, and without writing anything another
+//! thread uses: with the list behind one lock, two threads took turns at it on every
+//! instantiation. A linker is known by an id that no other linker, and no earlier state of
+//! the same one, has: defining anything gives it a new one, which forgets what was resolved.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ephem_module::ImportKind;
 
@@ -52,16 +55,12 @@ pub struct Linker<T> {
     /// Every host function defined. Shared with the `InstancePre`s made from the linker, which
     /// point into it: one reference count per instantiation, not one per import.
     hosts: Arc<Hosts>,
-    /// Import lists resolved before, by digest (see the module documentation); at most
-    /// [`REMEMBERED`], emptied when full.
-    resolved: Mutex<HashMap<[u8; 32], Arc<[Resolved]>, Hasher>>,
+    /// What the import lists each thread remembers were resolved by (see the module
+    /// documentation).
+    id: u64,
     allow_shadowing: bool,
     _data: PhantomData<fn() -> T>,
 }
-
-/// How many import lists a linker remembers: an embedder serves modules built against a few
-/// hosts, so a handful is plenty; the bound keeps arbitrary modules from growing it.
-const REMEMBERED: usize = 64;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -73,7 +72,7 @@ impl<T> Clone for Linker<T> {
             engine: self.engine.clone(),
             defs: self.defs.clone(),
             hosts: self.hosts.clone(),
-            resolved: Mutex::default(),
+            id: near::new_id(),
             allow_shadowing: self.allow_shadowing,
             _data: PhantomData,
         }
@@ -87,7 +86,7 @@ impl<T: 'static> Linker<T> {
             engine: engine.clone(),
             defs: HashMap::default(),
             hosts: Arc::default(),
-            resolved: Mutex::default(),
+            id: near::new_id(),
             allow_shadowing: false,
             _data: PhantomData,
         }
@@ -107,10 +106,7 @@ impl<T: 'static> Linker<T> {
 
     fn insert(&mut self, module: &str, name: &str, def: Definition) -> Result<&mut Self, Error> {
         // What resolved before may resolve differently now.
-        self.resolved
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.id = near::new_id();
         let names = self.defs.entry(module.to_owned()).or_default();
         if !self.allow_shadowing && names.contains_key(name) {
             return Err(Error::Usage(format!(
@@ -268,18 +264,11 @@ impl<T: 'static> Linker<T> {
             ));
         }
         let digest = module.artifact().imports_digest();
-        let remembered = (self.resolved.lock().unwrap_or_else(|e| e.into_inner()))
-            .get(digest)
-            .cloned();
-        let items = match remembered {
+        let items = match near::get(self.id, digest) {
             Some(items) => items,
             None => {
                 let items = self.resolve(module)?;
-                let mut resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
-                if resolved.len() >= REMEMBERED {
-                    resolved.clear();
-                }
-                resolved.insert(*digest, items.clone());
+                near::put(self.id, *digest, items.clone());
                 items
             }
         };
@@ -349,6 +338,56 @@ struct HostRef(NonNull<HostFunc>);
 unsafe impl Send for HostRef {}
 // SAFETY: as above.
 unsafe impl Sync for HostRef {}
+
+/// The import lists each thread resolved last (see the module documentation).
+mod near {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::Resolved;
+
+    /// Import lists a thread remembers: an embedder serves modules built against a few hosts,
+    /// so a handful is plenty; the bound keeps arbitrary modules from growing it.
+    const PER_THREAD: usize = 16;
+
+    /// `(linker id, digest, items)`, least recently resolved first. The items of a linker that
+    /// is gone point at host functions that may be gone too: they are never used, since no
+    /// linker has that id any more.
+    type Remembered = Vec<(u64, [u8; 32], Arc<[Resolved]>)>;
+
+    thread_local! {
+        static NEAR: RefCell<Remembered> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An id that no linker has had (see the module documentation).
+    pub(super) fn new_id() -> u64 {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// What linker `id` resolved the import list `digest` to on this thread.
+    pub(super) fn get(id: u64, digest: &[u8; 32]) -> Option<Arc<[Resolved]>> {
+        NEAR.try_with(|near| {
+            let near = near.borrow();
+            let found = near.iter().rev().find(|(i, d, _)| *i == id && d == digest);
+            found.map(|(_, _, items)| items.clone())
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// Remembers `items` as what linker `id` resolved `digest` to.
+    pub(super) fn put(id: u64, digest: [u8; 32], items: Arc<[Resolved]>) {
+        let _ = NEAR.try_with(|near| {
+            let mut near = near.borrow_mut();
+            if near.len() >= PER_THREAD {
+                near.remove(0);
+            }
+            near.push((id, digest, items));
+        });
+    }
+}
 
 /// `module`.`name` and its type, for messages.
 fn describe(module: &Module, import: &ImportRef<'_>) -> String {
