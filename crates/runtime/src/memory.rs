@@ -912,7 +912,8 @@ impl Drop for Slot {
 pub(crate) struct MemoryPool {
     config: MemoryConfig,
     idle: Mutex<Vec<Slot>>,
-    /// Bytes of all live memories of the pool, at their current sizes.
+    /// Bytes of all live memories of the pool, at their current sizes; counted only under a
+    /// bound (`max_total_bytes`).
     in_use: AtomicUsize,
 }
 
@@ -928,8 +929,10 @@ mod near {
     pub const PER_THREAD: usize = 8;
 
     /// `(pool, slot)`, least recently reset first. When the thread exits, each slot goes to
-    /// its pool's list, if the pool is still there.
-    struct Kept(Vec<(Weak<MemoryPool>, Slot)>);
+    /// its pool's list, if the pool is still there. The reference to the pool of the slot
+    /// taken last is kept for the next one kept: making one writes the pool's reference count,
+    /// which every thread writes.
+    struct Kept(Vec<(Weak<MemoryPool>, Slot)>, Option<Weak<MemoryPool>>);
 
     impl Drop for Kept {
         fn drop(&mut self) {
@@ -942,7 +945,7 @@ mod near {
     }
 
     thread_local! {
-        static NEAR: RefCell<Kept> = const { RefCell::new(Kept(Vec::new())) };
+        static NEAR: RefCell<Kept> = const { RefCell::new(Kept(Vec::new(), None)) };
     }
 
     fn of(entry: &(Weak<MemoryPool>, Slot), pool: &MemoryPool) -> bool {
@@ -953,11 +956,13 @@ mod near {
     /// `Some`) maps that image.
     pub fn take(pool: &MemoryPool, len: usize, image: Option<Option<MappedImage>>) -> Option<Slot> {
         NEAR.try_with(|near| {
-            let kept = &mut near.borrow_mut().0;
+            let Kept(kept, spare) = &mut *near.borrow_mut();
             let at = kept.iter().rposition(|e| {
                 of(e, pool) && e.1.accessible == len && image.is_none_or(|i| e.1.image == i)
             })?;
-            Some(kept.remove(at).1)
+            let (weak, slot) = kept.remove(at);
+            *spare = Some(weak);
+            Some(slot)
         })
         .ok()
         .flatten()
@@ -971,7 +976,7 @@ mod near {
         // During thread exit, the slot goes to the list.
         let _ = NEAR.try_with(|near| {
             let evicted = {
-                let kept = &mut near.borrow_mut().0;
+                let Kept(kept, spare) = &mut *near.borrow_mut();
                 let keep = max.min(PER_THREAD);
                 if keep == 0 {
                     return;
@@ -983,7 +988,11 @@ mod near {
                     (kept.len() >= PER_THREAD).then_some(0)
                 };
                 let evicted = at.map(|at| kept.remove(at));
-                kept.push((Arc::downgrade(pool), slot.take().expect("not kept yet")));
+                let weak = match spare.take() {
+                    Some(weak) if std::ptr::eq(weak.as_ptr(), &**pool) => weak,
+                    _ => Arc::downgrade(pool),
+                };
+                kept.push((weak, slot.take().expect("not kept yet")));
                 evicted
             };
             // Another pool's goes to its list, outside the borrow (it takes that list's lock).
@@ -1015,9 +1024,13 @@ mod near {
         });
     }
 
-    /// Drops this thread's slots of `pool`.
+    /// Drops this thread's slots of `pool` (and its reference to it).
     pub fn forget(pool: &MemoryPool) {
-        let _ = NEAR.try_with(|near| near.borrow_mut().0.retain(|e| !of(e, pool)));
+        let _ = NEAR.try_with(|near| {
+            let Kept(kept, spare) = &mut *near.borrow_mut();
+            kept.retain(|e| !of(e, pool));
+            spare.take_if(|weak| std::ptr::eq(weak.as_ptr(), pool));
+        });
     }
 }
 
@@ -1030,9 +1043,12 @@ impl MemoryPool {
         }
     }
 
-    /// Counts `bytes` more in use, unless that would pass the engine-wide bound.
+    /// Counts `bytes` more in use, unless that would pass the engine-wide bound. Without a
+    /// bound nothing is counted: threads making memories would take turns at the count.
     fn reserve_bytes(&self, bytes: usize) -> bool {
-        let bound = self.config.max_total_bytes.unwrap_or(usize::MAX);
+        let Some(bound) = self.config.max_total_bytes else {
+            return true;
+        };
         self.in_use
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                 used.checked_add(bytes).filter(|&total| total <= bound)
@@ -1041,7 +1057,9 @@ impl MemoryPool {
     }
 
     fn release_bytes(&self, bytes: usize) {
-        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
+        if self.config.max_total_bytes.is_some() {
+            self.in_use.fetch_sub(bytes, Ordering::Relaxed);
+        }
     }
 
     fn take(&self, len: usize, image: Option<MappedImage>) -> Result<Slot, crate::Error> {
