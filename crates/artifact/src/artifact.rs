@@ -33,6 +33,7 @@
 //! for the machine code and for what only the code knows (its vmctx layout, its types).
 //! Artifacts made in memory by this process ([`Artifact::from_compiled`]) are not checked.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
@@ -86,6 +87,9 @@ struct Opened {
     /// The function table and the names, read on first use.
     funcs: OnceLock<Vec<u8>>,
     names: OnceLock<Vec<u8>>,
+    /// The canonical type ids a runtime's engine gave the module's types, with the id of that
+    /// engine (see [`Artifact::type_ids`]).
+    type_ids: OnceLock<(u64, Box<[u32]>)>,
     /// Last access time (seconds) when opened, for the cache's eviction order.
     accessed: i64,
     identity: Identity,
@@ -516,6 +520,7 @@ impl Artifact {
             trap_index: OnceLock::new(),
             spans: OnceLock::new(),
             funcs: OnceLock::new(),
+            type_ids: OnceLock::new(),
             names: OnceLock::new(),
             accessed: stat.st_atime,
             identity,
@@ -930,6 +935,21 @@ impl Artifact {
     pub fn small_ids(&self) -> impl ExactSizeIterator<Item = Option<u32>> + '_ {
         (self.meta().small_ids.iter())
             .map(|&id| Some(id.to_native()).filter(|&id| id != crate::format::NOT_SMALL))
+    }
+
+    /// The canonical type ids of the module's types for the engine a runtime knows as
+    /// `engine`: `ids()` for the first engine that asks, remembered for it (an artifact kept
+    /// open is loaded again and again by the same engine); computed each time for any other.
+    pub fn type_ids(&self, engine: u64, ids: impl FnOnce() -> Vec<u32>) -> Cow<'_, [u32]> {
+        let mut ids = Some(ids);
+        let (by, kept) = self
+            .0
+            .type_ids
+            .get_or_init(|| (engine, (ids.take().expect("called once"))().into()));
+        match ids {
+            Some(ids) if *by != engine => Cow::Owned(ids()),
+            _ => Cow::Borrowed(kept),
+        }
     }
 
     /// What identifies the module's imports: two artifacts with the same digest have the same

@@ -520,3 +520,51 @@ fn compiling_lays_functions_out_the_same_whatever_order_threads_take_them() {
     let r = call(&mut store, &instance, "last", &[]).unwrap();
     assert!(matches!(r[..], [Val::I32(n)] if n == 1 + 8 * (63 * 64 / 2)));
 }
+
+/// A large signature (past the small ids) gets its id from each engine's registry: an
+/// artifact opened again by the engine that loaded it takes the ids it remembered, and one
+/// loaded by another engine, whose registry numbers the signature otherwise, takes that
+/// engine's (its exports' types and its `call_indirect` checks stay right).
+#[test]
+fn an_artifact_shared_by_two_engines_has_each_engines_type_ids() {
+    const LARGE: &str = "(param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)";
+    let wat = format!(
+        r#"(module
+          (type $t (func {LARGE}))
+          (table 1 funcref) (elem (i32.const 0) $sum)
+          (func $sum (export "sum") (type $t)
+            (i32.add (local.get 0) (local.get 9)))
+          (func (export "run") (result i32)
+            (call_indirect (type $t) (i32.const 1) (i32.const 0) (i32.const 0) (i32.const 0)
+              (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0)
+              (i32.const 41) (i32.const 0))))"#
+    );
+    let (first, second) = (Engine::default(), Engine::default());
+    // The second engine registers another large signature first, so its ids differ.
+    let other = r#"(module (func (export "f")
+      (param i64 i64 i64 i64 i64 i64 i64 i64 i64 i64)))"#;
+    let mut store = Store::new(&second, ());
+    let f = instantiate(&mut store, other)
+        .get_func(&mut store, "f")
+        .unwrap();
+    assert_eq!(f.ty(&store).params, vec![ValType::I64; 10]);
+
+    let artifact = compile(&first, wat.as_bytes()).unwrap().artifact().clone();
+    for engine in [&first, &second, &first, &second] {
+        let module = ephem::Module::from_artifact(engine, artifact.clone());
+        let mut store = Store::new(engine, ());
+        let instance = Linker::new(engine)
+            .instantiate(&mut store, &module)
+            .unwrap();
+        let sum = instance.get_func(&mut store, "sum").unwrap();
+        let ty = sum.ty(&store);
+        assert_eq!(
+            (ty.params, ty.results),
+            (vec![ValType::I32; 10], vec![ValType::I32])
+        );
+        assert_eq!(
+            call(&mut store, &instance, "run", &[]).unwrap()[0].i32(),
+            Some(42)
+        );
+    }
+}

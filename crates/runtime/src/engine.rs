@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ephem_artifact::Artifact;
 use ephem_code_memory::{CodePool, PoolConfig};
 use ephem_module::{ArchivedFuncType, FuncType};
 
@@ -48,6 +49,8 @@ pub struct Engine {
 }
 
 struct EngineInner {
+    /// Different for every engine of the process (see `Artifact::type_ids`).
+    id: u64,
     max_wasm_stack: usize,
     /// The epoch, which stores' deadlines count (see `interrupt`).
     epoch: AtomicU64,
@@ -138,6 +141,10 @@ impl Engine {
     pub fn with_config(config: EngineConfig) -> Result<Engine, crate::Error> {
         Ok(Engine {
             inner: Arc::new(EngineInner {
+                id: {
+                    static NEXT: AtomicU64 = AtomicU64::new(0);
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                },
                 max_wasm_stack: config.max_wasm_stack.unwrap_or(DEFAULT_MAX_WASM_STACK),
                 epoch: AtomicU64::new(0),
                 pool: CodePool::new(config.code)?,
@@ -227,10 +234,21 @@ impl Engine {
         reg.id(&key, || ty.clone())
     }
 
-    /// The canonical ids of a module's `types`, given their `small` ids (see
-    /// [`Artifact::small_ids`](ephem_artifact::Artifact::small_ids)): only types without one
-    /// are looked up, under at most one lock for all of them.
-    pub(crate) fn type_ids(
+    /// The canonical ids of the types of `artifact`'s module: only types without a small id
+    /// are looked up, under at most one lock for all of them, and only the first time this
+    /// engine asks for a kept artifact (see [`Artifact::type_ids`]): two threads loading
+    /// modules with such types took turns at the lock on every load.
+    pub(crate) fn type_ids(&self, artifact: &Artifact) -> Vec<u32> {
+        if artifact.small_ids().all(|id| id.is_some()) {
+            return artifact.small_ids().flatten().collect();
+        }
+        let ids = artifact.type_ids(self.inner.id, || {
+            self.register(&artifact.info().types, artifact.small_ids())
+        });
+        ids.into_owned()
+    }
+
+    fn register(
         &self,
         types: &[ArchivedFuncType],
         small: impl ExactSizeIterator<Item = Option<u32>>,

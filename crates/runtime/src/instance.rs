@@ -111,7 +111,7 @@ impl Module {
     /// Prepares an open artifact for instantiation with `engine`.
     pub fn from_artifact(engine: &Engine, artifact: Artifact) -> Module {
         let info = artifact.info();
-        let type_ids = engine.type_ids(&info.types, artifact.small_ids());
+        let type_ids = engine.type_ids(&artifact);
         let offsets = VmOffsets::for_archived(info, artifact.funcref_slots());
         Module {
             inner: Arc::new(ModuleInner {
