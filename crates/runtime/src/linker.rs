@@ -7,19 +7,20 @@
 //! instances registered with [`Linker::instance`]); using those with another store fails to
 //! link.
 //!
-//! Resolving looks up every import by name. Each thread remembers the import lists it resolved
-//! last, by linker and digest ([`Artifact::imports_digest`](ephem_artifact::Artifact::imports_digest):
-//! module, name, kind and type of each import, in order), so that a module whose imports were
-//! seen before, the same module opened again or another one built against the same host, is
-//! resolved with one lookup instead of one per import, and without writing anything another
-//! thread uses: with the list behind one lock, two threads took turns at it on every
-//! instantiation. A linker is known by an id that no other linker, and no earlier state of
-//! the same one, has: defining anything gives it a new one, which forgets what was resolved.
+//! Resolving looks up every import by name. A linker remembers the import lists it resolved,
+//! by digest ([`Artifact::imports_digest`](ephem_artifact::Artifact::imports_digest): module,
+//! name, kind and type of each import, in order), so that a module whose imports were seen
+//! before, the same module opened again or another one built against the same host, is
+//! resolved with one lookup instead of one per import. Each thread also keeps copies of the
+//! lists it used last, by linker and digest, and takes those without the linker's lock: two
+//! threads took turns at it on every instantiation. A linker is known there by an id that no
+//! other linker, and no earlier state of the same one, has: defining anything gives it a new
+//! one and forgets what was resolved.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use ephem_module::ImportKind;
 
@@ -58,9 +59,17 @@ pub struct Linker<T> {
     /// What the import lists each thread remembers were resolved by (see the module
     /// documentation).
     id: u64,
+    /// Import lists resolved before, by digest, for threads that do not remember them; at most
+    /// [`REMEMBERED`], emptied when full.
+    resolved: Mutex<HashMap<[u8; 32], Arc<[Resolved]>, Hasher>>,
     allow_shadowing: bool,
     _data: PhantomData<fn() -> T>,
 }
+
+/// How many import lists a linker remembers for all threads: an embedder serves modules built
+/// against a few hosts, so a handful is plenty; the bound keeps arbitrary modules from growing
+/// it.
+const REMEMBERED: usize = 64;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -73,6 +82,7 @@ impl<T> Clone for Linker<T> {
             defs: self.defs.clone(),
             hosts: self.hosts.clone(),
             id: near::new_id(),
+            resolved: Mutex::default(),
             allow_shadowing: self.allow_shadowing,
             _data: PhantomData,
         }
@@ -87,6 +97,7 @@ impl<T: 'static> Linker<T> {
             defs: HashMap::default(),
             hosts: Arc::default(),
             id: near::new_id(),
+            resolved: Mutex::default(),
             allow_shadowing: false,
             _data: PhantomData,
         }
@@ -107,6 +118,10 @@ impl<T: 'static> Linker<T> {
     fn insert(&mut self, module: &str, name: &str, def: Definition) -> Result<&mut Self, Error> {
         // What resolved before may resolve differently now.
         self.id = near::new_id();
+        self.resolved
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         let names = self.defs.entry(module.to_owned()).or_default();
         if !self.allow_shadowing && names.contains_key(name) {
             return Err(Error::Usage(format!(
@@ -267,7 +282,20 @@ impl<T: 'static> Linker<T> {
         let items = match near::get(self.id, digest) {
             Some(items) => items,
             None => {
-                let items = self.resolve(module)?;
+                let remembered = self.lock_resolved().get(digest).cloned();
+                let items: Arc<[Resolved]> = match remembered {
+                    // A copy of this thread's own.
+                    Some(items) => Arc::from(&items[..]),
+                    None => {
+                        let items = self.resolve(module)?;
+                        let mut resolved = self.lock_resolved();
+                        if resolved.len() >= REMEMBERED {
+                            resolved.clear();
+                        }
+                        resolved.insert(*digest, items.clone());
+                        Arc::from(&items[..])
+                    }
+                };
                 near::put(self.id, *digest, items.clone());
                 items
             }
@@ -278,6 +306,10 @@ impl<T: 'static> Linker<T> {
             keep: self.hosts.clone(),
             _data: PhantomData,
         })
+    }
+
+    fn lock_resolved(&self) -> MutexGuard<'_, HashMap<[u8; 32], Arc<[Resolved]>, Hasher>> {
+        self.resolved.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Looks up and type-checks each of `module`'s imports.
