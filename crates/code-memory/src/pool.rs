@@ -246,6 +246,13 @@ impl fmt::Debug for CodePool {
     }
 }
 
+/// A free entry of the code [`registry`], for a new slot or a text's own mapping.
+fn registry_entry() -> Result<usize, Error> {
+    registry::take().ok_or(Error::Exhausted {
+        max_slots: registry::CAPACITY,
+    })
+}
+
 /// A slot's memory, its entry in the code [`registry`] (held for its lifetime), and the text it
 /// holds if it is known to be exactly one (see the module documentation).
 struct Slot {
@@ -286,9 +293,7 @@ impl Inner {
                 },
             }
         })?;
-        let entry = registry::take().ok_or(Error::Exhausted {
-            max_slots: registry::CAPACITY,
-        })?;
+        let entry = registry_entry()?;
         Ok(Slot {
             mem,
             entry,
@@ -455,9 +460,7 @@ impl LoadedCode {
             }
             None => {
                 let map = Mapping::private_file(file, offset, len.max(1), Prot::Rx).map_err(io)?;
-                let entry = registry::take().ok_or(Error::Exhausted {
-                    max_slots: registry::CAPACITY,
-                })?;
+                let entry = registry_entry()?;
                 let ptr = map.as_ptr() as *const u8;
                 registry::set(entry, ptr as usize, ptr as usize + len, tag);
                 let map = OwnMap { entry, _map: map };

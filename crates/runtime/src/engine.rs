@@ -239,9 +239,6 @@ impl Engine {
     /// engine asks for a kept artifact (see [`Artifact::type_ids`]): two threads loading
     /// modules with such types took turns at the lock on every load.
     pub(crate) fn type_ids(&self, artifact: &Artifact) -> Vec<u32> {
-        if artifact.small_ids().all(|id| id.is_some()) {
-            return artifact.small_ids().flatten().collect();
-        }
         let ids = artifact.type_ids(self.inner.id, || {
             self.register(&artifact.info().types, artifact.small_ids())
         });

@@ -283,9 +283,8 @@ impl<T: 'static> Linker<T> {
             Some(items) => items,
             None => {
                 let remembered = self.lock_resolved().get(digest).cloned();
-                let items: Arc<[Resolved]> = match remembered {
-                    // A copy of this thread's own.
-                    Some(items) => Arc::from(&items[..]),
+                let shared = match remembered {
+                    Some(items) => items,
                     None => {
                         let items = self.resolve(module)?;
                         let mut resolved = self.lock_resolved();
@@ -293,9 +292,11 @@ impl<T: 'static> Linker<T> {
                             resolved.clear();
                         }
                         resolved.insert(*digest, items.clone());
-                        Arc::from(&items[..])
+                        items
                     }
                 };
+                // A copy of the thread's own, whose reference count no other thread writes.
+                let items: Arc<[Resolved]> = Arc::from(&shared[..]);
                 near::put(self.id, *digest, items.clone());
                 items
             }

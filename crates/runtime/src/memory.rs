@@ -948,8 +948,8 @@ mod near {
         static NEAR: RefCell<Kept> = const { RefCell::new(Kept(Vec::new(), None)) };
     }
 
-    fn of(entry: &(Weak<MemoryPool>, Slot), pool: &MemoryPool) -> bool {
-        std::ptr::eq(entry.0.as_ptr(), pool)
+    fn of(weak: &Weak<MemoryPool>, pool: &MemoryPool) -> bool {
+        std::ptr::eq(weak.as_ptr(), pool)
     }
 
     /// This thread's most recently reset slot of `pool` that is `len` bytes and (if `image` is
@@ -958,7 +958,7 @@ mod near {
         NEAR.try_with(|near| {
             let Kept(kept, spare) = &mut *near.borrow_mut();
             let at = kept.iter().rposition(|e| {
-                of(e, pool) && e.1.accessible == len && image.is_none_or(|i| e.1.image == i)
+                of(&e.0, pool) && e.1.accessible == len && image.is_none_or(|i| e.1.image == i)
             })?;
             let (weak, slot) = kept.remove(at);
             *spare = Some(weak);
@@ -981,15 +981,15 @@ mod near {
                 if keep == 0 {
                     return;
                 }
-                let mine = kept.iter().filter(|e| of(e, pool)).count();
+                let mine = kept.iter().filter(|e| of(&e.0, pool)).count();
                 let at = if mine >= keep {
-                    kept.iter().position(|e| of(e, pool))
+                    kept.iter().position(|e| of(&e.0, pool))
                 } else {
                     (kept.len() >= PER_THREAD).then_some(0)
                 };
                 let evicted = at.map(|at| kept.remove(at));
                 let weak = match spare.take() {
-                    Some(weak) if std::ptr::eq(weak.as_ptr(), &**pool) => weak,
+                    Some(weak) if of(&weak, pool) => weak,
                     _ => Arc::downgrade(pool),
                 };
                 kept.push((weak, slot.take().expect("not kept yet")));
@@ -997,7 +997,7 @@ mod near {
             };
             // Another pool's goes to its list, outside the borrow (it takes that list's lock).
             match evicted {
-                Some(e) if of(&e, pool) => slot = Some(e.1),
+                Some(e) if of(&e.0, pool) => slot = Some(e.1),
                 Some((other, old)) => {
                     if let Some(other) = other.upgrade() {
                         other.keep_idle(old);
@@ -1015,7 +1015,7 @@ mod near {
             let kept = &mut near.borrow_mut().0;
             let mut k = 0;
             while k < kept.len() {
-                if of(&kept[k], pool) {
+                if of(&kept[k].0, pool) {
                     to(kept.remove(k).1);
                 } else {
                     k += 1;
@@ -1028,8 +1028,8 @@ mod near {
     pub fn forget(pool: &MemoryPool) {
         let _ = NEAR.try_with(|near| {
             let Kept(kept, spare) = &mut *near.borrow_mut();
-            kept.retain(|e| !of(e, pool));
-            spare.take_if(|weak| std::ptr::eq(weak.as_ptr(), pool));
+            kept.retain(|e| !of(&e.0, pool));
+            spare.take_if(|weak| of(weak, pool));
         });
     }
 }
