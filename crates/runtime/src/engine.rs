@@ -1,6 +1,7 @@
 //! The engine: the code pool every module loads into, the pool of linear-memory slots, and the
 //! registry of canonical function type ids that `call_indirect` and import checks compare.
 
+use crate::shared::Shared;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,10 +43,12 @@ pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
 /// rarely hold their text, 4 to 10 %).
 pub const DEFAULT_MAP_TEXT_AT: usize = 160 << 10;
 
-/// Shared by every module and instance made with it; cheap to clone and `Send + Sync`.
+/// Shared by every module and instance made with it; cheap to clone and `Send + Sync`. Every
+/// module, store and memory holds a clone: its count is a [`Shared`]'s, which threads write in
+/// shards of their own.
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<EngineInner>,
+    inner: Shared<EngineInner>,
 }
 
 struct EngineInner {
@@ -140,7 +143,7 @@ impl Engine {
     /// An engine configured by `config`.
     pub fn with_config(config: EngineConfig) -> Result<Engine, crate::Error> {
         Ok(Engine {
-            inner: Arc::new(EngineInner {
+            inner: Shared::new(EngineInner {
                 id: {
                     static NEXT: AtomicU64 = AtomicU64::new(0);
                     NEXT.fetch_add(1, Ordering::Relaxed)
@@ -180,7 +183,7 @@ impl Engine {
 
     /// This engine's identity while it lives: the address of its shared part.
     pub(crate) fn id(&self) -> usize {
-        Arc::as_ptr(&self.inner) as usize
+        Shared::as_ptr(&self.inner) as usize
     }
 
     /// A thread that advances the epoch every `interval` until the returned ticker is dropped:
@@ -206,7 +209,7 @@ impl Engine {
 
     /// Whether `other` is this engine (a clone of it).
     pub fn same(&self, other: &Engine) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        Shared::ptr_eq(&self.inner, &other.inner)
     }
 
     pub(crate) fn memory_pool(&self) -> &Arc<MemoryPool> {

@@ -664,15 +664,14 @@ pub(crate) unsafe fn instantiate(
             let ty = native(ty);
             // SAFETY: as above.
             let admitted = unsafe { admit_memory(store, store_ptr, ty) };
-            let memory = match admitted
-                .and_then(|()| LinearMemory::pooled(m.engine.memory_pool(), ty, image.as_ref()))
-            {
-                Ok(memory) => memory,
-                Err(e) => {
-                    unclaim(store, &mut claimed);
-                    return Err(e);
-                }
-            };
+            let memory =
+                match admitted.and_then(|()| LinearMemory::pooled(&m.engine, ty, image.as_ref())) {
+                    Ok(memory) => memory,
+                    Err(e) => {
+                        unclaim(store, &mut claimed);
+                        return Err(e);
+                    }
+                };
             let index = store.push_memory(memory).index;
             if image.is_some() {
                 claimed.push((index, store.memories[index as usize].claim(), i));

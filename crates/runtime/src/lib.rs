@@ -36,6 +36,7 @@ mod memory;
 // Public for `ephem bench syscalls`, which measures how its system call scales.
 #[doc(hidden)]
 pub mod pagemap;
+mod shared;
 mod signals;
 mod store;
 mod table;

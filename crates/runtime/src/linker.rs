@@ -27,6 +27,7 @@ use ephem_module::ImportKind;
 use crate::func::HostFunc;
 use crate::instance::{ArtifactImage, instantiate, raw_store};
 use crate::memory::LinearMemory;
+use crate::shared::Shared;
 use crate::store::{AsContext, AsContextMut, StoreOpaque};
 use crate::table::{GlobalData, TableData};
 use crate::{
@@ -54,8 +55,9 @@ pub struct Linker<T> {
     /// in the engine's type registry: names come from untrusted modules.
     defs: HashMap<String, HashMap<String, Definition, Hasher>, Hasher>,
     /// Every host function defined. Shared with the `InstancePre`s made from the linker, which
-    /// point into it: one reference count per instantiation, not one per import.
-    hosts: Arc<Hosts>,
+    /// point into it: one reference per instantiation, not one per import, and counted where
+    /// each thread counts its own (a [`Shared`]).
+    hosts: Shared<Hosts>,
     /// What the import lists each thread remembers were resolved by (see the module
     /// documentation).
     id: u64,
@@ -73,7 +75,7 @@ const REMEMBERED: usize = 64;
 
 type Hasher = foldhash::fast::RandomState;
 
-type Hosts = Vec<Arc<HostFunc>>;
+pub(crate) type Hosts = Vec<Arc<HostFunc>>;
 
 impl<T> Clone for Linker<T> {
     fn clone(&self) -> Self {
@@ -95,7 +97,7 @@ impl<T: 'static> Linker<T> {
         Linker {
             engine: engine.clone(),
             defs: HashMap::default(),
-            hosts: Arc::default(),
+            hosts: Shared::new(Hosts::new()),
             id: near::new_id(),
             resolved: Mutex::default(),
             allow_shadowing: false,
@@ -145,7 +147,7 @@ impl<T: 'static> Linker<T> {
         let index = self.hosts.len() as u32;
         self.insert(module, name, Definition::Host(index))?;
         // Copies the list only while an `InstancePre` still shares the old one.
-        Arc::make_mut(&mut self.hosts).push(Arc::new(host));
+        Shared::make_mut(&mut self.hosts).push(Arc::new(host));
         Ok(self)
     }
 
@@ -439,7 +441,7 @@ pub struct InstancePre<T> {
     items: Arc<[Resolved]>,
     /// The linker's host functions, which `items` point into: what a store keeps alive for the
     /// host functions it takes from them.
-    keep: Arc<dyn std::any::Any + Send + Sync>,
+    keep: Shared<Hosts>,
     _data: PhantomData<fn() -> T>,
 }
 
@@ -532,8 +534,7 @@ unsafe fn fresh(
             // SAFETY: per the contract.
             unsafe { crate::instance::admit_memory(store, raw, *ty)? };
             let image = ArtifactImage::of(module.artifact(), import.index);
-            let pool = module.engine().memory_pool();
-            let memory = LinearMemory::pooled(pool, *ty, image.as_ref())?;
+            let memory = LinearMemory::pooled(module.engine(), *ty, image.as_ref())?;
             Extern::Memory(Memory(store.push_memory(memory)))
         }
         ImportKind::Table(ty) => {

@@ -1147,8 +1147,9 @@ pub struct LinearMemory {
     def: Box<UnsafeCell<VmMemory>>,
     ty: MemoryType,
     slot: RefCell<Option<Slot>>,
-    /// Where the slot goes when the memory is dropped (`None`: unmapped).
-    pool: Option<Arc<MemoryPool>>,
+    /// The engine whose pool the slot goes back to when the memory is dropped (`None`:
+    /// unmapped). The engine, not the pool, is held: its count is a [`crate::shared::Shared`]'s.
+    engine: Option<crate::Engine>,
     untouched: Cell<bool>,
     /// Whether every write since the slot's last reset set its write marks: generated code's
     /// and the runtime's own do; the host's through [`LinearMemory::bytes`] or the base do
@@ -1167,13 +1168,14 @@ pub(crate) enum Claim {
 }
 
 impl LinearMemory {
-    /// An untouched memory in a slot of `pool`; preferably one where `image`, the image it is
-    /// meant to take, is already mapped.
+    /// An untouched memory in a slot of `engine`'s pool; preferably one where `image`, the
+    /// image it is meant to take, is already mapped.
     pub(crate) fn pooled(
-        pool: &Arc<MemoryPool>,
+        engine: &crate::Engine,
         ty: MemoryType,
         image: Option<&impl ImageSource>,
     ) -> Result<LinearMemory, crate::Error> {
+        let pool = engine.memory_pool();
         let len = ty.min as usize * PAGE as usize;
         if !pool.reserve_bytes(len) {
             return Err(crate::Error::Limit(format!(
@@ -1193,7 +1195,7 @@ impl LinearMemory {
                     "cannot reset a memory slot: {e}"
                 )));
             }
-            LinearMemory::with_slot(ty, slot, Some(pool.clone()))
+            LinearMemory::with_slot(ty, slot, Some(engine.clone()))
         })();
         if made.is_err() {
             pool.release_bytes(len);
@@ -1201,10 +1203,15 @@ impl LinearMemory {
         made
     }
 
+    /// The pool the slot goes back to.
+    fn pool(&self) -> Option<&Arc<MemoryPool>> {
+        self.engine.as_ref().map(crate::Engine::memory_pool)
+    }
+
     fn with_slot(
         ty: MemoryType,
         mut slot: Slot,
-        pool: Option<Arc<MemoryPool>>,
+        engine: Option<crate::Engine>,
     ) -> Result<LinearMemory, crate::Error> {
         if ty.min > ty.max.unwrap_or(MAX_PAGES).min(MAX_PAGES) {
             return Err(crate::Error::Limit(format!(
@@ -1226,7 +1233,7 @@ impl LinearMemory {
             })),
             ty,
             slot: RefCell::new(Some(slot)),
-            pool,
+            engine,
             untouched: Cell::new(true),
             marked: Cell::new(true),
         })
@@ -1279,10 +1286,7 @@ impl LinearMemory {
             return Err(crate::Error::Limit("memory image out of bounds".into()));
         }
         if claim == Claim::Untouched {
-            let config = self
-                .pool
-                .as_ref()
-                .map_or_else(MemoryConfig::default, |p| p.config);
+            let config = self.pool().map_or_else(MemoryConfig::default, |p| p.config);
             let mut slot = self.slot.borrow_mut();
             let slot = slot.as_mut().expect("a live memory has its slot");
             // The slot's image is the one it had when the memory was claimed: nothing has
@@ -1439,13 +1443,13 @@ impl LinearMemory {
         if delta > 0 {
             let start = self.len();
             let bytes = delta as usize * PAGE as usize;
-            if let Some(pool) = &self.pool
+            if let Some(pool) = self.pool()
                 && !pool.reserve_bytes(bytes)
             {
                 return None;
             }
             let release = || {
-                if let Some(pool) = &self.pool {
+                if let Some(pool) = self.pool() {
                     pool.release_bytes(bytes);
                 }
             };
@@ -1524,10 +1528,10 @@ impl Drop for LinearMemory {
         };
         // Growth changed the accessible length behind the slot's back; record it.
         slot.accessible = self.len();
-        if let Some(pool) = &self.pool {
+        if let Some(pool) = self.pool() {
             pool.release_bytes(self.len());
         }
-        match &self.pool {
+        match self.pool() {
             Some(pool) => pool.give_back(
                 slot,
                 self.ty.min as usize * PAGE as usize,

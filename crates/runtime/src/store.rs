@@ -26,7 +26,7 @@
 //! instances point at, never changes); its vectors are those a store dropped earlier on the
 //! same thread left, emptied, so a store per invocation does not allocate them again.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::func::{HostFailure, HostFunc};
 use crate::instance::InstanceData;
 use crate::limits::{Answer, Ask, Growing, Resource, ResourceLimiter};
+use crate::linker::Hosts;
 use crate::memory::LinearMemory;
+use crate::shared::Shared;
 use crate::table::{GlobalData, TableData};
 use crate::{Engine, VmFuncRef};
 
@@ -43,10 +45,35 @@ use crate::{Engine, VmFuncRef};
 pub(crate) struct StoreId(NonZeroU64);
 
 impl StoreId {
+    /// A new id. Each thread takes ids from a block of [`StoreId::BLOCK`] it reserved, so that
+    /// threads making stores do not all write one counter.
     fn next() -> StoreId {
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        StoreId(NonZeroU64::new(NEXT.fetch_add(1, Ordering::Relaxed)).expect("2^64 stores"))
+        thread_local! {
+            /// The next id of this thread's block, and the block's end.
+            static BLOCK: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+        }
+        let reserve = || {
+            let start = NEXT.fetch_add(StoreId::BLOCK, Ordering::Relaxed);
+            assert!(start < u64::MAX - StoreId::BLOCK, "2^64 stores");
+            start
+        };
+        let id = BLOCK
+            .try_with(|block| {
+                let (mut next, mut end) = block.get();
+                if next == end {
+                    next = reserve();
+                    end = next + StoreId::BLOCK;
+                }
+                block.set((next + 1, end));
+                next
+            })
+            // A thread that is exiting takes a block of its own for this one id.
+            .unwrap_or_else(|_| reserve());
+        StoreId(NonZeroU64::new(id).expect("ids start at 1"))
     }
+
+    const BLOCK: u64 = 1024;
 }
 
 /// A handle's place in a store.
@@ -105,9 +132,8 @@ pub struct StoreOpaque {
     pub(crate) tables: Vec<TableData>,
     pub(crate) globals: Vec<GlobalData>,
     pub(crate) host_funcs: Vec<StoredHostFunc>,
-    /// What keeps host functions alive: their own `Arc`s, or the resolved imports of an
-    /// `InstancePre` (one entry for all of its host functions, however many instantiations).
-    keep: Vec<Arc<dyn std::any::Any + Send + Sync>>,
+    /// What keeps host functions alive (see [`Kept`]).
+    keep: Vec<Kept>,
     /// What the last failed host function left for the caller to report or resume.
     pub(crate) host_failure: Option<HostFailure>,
     /// The stack limit every vmctx of this store points at (see `signals`). In the boxed
@@ -138,7 +164,7 @@ struct Parts {
     tables: Vec<TableData>,
     globals: Vec<GlobalData>,
     host_funcs: Vec<StoredHostFunc>,
-    keep: Vec<Arc<dyn std::any::Any + Send + Sync>>,
+    keep: Vec<Kept>,
 }
 
 thread_local! {
@@ -195,6 +221,14 @@ impl Drop for StoreOpaque {
         }
         .give_back();
     }
+}
+
+/// What keeps a store's host functions alive: one function's own reference, or a linker's
+/// functions (one entry for all of those an `InstancePre` imports, however many
+/// instantiations).
+pub(crate) enum Kept {
+    Func(#[allow(dead_code, reason = "held, never read")] Arc<HostFunc>),
+    Hosts(Shared<Hosts>),
 }
 
 /// A host function made in (or imported into) a store.
@@ -459,16 +493,15 @@ impl StoreOpaque {
 
     pub(crate) fn push_host_func(&mut self, func: Arc<HostFunc>) -> Stored {
         let ptr = std::ptr::NonNull::from(&*func);
-        self.keep.push(func);
+        self.keep.push(Kept::Func(func));
         // SAFETY: just kept.
         unsafe { self.push_kept_host_func(ptr) }
     }
 
-    /// Adds a host function that `owner` keeps alive, keeping `owner` (once, when the last
-    /// owner kept is the same).
-    pub(crate) fn keep(&mut self, owner: &Arc<dyn std::any::Any + Send + Sync>) {
-        if !self.keep.last().is_some_and(|k| Arc::ptr_eq(k, owner)) {
-            self.keep.push(owner.clone());
+    /// Keeps a linker's host functions alive (once, when the last kept are the same).
+    pub(crate) fn keep(&mut self, hosts: &Shared<Hosts>) {
+        if !matches!(self.keep.last(), Some(Kept::Hosts(h)) if Shared::ptr_eq(h, hosts)) {
+            self.keep.push(Kept::Hosts(hosts.clone()));
         }
     }
 
@@ -715,5 +748,28 @@ impl<T> StoreContext<'_, T> {
 impl<T> StoreContextMut<'_, T> {
     pub(crate) fn opaque(&mut self) -> &mut StoreOpaque {
         &mut self.0.opaque
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids stay unique across threads that each take them from blocks of their own, past the
+    /// end of a block.
+    #[test]
+    fn store_ids_are_unique_across_threads() {
+        let per_thread = 3 * StoreId::BLOCK as usize / 2;
+        let ids: Vec<StoreId> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..per_thread).map(|_| StoreId::next()).collect::<Vec<_>>()))
+                .collect();
+            threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap())
+                .collect()
+        });
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), 4 * per_thread);
     }
 }
