@@ -43,11 +43,10 @@ pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
 /// rarely hold their text, 4 to 10 %).
 pub const DEFAULT_MAP_TEXT_AT: usize = 160 << 10;
 
-/// Shared by every module and instance made with it; cheap to clone and `Send + Sync`. Every
-/// module, store and memory holds a clone: its count is a [`Shared`]'s, which threads write in
-/// shards of their own.
+/// Shared by every module and instance made with it; cheap to clone and `Send + Sync`.
 #[derive(Clone)]
 pub struct Engine {
+    // Every module, store and memory holds a clone: counted in per-thread shards.
     inner: Shared<EngineInner>,
 }
 
