@@ -4,13 +4,14 @@
 //! An `Arc`'s count is one word that every clone and drop writes. Objects that every
 //! invocation clones and drops (the engine, its memory pool, a linker's host functions) then
 //! make every core write one cache line, which passes between cores on each invocation: a
-//! build that never counted these references scaled 1.43× on two cores against 1.24× in a
-//! stretch where such writes were slow, and never worse (BENCHMARKS.md, thirteenth pass).
+//! build that never counted these references scaled 1.39–1.46× on two cores against
+//! 1.16–1.26× in a stretch where such writes were slow (BENCHMARKS.md, thirteenth pass).
 //!
 //! A `Shared` counts each reference in the *shard* of the thread that made it, one of
 //! [`SHARDS`] counters on cache lines of their own; `main` counts the shards whose count is not
 //! zero. A thread that makes a reference where its shard already holds one writes only its
-//! shard's line.
+//! shard's line; one whose shard goes from 0 to 1 and back (it holds no reference of its own
+//! between invocations) writes `main` twice.
 //!
 //! # Why the counting is sound
 //! - A shard going from 0 to 1 adds one to `main`; going from 1 to 0 takes one away. Those
