@@ -51,7 +51,7 @@ pub struct Engine {
 }
 
 struct EngineInner {
-    /// Different for every engine of the process (see `Artifact::type_ids`).
+    /// Different for every engine of the process, and never 0 (see [`Engine::id`]).
     id: u64,
     max_wasm_stack: usize,
     /// The epoch, which stores' deadlines count (see `interrupt`).
@@ -144,7 +144,7 @@ impl Engine {
         Ok(Engine {
             inner: Shared::new(EngineInner {
                 id: {
-                    static NEXT: AtomicU64 = AtomicU64::new(0);
+                    static NEXT: AtomicU64 = AtomicU64::new(1);
                     NEXT.fetch_add(1, Ordering::Relaxed)
                 },
                 max_wasm_stack: config.max_wasm_stack.unwrap_or(DEFAULT_MAX_WASM_STACK),
@@ -180,9 +180,11 @@ impl Engine {
         &self.inner.epoch
     }
 
-    /// This engine's identity while it lives: the address of its shared part.
-    pub(crate) fn id(&self) -> usize {
-        Shared::as_ptr(&self.inner) as usize
+    /// This engine's identity, which no other engine of the process has: what an artifact
+    /// keeps its type ids by (see [`Artifact::type_ids`]) and what deadlines name their engine
+    /// by (see `interrupt`, where 0 means none).
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
     }
 
     /// A thread that advances the epoch every `interval` until the returned ticker is dropped:
@@ -241,7 +243,7 @@ impl Engine {
     /// engine asks for a kept artifact (see [`Artifact::type_ids`]): two threads loading
     /// modules with such types took turns at the lock on every load.
     pub(crate) fn type_ids(&self, artifact: &Artifact) -> Vec<u32> {
-        let ids = artifact.type_ids(self.inner.id, || {
+        let ids = artifact.type_ids(self.id(), || {
             self.register(&artifact.info().types, artifact.small_ids())
         });
         ids.into_owned()

@@ -24,7 +24,7 @@
 //! before ours, if there was one.
 
 use std::cell::OnceCell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 /// The signal that stops a call past its deadline.
@@ -33,8 +33,8 @@ pub(crate) const INTERRUPT: libc::c_int = libc::SIGURG;
 /// A thread that runs (or ran) wasm under a deadline.
 struct Runner {
     thread: libc::pthread_t,
-    /// The engine whose epoch `deadline` counts (its address); 0 while no deadline applies.
-    engine: AtomicUsize,
+    /// The engine whose epoch `deadline` counts (its id); 0 while no deadline applies.
+    engine: AtomicU64,
     deadline: AtomicU64,
 }
 
@@ -51,7 +51,7 @@ impl Registration {
         let runner = Arc::new(Runner {
             // SAFETY: pthread_self has no preconditions.
             thread: unsafe { libc::pthread_self() },
-            engine: AtomicUsize::new(0),
+            engine: AtomicU64::new(0),
             deadline: AtomicU64::new(u64::MAX),
         });
         lock().push(runner.clone());
@@ -77,13 +77,13 @@ thread_local! {
 /// The deadline this thread's call runs under, published for the engine's ticks until the
 /// watch is dropped, when the deadline of the call it interrupted (if any) is put back.
 pub(crate) struct Watch {
-    previous: Option<(usize, u64)>,
+    previous: Option<(u64, u64)>,
 }
 
-/// Publishes `deadline` (an epoch of the engine at address `engine`) as this thread's for the
+/// Publishes `deadline` (an epoch of the engine with id `engine`) as this thread's for the
 /// call about to enter wasm. A call without a deadline on a thread that never had one costs
 /// nothing more than a thread-local read.
-pub(crate) fn watch(engine: usize, deadline: u64) -> Watch {
+pub(crate) fn watch(engine: u64, deadline: u64) -> Watch {
     Watch {
         previous: publish(engine, deadline),
     }
@@ -92,7 +92,7 @@ pub(crate) fn watch(engine: usize, deadline: u64) -> Watch {
 /// Makes `deadline` this thread's (registering the thread first if the deadline is a real
 /// one), and returns the engine and deadline it replaces; `None` if the thread was never
 /// registered and still need not be.
-fn publish(engine: usize, deadline: u64) -> Option<(usize, u64)> {
+fn publish(engine: u64, deadline: u64) -> Option<(u64, u64)> {
     RUNNER
         .try_with(|cell| {
             let runner = match cell.get() {
@@ -124,14 +124,14 @@ impl Drop for Watch {
 }
 
 /// A host function moved the deadline of the call running on this thread.
-pub(crate) fn moved(engine: usize, deadline: u64) {
+pub(crate) fn moved(engine: u64, deadline: u64) {
     // What it replaces is the moved deadline itself: the watch of the call keeps the one to
     // put back.
     publish(engine, deadline);
 }
 
-/// The engine at address `engine` reached `epoch`: signals every thread whose call is due.
-pub(crate) fn signal_due(engine: usize, epoch: u64) {
+/// The engine with id `engine` reached `epoch`: signals every thread whose call is due.
+pub(crate) fn signal_due(engine: u64, epoch: u64) {
     for r in lock().iter() {
         if r.engine.load(SeqCst) == engine && r.deadline.load(SeqCst) <= epoch {
             // SAFETY: `r.thread` is alive: a thread leaves the list (under this lock) before

@@ -1147,9 +1147,9 @@ pub struct LinearMemory {
     def: Box<UnsafeCell<VmMemory>>,
     ty: MemoryType,
     slot: RefCell<Option<Slot>>,
-    /// The engine whose pool the slot goes back to when the memory is dropped (`None`:
-    /// unmapped). The engine, not the pool, is held: its count is a [`crate::shared::Shared`]'s.
-    engine: Option<crate::Engine>,
+    /// The engine whose pool the slot goes back to when the memory is dropped. The engine,
+    /// not the pool, is held: its count is a [`crate::shared::Shared`]'s.
+    engine: crate::Engine,
     untouched: Cell<bool>,
     /// Whether every write since the slot's last reset set its write marks: generated code's
     /// and the runtime's own do; the host's through [`LinearMemory::bytes`] or the base do
@@ -1195,7 +1195,7 @@ impl LinearMemory {
                     "cannot reset a memory slot: {e}"
                 )));
             }
-            LinearMemory::with_slot(ty, slot, Some(engine.clone()))
+            LinearMemory::with_slot(ty, slot, engine.clone())
         })();
         if made.is_err() {
             pool.release_bytes(len);
@@ -1204,14 +1204,14 @@ impl LinearMemory {
     }
 
     /// The pool the slot goes back to.
-    fn pool(&self) -> Option<&Arc<MemoryPool>> {
-        self.engine.as_ref().map(crate::Engine::memory_pool)
+    fn pool(&self) -> &Arc<MemoryPool> {
+        self.engine.memory_pool()
     }
 
     fn with_slot(
         ty: MemoryType,
         mut slot: Slot,
-        engine: Option<crate::Engine>,
+        engine: crate::Engine,
     ) -> Result<LinearMemory, crate::Error> {
         if ty.min > ty.max.unwrap_or(MAX_PAGES).min(MAX_PAGES) {
             return Err(crate::Error::Limit(format!(
@@ -1286,7 +1286,7 @@ impl LinearMemory {
             return Err(crate::Error::Limit("memory image out of bounds".into()));
         }
         if claim == Claim::Untouched {
-            let config = self.pool().map_or_else(MemoryConfig::default, |p| p.config);
+            let config = self.pool().config;
             let mut slot = self.slot.borrow_mut();
             let slot = slot.as_mut().expect("a live memory has its slot");
             // The slot's image is the one it had when the memory was claimed: nothing has
@@ -1443,16 +1443,10 @@ impl LinearMemory {
         if delta > 0 {
             let start = self.len();
             let bytes = delta as usize * PAGE as usize;
-            if let Some(pool) = self.pool()
-                && !pool.reserve_bytes(bytes)
-            {
+            if !self.pool().reserve_bytes(bytes) {
                 return None;
             }
-            let release = || {
-                if let Some(pool) = self.pool() {
-                    pool.release_bytes(bytes);
-                }
-            };
+            let release = || self.pool().release_bytes(bytes);
             // SAFETY: the range lies inside our reservation, past the accessible pages.
             unsafe {
                 rustix::mm::mprotect(
@@ -1528,17 +1522,13 @@ impl Drop for LinearMemory {
         };
         // Growth changed the accessible length behind the slot's back; record it.
         slot.accessible = self.len();
-        if let Some(pool) = self.pool() {
-            pool.release_bytes(self.len());
-        }
-        match self.pool() {
-            Some(pool) => pool.give_back(
-                slot,
-                self.ty.min as usize * PAGE as usize,
-                self.marked.get(),
-            ),
-            None => drop(slot),
-        }
+        let pool = self.pool();
+        pool.release_bytes(self.len());
+        pool.give_back(
+            slot,
+            self.ty.min as usize * PAGE as usize,
+            self.marked.get(),
+        );
     }
 }
 

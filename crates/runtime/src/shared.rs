@@ -118,11 +118,6 @@ impl<T> Shared<T> {
     pub(crate) fn ptr_eq(a: &Shared<T>, b: &Shared<T>) -> bool {
         a.inner == b.inner
     }
-
-    /// The address of the shared value, which identifies it while it lives.
-    pub(crate) fn as_ptr(this: &Shared<T>) -> *const T {
-        &this.inner().value
-    }
 }
 
 /// Past this many references in one count, as `Arc` does, the process aborts rather than risk
@@ -238,9 +233,9 @@ mod tests {
     #[test]
     fn make_mut_copies_a_value_others_see() {
         let mut a = Shared::new(vec![1]);
-        let at = Shared::as_ptr(&a);
+        let at = std::ptr::from_ref(&*a);
         Shared::make_mut(&mut a).push(2);
-        assert_eq!(Shared::as_ptr(&a), at, "alone: changed in place");
+        assert_eq!(std::ptr::from_ref(&*a), at, "alone: changed in place");
         let b = std::thread::scope(|s| s.spawn(|| a.clone()).join().unwrap());
         Shared::make_mut(&mut a).push(3);
         assert_eq!((*a).clone(), [1, 2, 3]);
@@ -250,9 +245,9 @@ mod tests {
             "the other reference still sees the value it had"
         );
         drop(b);
-        let at = Shared::as_ptr(&a);
+        let at = std::ptr::from_ref(&*a);
         Shared::make_mut(&mut a).push(4);
-        assert_eq!(Shared::as_ptr(&a), at, "alone again");
+        assert_eq!(std::ptr::from_ref(&*a), at, "alone again");
     }
 
     /// References made on different threads count in different shards (what the type is
