@@ -46,7 +46,8 @@ pub const DEFAULT_MAP_TEXT_AT: usize = 160 << 10;
 /// Shared by every module and instance made with it; cheap to clone and `Send + Sync`.
 #[derive(Clone)]
 pub struct Engine {
-    // Every module, store and memory holds a clone: counted in per-thread shards.
+    // A clone is an owner, counted in one count; every module, store and memory holds a
+    // borrow, counted in its thread's shard (see `shared`).
     inner: Shared<EngineInner>,
 }
 
@@ -205,6 +206,15 @@ impl Engine {
         EpochTicker {
             stop: Some(stop),
             thread: Some(thread),
+        }
+    }
+
+    /// A reference for a module, store or memory to hold: counted in this thread's shard,
+    /// so that making and dropping one writes no cache line another thread writes (see
+    /// `shared`). What an embedder holds is an owner: a clone of the engine it made.
+    pub(crate) fn borrow(&self) -> Engine {
+        Engine {
+            inner: self.inner.borrow(),
         }
     }
 

@@ -115,7 +115,7 @@ impl Module {
         let offsets = VmOffsets::for_archived(info, artifact.funcref_slots());
         Module {
             inner: Arc::new(ModuleInner {
-                engine: engine.clone(),
+                engine: engine.borrow(),
                 artifact,
                 offsets,
                 type_ids,

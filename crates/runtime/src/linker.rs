@@ -306,7 +306,7 @@ impl<T: 'static> Linker<T> {
         Ok(InstancePre {
             module: module.clone(),
             items,
-            keep: self.hosts.clone(),
+            keep: self.hosts.borrow(),
             _data: PhantomData,
         })
     }

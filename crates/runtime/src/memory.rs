@@ -1195,7 +1195,7 @@ impl LinearMemory {
                     "cannot reset a memory slot: {e}"
                 )));
             }
-            LinearMemory::with_slot(ty, slot, engine.clone())
+            LinearMemory::with_slot(ty, slot, engine.borrow())
         })();
         if made.is_err() {
             pool.release_bytes(len);

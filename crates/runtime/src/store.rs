@@ -261,7 +261,7 @@ impl<T> Store<T> {
                     } = Parts::take();
                     StoreOpaque {
                         id: StoreId::next(),
-                        engine: engine.clone(),
+                        engine: engine.borrow(),
                         instances,
                         memories,
                         tables,
@@ -501,7 +501,7 @@ impl StoreOpaque {
     /// Keeps a linker's host functions alive (once, when the last kept are the same).
     pub(crate) fn keep(&mut self, hosts: &Shared<Hosts>) {
         if !matches!(self.keep.last(), Some(Kept::Hosts(h)) if Shared::ptr_eq(h, hosts)) {
-            self.keep.push(Kept::Hosts(hosts.clone()));
+            self.keep.push(Kept::Hosts(hosts.borrow()));
         }
     }
 
