@@ -372,6 +372,40 @@ fn a_thread_takes_back_the_memory_slot_it_left() {
     assert_eq!(Run::new(&module, &[]).base(), first);
 }
 
+/// A thread that runs another module in between still takes back the slot it left, even while
+/// another thread runs the first module: its kept slots stay its own when it makes a memory of
+/// another kind (they once went to the pool's list then, where the other thread took them).
+#[test]
+fn a_thread_keeps_its_slots_while_it_runs_other_modules() {
+    let engine = Engine::with_config(EngineConfig::default()).unwrap();
+    let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+    let other = ephem::compile(
+        &engine,
+        br#"(module (memory (export "mem") 2 8) (data (i32.const 8) "other") (func (export "f")))"#,
+    )
+    .unwrap();
+    let ours = Run::new(&module, &[]).base();
+    let between = Run::new(&other, &[]).base();
+    assert_ne!(ours, between);
+    let (started, finish) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|s| {
+        let theirs = s.spawn(|| {
+            let mut run = Run::new(&module, &[]);
+            let base = run.base();
+            started.wait();
+            // Still running while this thread makes its next memory of the module.
+            finish.wait();
+            base
+        });
+        started.wait();
+        let again = Run::new(&module, &[]).base();
+        finish.wait();
+        let theirs = theirs.join().unwrap();
+        assert_ne!(theirs, ours, "another thread took this thread's kept slot");
+        assert_eq!(again, ours, "this thread did not take its slot back");
+    });
+}
+
 /// Two modules whose images differ only in their bytes (same size, same place) take turns in
 /// one slot, and each instance writes every page of its image: the next instance of either sees
 /// its own image, whether a reset copied the pages back from the file, from the slot's

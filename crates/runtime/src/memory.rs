@@ -906,8 +906,9 @@ impl Drop for Slot {
 /// lock, so that threads do not take turns at one lock and one list on every invocation (two
 /// threads scaled 1.77–1.83× taking turns, 1.83–1.89× with kept slots: BENCHMARKS.md, eleventh
 /// pass). A take that finds no slot of its own there
-/// puts the thread's kept slots on the list first, and then chooses as above, so the choice is
-/// the same as without them. The pool holds at most `max_idle_slots` idle slots plus, per
+/// chooses from the list as above and leaves the thread's kept slots where they are: emptying
+/// them onto the list first left a thread only the slot it reset last, so that with three
+/// modules two takes in three went to the list (BENCHMARKS.md, fourteenth pass). The pool holds at most `max_idle_slots` idle slots plus, per
 /// thread, the [`near::PER_THREAD`] (no more than `max_idle_slots`) that thread keeps.
 pub(crate) struct MemoryPool {
     config: MemoryConfig,
@@ -923,7 +924,7 @@ mod near {
     use std::cell::RefCell;
     use std::sync::{Arc, Weak};
 
-    use super::{MappedImage, MemoryPool, Slot};
+    use super::{MemoryPool, Slot};
 
     /// Slots a thread keeps, of all pools together.
     pub const PER_THREAD: usize = 8;
@@ -952,20 +953,37 @@ mod near {
         std::ptr::eq(weak.as_ptr(), pool)
     }
 
-    /// This thread's most recently reset slot of `pool` that is `len` bytes and (if `image` is
-    /// `Some`) maps that image.
-    pub fn take(pool: &MemoryPool, len: usize, image: Option<Option<MappedImage>>) -> Option<Slot> {
+    /// This thread's most recently reset slot of `pool` that `wanted` accepts.
+    pub fn take(pool: &MemoryPool, wanted: impl Fn(&Slot) -> bool) -> Option<Slot> {
+        take_at(pool, |kept| {
+            kept.iter().rposition(|e| of(&e.0, pool) && wanted(&e.1))
+        })
+    }
+
+    /// This thread's least recently reset slot of `pool`.
+    pub fn take_oldest(pool: &MemoryPool) -> Option<Slot> {
+        take_at(pool, |kept| kept.iter().position(|e| of(&e.0, pool)))
+    }
+
+    fn take_at(
+        pool: &MemoryPool,
+        at: impl FnOnce(&[(Weak<MemoryPool>, Slot)]) -> Option<usize>,
+    ) -> Option<Slot> {
         NEAR.try_with(|near| {
             let Kept(kept, spare) = &mut *near.borrow_mut();
-            let at = kept.iter().rposition(|e| {
-                of(&e.0, pool) && e.1.accessible == len && image.is_none_or(|i| e.1.image == i)
-            })?;
-            let (weak, slot) = kept.remove(at);
+            let (weak, slot) = kept.remove(at(kept)?);
+            debug_assert!(of(&weak, pool));
             *spare = Some(weak);
             Some(slot)
         })
         .ok()
         .flatten()
+    }
+
+    /// How many slots of `pool` this thread keeps.
+    pub fn count(pool: &MemoryPool) -> usize {
+        NEAR.try_with(|near| near.borrow().0.iter().filter(|e| of(&e.0, pool)).count())
+            .unwrap_or(0)
     }
 
     /// Keeps `slot` (reset) for `pool`, up to `max` of that pool and [`PER_THREAD`] in all.
@@ -1009,21 +1027,6 @@ mod near {
         slot
     }
 
-    /// Hands this thread's slots of `pool` to `to`, least recently reset first.
-    pub fn drain(pool: &MemoryPool, mut to: impl FnMut(Slot)) {
-        let _ = NEAR.try_with(|near| {
-            let kept = &mut near.borrow_mut().0;
-            let mut k = 0;
-            while k < kept.len() {
-                if of(&kept[k].0, pool) {
-                    to(kept.remove(k).1);
-                } else {
-                    k += 1;
-                }
-            }
-        });
-    }
-
     /// Drops this thread's slots of `pool` (and its reference to it).
     pub fn forget(pool: &MemoryPool) {
         let _ = NEAR.try_with(|near| {
@@ -1065,33 +1068,30 @@ impl MemoryPool {
     fn take(&self, len: usize, image: Option<MappedImage>) -> Result<Slot, crate::Error> {
         // Without image reuse, no idle slot's image is wanted: any of the size fits.
         let reuse = self.config.reuse_images;
-        if let Some(slot) = near::take(self, len, reuse.then_some(image)) {
+        let exact = |s: &Slot| s.accessible == len && (!reuse || s.image == image);
+        let sized = |s: &Slot| s.accessible == len;
+        if let Some(slot) = near::take(self, exact) {
             return Ok(slot);
         }
-        // Dropped (unmapped) after the lock is let go.
-        let mut surplus = Vec::new();
         let slot = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            // What this thread keeps joins the list, so that the choice below is the one it
-            // would be if nothing were kept (the oldest slots go past the bound).
-            near::drain(self, |slot| {
-                if !idle.is_empty() && idle.len() >= self.config.max_idle_slots {
-                    surplus.push(idle.remove(0));
-                }
-                idle.push(slot);
-            });
-            let exact = idle
-                .iter()
-                .rposition(|s| s.accessible == len && (!reuse || s.image == image));
-            let pick = match exact {
-                Some(i) => Some(i),
+            let kept = near::count(self);
+            if let Some(i) = idle.iter().rposition(exact) {
+                Some(idle.remove(i))
+            } else if idle.len() + kept < self.config.max_idle_slots.max(1) {
                 // Room to keep every kind of slot (or none idle): make a new one rather than
                 // repurpose one that another module would find ready.
-                None if idle.is_empty() || idle.len() < self.config.max_idle_slots => None,
-                // Full: repurpose one of the right size, else the least recently returned.
-                None => Some(idle.iter().rposition(|s| s.accessible == len).unwrap_or(0)),
-            };
-            pick.map(|i| idle.remove(i))
+                None
+            } else {
+                // Full: repurpose one of the right size, else the least recently reset: this
+                // thread's own before the list's (they were reset later).
+                (near::take(self, sized).or_else(|| {
+                    let i = idle.iter().rposition(sized);
+                    i.map(|i| idle.remove(i))
+                }))
+                .or_else(|| (!idle.is_empty()).then(|| idle.remove(0)))
+                .or_else(|| near::take_oldest(self))
+            }
         };
         match slot {
             Some(slot) => Ok(slot),
