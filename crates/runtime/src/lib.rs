@@ -57,6 +57,7 @@ pub use limits::{DEFAULT_COUNT, ResourceLimiter, StoreLimits, StoreLimitsBuilder
 pub use linker::{InstancePre, Linker};
 pub use memory::HostBytes;
 pub use memory::MemoryConfig;
+pub use shared::Shared;
 pub use store::{AsContext, AsContextMut, Store, StoreContext, StoreContextMut};
 pub use typed::{HostReturn, IntoFunc, TypedFunc, WasmParams, WasmResults, WasmTy};
 

@@ -53,9 +53,16 @@ const CLOSED: usize = 1 << (usize::BITS - 1);
 /// Where a reference is counted: [`OWNER`] for `main`, else a shard's index.
 const OWNER: usize = usize::MAX;
 
-/// Shared ownership of a `T`, like `Arc<T>`, without a count that every invocation writes (see
-/// the module documentation).
-pub(crate) struct Shared<T> {
+/// Shared ownership of a `T`, like `Arc<T>`, for what many threads reference on every
+/// invocation: an engine, a linker's host functions, a WASI template.
+///
+/// [`Shared::new`] and clones of an owner are *owners*, counted in one count, for what is held
+/// a long time; [`Shared::borrow`] and clones of a borrow are *borrows*, each counted in the
+/// count of the thread that made it (one of 16, each on cache lines of its own), for what is
+/// made and dropped per invocation. While an owner is left, making and dropping a borrow
+/// writes only its thread's count. The value is dropped with the last reference of either
+/// kind.
+pub struct Shared<T> {
     inner: NonNull<Inner<T>>,
     /// Where this reference is counted: [`OWNER`], or the shard of a borrow.
     counted: usize,
@@ -105,7 +112,7 @@ const MAX_COUNT: usize = isize::MAX as usize / 2;
 
 impl<T> Shared<T> {
     /// A new value, and its first owner.
-    pub(crate) fn new(value: T) -> Shared<T> {
+    pub fn new(value: T) -> Shared<T> {
         let inner = Box::new(Inner {
             main: AtomicUsize::new(2),
             borrowed: AtomicBool::new(false),
@@ -125,7 +132,7 @@ impl<T> Shared<T> {
     }
 
     /// A borrow, counted in this thread's shard (see the module documentation).
-    pub(crate) fn borrow(&self) -> Shared<T> {
+    pub fn borrow(&self) -> Shared<T> {
         let inner = self.inner();
         if !inner.borrowed.load(Ordering::Relaxed) {
             inner.borrowed.store(true, Ordering::Release);
@@ -147,7 +154,7 @@ impl<T> Shared<T> {
 
     /// The value, to change: this reference's own when no other is left, else a copy that
     /// this reference now holds alone (as `Arc::make_mut`).
-    pub(crate) fn make_mut(this: &mut Shared<T>) -> &mut T
+    pub fn make_mut(this: &mut Shared<T>) -> &mut T
     where
         T: Clone,
     {
@@ -168,7 +175,7 @@ impl<T> Shared<T> {
     }
 
     /// Whether `a` and `b` share one value.
-    pub(crate) fn ptr_eq(a: &Shared<T>, b: &Shared<T>) -> bool {
+    pub fn ptr_eq(a: &Shared<T>, b: &Shared<T>) -> bool {
         a.inner == b.inner
     }
 

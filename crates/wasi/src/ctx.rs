@@ -11,8 +11,18 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
 
+use ephem_runtime::Shared;
+
 use crate::abi::{Errno, rights};
 use crate::mem::{GuestMemory, Result};
+
+/// A template's arguments, environment and standard input, which its contexts share.
+#[derive(Clone)]
+pub(crate) struct Fixed {
+    pub(crate) args: Strings,
+    pub(crate) env: Strings,
+    pub(crate) stdin: Input,
+}
 
 /// NUL-terminated strings back to back, as `args_get` and `environ_get` hand them out.
 #[derive(Clone, Default)]
@@ -114,9 +124,10 @@ struct Preopen {
 /// Build it once; [`WasiCtxBuilder::build`] makes a context per invocation cheaply.
 #[derive(Clone)]
 pub struct WasiCtxBuilder {
-    args: Arc<Strings>,
-    env: Arc<Strings>,
-    stdin: Input,
+    /// What every context built from this template reads and never changes: one reference per
+    /// context, counted in the building thread's shard (a [`Shared`] borrow), so that threads
+    /// building contexts from one template write no common count.
+    fixed: Shared<Fixed>,
     stdout: Output,
     stderr: Output,
     preopens: Vec<Preopen>,
@@ -132,9 +143,11 @@ impl WasiCtxBuilder {
     /// No arguments, no environment, no directories; stdin empty, stdout and stderr discarded.
     pub fn new() -> WasiCtxBuilder {
         WasiCtxBuilder {
-            args: Arc::default(),
-            env: Arc::default(),
-            stdin: Input::Bytes(Arc::from([])),
+            fixed: Shared::new(Fixed {
+                args: Strings::default(),
+                env: Strings::default(),
+                stdin: Input::Bytes(Arc::from([])),
+            }),
             stdout: Output::Discard,
             stderr: Output::Discard,
             preopens: Vec::new(),
@@ -143,7 +156,7 @@ impl WasiCtxBuilder {
 
     /// Appends an argument (the first is the program's name, by convention).
     pub fn arg(&mut self, arg: impl AsRef<[u8]>) -> std::result::Result<&mut Self, BuildError> {
-        Arc::make_mut(&mut self.args).push(arg.as_ref())?;
+        Shared::make_mut(&mut self.fixed).args.push(arg.as_ref())?;
         Ok(self)
     }
 
@@ -170,13 +183,15 @@ impl WasiCtxBuilder {
                 String::from_utf8_lossy(key).into_owned(),
             ));
         }
-        Arc::make_mut(&mut self.env).push(&[key, b"=", value].concat())?;
+        Shared::make_mut(&mut self.fixed)
+            .env
+            .push(&[key, b"=", value].concat())?;
         Ok(self)
     }
 
     /// Standard input, output and error of the host process.
     pub fn inherit_stdio(&mut self) -> &mut Self {
-        self.stdin = Input::Inherit;
+        Shared::make_mut(&mut self.fixed).stdin = Input::Inherit;
         self.stdout = Output::Inherit;
         self.stderr = Output::Inherit;
         self
@@ -184,7 +199,7 @@ impl WasiCtxBuilder {
 
     /// Where standard input comes from (per context: see also [`WasiCtx::set_stdin`]).
     pub fn stdin(&mut self, input: Input) -> &mut Self {
-        self.stdin = input;
+        Shared::make_mut(&mut self.fixed).stdin = input;
         self
     }
 
@@ -247,10 +262,9 @@ impl WasiCtxBuilder {
             ))
         }));
         WasiCtx {
-            args: self.args.clone(),
-            env: self.env.clone(),
+            fixed: self.fixed.borrow(),
             fds,
-            stdin: self.stdin.clone(),
+            stdin: None,
             stdin_pos: 0,
             stdout: Sink::new(self.stdout),
             stderr: Sink::new(self.stderr),
@@ -361,10 +375,11 @@ pub(crate) struct Listing {
 
 /// The state of WASI for one instance (or several linked in one store).
 pub struct WasiCtx {
-    pub(crate) args: Arc<Strings>,
-    pub(crate) env: Arc<Strings>,
+    pub(crate) fixed: Shared<Fixed>,
     pub(crate) fds: Vec<Option<Entry>>,
-    pub(crate) stdin: Input,
+    /// Standard input set for this context alone ([`WasiCtx::set_stdin`]), in place of the
+    /// template's.
+    pub(crate) stdin: Option<Input>,
     pub(crate) stdin_pos: usize,
     pub(crate) stdout: Sink,
     pub(crate) stderr: Sink,
@@ -376,9 +391,14 @@ impl WasiCtx {
         WasiCtxBuilder::new()
     }
 
+    /// Where standard input comes from: this context's own, else the template's.
+    pub(crate) fn stdin(&self) -> &Input {
+        self.stdin.as_ref().unwrap_or(&self.fixed.stdin)
+    }
+
     /// Feeds these bytes to the guest as standard input, from the start.
     pub fn set_stdin(&mut self, bytes: impl Into<Arc<[u8]>>) {
-        self.stdin = Input::Bytes(bytes.into());
+        self.stdin = Some(Input::Bytes(bytes.into()));
         self.stdin_pos = 0;
     }
 

@@ -220,7 +220,7 @@ enum Sub {
 #[allow(clippy::too_many_arguments)]
 impl WasiCtx {
     pub(crate) fn args_get(&mut self, m: &mut GuestMemory<'_>, argv: u32, buf: u32) -> Result<()> {
-        self.args.get(m, argv, buf)
+        self.fixed.args.get(m, argv, buf)
     }
 
     pub(crate) fn args_sizes_get(
@@ -229,7 +229,7 @@ impl WasiCtx {
         n: u32,
         size: u32,
     ) -> Result<()> {
-        self.args.sizes_get(m, n, size)
+        self.fixed.args.sizes_get(m, n, size)
     }
 
     pub(crate) fn environ_get(
@@ -238,7 +238,7 @@ impl WasiCtx {
         env: u32,
         buf: u32,
     ) -> Result<()> {
-        self.env.get(m, env, buf)
+        self.fixed.env.get(m, env, buf)
     }
 
     pub(crate) fn environ_sizes_get(
@@ -247,7 +247,7 @@ impl WasiCtx {
         n: u32,
         size: u32,
     ) -> Result<()> {
-        self.env.sizes_get(m, n, size)
+        self.fixed.env.sizes_get(m, n, size)
     }
 
     pub(crate) fn clock_res_get(
@@ -303,10 +303,12 @@ impl WasiCtx {
         let needed = rights::FD_READ | at.map_or(0, |_| rights::FD_SEEK);
         let WasiCtx {
             fds,
+            fixed,
             stdin,
             stdin_pos,
             ..
         } = self;
+        let stdin = stdin.as_ref().unwrap_or(&fixed.stdin);
         let entry = lookup(fds, fd, needed)?;
         match (&entry.desc, at) {
             (Desc::Stdin, Some(_)) => Err(Errno::SPIPE),
@@ -420,7 +422,7 @@ impl WasiCtx {
         Ok(match &entry.desc {
             Desc::File(f) => Some(f.as_fd()),
             Desc::Dir(d) => Some(d.fd.as_fd()),
-            Desc::Stdin => matches!(self.stdin, Input::Inherit).then(host_stdin),
+            Desc::Stdin => matches!(self.stdin(), Input::Inherit).then(host_stdin),
             Desc::Stdout => matches!(self.stdout.kind, Output::Inherit).then(|| host_output(false)),
             Desc::Stderr => matches!(self.stderr.kind, Output::Inherit).then(|| host_output(true)),
         })
@@ -1103,7 +1105,7 @@ impl WasiCtx {
         let entry = self.entry(fd, rights::POLL_FD_READWRITE)?;
         let inherited = |host: BorrowedFd<'static>| Sub::Wait(host, read);
         Ok(match &entry.desc {
-            Desc::Stdin => match &self.stdin {
+            Desc::Stdin => match self.stdin() {
                 Input::Inherit => inherited(host_stdin()),
                 Input::Bytes(b) => Sub::Ready((b.len() - self.stdin_pos) as u64),
             },

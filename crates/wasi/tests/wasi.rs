@@ -29,10 +29,15 @@ fn run(
     b.stdout(Output::Capture(1 << 20))
         .stderr(Output::Capture(1 << 20));
     ctx(&mut b);
-    let mut linker = Linker::new(&engine);
+    run_ctx(&engine, &module, b.build())
+}
+
+/// Runs `_start` of `module` with `ctx`; returns how it ended and the context after.
+fn run_ctx(engine: &Engine, module: &Module, ctx: WasiCtx) -> (Result<(), Error>, WasiCtx) {
+    let mut linker = Linker::new(engine);
     ephem_wasi::add_to_linker(&mut linker, |c: &mut WasiCtx| c).unwrap();
-    let mut store = Store::new(&engine, b.build());
-    let instance = linker.instantiate(&mut store, &module).unwrap();
+    let mut store = Store::new(engine, ctx);
+    let instance = linker.instantiate(&mut store, module).unwrap();
     let start = instance
         .get_typed_func::<(), ()>(&mut store, "_start")
         .unwrap();
@@ -118,6 +123,54 @@ fn random_bytes_differ() {
         text(ctx.stdout()),
         lines(&["getentropy: OK", "getentropy: OK", "differ: 1"])
     );
+}
+
+/// Contexts share their template's arguments, environment and standard input: a template
+/// changed after a context was built leaves that context as it was, and a context's own
+/// standard input (`set_stdin`) replaces the template's for that context alone.
+#[test]
+fn a_context_keeps_what_its_template_had_when_it_was_built() {
+    let engine = Engine::default();
+    let module = module(&engine, "basics");
+    let mut b = WasiCtx::builder();
+    b.arg("basics").unwrap().arg("args").unwrap();
+    b.stdout(Output::Capture(1 << 20));
+    let first = b.build();
+    b.arg("later").unwrap().env("FOO", "bar").unwrap();
+    let second = b.build();
+    let (result, first) = run_ctx(&engine, &module, first);
+    result.unwrap();
+    assert_eq!(
+        text(first.stdout()),
+        lines(&["arg 0: basics", "arg 1: args"])
+    );
+    let (result, second) = run_ctx(&engine, &module, second);
+    result.unwrap();
+    assert_eq!(
+        text(second.stdout()),
+        lines(&[
+            "arg 0: basics",
+            "arg 1: args",
+            "arg 2: later",
+            "env: FOO=bar"
+        ])
+    );
+
+    let mut b = WasiCtx::builder();
+    b.arg("basics").unwrap().arg("cat").unwrap();
+    b.stdout(Output::Capture(1 << 20));
+    b.stdin(ephem_wasi::Input::Bytes(b"template\n".as_slice().into()));
+    let templated = b.build();
+    let mut own = b.build();
+    own.set_stdin(b"own\n".as_slice());
+    for (ctx, input) in [(own, "own\n"), (templated, "template\n")] {
+        let (result, ctx) = run_ctx(&engine, &module, ctx);
+        result.unwrap();
+        assert_eq!(
+            text(ctx.stdout()),
+            lines(&["poll stdin: OK"]) + &input.to_uppercase()
+        );
+    }
 }
 
 #[test]
