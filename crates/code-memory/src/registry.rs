@@ -8,6 +8,7 @@
 //! A runtime uses it to tell a fault in generated code (to turn into a trap) from any other fault
 //! (to leave alone), and the tag to find what the faulting code belongs to.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Most slots and regions that can exist at once in the whole process.
@@ -69,12 +70,74 @@ pub(crate) fn clear(i: usize) {
     ENTRIES[i].end.store(0, Ordering::Release);
 }
 
+thread_local! {
+    /// The entry this thread's last lookup found. A trap's code and the frames above it are
+    /// nearly always in one text, loaded by this thread into a slot or region whose entry
+    /// other threads leave alone: looking there first reads no line that other threads write
+    /// as they load (a scan read all of them, on every lookup).
+    static LAST: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
 /// Published code containing `pc`: its start address and tag. Async-signal-safe.
 pub fn lookup(pc: usize) -> Option<(usize, usize)> {
+    let last = LAST.try_with(Cell::get).unwrap_or(usize::MAX);
+    if let Some(found) = ENTRIES.get(last).and_then(|e| holding(e, pc)) {
+        return Some(found);
+    }
     let high = HIGH.load(Ordering::Acquire);
-    ENTRIES[..high].iter().find_map(|e| {
-        let end = e.end.load(Ordering::Acquire);
-        let start = e.start.load(Ordering::Acquire);
-        (start <= pc && pc < end).then(|| (start, e.tag.load(Ordering::Acquire)))
-    })
+    let (i, found) = (ENTRIES[..high].iter().enumerate())
+        .find_map(|(i, e)| holding(e, pc).map(|found| (i, found)))?;
+    let _ = LAST.try_with(|l| l.set(i));
+    Some(found)
+}
+
+/// `(start, tag)` of entry `e` if it holds `pc`. An entry being set meanwhile (its `end` or
+/// `start` changes between two reads) is passed over: it is not the entry of code that is
+/// running, whose entry stays as it is.
+fn holding(e: &Entry, pc: usize) -> Option<(usize, usize)> {
+    let end = e.end.load(Ordering::Acquire);
+    let start = e.start.load(Ordering::Acquire);
+    if !(start <= pc && pc < end) {
+        return None;
+    }
+    let tag = e.tag.load(Ordering::Acquire);
+    let settled = e.end.load(Ordering::Acquire) == end && e.start.load(Ordering::Acquire) == start;
+    settled.then_some((start, tag))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entry a lookup found last is looked at first, and never answers for what it no
+    /// longer holds: a range it was set to since, a range it was cleared of, or a pc outside it.
+    #[test]
+    fn the_last_entry_found_answers_only_for_what_it_holds() {
+        // Addresses no code has (the registry only compares them).
+        let (a, b) = (take().unwrap(), take().unwrap());
+        let base = 0x7e57_0000_0000_usize;
+        set(a, base, base + 0x1000, 0xa);
+        set(b, base + 0x4000, base + 0x5000, 0xb);
+        assert_eq!(lookup(base + 0x10), Some((base, 0xa)));
+        assert_eq!(
+            lookup(base + 0x4010),
+            Some((base + 0x4000, 0xb)),
+            "past the last one"
+        );
+        assert_eq!(
+            lookup(base + 0x4010),
+            Some((base + 0x4000, 0xb)),
+            "the last one"
+        );
+        // The last entry found now holds other code, under another tag.
+        set(b, base + 0x8000, base + 0x9000, 0xc);
+        assert_eq!(lookup(base + 0x4010), None, "its old range");
+        assert_eq!(lookup(base + 0x8010), Some((base + 0x8000, 0xc)));
+        assert_eq!(lookup(base + 0x10), Some((base, 0xa)));
+        clear(a);
+        assert_eq!(lookup(base + 0x10), None, "cleared");
+        give_back(a);
+        give_back(b);
+        assert_eq!(lookup(base + 0x8010), None, "given back");
+    }
 }

@@ -905,11 +905,12 @@ impl Drop for Slot {
 /// there first: a thread that runs the same modules again takes their slots back without the
 /// lock, so that threads do not take turns at one lock and one list on every invocation (two
 /// threads scaled 1.77–1.83× taking turns, 1.83–1.89× with kept slots: BENCHMARKS.md, eleventh
-/// pass). A take that finds no slot of its own there
-/// chooses from the list as above and leaves the thread's kept slots where they are: emptying
-/// them onto the list first left a thread only the slot it reset last, so that with three
-/// modules two takes in three went to the list (BENCHMARKS.md, fourteenth pass). The pool holds at most `max_idle_slots` idle slots plus, per
-/// thread, the [`near::PER_THREAD`] (no more than `max_idle_slots`) that thread keeps.
+/// pass). A take that finds no slot of its own there chooses from the list as above, counting
+/// the thread's kept slots as if they were on it, and leaves them where they are: emptying them
+/// onto the list first left a thread only the slot it reset last, so that with three modules
+/// two takes in three went to the list (BENCHMARKS.md, fourteenth pass). The pool holds at
+/// most `max_idle_slots` idle slots plus, per thread, the [`near::PER_THREAD`] (no more than
+/// `max_idle_slots`) that thread keeps.
 pub(crate) struct MemoryPool {
     config: MemoryConfig,
     idle: Mutex<Vec<Slot>>,
