@@ -1,7 +1,9 @@
 //! The code pool: a bounded set of slots shared by many threads.
 //!
 //! Free slots sit in one list, in the order they were given back, behind a mutex held only to
-//! take or put one (no system call, no allocation: the list has room for every slot). Slots are
+//! take or put one (no system call, no allocation: the list has room for every slot); in front
+//! of it, each thread keeps the last few slots it released that hold a known text (`near`),
+//! so that a thread loading the same small texts again takes no lock. Slots are
 //! created lazily up to `max_slots` (the first `prefault_slots` when the pool is built); a slot
 //! too small for a module is replaced by one of the next power-of-two size up to
 //! `max_slot_size`. Both are slow paths that make system calls; steady state does not.
@@ -19,7 +21,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use std::os::fd::BorrowedFd;
 
@@ -145,20 +147,20 @@ impl CodePool {
         if len > max {
             return Err(Error::TooLarge { len, max });
         }
-        let mut free = inner.lock();
-        if let Some(text) = text {
-            let held = free
-                .slots
-                .iter()
-                .rposition(|s| s.holds == Some(text) && s.mem.kept(len).is_some());
-            if let Some(i) = held {
-                let slot = free.slots.remove(i).expect("found");
-                return Ok(Taken::Held(slot));
-            }
+        let holds = |s: &Slot| text.is_some() && s.holds == text && s.mem.kept(len).is_some();
+        if let Some(slot) = near::take(inner, holds) {
+            return Ok(Taken::Held(slot));
         }
+        let mut free = inner.lock();
+        if let Some(i) = free.slots.iter().rposition(holds) {
+            let slot = free.slots.remove(i).expect("found");
+            return Ok(Taken::Held(slot));
+        }
+        // This thread's kept slots count as free ones (they were on the list before).
+        let idle = free.slots.len() + near::count(inner);
         let unknown = free.slots.iter().position(|s| s.holds.is_none());
         let fresh = free.created < inner.config.max_slots
-            && (free.slots.is_empty() || free.created < inner.config.keep_texts);
+            && (idle == 0 || free.created < inner.config.keep_texts);
         let slot = match unknown {
             Some(i) => free.slots.remove(i).expect("found"),
             None if fresh => {
@@ -172,9 +174,12 @@ impl CodePool {
                     }
                 };
             }
-            None => free.slots.pop_front().ok_or(Error::Exhausted {
-                max_slots: inner.config.max_slots,
-            })?,
+            // The one freed longest ago: on the list, else kept by this thread.
+            None => (free.slots.pop_front())
+                .or_else(|| near::take_oldest(inner))
+                .ok_or(Error::Exhausted {
+                    max_slots: inner.config.max_slots,
+                })?,
         };
         Ok(Taken::Free(slot))
     }
@@ -197,7 +202,7 @@ impl CodePool {
                     slot.mem = bigger;
                 }
                 Err(source) => {
-                    inner.give_back(slot);
+                    self.inner.give_back(slot);
                     return Err(Error::Io {
                         op: "grow code slot",
                         source,
@@ -212,7 +217,7 @@ impl CodePool {
                 }
             }
             Err(source) => {
-                inner.give_back(slot);
+                self.inner.give_back(slot);
                 return Err(Error::Io {
                     op: "make code slot writable",
                     source,
@@ -301,9 +306,24 @@ impl Inner {
         })
     }
 
-    fn give_back(&self, mut slot: Slot) {
+    /// Takes back a slot: this thread keeps it if it holds a known text (see [`near`]), else
+    /// it goes on the list (or the slot this thread kept longest goes on its pool's list).
+    fn give_back(self: &Arc<Self>, mut slot: Slot) {
         registry::clear(slot.entry);
         slot.mem.release();
+        match near::put(self, slot) {
+            Some(Evicted::Ours(slot)) => self.keep_free(slot),
+            Some(Evicted::Other(pool, slot)) => {
+                if let Some(pool) = pool.upgrade() {
+                    pool.keep_free(slot);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Puts a free slot on the list.
+    fn keep_free(&self, slot: Slot) {
         // No allocation: the list has room for `max_slots`, and at most that many exist.
         self.lock().slots.push_back(slot);
     }
@@ -509,5 +529,107 @@ impl fmt::Debug for LoadedCode {
             .field("ptr", &self.ptr)
             .field("len", &self.len)
             .finish()
+    }
+}
+
+/// What [`near::put`] leaves for the lists: a slot of the same pool, or of another.
+enum Evicted {
+    Ours(Slot),
+    Other(Weak<Inner>, Slot),
+}
+
+/// The free slots each thread keeps, in front of their pools' lists: a slot released while it
+/// holds a known text stays with the thread that released it, which takes it back for that
+/// text without the pool's lock (and without reading the list), so that threads loading small
+/// texts do not take turns at one lock on every load. A thread keeps [`near::PER_THREAD`]
+/// slots of all pools at most; the oldest goes to its pool's list when a newer one comes, and
+/// all go there when the thread exits. A thread that finds no free slot on the list takes the
+/// oldest it keeps before it makes a new one or fails; slots another thread keeps wait for it.
+mod near {
+    use std::cell::RefCell;
+    use std::sync::{Arc, Weak};
+
+    use super::{Evicted, Inner, Slot};
+
+    /// Slots a thread keeps, of all pools together.
+    pub(super) const PER_THREAD: usize = 8;
+
+    /// `(pool, slot)`, least recently released first; and the reference to the pool of the
+    /// slot taken last, for the next one kept (making one writes the pool's count, which
+    /// every thread writes).
+    struct Kept(Vec<(Weak<Inner>, Slot)>, Option<Weak<Inner>>);
+
+    impl Drop for Kept {
+        fn drop(&mut self) {
+            for (pool, slot) in self.0.drain(..) {
+                if let Some(pool) = pool.upgrade() {
+                    pool.keep_free(slot);
+                }
+            }
+        }
+    }
+
+    thread_local! {
+        static NEAR: RefCell<Kept> = const { RefCell::new(Kept(Vec::new(), None)) };
+    }
+
+    fn of(weak: &Weak<Inner>, pool: &Inner) -> bool {
+        std::ptr::eq(weak.as_ptr(), pool)
+    }
+
+    /// This thread's most recently released slot of `pool` that `wanted` accepts.
+    pub(super) fn take(pool: &Inner, wanted: impl Fn(&Slot) -> bool) -> Option<Slot> {
+        take_at(|kept| kept.iter().rposition(|e| of(&e.0, pool) && wanted(&e.1)))
+    }
+
+    /// This thread's least recently released slot of `pool`.
+    pub(super) fn take_oldest(pool: &Inner) -> Option<Slot> {
+        take_at(|kept| kept.iter().position(|e| of(&e.0, pool)))
+    }
+
+    fn take_at(at: impl FnOnce(&[(Weak<Inner>, Slot)]) -> Option<usize>) -> Option<Slot> {
+        NEAR.try_with(|near| {
+            let Kept(kept, spare) = &mut *near.borrow_mut();
+            let (weak, slot) = kept.remove(at(kept)?);
+            *spare = Some(weak);
+            Some(slot)
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// How many slots of `pool` this thread keeps.
+    pub(super) fn count(pool: &Inner) -> usize {
+        NEAR.try_with(|near| near.borrow().0.iter().filter(|e| of(&e.0, pool)).count())
+            .unwrap_or(0)
+    }
+
+    /// Keeps `slot` of `pool` if it holds a known text; returns what goes to a list: the slot
+    /// itself (no known text, or the thread is exiting) or the one kept longest.
+    pub(super) fn put(pool: &Arc<Inner>, slot: Slot) -> Option<Evicted> {
+        if slot.holds.is_none() {
+            return Some(Evicted::Ours(slot));
+        }
+        let mut out = Some(Evicted::Ours(slot));
+        let _ = NEAR.try_with(|near| {
+            let Kept(kept, spare) = &mut *near.borrow_mut();
+            let Some(Evicted::Ours(slot)) = out.take() else {
+                unreachable!("set above")
+            };
+            if kept.len() >= PER_THREAD {
+                let (weak, old) = kept.remove(0);
+                out = Some(if of(&weak, pool) {
+                    Evicted::Ours(old)
+                } else {
+                    Evicted::Other(weak, old)
+                });
+            }
+            let weak = match spare.take() {
+                Some(weak) if of(&weak, pool) => weak,
+                _ => Arc::downgrade(pool),
+            };
+            kept.push((weak, slot));
+        });
+        out
     }
 }

@@ -129,3 +129,28 @@ fn slots_in_use_are_never_handed_out_and_more_are_made_up_to_the_maximum() {
         assert_eq!(call(code, 0), 1);
     }
 }
+
+/// A thread keeps the slots it released: it takes its text back from its own slot, another
+/// thread loading the same text meanwhile writes a slot of its own, and a thread's slots go to
+/// the pool's list when it exits, where a third thread finds the text.
+#[test]
+fn a_thread_keeps_the_slots_it_released() {
+    let pool = CodePool::new(config(Strategy::Dual, 4)).unwrap();
+    let a = module(4096, &[(0, 7)]);
+    let load = || {
+        let (code, kept) = load_text(&pool, id(1), &a);
+        assert_eq!(call(&code, 0), 7);
+        (code.as_ptr() as usize, kept)
+    };
+    let (ours, theirs, again) = std::thread::scope(|s| {
+        let ours = load();
+        let theirs = s.spawn(load).join().unwrap();
+        (ours, theirs, load())
+    });
+    assert!(!ours.1);
+    assert_ne!(theirs.0, ours.0, "another thread took this thread's slot");
+    assert!(!theirs.1, "another thread took this thread's text");
+    assert_eq!(again, (ours.0, true), "kept by this thread");
+    let third = std::thread::scope(|s| s.spawn(load).join().unwrap());
+    assert_eq!(third, (theirs.0, true), "released to the list on exit");
+}
