@@ -38,6 +38,7 @@
 //! child (`MAP_LOCKED` pages are, in addition, not locked in the child).
 
 mod arena;
+pub mod near;
 mod pool;
 pub mod registry;
 mod slot;

@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::os::fd::BorrowedFd;
 
@@ -311,14 +311,8 @@ impl Inner {
     fn give_back(self: &Arc<Self>, mut slot: Slot) {
         registry::clear(slot.entry);
         slot.mem.release();
-        match near::put(self, slot) {
-            Some(Evicted::Ours(slot)) => self.keep_free(slot),
-            Some(Evicted::Other(pool, slot)) => {
-                if let Some(pool) = pool.upgrade() {
-                    pool.keep_free(slot);
-                }
-            }
-            None => {}
+        if let Some(slot) = near::put(self, slot) {
+            self.keep_free(slot);
         }
     }
 
@@ -326,6 +320,12 @@ impl Inner {
     fn keep_free(&self, slot: Slot) {
         // No allocation: the list has room for `max_slots`, and at most that many exist.
         self.lock().slots.push_back(slot);
+    }
+}
+
+impl crate::near::Pool<Slot> for Inner {
+    fn take_back(&self, slot: Slot) {
+        self.keep_free(slot);
     }
 }
 
@@ -532,12 +532,6 @@ impl fmt::Debug for LoadedCode {
     }
 }
 
-/// What [`near::put`] leaves for the lists: a slot of the same pool, or of another.
-enum Evicted {
-    Ours(Slot),
-    Other(Weak<Inner>, Slot),
-}
-
 /// The free slots each thread keeps, in front of their pools' lists: a slot released while it
 /// holds a known text stays with the thread that released it, which takes it back for that
 /// text without the pool's lock (and without reading the list), so that threads loading small
@@ -547,89 +541,45 @@ enum Evicted {
 /// oldest it keeps before it makes a new one or fails; slots another thread keeps wait for it.
 mod near {
     use std::cell::RefCell;
-    use std::sync::{Arc, Weak};
+    use std::sync::Arc;
 
-    use super::{Evicted, Inner, Slot};
+    use super::{Inner, Slot};
+    use crate::near::Kept;
 
     /// Slots a thread keeps, of all pools together.
     pub(super) const PER_THREAD: usize = 8;
 
-    /// `(pool, slot)`, least recently released first; and the reference to the pool of the
-    /// slot taken last, for the next one kept (making one writes the pool's count, which
-    /// every thread writes).
-    struct Kept(Vec<(Weak<Inner>, Slot)>, Option<Weak<Inner>>);
-
-    impl Drop for Kept {
-        fn drop(&mut self) {
-            for (pool, slot) in self.0.drain(..) {
-                if let Some(pool) = pool.upgrade() {
-                    pool.keep_free(slot);
-                }
-            }
-        }
-    }
-
     thread_local! {
-        static NEAR: RefCell<Kept> = const { RefCell::new(Kept(Vec::new(), None)) };
+        static NEAR: RefCell<Kept<Inner, Slot>> = const { RefCell::new(Kept::new()) };
     }
 
-    fn of(weak: &Weak<Inner>, pool: &Inner) -> bool {
-        std::ptr::eq(weak.as_ptr(), pool)
+    fn with<R>(f: impl FnOnce(&mut Kept<Inner, Slot>) -> R) -> Option<R> {
+        NEAR.try_with(|near| f(&mut near.borrow_mut())).ok()
     }
 
     /// This thread's most recently released slot of `pool` that `wanted` accepts.
     pub(super) fn take(pool: &Inner, wanted: impl Fn(&Slot) -> bool) -> Option<Slot> {
-        take_at(|kept| kept.iter().rposition(|e| of(&e.0, pool) && wanted(&e.1)))
+        with(|kept| kept.take(pool, wanted)).flatten()
     }
 
     /// This thread's least recently released slot of `pool`.
     pub(super) fn take_oldest(pool: &Inner) -> Option<Slot> {
-        take_at(|kept| kept.iter().position(|e| of(&e.0, pool)))
-    }
-
-    fn take_at(at: impl FnOnce(&[(Weak<Inner>, Slot)]) -> Option<usize>) -> Option<Slot> {
-        NEAR.try_with(|near| {
-            let Kept(kept, spare) = &mut *near.borrow_mut();
-            let (weak, slot) = kept.remove(at(kept)?);
-            *spare = Some(weak);
-            Some(slot)
-        })
-        .ok()
-        .flatten()
+        with(|kept| kept.take_oldest(pool)).flatten()
     }
 
     /// How many slots of `pool` this thread keeps.
     pub(super) fn count(pool: &Inner) -> usize {
-        NEAR.try_with(|near| near.borrow().0.iter().filter(|e| of(&e.0, pool)).count())
-            .unwrap_or(0)
+        with(|kept| kept.count(pool)).unwrap_or(0)
     }
 
-    /// Keeps `slot` of `pool` if it holds a known text; returns what goes to a list: the slot
-    /// itself (no known text, or the thread is exiting) or the one kept longest.
-    pub(super) fn put(pool: &Arc<Inner>, slot: Slot) -> Option<Evicted> {
+    /// Keeps `slot` of `pool` if it holds a known text; returns the slot of `pool` that goes
+    /// to its list: `slot` itself (no known text, or the thread is exiting) or the oldest kept.
+    pub(super) fn put(pool: &Arc<Inner>, slot: Slot) -> Option<Slot> {
         if slot.holds.is_none() {
-            return Some(Evicted::Ours(slot));
+            return Some(slot);
         }
-        let mut out = Some(Evicted::Ours(slot));
-        let _ = NEAR.try_with(|near| {
-            let Kept(kept, spare) = &mut *near.borrow_mut();
-            let Some(Evicted::Ours(slot)) = out.take() else {
-                unreachable!("set above")
-            };
-            if kept.len() >= PER_THREAD {
-                let (weak, old) = kept.remove(0);
-                out = Some(if of(&weak, pool) {
-                    Evicted::Ours(old)
-                } else {
-                    Evicted::Other(weak, old)
-                });
-            }
-            let weak = match spare.take() {
-                Some(weak) if of(&weak, pool) => weak,
-                _ => Arc::downgrade(pool),
-            };
-            kept.push((weak, slot));
-        });
-        out
+        let mut slot = Some(slot);
+        let evicted = with(|kept| kept.put(pool, slot.take()?, PER_THREAD, PER_THREAD));
+        slot.or(evicted.flatten().and_then(|e| e.of(pool)))
     }
 }

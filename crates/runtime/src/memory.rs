@@ -920,121 +920,59 @@ pub(crate) struct MemoryPool {
 }
 
 /// The slots each thread reset last, in front of their pools' lists (see [`MemoryPool`]).
-/// A pool is known by its address, which the entries' weak references keep from being reused.
 mod near {
     use std::cell::RefCell;
-    use std::sync::{Arc, Weak};
+    use std::sync::Arc;
+
+    use ephem_code_memory::near::Kept;
 
     use super::{MemoryPool, Slot};
 
     /// Slots a thread keeps, of all pools together.
     pub const PER_THREAD: usize = 8;
 
-    /// `(pool, slot)`, least recently reset first. When the thread exits, each slot goes to
-    /// its pool's list, if the pool is still there. The reference to the pool of the slot
-    /// taken last is kept for the next one kept: making one writes the pool's reference count,
-    /// which every thread writes.
-    struct Kept(Vec<(Weak<MemoryPool>, Slot)>, Option<Weak<MemoryPool>>);
-
-    impl Drop for Kept {
-        fn drop(&mut self) {
-            for (pool, slot) in self.0.drain(..) {
-                if let Some(pool) = pool.upgrade() {
-                    pool.keep_idle(slot);
-                }
-            }
-        }
-    }
-
     thread_local! {
-        static NEAR: RefCell<Kept> = const { RefCell::new(Kept(Vec::new(), None)) };
+        static NEAR: RefCell<Kept<MemoryPool, Slot>> = const { RefCell::new(Kept::new()) };
     }
 
-    fn of(weak: &Weak<MemoryPool>, pool: &MemoryPool) -> bool {
-        std::ptr::eq(weak.as_ptr(), pool)
+    fn with<R>(f: impl FnOnce(&mut Kept<MemoryPool, Slot>) -> R) -> Option<R> {
+        NEAR.try_with(|near| f(&mut near.borrow_mut())).ok()
     }
 
     /// This thread's most recently reset slot of `pool` that `wanted` accepts.
     pub fn take(pool: &MemoryPool, wanted: impl Fn(&Slot) -> bool) -> Option<Slot> {
-        take_at(pool, |kept| {
-            kept.iter().rposition(|e| of(&e.0, pool) && wanted(&e.1))
-        })
+        with(|kept| kept.take(pool, wanted)).flatten()
     }
 
     /// This thread's least recently reset slot of `pool`.
     pub fn take_oldest(pool: &MemoryPool) -> Option<Slot> {
-        take_at(pool, |kept| kept.iter().position(|e| of(&e.0, pool)))
-    }
-
-    fn take_at(
-        pool: &MemoryPool,
-        at: impl FnOnce(&[(Weak<MemoryPool>, Slot)]) -> Option<usize>,
-    ) -> Option<Slot> {
-        NEAR.try_with(|near| {
-            let Kept(kept, spare) = &mut *near.borrow_mut();
-            let (weak, slot) = kept.remove(at(kept)?);
-            debug_assert!(of(&weak, pool));
-            *spare = Some(weak);
-            Some(slot)
-        })
-        .ok()
-        .flatten()
+        with(|kept| kept.take_oldest(pool)).flatten()
     }
 
     /// How many slots of `pool` this thread keeps.
     pub fn count(pool: &MemoryPool) -> usize {
-        NEAR.try_with(|near| near.borrow().0.iter().filter(|e| of(&e.0, pool)).count())
-            .unwrap_or(0)
+        with(|kept| kept.count(pool)).unwrap_or(0)
     }
 
     /// Keeps `slot` (reset) for `pool`, up to `max` of that pool and [`PER_THREAD`] in all.
     /// Returns the slot of `pool` that no longer fits, for the pool's list: `slot` itself, or
-    /// the oldest one kept (one of another pool goes to that pool's list, or is dropped).
+    /// the oldest one kept (one of another pool goes to that pool's list).
     pub fn put(pool: &Arc<MemoryPool>, slot: Slot, max: usize) -> Option<Slot> {
         let mut slot = Some(slot);
         // During thread exit, the slot goes to the list.
-        let _ = NEAR.try_with(|near| {
-            let evicted = {
-                let Kept(kept, spare) = &mut *near.borrow_mut();
-                let keep = max.min(PER_THREAD);
-                if keep == 0 {
-                    return;
-                }
-                let mine = kept.iter().filter(|e| of(&e.0, pool)).count();
-                let at = if mine >= keep {
-                    kept.iter().position(|e| of(&e.0, pool))
-                } else {
-                    (kept.len() >= PER_THREAD).then_some(0)
-                };
-                let evicted = at.map(|at| kept.remove(at));
-                let weak = match spare.take() {
-                    Some(weak) if of(&weak, pool) => weak,
-                    _ => Arc::downgrade(pool),
-                };
-                kept.push((weak, slot.take().expect("not kept yet")));
-                evicted
-            };
-            // Another pool's goes to its list, outside the borrow (it takes that list's lock).
-            match evicted {
-                Some(e) if of(&e.0, pool) => slot = Some(e.1),
-                Some((other, old)) => {
-                    if let Some(other) = other.upgrade() {
-                        other.keep_idle(old);
-                    }
-                }
-                None => {}
-            }
-        });
-        slot
+        let evicted = with(|kept| kept.put(pool, slot.take()?, max, PER_THREAD));
+        slot.or(evicted.flatten().and_then(|e| e.of(pool)))
     }
 
     /// Drops this thread's slots of `pool` (and its reference to it).
     pub fn forget(pool: &MemoryPool) {
-        let _ = NEAR.try_with(|near| {
-            let Kept(kept, spare) = &mut *near.borrow_mut();
-            kept.retain(|e| !of(&e.0, pool));
-            spare.take_if(|weak| of(weak, pool));
-        });
+        with(|kept| kept.forget(pool));
+    }
+}
+
+impl ephem_code_memory::near::Pool<Slot> for MemoryPool {
+    fn take_back(&self, slot: Slot) {
+        self.keep_idle(slot);
     }
 }
 
