@@ -33,7 +33,6 @@
 //! for the machine code and for what only the code knows (its vmctx layout, its types).
 //! Artifacts made in memory by this process ([`Artifact::from_compiled`]) are not checked.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
@@ -89,7 +88,7 @@ struct Opened {
     names: OnceLock<Vec<u8>>,
     /// The canonical type ids a runtime's engine gave the module's types, with the id of that
     /// engine (see [`Artifact::type_ids`]).
-    type_ids: OnceLock<(u64, Box<[u32]>)>,
+    type_ids: OnceLock<(u64, Arc<[u32]>)>,
     /// Last access time (seconds) when opened, for the cache's eviction order.
     accessed: i64,
     identity: Identity,
@@ -938,17 +937,18 @@ impl Artifact {
     }
 
     /// The canonical type ids of the module's types for the engine a runtime knows as
-    /// `engine`: `ids()` for the first engine that asks, remembered for it (an artifact kept
-    /// open is loaded again and again by the same engine); computed each time for any other.
-    pub fn type_ids(&self, engine: u64, ids: impl FnOnce() -> Vec<u32>) -> Cow<'_, [u32]> {
+    /// `engine`: `ids()` for the first engine that asks, remembered for it and shared with
+    /// every module loaded from this artifact (an artifact kept open is loaded again and again
+    /// by the same engine); computed each time for any other.
+    pub fn type_ids(&self, engine: u64, ids: impl FnOnce() -> Vec<u32>) -> Arc<[u32]> {
         let mut ids = Some(ids);
         let (by, kept) = self
             .0
             .type_ids
             .get_or_init(|| (engine, (ids.take().expect("called once"))().into()));
         match ids {
-            Some(ids) if *by != engine => Cow::Owned(ids()),
-            _ => Cow::Borrowed(kept),
+            Some(ids) if *by != engine => ids().into(),
+            _ => kept.clone(),
         }
     }
 

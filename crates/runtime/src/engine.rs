@@ -252,11 +252,10 @@ impl Engine {
     /// are looked up, under at most one lock for all of them, and only the first time this
     /// engine asks for a kept artifact (see [`Artifact::type_ids`]): two threads loading
     /// modules with such types took turns at the lock on every load.
-    pub(crate) fn type_ids(&self, artifact: &Artifact) -> Vec<u32> {
-        let ids = artifact.type_ids(self.id(), || {
+    pub(crate) fn type_ids(&self, artifact: &Artifact) -> Arc<[u32]> {
+        artifact.type_ids(self.id(), || {
             self.register(&artifact.info().types, artifact.small_ids())
-        });
-        ids.into_owned()
+        })
     }
 
     fn register(

@@ -48,7 +48,7 @@ struct ModuleInner {
     engine: Engine,
     artifact: Artifact,
     offsets: VmOffsets,
-    type_ids: Vec<u32>,
+    type_ids: Arc<[u32]>,
 }
 
 impl ModuleInner {
