@@ -32,7 +32,8 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use ephem_module::{
-    Builtin, BuiltinType, MARK_SHIFT, MARK_WINDOW, MARKS_BEFORE, ModuleInfo, ValType, VmOffsets,
+    Builtin, BuiltinType, MARK_SHIFT, MARK_WINDOW, MARKS_BEFORE, ModuleInfo, TrapKind, ValType,
+    VmOffsets,
 };
 use wasmparser::{BlockType, FunctionBody, Operator};
 
@@ -827,6 +828,16 @@ impl Translator<'_, '_> {
         use Operator as O;
         match op {
             O::Unreachable => {
+                // A call that ends the call into wasm, not a trapping instruction: a signal
+                // takes the process's signal lock, which every thread trapping at once takes
+                // in turn (the instruction stays, never reached, for the block's end).
+                self.b.ensure_inserted_block();
+                let here = self.b.current_block().expect("in a block");
+                if self.b.func.layout.entry_block() != Some(here) {
+                    self.b.set_cold_block(here);
+                }
+                let kind = self.iconst32(TrapKind::Unreachable.code());
+                self.builtin(Builtin::Raise, &[kind]);
                 self.b.ins().trap(code::UNREACHABLE);
                 self.unreachable_now();
             }

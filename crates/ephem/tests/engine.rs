@@ -280,13 +280,17 @@ fn child_status(test: &str) -> std::process::ExitStatus {
 #[test]
 fn a_fault_in_host_code_still_crashes_the_process() {
     if std::env::var_os("EPHEM_CHILD").is_some() {
-        // Make sure our handlers are installed, then fault outside wasm code.
+        // Make sure our handlers are installed and have handled a trap, then fault outside
+        // wasm code.
         let engine = Engine::default();
         let mut store = Store::new(&engine, ());
-        let inst = instantiate(&mut store, r#"(module (func (export "t") unreachable))"#);
+        let inst = instantiate(
+            &mut store,
+            r#"(module (memory 1) (func (export "t") (drop (i32.load (i32.const 70000)))))"#,
+        );
         assert_eq!(
             trap_kind(call(&mut store, &inst, "t", &[])),
-            TrapKind::Unreachable
+            TrapKind::MemoryOutOfBounds
         );
         // SAFETY: deliberately invalid: the point of the test.
         unsafe { std::ptr::null_mut::<u8>().write_volatile(1) };
@@ -410,6 +414,55 @@ fn a_trap_has_a_backtrace_named_from_the_name_section() {
     assert_eq!(t.kind, TrapKind::StackOverflow);
     assert!(t.backtrace().len() >= 30, "{t}");
     assert!(t.backtrace().iter().all(|f| f.func == 3), "{t}");
+}
+
+/// `unreachable` ends the call without a signal (generated code raises the trap itself), with
+/// the kind and backtrace a trap by signal has; an out-of-bounds load still arrives as one.
+#[test]
+fn unreachable_traps_without_a_signal() {
+    let engine = Engine::default();
+    let mut store = Store::new(&engine, ());
+    let inst = instantiate(
+        &mut store,
+        r#"(module (memory 1)
+             (func $inner (param i32) (result i32)
+               (if (local.get 0) (then unreachable))
+               (i32.const 7))
+             (func (export "outer") (param i32) (result i32)
+               (i32.add (call $inner (local.get 0)) (i32.const 1)))
+             (func (export "first") unreachable)
+             (func (export "oob") (drop (i32.load (i32.const 70000)))))"#,
+    );
+    let signals = ephem::trap_signals();
+    for _ in 0..3 {
+        let Err(Error::Trap(t)) = call(&mut store, &inst, "outer", &[Val::I32(1)]) else {
+            panic!("no trap")
+        };
+        assert_eq!(t.kind, TrapKind::Unreachable);
+        let frames: Vec<u32> = t.backtrace().iter().map(|f| f.func).collect();
+        assert_eq!(frames, [0, 1], "{t}");
+        assert_eq!(t.func, Some(0), "{t}");
+        // The function goes on where it does not trap.
+        assert_eq!(
+            call(&mut store, &inst, "outer", &[Val::I32(0)]).unwrap()[0].i32(),
+            Some(8)
+        );
+        // `unreachable` first in a function (in its entry block).
+        assert_eq!(
+            trap_kind(call(&mut store, &inst, "first", &[])),
+            TrapKind::Unreachable
+        );
+    }
+    assert_eq!(ephem::trap_signals(), signals, "a trap came as a signal");
+    assert_eq!(
+        trap_kind(call(&mut store, &inst, "oob", &[])),
+        TrapKind::MemoryOutOfBounds
+    );
+    assert_eq!(
+        ephem::trap_signals(),
+        signals + 1,
+        "the fault came as a signal"
+    );
 }
 
 #[test]

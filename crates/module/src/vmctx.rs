@@ -139,6 +139,9 @@ macro_rules! for_each_builtin {
             TableLazy table_lazy(table: i32, index: i32) -> i64;
             /// (func) -> its funcref, written into its lazy slot
             RefFunc ref_func(func: i32) -> i64;
+            /// (kind): never returns; ends the call into wasm with a trap of that kind
+            /// (`TrapKind::code`) without a signal
+            Raise raise(kind: i32);
         }
     };
 }

@@ -383,6 +383,8 @@ macro_rules! builtin_table {
     };
 }
 
+use crate::arch::ephem_raise as raise;
+
 ephem_module::for_each_builtin!(builtin_table);
 
 fn link_error(import: &ImportRef<'_>, why: &str) -> Error {
@@ -1253,6 +1255,7 @@ impl Trap {
         let artifact = &module.artifact;
         // Signal 0: a host function failed (the site is its adapter's call, not a trap).
         let kind = match site.signal {
+            _ if site.raised.is_some() => site.raised.expect("checked"),
             0 => TrapKind::HostError,
             crate::interrupt::INTERRUPT => TrapKind::Interrupted,
             signal => artifact.trap_at(offset).unwrap_or(match signal {

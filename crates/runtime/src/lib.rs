@@ -58,6 +58,7 @@ pub use linker::{InstancePre, Linker};
 pub use memory::HostBytes;
 pub use memory::MemoryConfig;
 pub use shared::Shared;
+pub use signals::trap_signals;
 pub use store::{AsContext, AsContextMut, Store, StoreContext, StoreContextMut};
 pub use typed::{HostReturn, IntoFunc, TypedFunc, WasmParams, WasmResults, WasmTy};
 

@@ -11,6 +11,12 @@
 //! crash in host code still crashes. The handler also records the pinned register, where
 //! metered code keeps its fuel, for the caller to write back to the store.
 //!
+//! `unreachable`, the trap guests raise on purpose (a Rust panic, a Go or AssemblyScript
+//! abort), takes no signal: generated code calls the `Raise` builtin, which records the site
+//! and unwinds to the landing directly ([`raise_trap`]), as a failed host function does. A
+//! trap by signal cost a trapping invocation about 7 µs more on a KVM guest, and every thread
+//! trapping at once took the process's signal lock in turn.
+//!
 //! A deadline stops wasm the same way: `interrupt` sends [`INTERRUPT`] to a thread whose call
 //! is due, and the handler ends the call only where a fault would (the thread is in published
 //! code) and only if the call's store's deadline has passed; elsewhere the signal does nothing.
@@ -57,8 +63,10 @@ pub struct TrapSite {
     pub depth: usize,
     /// The pinned register when a signal stopped wasm: metered code's fuel (see
     /// `ephem_module`), which the caller writes back to the store. `None` after a host
-    /// function, which left the store's fuel current.
+    /// function or a raised trap, which left the store's fuel current.
     pub pinned: Option<i64>,
+    /// The kind of a trap generated code raised without a signal (see [`raise_trap`]).
+    pub raised: Option<ephem_module::TrapKind>,
 }
 
 /// One host-to-wasm call in progress on this thread.
@@ -283,30 +291,75 @@ fn record_callers(site: &mut TrapSite, sp: usize, mut fp: usize, top: usize) {
 /// call into wasm on this thread, and every frame between here and that call's entry stub
 /// must be free of destructors still to run.
 pub unsafe fn raise_from_host(fp: usize, signal: libc::c_int) -> ! {
+    let site = TrapSite {
+        signal,
+        ..TrapSite::default()
+    };
+    // SAFETY: per the contract; the site is the adapter's return address (a frame without a
+    // function, left out of backtraces).
+    unsafe { unwind_from_stub(fp, 0, site) }
+}
+
+/// Ends the innermost call into wasm on this thread with a trap of kind `kind` (a
+/// `TrapKind::code`), which generated code raised by calling the `Raise` builtin
+/// (`arch::ephem_raise`, which passes `fp`, its frame pointer) instead of running a trapping
+/// instruction: no signal, which costs about 7 µs on a KVM guest and takes the process's
+/// signal lock, which threads trapping at once take in turn (BENCHMARKS.md, fourteenth pass).
+///
+/// # Safety
+/// Called only by `ephem_raise`, from generated code inside a call into wasm on this thread,
+/// whose frames have nothing to drop.
+pub(crate) unsafe extern "C" fn raise_trap(_vmctx: *mut u8, kind: u32, fp: usize) -> ! {
+    let kind = ephem_module::TrapKind::from_code(kind);
+    let site = TrapSite {
+        raised: Some(kind.unwrap_or(ephem_module::TrapKind::Unreachable)),
+        ..TrapSite::default()
+    };
+    // SAFETY: per the contract; the site is the call (its return address less one), in the
+    // function that raised.
+    unsafe { unwind_from_stub(fp, 1, site) }
+}
+
+/// Ends the innermost call into wasm on this thread from a stub that generated code called,
+/// whose frame is at `fp`: records `site` at the stub's return address less `back`, and the
+/// wasm frames above it as the handler would, then continues at the trap landing.
+///
+/// # Safety
+/// `fp` must be the frame pointer of a stub (`ephem_host_call`, `ephem_raise`) called by
+/// published code inside a call into wasm on this thread, and every frame between here and
+/// that call's entry stub must be free of destructors still to run.
+unsafe fn unwind_from_stub(fp: usize, back: usize, mut site: TrapSite) -> ! {
     let state = CURRENT.with(Cell::get);
     // SAFETY: per the contract, a call into wasm is running on this thread: `state` is its
-    // CallState, and `[fp, fp + 16)` holds the adapter's frame pointer and return address.
-    let (state, adapter_fp, ret) = unsafe {
+    // CallState, and `[fp, fp + 16)` holds the caller's frame pointer and return address.
+    let (state, caller_fp, ret) = unsafe {
         (
             &mut *state,
             *(fp as *const usize),
             *((fp + 8) as *const usize),
         )
     };
-    let (code_start, tag) = registry::lookup(ret).expect("host adapters are published code");
-    state.trap = TrapSite {
-        at: CodeSite {
-            pc: ret,
-            code_start,
-            tag,
-        },
-        signal,
-        ..TrapSite::default()
+    let (code_start, tag) = registry::lookup(ret).expect("stubs are called from published code");
+    site.at = CodeSite {
+        pc: ret - back,
+        code_start,
+        tag,
     };
-    record_callers(&mut state.trap, fp, adapter_fp, state.saved_sp);
+    state.trap = site;
+    record_callers(&mut state.trap, fp, caller_fp, state.saved_sp);
     // SAFETY: `saved_sp` is the entry stub's, below every frame being abandoned, none of which
     // has anything left to drop (per the contract).
     unsafe { arch::ephem_unwind(state.saved_sp) }
+}
+
+/// Traps in wasm that arrived as signals on this thread (for diagnostics and tests: traps
+/// that generated code raises itself, and host functions' failures, are not among them).
+pub fn trap_signals() -> u64 {
+    TRAP_SIGNALS.try_with(Cell::get).unwrap_or(0)
+}
+
+thread_local! {
+    static TRAP_SIGNALS: Cell<u64> = const { Cell::new(0) };
 }
 
 unsafe extern "C" fn on_signal(
@@ -323,6 +376,7 @@ unsafe extern "C" fn on_signal(
         && let Some((code_start, tag)) = registry::lookup(pc)
         && (signal != INTERRUPT || unsafe { (*state).deadline.due() })
     {
+        let _ = TRAP_SIGNALS.try_with(|n| n.set(n.get() + 1));
         // SAFETY: `state` points at the CallState of the `call` frame running on this thread.
         let state = unsafe { &mut *state };
         state.trap = TrapSite {

@@ -13,7 +13,8 @@
 //! `ephem_host_call`, which gives `func::host_call` its own frame pointer (the start of the
 //! chain of wasm frames above it) so that a failed host call can record where it was and
 //! `ephem_unwind` to the landing directly. It also passes `r15` and sets it to what
-//! `host_call` returns: the fuel after the host function, or `r15` unchanged.
+//! `host_call` returns: the fuel after the host function, or `r15` unchanged. Generated code
+//! raises the traps it can name without a signal the same way, through `ephem_raise`.
 
 use ephem_module::ValRaw;
 
@@ -68,7 +69,16 @@ std::arch::global_asm!(
     "mov r15, rax",
     "pop rbp",
     "ret",
+    ".globl ephem_raise",
+    ".type ephem_raise,@function",
+    "ephem_raise:",
+    "push rbp",
+    "mov rbp, rsp",
+    "mov rdx, rbp",
+    "call {raise_trap}",
+    "ud2",
     host_call = sym crate::func::host_call,
+    raise_trap = sym crate::signals::raise_trap,
 );
 
 unsafe extern "C" {
@@ -87,6 +97,9 @@ unsafe extern "C" {
     /// What host adapters call: `func::host_call` with this frame's pointer as a fourth
     /// argument.
     pub fn ephem_host_call(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw);
+    /// The `Raise` builtin: `signals::raise_trap` with this frame's pointer as a third
+    /// argument. Never returns.
+    pub fn ephem_raise(vmctx: *mut u8, kind: u32);
 }
 
 /// The faulting instruction's address.
