@@ -487,6 +487,11 @@ pub struct FreshArgs {
     /// workload whose modules never repeat pays.
     #[arg(long)]
     pub no_image_reuse: bool,
+    /// Do not take back code memory that still holds a module's text: every load copies or maps
+    /// its text as if new to the process (with `--no-image-reuse`, a workload whose modules
+    /// never repeat).
+    #[arg(long)]
+    pub no_text_reuse: bool,
     /// Bytes of each memory slot zeroed in place (kept resident) on reset.
     #[arg(long, value_parser = crate::load::parse_size)]
     pub keep_resident: Option<usize>,
@@ -509,6 +514,7 @@ impl FreshArgs {
         if let Some(at) = self.map_image_at {
             config.memory.map_image_at = at;
         }
+        config.reuse_texts = !self.no_text_reuse;
         config.memory.reuse_images = !self.no_image_reuse;
         if let Some(keep) = self.keep_resident {
             config.memory.keep_resident = keep;

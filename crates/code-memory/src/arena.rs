@@ -15,6 +15,16 @@
 //!   code slot keeps its code: nothing refers to it, and the registry no longer resolves
 //!   addresses in it. Such a mapping keeps its file's pages (and a deleted file's disk space)
 //!   until then; the free regions bound how many.
+//! - **How many texts stay mapped**: a class makes new regions up to a floor of its own, and
+//!   beyond it while all classes' extra regions stay within [`KEPT_BYTES`] of address space
+//!   and [`KEPT_REGIONS`] mappings; then a load whose text no free region holds evicts its
+//!   class's text released longest ago. Regions are never given back, so the bounds are
+//!   first come, first served between classes. Why that many: a kept text costs a mapping,
+//!   the page tables of the pages its runs touched, and its file's pages, which the page cache
+//!   holds anyway while the file is used; what is never kept is a copy. With 32 per class,
+//!   300 distinct modules taking turns (100 of each of three sizes) mapped their text on
+//!   nearly every load, at 3–5 µs each plus the faults of the call (BENCHMARKS.md, fifteenth
+//!   pass).
 //! - **Affinity**: a load that names its text ([`TextId`]) takes back a free region that still
 //!   maps that very text, as it is: no system call, and the pages its earlier runs touched are
 //!   still present (no faults). A region is taken back only for an equal id, and the caller
@@ -27,6 +37,7 @@
 //!   set while it is owned and clear while it is free: a load writes no line that the loads of
 //!   other threads into other regions write.
 
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::{LazyLock, Mutex};
@@ -39,14 +50,28 @@ const RESERVE: usize = 64 << 30;
 const MIN_CLASS_SHIFT: u32 = 16;
 const MAX_CLASS_SHIFT: u32 = 30;
 const CLASSES: usize = (MAX_CLASS_SHIFT - MIN_CLASS_SHIFT + 1) as usize;
-/// Regions a class makes before a load that finds no free region holding its text evicts the
-/// text released longest ago (so that texts of one class that take turns keep a region each).
-const KEEP_PER_CLASS: usize = 32;
+/// Regions each class may make, whatever the others made, before a load that finds no free
+/// region holding its text evicts the text released longest ago (so that texts of one class
+/// that take turns keep a region each).
+const FLOOR_PER_CLASS: usize = 32;
+/// Address space that regions may span in all beyond those floors: what bounds the texts kept
+/// mapped for affinity. Half the cache's default size bound: a kept text whose cache entry is
+/// removed keeps its disk space until its region is used again, so at most that much.
+const KEPT_BYTES: usize = 512 << 20;
+/// Regions in all beyond the floors: each is a mapping the kernel counts (against
+/// `vm.max_map_count`, 65 530 by default) and an entry of the code registry.
+const KEPT_REGIONS: usize = 4096;
 
 /// What a text is, for taking back a free region that still maps it (see the module
 /// documentation): equal ids must mean equal bytes.
 #[derive(Clone, Copy, Debug, Eq)]
 pub struct TextId(pub [u64; 6]);
+
+impl std::hash::Hash for TextId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 /// Without a call: a load compares its id with every free region's and slot's (the derived
 /// comparison calls `memcmp`: 3 % of the samples of loads whose texts are new to their regions).
@@ -84,10 +109,62 @@ struct Arena {
 struct State {
     /// Offset of the first region never handed out.
     next: usize,
-    /// Free regions per class, in the order they were released.
-    free: [Vec<Place>; CLASSES],
-    /// Regions made per class.
-    made: [usize; CLASSES],
+    classes: [Class; CLASSES],
+    /// Regions made beyond the floors, and the address space they span.
+    extra: usize,
+    extra_bytes: usize,
+    /// Counts releases, to order the free regions that hold texts.
+    released: u64,
+}
+
+/// A class's regions that are free.
+#[derive(Debug, Default)]
+struct Class {
+    made: usize,
+    /// Those that map a known text, by when they were released (the oldest first).
+    kept: BTreeMap<u64, Place>,
+    /// For each text, the latest of its releases in `kept` (a text two loads mapped at once has
+    /// two regions; the older one is found only as the oldest).
+    by_text: HashMap<TextId, u64>,
+    /// Those that hold no known text.
+    blank: Vec<Place>,
+}
+
+impl Class {
+    fn put(&mut self, place: Place, released: u64) {
+        match place.holds {
+            Some(id) => {
+                self.kept.insert(released, place);
+                self.by_text.insert(id, released);
+            }
+            None => self.blank.push(place),
+        }
+    }
+
+    /// The free region that holds text `id`.
+    fn take_text(&mut self, id: TextId) -> Option<Place> {
+        let released = self.by_text.remove(&id)?;
+        self.kept.remove(&released)
+    }
+
+    /// The free region that holds the text released longest ago.
+    fn take_oldest(&mut self) -> Option<Place> {
+        let (released, place) = self.kept.pop_first()?;
+        let id = place.holds.expect("kept regions hold a text");
+        if self.by_text.get(&id) == Some(&released) {
+            self.by_text.remove(&id);
+        }
+        Some(place)
+    }
+
+    /// A free region that holds no known text, one whose mapping is not longer than `pages`
+    /// first (no tail to clear).
+    fn take_blank(&mut self, pages: usize) -> Option<Place> {
+        let i = (self.blank.iter().enumerate())
+            .min_by_key(|(_, f)| f.extent > pages)?
+            .0;
+        Some(self.blank.swap_remove(i))
+    }
 }
 
 /// Reserved on first use; `None` if the reservation failed (every text then gets a mapping of
@@ -129,11 +206,9 @@ pub(crate) fn place(
     }
     let taken = {
         let mut state = arena.state.lock().unwrap_or_else(|e| e.into_inner());
-        let State { next, free, made } = &mut *state;
-        let (free, made) = (&mut free[class], &mut made[class]);
-        let same = id.and_then(|id| free.iter().rposition(|f| f.holds == Some(id)));
-        if let Some(i) = same {
-            let place = free.remove(i);
+        let state = &mut *state;
+        let class_free = &mut state.classes[class];
+        if let Some(place) = id.and_then(|id| class_free.take_text(id)) {
             return Ok(Some(Region {
                 arena,
                 place,
@@ -141,19 +216,24 @@ pub(crate) fn place(
             }));
         }
         // A region that holds no known text (a short one first); else a new region while the
-        // class keeps few; else the text released longest ago goes.
-        let unknown = free.iter().enumerate().filter(|(_, f)| f.holds.is_none());
-        let pick = unknown
-            .min_by_key(|(_, f)| f.extent > pages)
-            .map(|(i, _)| i);
-        let fresh = (*made < KEEP_PER_CLASS || free.is_empty()) && *next + (1 << shift) <= RESERVE;
-        match pick {
-            Some(i) => Some(free.remove(i)),
+        // class is within its floor or all are within the bounds; else the text released
+        // longest ago goes.
+        let size = 1usize << shift;
+        let floor = class_free.made < FLOOR_PER_CLASS;
+        let extra = state.extra < KEPT_REGIONS && state.extra_bytes + size <= KEPT_BYTES;
+        let empty = class_free.kept.is_empty() && class_free.blank.is_empty();
+        let fresh = (floor || extra || empty) && state.next + size <= RESERVE;
+        match class_free.take_blank(pages) {
+            Some(place) => Some(place),
             None => match fresh.then(registry::take).flatten() {
                 Some(entry) => {
-                    let at = *next;
-                    *next += 1 << shift;
-                    *made += 1;
+                    let at = state.next;
+                    state.next += size;
+                    class_free.made += 1;
+                    if !floor {
+                        state.extra += 1;
+                        state.extra_bytes += size;
+                    }
                     Some(Place {
                         at,
                         entry,
@@ -161,8 +241,7 @@ pub(crate) fn place(
                         holds: None,
                     })
                 }
-                None if free.is_empty() => None,
-                None => Some(free.remove(0)),
+                None => class_free.take_oldest(),
             },
         }
     };
@@ -214,7 +293,9 @@ impl Arena {
     /// Puts a region on its class's free list.
     fn release(&self, class: usize, place: Place) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.free[class].push(place);
+        state.released += 1;
+        let released = state.released;
+        state.classes[class].put(place, released);
     }
 }
 
@@ -372,6 +453,51 @@ mod tests {
             unsafe { *back.as_ptr() },
             0x11,
             "a's region was taken by b: mapped again"
+        );
+    }
+
+    /// Beyond its floor, a class makes regions for the texts that take turns in it until the
+    /// bounds in all are reached, and only then evicts the text released longest ago.
+    #[test]
+    fn texts_are_kept_beyond_the_floor_up_to_the_bounds() {
+        let page = page_size();
+        // 800 KiB: the 1 MiB class with 4 KiB pages, distinct from other tests; texts in one
+        // file, each starting with a byte of its own, and a decoy with another byte.
+        let pages = (800 << 10) / page;
+        let size = (pages * page).next_power_of_two();
+        let texts = FLOOR_PER_CLASS + KEPT_BYTES / size + 64;
+        let file = crate::sys::memory_file(0).unwrap();
+        let file = std::fs::File::from(file);
+        file.set_len(((texts + 1) * pages * page) as u64).unwrap();
+        let byte = |k: usize| (k % 251) as u8 + 1;
+        for k in 0..texts {
+            std::os::unix::fs::FileExt::write_all_at(&file, &[byte(k)], (k * pages * page) as u64)
+                .unwrap();
+        }
+        let decoy = (texts * pages * page) as u64;
+        std::os::unix::fs::FileExt::write_all_at(&file, &[0xff], decoy).unwrap();
+        let id = |k: usize| TextId([k as u64, 0x7e, 0x57, 0, 0, 0]);
+        // Each text loaded and released in turn; then loaded again from the decoy: a region
+        // that still maps the text shows its byte, one mapped again shows the decoy's.
+        let load = |k: usize, offset: u64| {
+            let region = place(file.as_fd(), offset, pages * page, Some(id(k)))
+                .unwrap()
+                .unwrap();
+            // SAFETY: the region maps `pages` readable pages.
+            unsafe { *region.as_ptr() }
+        };
+        for k in 0..texts {
+            assert_eq!(load(k, (k * pages * page) as u64), byte(k));
+        }
+        let back = texts - 100;
+        assert_eq!(load(back, decoy), byte(back), "kept beyond the floor");
+        assert_eq!(load(0, decoy), 0xff, "the oldest text was evicted");
+        let arena = ARENA.as_ref().unwrap();
+        let class = (size.trailing_zeros() - MIN_CLASS_SHIFT) as usize;
+        let made = arena.state.lock().unwrap().classes[class].made;
+        assert!(
+            made <= FLOOR_PER_CLASS + KEPT_BYTES / size,
+            "{made} regions"
         );
     }
 

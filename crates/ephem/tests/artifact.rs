@@ -1073,6 +1073,38 @@ fn text_memory_taken_back_runs_its_own_code_never_another() {
     }
 }
 
+/// With `reuse_texts` off (what `bench fresh --no-text-reuse` measures), every load writes its
+/// text into a slot again; on, loads after the first take it back. Counted by the dual write
+/// view's moves, one every second writing load of a slot here.
+#[test]
+fn loads_write_their_text_again_only_when_texts_are_not_reused() {
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
+    for reuse_texts in [true, false] {
+        let engine = Engine::with_config(EngineConfig {
+            code: PoolConfig {
+                remap_every: 1,
+                ..PoolConfig::with_strategy(ephem::Strategy::Dual)
+            },
+            map_text_at: Some(usize::MAX),
+            reuse_texts,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let artifact = open(&dir, "m.ephem", &artifact_bytes(WAT)).unwrap();
+        let module = Module::from_artifact(&engine, artifact);
+        for _ in 0..10 {
+            assert_eq!(Run::new(&module, &[]).read_image(), b"image");
+        }
+        let moves = engine.code_pool().stats().write_view_remaps;
+        if reuse_texts {
+            assert_eq!(moves, 0, "one load wrote");
+        } else {
+            assert!(moves >= 4, "{moves} moves: each load wrote");
+        }
+    }
+}
+
 /// Modules compiled in this process (memory files, made and dropped one after another) with
 /// other constants, many rounds over a few at a time: each runs its own code, whatever slot
 /// an earlier one left its text in.

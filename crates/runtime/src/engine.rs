@@ -14,7 +14,7 @@ use crate::memory::{MemoryConfig, MemoryPool};
 
 /// How an engine loads code and makes memories. The defaults come from the benchmarks in
 /// BENCHMARKS.md.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// The code pool (strategy, slot sizes).
     pub code: PoolConfig,
@@ -22,12 +22,29 @@ pub struct EngineConfig {
     /// file instead of copied into a code slot (0: always map; `usize::MAX`: always copy).
     /// Texts with relocations are always copied.
     pub map_text_at: Option<usize>,
+    /// Whether a load takes back code memory that still holds its module's text (a code slot or
+    /// an arena region: no copy, no mapping, its pages present). Off, every load copies or maps
+    /// its text as if it were new to the process: what a workload whose modules never repeat
+    /// pays. Default: on.
+    pub reuse_texts: bool,
     /// How linear memories are pooled and initialised.
     pub memory: MemoryConfig,
     /// How much stack wasm may use below the point where the host called it (default:
     /// [`DEFAULT_MAX_WASM_STACK`]); deeper recursion traps with `StackOverflow`. On a thread
     /// with less stack, what the thread has, less a reserve for the host.
     pub max_wasm_stack: Option<usize>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig {
+            code: PoolConfig::default(),
+            map_text_at: None,
+            reuse_texts: true,
+            memory: MemoryConfig::default(),
+            max_wasm_stack: None,
+        }
+    }
 }
 
 /// Default for [`EngineConfig::max_wasm_stack`].
@@ -60,6 +77,7 @@ struct EngineInner {
     pool: CodePool,
     memories: Arc<MemoryPool>,
     map_text_at: usize,
+    reuse_texts: bool,
     types: Mutex<Types>,
 }
 
@@ -153,6 +171,7 @@ impl Engine {
                 pool: CodePool::new(config.code)?,
                 memories: Arc::new(MemoryPool::new(config.memory)),
                 map_text_at: config.map_text_at.unwrap_or(DEFAULT_MAP_TEXT_AT),
+                reuse_texts: config.reuse_texts,
                 types: Mutex::default(),
             }),
         })
@@ -228,6 +247,10 @@ impl Engine {
     }
 
     /// Whether a text of `len` bytes is mapped from its file rather than copied.
+    pub(crate) fn reuses_texts(&self) -> bool {
+        self.inner.reuse_texts
+    }
+
     pub(crate) fn maps_text(&self, len: usize) -> bool {
         len >= self.inner.map_text_at
     }

@@ -889,23 +889,23 @@ fn load_code(module: &Module) -> Result<LoadedCode, Error> {
     let artifact = &m.artifact;
     let text_len = artifact.text_len();
     let tag = Arc::as_ptr(&module.inner) as usize;
-    let id = text_id(artifact);
+    let id = m.engine.reuses_texts().then(|| text_id(artifact));
     if artifact.relocs().is_empty() && m.engine.maps_text(text_len) {
         return Ok(LoadedCode::map_file(
             artifact.file(),
             artifact.text_file_offset(),
             text_len,
             tag,
-            Some(id),
+            id,
         )?);
     }
-    let mut slot = match m
-        .engine
-        .code_pool()
-        .acquire_text(text_len.max(1), id, tag)?
-    {
-        Acquired::Kept(code) => return Ok(code),
-        Acquired::Empty(slot) => slot,
+    let pool = m.engine.code_pool();
+    let mut slot = match id {
+        Some(id) => match pool.acquire_text(text_len.max(1), id, tag)? {
+            Acquired::Kept(code) => return Ok(code),
+            Acquired::Empty(slot) => slot,
+        },
+        None => pool.acquire(text_len.max(1))?,
     };
     let bytes = slot.bytes_mut();
     // Straight from the file into the slot's write view: one copy, no mapping.
