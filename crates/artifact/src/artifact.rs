@@ -886,6 +886,11 @@ impl Artifact {
 
     /// Whether this was read from a sealed copy of a file that others could change: a copy
     /// whose identity no directory entry holds.
+    /// The bytes it holds in memory: its header, metadata and segment data.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.0.front.capacity()
+    }
+
     pub(crate) fn is_snapshot(&self) -> bool {
         self.0.snapshot
     }

@@ -28,10 +28,15 @@
 //!   directory share a pid namespace.
 //! - **Failure to write** (unwritable directory, full disk) never fails a load: the artifact is
 //!   kept in memory and [`Outcome::Uncached`] says why.
-//! - **Entries kept open, per thread**: each thread keeps the artifacts of the
-//!   [`KEPT_PER_THREAD`] entries it opened last open (file, header and metadata; at most
-//!   [`KEPT_IN_ALL`] in the process, so that a server with many threads does not run out of
-//!   descriptors). Opening one of them again asks the file, not the directory, whether it is
+//! - **Entries kept open, per thread**: each thread keeps the artifacts of the entries it
+//!   opened last open (file, header and metadata). All threads together keep at most a quarter
+//!   of the descriptors the process may have open (`RLIMIT_NOFILE`'s soft limit; at least 16,
+//!   at most 1 024) and [`KEPT_BYTES`], so that a server with many threads runs out of neither;
+//!   each thread an equal share of that for as many threads as there are cores (at least 16).
+//!   So many because opening is the largest part of an invocation once its text and image are
+//!   kept: with 16 per thread, 300 distinct modules taking turns spent 3.7–4.1 µs of a 5.4 µs
+//!   (png) to 7.7 µs (zstd) invocation opening their entries (BENCHMARKS.md, fifteenth pass).
+//!   Opening one of them again asks the file, not the directory, whether it is
 //!   still the entry (`fstat` on the kept descriptor: one system call instead of `openat`,
 //!   `fstat`, `pread` and, when the artifact is dropped, `close`): it is while it still has a
 //!   name (entries are never moved, so a removed or replaced entry's file has none) and the
@@ -67,10 +72,9 @@ pub const STALE_TEMP_SECS: u64 = 600;
 pub const TOUCH_INTERVAL_SECS: i64 = 3600;
 /// Default size bound: 1 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
-/// How many entries each thread keeps open (see the module documentation).
-pub const KEPT_PER_THREAD: usize = 16;
-/// How many entries all threads together keep open.
-pub const KEPT_IN_ALL: usize = 256;
+/// How many bytes the artifacts all threads keep open may hold in memory (their headers,
+/// metadata and segment data: 5 KiB for the corpus's zstd, 100 KiB for quickjs).
+pub const KEPT_BYTES: usize = 64 << 20;
 
 /// A compile cache in one directory (created on first write).
 #[derive(Debug)]
@@ -94,6 +98,7 @@ pub struct Cache {
 
 impl Drop for Cache {
     fn drop(&mut self) {
+        kept::cache_dropped();
         let fd = *self.dir_fd.get_mut();
         if fd >= 0 {
             // SAFETY: the cache's own descriptor, no longer shared (`&mut self`).
@@ -692,21 +697,65 @@ pub(crate) fn write_temp(path: &Path, bytes: &[u8], mode: u32) -> std::io::Resul
 }
 
 /// The entries each thread keeps open (see the module documentation): per thread, so that a
-/// hit touches nothing another thread touches.
+/// hit touches nothing another thread touches. Indexed by key, so that a thread keeping
+/// hundreds finds one without a scan (a scan of 300 took 0.4 µs).
 mod kept {
     use std::cell::RefCell;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Weak};
+    use std::collections::HashMap;
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::{Arc, LazyLock, Weak};
 
-    use super::{KEPT_IN_ALL, KEPT_PER_THREAD};
+    use super::KEPT_BYTES;
     use crate::Artifact;
 
-    /// Entries kept by all threads.
+    /// Entries kept by all threads, and the bytes they hold.
     static IN_ALL: AtomicUsize = AtomicUsize::new(0);
+    static BYTES: AtomicUsize = AtomicUsize::new(0);
+    /// Caches dropped so far: a thread lets their entries go when this moves.
+    static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+    /// How many entries all threads together may keep: a quarter of the descriptors the process
+    /// may have open (`RLIMIT_NOFILE`'s soft limit), at least 16 and at most 1 024.
+    pub(super) fn in_all_bound() -> usize {
+        static BOUND: LazyLock<usize> = LazyLock::new(|| {
+            let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+            limit.map_or(1024, |n| (n / 4).clamp(16, 1024) as usize)
+        });
+        *BOUND
+    }
+
+    /// How many entries each thread may keep: an equal share for as many threads as the
+    /// machine runs at once (a server's workers, one per core), at least 16.
+    pub(super) fn per_thread_bound() -> usize {
+        static BOUND: LazyLock<usize> = LazyLock::new(|| {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            // Never all of it to one thread: other threads of a process with one core still open.
+            let threads = threads.max(2);
+            (in_all_bound() / threads).max(16)
+        });
+        *BOUND
+    }
+
+    /// A cache was dropped: every thread lets its entries go at its next keep.
+    pub(super) fn cache_dropped() {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
 
     thread_local! {
-        /// This thread's, least recently used first.
-        static KEPT: RefCell<Vec<Kept>> = const { RefCell::new(Vec::new()) };
+        static KEPT: RefCell<Thread> = RefCell::new(Thread::default());
+    }
+
+    /// A thread's entries, in no order, each with when it was last used, and the index from
+    /// (cache, hash of key) to its place. A hit writes only its entry's use; the least recently
+    /// used is found by a scan, only when a thread that keeps as many as it may opens another
+    /// (a miss: an `openat` and a `pread` besides).
+    #[derive(Default)]
+    struct Thread {
+        entries: Vec<Kept>,
+        index: HashMap<(usize, u64), usize, foldhash::fast::RandomState>,
+        uses: u64,
+        dropped_seen: u64,
     }
 
     struct Kept {
@@ -714,6 +763,11 @@ mod kept {
         cache: Weak<()>,
         key: Box<str>,
         artifact: Artifact,
+        /// What it counts in [`BYTES`].
+        bytes: usize,
+        /// Its place's key in the index, and when it was last used.
+        slot: (usize, u64),
+        used: u64,
     }
 
     impl Kept {
@@ -725,17 +779,62 @@ mod kept {
     impl Drop for Kept {
         fn drop(&mut self) {
             IN_ALL.fetch_sub(1, Ordering::Relaxed);
+            BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+        }
+    }
+
+    impl Thread {
+        /// The index's key: a kept entry holds its cache's token (a `Weak`), so no other cache
+        /// gets its address meanwhile; equal hashes are told apart by [`Kept::is`].
+        fn slot(&self, cache: &Arc<()>, key: &str) -> (usize, u64) {
+            (
+                Arc::as_ptr(cache) as usize,
+                self.index.hasher().hash_one(key),
+            )
+        }
+
+        /// Where entry `key` of `cache` is, if kept.
+        fn find(&self, cache: &Arc<()>, key: &str) -> Option<usize> {
+            let at = *self.index.get(&self.slot(cache, key))?;
+            self.entries[at].is(cache, key).then_some(at)
+        }
+
+        fn remove(&mut self, at: usize) -> Kept {
+            let kept = self.entries.swap_remove(at);
+            if self.index.get(&kept.slot) == Some(&at) {
+                self.index.remove(&kept.slot);
+            }
+            if let Some(moved) = self.entries.get(at) {
+                let last = self.entries.len();
+                if self.index.get(&moved.slot) == Some(&last) {
+                    self.index.insert(moved.slot, at);
+                }
+            }
+            kept
+        }
+
+        fn insert(&mut self, mut kept: Kept) {
+            self.uses += 1;
+            kept.used = self.uses;
+            self.index.insert(kept.slot, self.entries.len());
+            self.entries.push(kept);
+        }
+
+        fn oldest(&self) -> Option<usize> {
+            (self.entries.iter().enumerate())
+                .min_by_key(|(_, k)| k.used)
+                .map(|(at, _)| at)
         }
     }
 
     /// The artifact this thread keeps for entry `key` of `cache`, now the most recently used.
     pub(super) fn get(cache: &Arc<()>, key: &str) -> Option<Artifact> {
         KEPT.try_with(|kept| {
-            let mut kept = kept.borrow_mut();
-            let at = kept.iter().rposition(|k| k.is(cache, key))?;
-            let artifact = kept[at].artifact.clone();
-            kept[at..].rotate_left(1);
-            Some(artifact)
+            let kept = &mut *kept.borrow_mut();
+            let at = kept.find(cache, key)?;
+            kept.uses += 1;
+            kept.entries[at].used = kept.uses;
+            Some(kept.entries[at].artifact.clone())
         })
         .ok()
         .flatten()
@@ -747,44 +846,73 @@ mod kept {
     pub(super) fn keep(cache: &Arc<()>, key: &str, artifact: Artifact) {
         let _ = KEPT.try_with(|kept| {
             let mut kept = kept.borrow_mut();
-            kept.retain(|k| k.cache.strong_count() > 0 && !k.is(cache, key));
-            if kept.len() >= KEPT_PER_THREAD {
-                kept.remove(0);
-            }
-            let reserve = || {
-                IN_ALL
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                        (n < KEPT_IN_ALL).then_some(n + 1)
-                    })
-                    .is_ok()
-            };
-            if !reserve() {
-                // All threads keep as many as they may: this one lets its oldest go instead.
-                if kept.is_empty() {
-                    return;
-                }
-                kept.remove(0);
-                if !reserve() {
-                    return;
+            let dropped = DROPPED.load(Ordering::Relaxed);
+            if kept.dropped_seen != dropped {
+                kept.dropped_seen = dropped;
+                let mut at = kept.entries.len();
+                while at > 0 {
+                    at -= 1;
+                    if kept.entries[at].cache.strong_count() == 0 {
+                        kept.remove(at);
+                    }
                 }
             }
-            kept.push(Kept {
+            if let Some(at) = kept.find(cache, key) {
+                kept.remove(at);
+            }
+            if kept.entries.len() >= per_thread_bound() {
+                let oldest = kept.oldest().expect("not empty");
+                kept.remove(oldest);
+            }
+            let bytes = artifact.memory_bytes();
+            // All threads keep as many (or as much) as they may: this one lets its oldest go
+            // instead, until there is room or it keeps none.
+            while !reserve(bytes) {
+                let Some(oldest) = kept.oldest() else {
+                    return;
+                };
+                kept.remove(oldest);
+            }
+            let slot = kept.slot(cache, key);
+            kept.insert(Kept {
                 cache: Arc::downgrade(cache),
                 key: key.into(),
                 artifact,
+                bytes,
+                slot,
+                used: 0,
             });
         });
     }
 
+    /// Counts one more entry of `bytes` in all, if within the bounds.
+    pub(super) fn reserve(bytes: usize) -> bool {
+        let one_more = |n: usize| (n < in_all_bound()).then_some(n + 1);
+        if (IN_ALL.fetch_update(Ordering::Relaxed, Ordering::Relaxed, one_more)).is_err() {
+            return false;
+        }
+        let more = |b: usize| (b + bytes <= KEPT_BYTES).then_some(b + bytes);
+        if (BYTES.fetch_update(Ordering::Relaxed, Ordering::Relaxed, more)).is_err() {
+            IN_ALL.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
     /// Lets entry `key` of `cache` go, if this thread keeps it.
     pub(super) fn forget(cache: &Arc<()>, key: &str) {
-        let _ = KEPT.try_with(|kept| kept.borrow_mut().retain(|k| !k.is(cache, key)));
+        let _ = KEPT.try_with(|kept| {
+            let mut kept = kept.borrow_mut();
+            if let Some(at) = kept.find(cache, key) {
+                kept.remove(at);
+            }
+        });
     }
 
     /// How many entries this thread keeps, and all threads together.
     #[cfg(test)]
     pub(super) fn counts() -> (usize, usize) {
-        let here = KEPT.with(|kept| kept.borrow().len());
+        let here = KEPT.with(|kept| kept.borrow().entries.len());
         (here, IN_ALL.load(Ordering::Relaxed))
     }
 }
@@ -867,13 +995,13 @@ mod tests {
         drop(again);
     }
 
-    /// Each thread keeps its own (a descriptor of its own), at most [`KEPT_PER_THREAD`], and
+    /// Each thread keeps its own (a descriptor of its own), at most its bound, and
     /// lets a dropped cache's go.
     #[test]
-    fn each_thread_keeps_its_own_few_entries() {
+    fn each_thread_keeps_its_own_entries_up_to_its_bound() {
         let tmp = ephem_test_support::temp_dir();
         let cache = Cache::new(tmp.path(), u64::MAX);
-        let keys: Vec<String> = (0..KEPT_PER_THREAD as i32 + 3)
+        let keys: Vec<String> = (0..kept::per_thread_bound() as i32 + 3)
             .map(|n| stored(&cache, n))
             .collect();
         let file = |key: &str| cache.open(key).unwrap().unwrap().shared_file();
@@ -885,12 +1013,21 @@ mod tests {
                 assert!(Arc::ptr_eq(&there, &file(&keys[0])));
             });
         });
-        for key in &keys {
-            file(key);
-        }
+        let files: Vec<Arc<std::fs::File>> = keys.iter().map(|key| file(key)).collect();
         let (kept, in_all) = kept::counts();
-        assert_eq!(kept, KEPT_PER_THREAD);
-        assert!(in_all <= KEPT_IN_ALL);
+        assert_eq!(kept, kept::per_thread_bound());
+        assert!(in_all <= kept::in_all_bound());
+        // Each of the newest is found again, kept (the file it had), and is its own key's.
+        for (key, was) in keys.iter().zip(&files).skip(keys.len() - kept) {
+            let artifact = cache.open(key).unwrap().unwrap();
+            let source: String = artifact
+                .source()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(&source, key);
+            assert!(Arc::ptr_eq(&artifact.shared_file(), was), "{key} kept");
+        }
         assert!(
             !Arc::ptr_eq(&here, &file(&keys[0])),
             "the oldest was let go"
@@ -906,6 +1043,14 @@ mod tests {
             1,
             "the dropped cache's entries are let go"
         );
+    }
+
+    /// An entry is kept only within the bound on bytes in all, and one that does not fit
+    /// counts nothing.
+    #[test]
+    fn kept_entries_stay_within_the_bytes_bound() {
+        assert!(!kept::reserve(KEPT_BYTES + 1));
+        assert!(kept::in_all_bound() >= 16 && kept::in_all_bound() <= 1024);
     }
 
     /// A disk that is full until something is removed: the first write fails with `ENOSPC`,
