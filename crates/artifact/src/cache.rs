@@ -94,6 +94,8 @@ pub struct Cache {
     /// What the entries each thread keeps open know this cache by; they let it go when it is
     /// dropped (see [`kept`]).
     token: Arc<()>,
+    /// Whether threads keep entries open (see [`Cache::keeping_entries_open`]).
+    keep_open: bool,
 }
 
 impl Drop for Cache {
@@ -157,7 +159,16 @@ impl Cache {
             dir_fd: AtomicI32::new(-1),
             retired: Mutex::default(),
             token: Arc::new(()),
+            keep_open: true,
         }
+    }
+
+    /// Whether threads keep the entries they open open (the default; see the module
+    /// documentation). Off, every open asks the directory and reads the entry: what a workload
+    /// whose modules never repeat pays (`ephem bench fresh --no-entry-reuse`).
+    pub fn keeping_entries_open(mut self, on: bool) -> Cache {
+        self.keep_open = on;
+        self
     }
 
     /// A cache in `dir` whose artifacts are sealed with `key` (a key a fleet shares).
@@ -234,7 +245,7 @@ impl Cache {
     /// is removed and reported as the error, which names it.
     pub fn open(&self, key: &str) -> Result<Option<Artifact>, Error> {
         let sealer = self.artifact_key()?;
-        if let Some(artifact) = self.open_kept(key) {
+        if let Some(artifact) = self.keep_open.then(|| self.open_kept(key)).flatten() {
             return Ok(Some(artifact));
         }
         let opened = self.open_entry(key).and_then(|file| {
@@ -248,7 +259,7 @@ impl Cache {
         let e = match opened {
             Ok(artifact) => {
                 self.touch(&artifact, artifact.accessed());
-                if !artifact.is_snapshot() {
+                if self.keep_open && !artifact.is_snapshot() {
                     kept::keep(&self.token, key, artifact.clone());
                 }
                 return Ok(Some(artifact));
@@ -1043,6 +1054,19 @@ mod tests {
             1,
             "the dropped cache's entries are let go"
         );
+    }
+
+    /// A cache that keeps no entries open reads each entry again on every open.
+    #[test]
+    fn a_cache_keeping_no_entries_open_reads_them_every_time() {
+        let tmp = ephem_test_support::temp_dir();
+        let cache = Cache::new(tmp.path(), u64::MAX).keeping_entries_open(false);
+        let key = stored(&cache, 5);
+        let file = || cache.open(&key).unwrap().unwrap().shared_file();
+        assert!(!Arc::ptr_eq(&file(), &file()), "opened anew");
+        let cache = Cache::new(tmp.path(), u64::MAX);
+        let file = || cache.open(&key).unwrap().unwrap().shared_file();
+        assert!(Arc::ptr_eq(&file(), &file()), "kept by default");
     }
 
     /// An entry is kept only within the bound on bytes in all, and one that does not fit

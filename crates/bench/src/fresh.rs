@@ -488,10 +488,13 @@ pub struct FreshArgs {
     #[arg(long)]
     pub no_image_reuse: bool,
     /// Do not take back code memory that still holds a module's text: every load copies or maps
-    /// its text as if new to the process (with `--no-image-reuse`, a workload whose modules
-    /// never repeat).
+    /// its text as if new to the process (with `--no-image-reuse` and `--no-entry-reuse`, a
+    /// workload whose modules never repeat).
     #[arg(long)]
     pub no_text_reuse: bool,
+    /// Keep no cache entries open: every invocation opens its module's entry and reads it.
+    #[arg(long)]
+    pub no_entry_reuse: bool,
     /// Bytes of each memory slot zeroed in place (kept resident) on reset.
     #[arg(long, value_parser = crate::load::parse_size)]
     pub keep_resident: Option<usize>,
@@ -548,7 +551,7 @@ impl FreshArgs {
 
     /// ephem's cache in the working directory `dir`.
     pub fn cache(&self, dir: &std::path::Path) -> Cache {
-        Cache::new(dir.join("ephem"), u64::MAX)
+        Cache::new(dir.join("ephem"), u64::MAX).keeping_entries_open(!self.no_entry_reuse)
     }
 
     /// Runs the workload on ephem, with the cache in `dir`.
