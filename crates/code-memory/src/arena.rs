@@ -40,7 +40,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use crate::registry;
 use crate::sys::{Mapping, page_size, round_up};
@@ -73,8 +73,9 @@ impl std::hash::Hash for TextId {
     }
 }
 
-/// Without a call: a load compares its id with every free region's and slot's (the derived
-/// comparison calls `memcmp`: 3 % of the samples of loads whose texts are new to their regions).
+/// Without a call: a load compares its id with the regions and slots its thread keeps and every
+/// free slot's (the derived comparison called `memcmp`: 3 % of the samples of loads whose texts
+/// were new to their regions, when free regions were scanned too).
 impl PartialEq for TextId {
     fn eq(&self, other: &TextId) -> bool {
         self.0.iter().zip(&other.0).fold(0, |d, (a, b)| d | (a ^ b)) == 0
@@ -84,7 +85,7 @@ impl PartialEq for TextId {
 /// A region that holds a mapped text; released (not unmapped) on drop.
 #[derive(Debug)]
 pub(crate) struct Region {
-    arena: &'static Arena,
+    arena: &'static Arc<Arena>,
     place: Place,
     class: usize,
 }
@@ -169,11 +170,11 @@ impl Class {
 
 /// Reserved on first use; `None` if the reservation failed (every text then gets a mapping of
 /// its own).
-static ARENA: LazyLock<Option<Arena>> = LazyLock::new(|| {
-    Some(Arena {
+static ARENA: LazyLock<Option<Arc<Arena>>> = LazyLock::new(|| {
+    Some(Arc::new(Arena {
         range: Mapping::reserve(RESERVE).ok()?,
         state: Mutex::default(),
-    })
+    }))
 });
 
 /// Maps `len` bytes of `file` from `offset` (page-aligned) read+execute into a region, or takes
@@ -197,7 +198,7 @@ pub(crate) fn place(
         return Ok(None);
     }
     let class = (shift - MIN_CLASS_SHIFT) as usize;
-    if let Some(place) = id.and_then(|id| near::take(class, id)) {
+    if let Some(place) = id.and_then(|id| near::take(arena, class, id)) {
         return Ok(Some(Region {
             arena,
             place,
@@ -283,7 +284,7 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         registry::clear(self.place.entry);
-        if let Some((class, place)) = near::put(self.class, self.place) {
+        if let Some((class, place)) = near::put(self.arena, self.class, self.place) {
             self.arena.release(class, place);
         }
     }
@@ -299,6 +300,12 @@ impl Arena {
     }
 }
 
+impl crate::near::Pool<(usize, Place)> for Arena {
+    fn take_back(&self, (class, place): (usize, Place)) {
+        self.release(class, place);
+    }
+}
+
 /// The regions each thread released last, in front of the free lists: a thread that loads the
 /// same texts again takes their regions back without the arena's lock (two threads scaled
 /// 1.83–1.89× taking turns at it on every load, 1.87–1.91× with kept regions: BENCHMARKS.md,
@@ -307,54 +314,38 @@ impl Arena {
 /// to the lists when it keeps newer ones, or exits.
 mod near {
     use std::cell::RefCell;
+    use std::sync::Arc;
 
-    use super::{ARENA, Place, TextId};
+    use super::{Arena, Place, TextId};
+    use crate::near::Kept;
 
     /// Regions a thread keeps.
     const PER_THREAD: usize = 8;
 
-    /// `(class, place)`, least recently released first; released to the lists on thread exit.
-    struct Kept(Vec<(usize, Place)>);
-
-    impl Drop for Kept {
-        fn drop(&mut self) {
-            if let Some(arena) = ARENA.as_ref() {
-                for (class, place) in self.0.drain(..) {
-                    arena.release(class, place);
-                }
-            }
-        }
-    }
-
     thread_local! {
-        static NEAR: RefCell<Kept> = const { RefCell::new(Kept(Vec::new())) };
+        /// `(class, place)`; given back to the lists on thread exit.
+        static NEAR: RefCell<Kept<Arena, (usize, Place)>> = const { RefCell::new(Kept::new()) };
     }
 
     /// The region of class `class` this thread keeps that holds text `id`.
-    pub(super) fn take(class: usize, id: TextId) -> Option<Place> {
-        NEAR.try_with(|near| {
-            let kept = &mut near.borrow_mut().0;
-            let at = (kept.iter()).rposition(|(c, p)| *c == class && p.holds == Some(id))?;
-            Some(kept.remove(at).1)
-        })
-        .ok()
-        .flatten()
+    pub(super) fn take(arena: &Arena, class: usize, id: TextId) -> Option<Place> {
+        let wanted = |(c, p): &(usize, Place)| *c == class && p.holds == Some(id);
+        let taken = NEAR.try_with(|near| near.borrow_mut().take(arena, wanted));
+        Some(taken.ok()??.1)
     }
 
     /// Keeps a released region that holds a known text; returns what goes to the lists: the
     /// region itself (no known text, or the thread is exiting) or the oldest one kept.
-    pub(super) fn put(class: usize, place: Place) -> Option<(usize, Place)> {
+    pub(super) fn put(arena: &Arc<Arena>, class: usize, place: Place) -> Option<(usize, Place)> {
         if place.holds.is_none() {
             return Some((class, place));
         }
-        let mut out = Some((class, place));
-        let _ = NEAR.try_with(|near| {
-            let kept = &mut near.borrow_mut().0;
-            let oldest = (kept.len() >= PER_THREAD).then(|| kept.remove(0));
-            kept.extend(out.take());
-            out = oldest;
+        let mut region = Some((class, place));
+        let evicted = NEAR.try_with(|near| {
+            let region = region.take()?;
+            near.borrow_mut().put(arena, region, PER_THREAD, PER_THREAD)
         });
-        out
+        region.or(evicted.ok().flatten().and_then(|e| e.of(arena)))
     }
 }
 
