@@ -884,13 +884,13 @@ impl Artifact {
         self.0.accessed
     }
 
-    /// Whether this was read from a sealed copy of a file that others could change: a copy
-    /// whose identity no directory entry holds.
     /// The bytes it holds in memory: its header, metadata and segment data.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.0.front.capacity()
     }
 
+    /// Whether this was read from a sealed copy of a file that others could change: a copy
+    /// whose identity no directory entry holds.
     pub(crate) fn is_snapshot(&self) -> bool {
         self.0.snapshot
     }
