@@ -317,7 +317,7 @@ mod near {
     use std::sync::Arc;
 
     use super::{Arena, Place, TextId};
-    use crate::near::Kept;
+    use crate::near::{Kept, keep, with};
 
     /// Regions a thread keeps.
     const PER_THREAD: usize = 8;
@@ -330,8 +330,7 @@ mod near {
     /// The region of class `class` this thread keeps that holds text `id`.
     pub(super) fn take(arena: &Arena, class: usize, id: TextId) -> Option<Place> {
         let wanted = |(c, p): &(usize, Place)| *c == class && p.holds == Some(id);
-        let taken = NEAR.try_with(|near| near.borrow_mut().take(arena, wanted));
-        Some(taken.ok()??.1)
+        Some(with(&NEAR, |kept| kept.take(arena, wanted))??.1)
     }
 
     /// Keeps a released region that holds a known text; returns what goes to the lists: the
@@ -340,12 +339,7 @@ mod near {
         if place.holds.is_none() {
             return Some((class, place));
         }
-        let mut region = Some((class, place));
-        let evicted = NEAR.try_with(|near| {
-            let region = region.take()?;
-            near.borrow_mut().put(arena, region, PER_THREAD, PER_THREAD)
-        });
-        region.or(evicted.ok().flatten().and_then(|e| e.of(arena)))
+        keep(&NEAR, arena, (class, place), PER_THREAD, PER_THREAD)
     }
 }
 

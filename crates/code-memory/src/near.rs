@@ -7,7 +7,9 @@
 //! a slot whose pool is gone is dropped. When the thread exits, each slot goes back to its pool
 //! ([`Pool::take_back`]).
 
+use std::cell::RefCell;
 use std::sync::{Arc, Weak};
+use std::thread::LocalKey;
 
 /// A pool whose slots threads keep.
 pub trait Pool<S> {
@@ -102,6 +104,33 @@ impl<P: Pool<S>, S> Kept<P, S> {
         self.slots.retain(|(p, _)| !is(p, pool));
         self.spare.take_if(|weak| is(weak, pool));
     }
+}
+
+/// A user's thread-local of kept slots.
+pub type Local<P, S> = LocalKey<RefCell<Kept<P, S>>>;
+
+/// Runs `f` on this thread's kept slots in `local`; `None` while the thread exits.
+pub fn with<P: Pool<S>, S, R>(
+    local: &'static Local<P, S>,
+    f: impl FnOnce(&mut Kept<P, S>) -> R,
+) -> Option<R> {
+    local.try_with(|kept| f(&mut kept.borrow_mut())).ok()
+}
+
+/// Keeps `slot` of `pool` in this thread's `local`, up to `max` of that pool and `all` in all
+/// (see [`Kept::put`]). Returns the slot of `pool` that goes to its list: `slot` itself (at a
+/// zero bound, or while the thread exits) or the one it evicted; an evicted slot of another
+/// pool goes back to that pool here, outside the borrow of `local`.
+pub fn keep<P: Pool<S>, S>(
+    local: &'static Local<P, S>,
+    pool: &Arc<P>,
+    slot: S,
+    max: usize,
+    all: usize,
+) -> Option<S> {
+    let mut slot = Some(slot);
+    let evicted = with(local, |kept| kept.put(pool, slot.take()?, max, all));
+    slot.or(evicted.flatten().and_then(|e| e.of(pool)))
 }
 
 impl<P: Pool<S>, S> Default for Kept<P, S> {

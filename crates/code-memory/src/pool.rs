@@ -544,7 +544,7 @@ mod near {
     use std::sync::Arc;
 
     use super::{Inner, Slot};
-    use crate::near::Kept;
+    use crate::near::{Kept, keep, with};
 
     /// Slots a thread keeps, of all pools together.
     pub(super) const PER_THREAD: usize = 8;
@@ -553,23 +553,19 @@ mod near {
         static NEAR: RefCell<Kept<Inner, Slot>> = const { RefCell::new(Kept::new()) };
     }
 
-    fn with<R>(f: impl FnOnce(&mut Kept<Inner, Slot>) -> R) -> Option<R> {
-        NEAR.try_with(|near| f(&mut near.borrow_mut())).ok()
-    }
-
     /// This thread's most recently released slot of `pool` that `wanted` accepts.
     pub(super) fn take(pool: &Inner, wanted: impl Fn(&Slot) -> bool) -> Option<Slot> {
-        with(|kept| kept.take(pool, wanted)).flatten()
+        with(&NEAR, |kept| kept.take(pool, wanted)).flatten()
     }
 
     /// This thread's least recently released slot of `pool`.
     pub(super) fn take_oldest(pool: &Inner) -> Option<Slot> {
-        with(|kept| kept.take_oldest(pool)).flatten()
+        with(&NEAR, |kept| kept.take_oldest(pool)).flatten()
     }
 
     /// How many slots of `pool` this thread keeps.
     pub(super) fn count(pool: &Inner) -> usize {
-        with(|kept| kept.count(pool)).unwrap_or(0)
+        with(&NEAR, |kept| kept.count(pool)).unwrap_or(0)
     }
 
     /// Keeps `slot` of `pool` if it holds a known text; returns the slot of `pool` that goes
@@ -578,8 +574,6 @@ mod near {
         if slot.holds.is_none() {
             return Some(slot);
         }
-        let mut slot = Some(slot);
-        let evicted = with(|kept| kept.put(pool, slot.take()?, PER_THREAD, PER_THREAD));
-        slot.or(evicted.flatten().and_then(|e| e.of(pool)))
+        keep(&NEAR, pool, slot, PER_THREAD, PER_THREAD)
     }
 }

@@ -246,11 +246,13 @@ impl Engine {
         &self.inner.memories
     }
 
-    /// Whether a text of `len` bytes is mapped from its file rather than copied.
+    /// Whether loads take back code memory that still holds their text (see
+    /// [`EngineConfig::reuse_texts`]).
     pub(crate) fn reuses_texts(&self) -> bool {
         self.inner.reuse_texts
     }
 
+    /// Whether a text of `len` bytes is mapped from its file rather than copied.
     pub(crate) fn maps_text(&self, len: usize) -> bool {
         len >= self.inner.map_text_at
     }

@@ -1253,12 +1253,13 @@ impl Trap {
         let module = unsafe { &*(site.at.tag as *const ModuleInner) };
         let offset = (site.at.pc - site.at.code_start) as u32;
         let artifact = &module.artifact;
-        // Signal 0: a host function failed (the site is its adapter's call, not a trap).
-        let kind = match site.signal {
-            _ if site.raised.is_some() => site.raised.expect("checked"),
-            0 => TrapKind::HostError,
-            crate::interrupt::INTERRUPT => TrapKind::Interrupted,
-            signal => artifact.trap_at(offset).unwrap_or(match signal {
+        // Raised: generated code named the kind. Signal 0: a host function failed (the site is
+        // its adapter's call, not a trap).
+        let kind = match (site.raised, site.signal) {
+            (Some(kind), _) => kind,
+            (None, 0) => TrapKind::HostError,
+            (None, crate::interrupt::INTERRUPT) => TrapKind::Interrupted,
+            (None, signal) => artifact.trap_at(offset).unwrap_or(match signal {
                 libc::SIGSEGV => TrapKind::MemoryOutOfBounds,
                 libc::SIGFPE => TrapKind::IntegerDivisionByZero,
                 _ => TrapKind::Unreachable,

@@ -924,7 +924,7 @@ mod near {
     use std::cell::RefCell;
     use std::sync::Arc;
 
-    use ephem_code_memory::near::Kept;
+    use ephem_code_memory::near::{Kept, keep, with};
 
     use super::{MemoryPool, Slot};
 
@@ -935,38 +935,32 @@ mod near {
         static NEAR: RefCell<Kept<MemoryPool, Slot>> = const { RefCell::new(Kept::new()) };
     }
 
-    fn with<R>(f: impl FnOnce(&mut Kept<MemoryPool, Slot>) -> R) -> Option<R> {
-        NEAR.try_with(|near| f(&mut near.borrow_mut())).ok()
-    }
-
     /// This thread's most recently reset slot of `pool` that `wanted` accepts.
     pub fn take(pool: &MemoryPool, wanted: impl Fn(&Slot) -> bool) -> Option<Slot> {
-        with(|kept| kept.take(pool, wanted)).flatten()
+        with(&NEAR, |kept| kept.take(pool, wanted)).flatten()
     }
 
     /// This thread's least recently reset slot of `pool`.
     pub fn take_oldest(pool: &MemoryPool) -> Option<Slot> {
-        with(|kept| kept.take_oldest(pool)).flatten()
+        with(&NEAR, |kept| kept.take_oldest(pool)).flatten()
     }
 
     /// How many slots of `pool` this thread keeps.
     pub fn count(pool: &MemoryPool) -> usize {
-        with(|kept| kept.count(pool)).unwrap_or(0)
+        with(&NEAR, |kept| kept.count(pool)).unwrap_or(0)
     }
 
     /// Keeps `slot` (reset) for `pool`, up to `max` of that pool and [`PER_THREAD`] in all.
-    /// Returns the slot of `pool` that no longer fits, for the pool's list: `slot` itself, or
-    /// the oldest one kept (one of another pool goes to that pool's list).
+    /// Returns the slot of `pool` that no longer fits, for the pool's list: `slot` itself
+    /// (also during thread exit), or the oldest one kept (one of another pool goes to that
+    /// pool's list).
     pub fn put(pool: &Arc<MemoryPool>, slot: Slot, max: usize) -> Option<Slot> {
-        let mut slot = Some(slot);
-        // During thread exit, the slot goes to the list.
-        let evicted = with(|kept| kept.put(pool, slot.take()?, max, PER_THREAD));
-        slot.or(evicted.flatten().and_then(|e| e.of(pool)))
+        keep(&NEAR, pool, slot, max, PER_THREAD)
     }
 
     /// Drops this thread's slots of `pool` (and its reference to it).
     pub fn forget(pool: &MemoryPool) {
-        with(|kept| kept.forget(pool));
+        with(&NEAR, |kept| kept.forget(pool));
     }
 }
 
