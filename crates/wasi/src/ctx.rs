@@ -24,6 +24,13 @@ pub(crate) struct Fixed {
     pub(crate) stdin: Input,
 }
 
+impl Fixed {
+    /// Standard input: a context's own (`own`), else this template's.
+    pub(crate) fn stdin_or<'a>(&'a self, own: &'a Option<Input>) -> &'a Input {
+        own.as_ref().unwrap_or(&self.stdin)
+    }
+}
+
 /// NUL-terminated strings back to back, as `args_get` and `environ_get` hand them out.
 #[derive(Clone, Default)]
 pub(crate) struct Strings {
@@ -393,7 +400,7 @@ impl WasiCtx {
 
     /// Where standard input comes from: this context's own, else the template's.
     pub(crate) fn stdin(&self) -> &Input {
-        self.stdin.as_ref().unwrap_or(&self.fixed.stdin)
+        self.fixed.stdin_or(&self.stdin)
     }
 
     /// Feeds these bytes to the guest as standard input, from the start.

@@ -308,7 +308,7 @@ impl WasiCtx {
             stdin_pos,
             ..
         } = self;
-        let stdin = stdin.as_ref().unwrap_or(&fixed.stdin);
+        let stdin = fixed.stdin_or(stdin);
         let entry = lookup(fds, fd, needed)?;
         match (&entry.desc, at) {
             (Desc::Stdin, Some(_)) => Err(Errno::SPIPE),
