@@ -40,9 +40,14 @@ impl Sample {
 /// calls under [`Bounds`].
 pub fn engine(bounded: bool) -> anyhow::Result<wasmtime::Engine> {
     let mut pool = wasmtime::PoolingAllocationConfig::default();
+    // Room for real modules: WebAssembly 2.0 allows several tables (wasm-bindgen's output has
+    // a funcref and an externref table), and Rust programs' funcref tables pass the default
+    // of 20 000 elements (Biome's has 21 752); the pool's defaults are one table of that size.
     pool.total_memories(64)
         .total_tables(64)
-        .total_core_instances(64);
+        .total_core_instances(64)
+        .max_tables_per_module(8)
+        .table_elements(1 << 17);
     let mut config = wasmtime::Config::new();
     config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
     config.consume_fuel(bounded).epoch_interruption(bounded);

@@ -42,3 +42,31 @@ fn both_runtimes_are_measured_and_compared() {
         "{ratio} vs {expected}"
     );
 }
+
+/// The shape of wasm-bindgen's output with reference types: an `externref` table beside a
+/// funcref table of more than 20 000 elements (wasmtime's pooling defaults refuse both, and
+/// `externref` needs its `gc` feature). Both runtimes must run it.
+#[test]
+fn a_module_with_an_externref_table_and_a_large_funcref_table_is_compared() {
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path();
+    let module = dir.join("bindgen.wat");
+    std::fs::write(
+        &module,
+        r#"(module (table 21752 funcref) (table $refs 4 externref) (memory 1)
+                   (func (export "run") (result i32) (table.size $refs)))"#,
+    )
+    .unwrap();
+    let lines = ephem_test_support::json_lines(
+        Command::new(env!("CARGO_BIN_EXE_fresh-vs-wasmtime"))
+            .args(["--json", "--invoke", "run", "--invocations", "5", "--dir"])
+            .arg(dir.join("work"))
+            .arg(&module),
+    );
+    for runtime in ["ephem", "wasmtime"] {
+        assert!(
+            lines.iter().any(|l| l["runtime"] == runtime && l["module"] == "bindgen.wat"),
+            "no {runtime} line in {lines:?}"
+        );
+    }
+}
