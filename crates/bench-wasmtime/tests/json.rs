@@ -65,7 +65,9 @@ fn a_module_with_an_externref_table_and_a_large_funcref_table_is_compared() {
     );
     for runtime in ["ephem", "wasmtime"] {
         assert!(
-            lines.iter().any(|l| l["runtime"] == runtime && l["module"] == "bindgen.wat"),
+            lines
+                .iter()
+                .any(|l| l["runtime"] == runtime && l["module"] == "bindgen.wat"),
             "no {runtime} line in {lines:?}"
         );
     }
