@@ -28,6 +28,18 @@
 //! When the memory is dropped its slot is reset before anything else can take it, so nothing
 //! one instance wrote is visible to the next.
 //!
+//! # Growth
+//! Growing opens the new pages with `mprotect`, and the slot's reset closes them again so that the
+//! next memory traps there. Closing them makes the kernel flush the other cores' TLBs while it holds
+//! `mmap_lock`. A module that grows its memory in every call (most Rust modules do, on their
+//! first allocation) therefore costs two system calls per call, and a shootdown on a busy
+//! multi-threaded host: two threads ran such modules at 0.6× one (BENCHMARKS.md, sixteenth
+//! pass). The alternatives measured there lost:
+//! - leaving the slot grown needs bounds checks in the code, which cost about 10 % of compute;
+//! - discarding the pages instead makes the next grow fault them in again.
+//!
+//! Protection keys could close pages per thread without the kernel; they are not used yet.
+//!
 //! # Write marks
 //! Before each slot's base lie [`ephem_module::MARKS_BEFORE`] bytes of *write marks*, a byte
 //! per host page, which generated code sets when it stores into the page (see
