@@ -47,6 +47,12 @@ fn main() -> anyhow::Result<()> {
              --write-marks on,off` measures what the marks save"
         );
     }
+    if args.bounds_checks.len() != 1 {
+        anyhow::bail!(
+            "the comparison with wasmtime runs one kind of ephem code: `--bounds-checks on` or \
+             `off`; `ephem bench fresh --bounds-checks on,off` compares the two"
+        );
+    }
     let (dir, _temporary) = args.work_dir()?;
 
     // ephem.
@@ -57,8 +63,7 @@ fn main() -> anyhow::Result<()> {
         &cache,
         &args.files,
         args.call(),
-        &args.metering,
-        &args.write_marks,
+        &args.codes(),
     )?;
 
     // wasmtime, over the same modules.

@@ -57,6 +57,42 @@ pub enum WriteMarks {
     Off,
 }
 
+/// Whether code is compiled with bounds checks (`bench fresh --bounds-checks`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoundsChecks {
+    On,
+    Off,
+}
+
+/// How a subject's code is compiled: its metering, write marks and bounds checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Code {
+    pub metering: Metering,
+    pub write_marks: bool,
+    pub bounds_checks: bool,
+}
+
+/// Every combination of the settings given, in order (the compilations a run interleaves).
+pub fn codes(
+    meterings: &[Metering],
+    write_marks: &[WriteMarks],
+    bounds_checks: &[BoundsChecks],
+) -> Vec<Code> {
+    let mut codes = Vec::new();
+    for &metering in meterings {
+        for &marks in write_marks {
+            for &checks in bounds_checks {
+                codes.push(Code {
+                    metering,
+                    write_marks: marks == WriteMarks::On,
+                    bounds_checks: checks == BoundsChecks::On,
+                });
+            }
+        }
+    }
+    codes
+}
+
 /// A module of the workload, compiled into the cache.
 #[derive(Clone, Debug)]
 pub struct Subject {
@@ -71,6 +107,8 @@ pub struct Subject {
     pub metering: Metering,
     /// Whether its code sets write marks (see `Compiler::without_write_marks`).
     pub write_marks: bool,
+    /// Whether its code checks bounds (see `Compiler::with_bounds_checks`).
+    pub bounds_checks: bool,
 }
 
 impl Subject {
@@ -85,9 +123,13 @@ impl Subject {
             Metering::Off => label,
             m => format!("{label} [{}]", m.name()),
         };
-        match self.write_marks {
+        let label = match self.write_marks {
             true => label,
             false => format!("{label} [no marks]"),
+        };
+        match self.bounds_checks {
+            true => format!("{label} [checks]"),
+            false => label,
         }
     }
 }
@@ -157,15 +199,18 @@ pub fn default_export(module: &Module) -> Option<String> {
 /// Compiles every file into `cache` (if not there yet) for `metering`, and picks the export
 /// each calls.
 pub fn prepare(
-    (metering, write_marks): (Metering, bool),
+    code: Code,
     engine: &Engine,
     cache: &Cache,
     files: &[PathBuf],
     call: Call<'_>,
 ) -> anyhow::Result<Vec<Subject>> {
-    let mut compiler = metering.compiler()?;
-    if !write_marks {
+    let mut compiler = code.metering.compiler()?;
+    if !code.write_marks {
         compiler = compiler.without_write_marks();
+    }
+    if code.bounds_checks {
+        compiler = compiler.with_bounds_checks();
     }
     let compiler = &compiler;
     files
@@ -193,8 +238,9 @@ pub fn prepare(
                 key: Cache::key(&wasm, &compiler.fingerprint()),
                 text_bytes: module.artifact().text_len(),
                 artifact_bytes: module.artifact().file_len(),
-                metering,
-                write_marks,
+                metering: code.metering,
+                write_marks: code.write_marks,
+                bounds_checks: code.bounds_checks,
             })
         })
         .collect()
@@ -294,15 +340,11 @@ impl<'a> Workload<'a> {
         cache: &'a Cache,
         files: &[PathBuf],
         call: Call<'_>,
-        meterings: &[Metering],
-        write_marks: &[WriteMarks],
+        codes: &[Code],
     ) -> anyhow::Result<Workload<'a>> {
         let mut subjects = Vec::new();
-        for &m in meterings {
-            for &marks in write_marks {
-                let code = (m, marks == WriteMarks::On);
-                subjects.extend(prepare(code, engine, cache, files, call)?);
-            }
+        for &code in codes {
+            subjects.extend(prepare(code, engine, cache, files, call)?);
         }
         let mut hosts = Vec::new();
         for s in &subjects {
@@ -340,11 +382,11 @@ pub fn measure(
     cache: &Cache,
     files: &[PathBuf],
     call: Call<'_>,
-    (meterings, write_marks): (&[Metering], &[WriteMarks]),
+    codes: &[Code],
     invocations: usize,
     threads: usize,
 ) -> anyhow::Result<Results> {
-    let work = Workload::prepare(engine, cache, files, call, meterings, write_marks)?;
+    let work = Workload::prepare(engine, cache, files, call, codes)?;
     let n = work.subjects.len();
     let mut samples = vec![Vec::with_capacity(invocations); n];
     let mut picker = Picker::new(0x5eed);
@@ -469,6 +511,11 @@ pub struct FreshArgs {
     /// comma-separated): what the marks save on the fresh path.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
     pub write_marks: Vec<WriteMarks>,
+    /// Run the modules compiled with bounds checks, without, or both, interleaved (`on`,
+    /// `off`; comma-separated): what a memory that grows without a system call saves, and what
+    /// the checks cost (see `Compiler::with_bounds_checks`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    pub bounds_checks: Vec<BoundsChecks>,
     /// Also run the invocations on this many threads at once, over one engine and one cache,
     /// and report throughput against one thread.
     #[arg(long, default_value_t = 1)]
@@ -549,6 +596,11 @@ impl FreshArgs {
         }
     }
 
+    /// The compilations the run interleaves.
+    pub fn codes(&self) -> Vec<Code> {
+        codes(&self.metering, &self.write_marks, &self.bounds_checks)
+    }
+
     /// ephem's cache in the working directory `dir`.
     pub fn cache(&self, dir: &std::path::Path) -> Cache {
         Cache::new(dir.join("ephem"), u64::MAX).keeping_entries_open(!self.no_entry_reuse)
@@ -563,7 +615,7 @@ impl FreshArgs {
             &cache,
             &self.files,
             self.call(),
-            (&self.metering, &self.write_marks),
+            &self.codes(),
             self.invocations,
             self.threads,
         )
@@ -618,6 +670,7 @@ pub fn run(args: FreshArgs) -> anyhow::Result<()> {
                     "export": subject.export,
                     "metering": subject.metering.name(),
                     "write_marks": subject.write_marks,
+                    "bounds_checks": subject.bounds_checks,
                     "median_ns": median.as_nanos() as u64,
                     "p90_ns": p90.as_nanos() as u64,
                     "invocations": samples.len(),

@@ -130,6 +130,11 @@ pub struct ImageArgs {
     /// instance's memory (it reads the memory, or asks the kernel, instead).
     #[arg(long)]
     no_write_marks: bool,
+    /// Compile every memory access with a comparison against the memory's length: about 10 %
+    /// slower compute, but a module that grows its memory in every call grows and is torn
+    /// down without a system call (and scales across threads).
+    #[arg(long)]
+    bounds_checks: bool,
 }
 
 impl ImageArgs {
@@ -139,6 +144,9 @@ impl ImageArgs {
         }
         if self.no_write_marks {
             compiler = compiler.without_write_marks();
+        }
+        if self.bounds_checks {
+            compiler = compiler.with_bounds_checks();
         }
         compiler
     }

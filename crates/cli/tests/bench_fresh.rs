@@ -85,6 +85,26 @@ fn bench_fresh_measures_with_and_without_write_marks() {
     assert_eq!(artifacts_in(&tmp.path().join("work/ephem")), 2);
 }
 
+/// `--bounds-checks on,off`: each module compiled both ways, each running a call that grows
+/// its memory on every invocation (the case the checks are for).
+#[test]
+fn bench_fresh_measures_with_and_without_bounds_checks() {
+    let tmp = temp_dir();
+    let lines = run_each_way(
+        tmp.path(),
+        r#"(module (memory 1 2) (func (export "run") (result i32)
+             (drop (memory.grow (i32.const 1)))
+             (i32.store (i32.const 65536) (i32.const 7)) (i32.load (i32.const 65536))))"#,
+        &["--bounds-checks", "on,off"],
+    );
+    let checks: Vec<bool> = lines
+        .iter()
+        .map(|l| l["bounds_checks"].as_bool().unwrap())
+        .collect();
+    assert_eq!(checks, [true, false]);
+    assert_eq!(artifacts_in(&tmp.path().join("work/ephem")), 2);
+}
+
 /// `ephem bench fresh --json` of the module `wat` (its export `run`, 10 invocations) with
 /// `flags`, its cache in `dir/work`: the lines, each checked to have run every invocation to
 /// its end.

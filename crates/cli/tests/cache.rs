@@ -84,6 +84,32 @@ fn concurrent_processes_fill_the_cache_with_one_whole_entry() {
     assert!(cleared.contains("removed 1"), "{cleared}");
 }
 
+/// `--bounds-checks` reaches the compiler: the artifact differs from the plain one (its code
+/// and its key's fingerprint), and runs.
+#[test]
+fn compile_with_bounds_checks_writes_other_code_that_runs() {
+    let tmp = ephem_test_support::temp_dir();
+    let dir = tmp.path().to_path_buf();
+    let cache = dir.join("cache");
+    let module = big_module(&dir);
+    let (plain, checked) = (dir.join("plain.ephem"), dir.join("checked.ephem"));
+    compile(&cache, &module, &plain, &[]);
+    compile(&cache, &module, &checked, &["--bounds-checks"]);
+    assert_ne!(
+        std::fs::read(&plain).unwrap(),
+        std::fs::read(&checked).unwrap()
+    );
+    let run = |artifact: &Path| {
+        ok(ephem(
+            &cache,
+            &["run", artifact.to_str().unwrap(), "--invoke", "main"],
+        )
+        .output()
+        .unwrap())
+    };
+    assert_eq!(run(&checked), "441\n");
+}
+
 #[test]
 fn compile_writes_an_artifact_that_run_accepts() {
     let tmp = ephem_test_support::temp_dir();

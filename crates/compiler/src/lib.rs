@@ -63,6 +63,8 @@ pub struct Compiler {
     proposals: Proposals,
     /// See [`Compiler::without_write_marks`].
     write_marks: bool,
+    /// See [`Compiler::with_bounds_checks`].
+    bounds_checks: bool,
 }
 
 /// The WebAssembly 3.0 features a compiler accepts beyond WebAssembly 2.0 (which includes
@@ -162,6 +164,7 @@ impl Compiler {
             max_image_bytes: ephem_module::DEFAULT_MAX_IMAGE_BYTES,
             proposals: Proposals::ALL,
             write_marks: true,
+            bounds_checks: false,
         })
     }
 
@@ -171,6 +174,20 @@ impl Compiler {
     /// them, long-running compute is faster and each instance's teardown slower.
     pub fn without_write_marks(mut self) -> Compiler {
         self.write_marks = false;
+        self
+    }
+
+    /// This compiler, comparing every memory access with the memory's current length: an
+    /// access past it traps by the comparison, not by a fault. A memory that only such code
+    /// reaches then grows and is torn down without a system call: its slot keeps the pages it
+    /// grew into, as the next memory finds them (zeroed), instead of closing them again, which
+    /// makes the kernel flush every core's TLB. That pays for modules whose calls grow their
+    /// memory (most Rust modules: their allocator grows it on its first allocation), most on
+    /// many threads: two threads ran them at 0.6× one thread without checks. The comparisons cost
+    /// about 10 % of compute (geometric mean over Sightglass; up to 38 %). See BENCHMARKS.md,
+    /// sixteenth pass.
+    pub fn with_bounds_checks(mut self) -> Compiler {
+        self.bounds_checks = true;
         self
     }
 
@@ -219,7 +236,7 @@ impl Compiler {
     /// and settings).
     pub fn fingerprint(&self) -> String {
         format!(
-            "{} {} {} fuel={} max_image={} proposals={:?} write_marks={}",
+            "{} {} {} fuel={} max_image={} proposals={:?} write_marks={} bounds_checks={}",
             self.isa().triple(),
             self.isa().flags(),
             self.isa()
@@ -231,7 +248,8 @@ impl Compiler {
             self.fuel.map_or("off", |(name, _)| name),
             self.max_image_bytes,
             self.proposals,
-            self.write_marks
+            self.write_marks,
+            self.bounds_checks
         )
     }
 
@@ -257,6 +275,7 @@ impl Compiler {
         let mut parsed = parse::parse(&bytes, self.proposals)?;
         parsed.info.metered = self.fuel.is_some();
         parsed.info.marks_writes = self.write_marks;
+        parsed.info.checks_bounds = self.bounds_checks;
         let layout = ephem_module::FuncrefLayout::of(&parsed.info);
         let offsets = VmOffsets::new(&parsed.info, layout.slots(parsed.info.imported_funcs));
         let env = translate::Env {

@@ -103,6 +103,24 @@ fn spec_passes_with_fuel_metering() {
     );
 }
 
+/// Code that checks bounds (`Compiler::with_bounds_checks`) in memory slots that keep the
+/// pages earlier memories grew into (the suite grows many): every access past a memory's length
+/// must trap by the comparison alone. Also metered: a failed check raises its trap through a
+/// builtin call, which passes the fuel.
+#[test]
+fn spec_passes_with_bounds_checks() {
+    run_suites(
+        || new_compiler().with_bounds_checks(),
+        &Engine::default(),
+        Loading::Normal,
+    );
+    run_suites(
+        || new_compiler().with_bounds_checks().with_fuel(),
+        &Engine::default(),
+        Loading::Normal,
+    );
+}
+
 /// Deadlines stop wasm with a signal (`SIGURG`) that must do nothing unless its call is past
 /// its deadline: here the thread running the suite gets one every 50 µs, wherever it is (in
 /// wasm, in a host function, in a system call), and every assertion must still pass.

@@ -413,6 +413,11 @@ pub struct ModuleInfo {
     /// Whether the code sets write marks (see [`MARK_SHIFT`]); without them, a memory it
     /// writes is reset by reading it.
     pub marks_writes: bool,
+    /// Whether the code compares every memory access with the memory's current length
+    /// (`VmMemory::length`) instead of relying on the inaccessible pages past it alone; a memory
+    /// that only such code reaches may keep pages past its length accessible (see the
+    /// runtime's `memory` module).
+    pub checks_bounds: bool,
     /// Set when the start function ran at compile time: the memories, data segments and
     /// global initialisers describe the state it left, and instantiation does not run it.
     pub snapshot: Option<StartSnapshot>,

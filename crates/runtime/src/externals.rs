@@ -89,7 +89,7 @@ impl Memory {
         // SAFETY: as above: `raw` is this store's, and its data is not borrowed.
         unsafe { admit_memory(store, raw, ty)? };
         let no_image: Option<&crate::instance::ArtifactImage<'_>> = None;
-        let memory = LinearMemory::pooled(store.engine(), ty, no_image)?;
+        let memory = LinearMemory::pooled(store.engine(), ty, no_image, false)?;
         Ok(Memory(store.push_memory(memory)))
     }
 

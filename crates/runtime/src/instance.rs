@@ -638,6 +638,13 @@ pub(crate) unsafe fn instantiate(
     unsafe { store.admit_instance(store_ptr)? };
     store.admits_code(info.metered)?;
 
+    // Code that relies on faults alone must not find pages accessible past a memory's length.
+    if !info.checks_bounds {
+        for &mem in &memories {
+            store.memories[mem as usize].tighten()?;
+        }
+    }
+
     // Imported memories this module has an image for: claimed now, before anything can
     // expose them, so that an untouched one can take the image as it is.
     let mut claimed = Claimed::new();
@@ -666,14 +673,16 @@ pub(crate) unsafe fn instantiate(
             let ty = native(ty);
             // SAFETY: as above.
             let admitted = unsafe { admit_memory(store, store_ptr, ty) };
-            let memory =
-                match admitted.and_then(|()| LinearMemory::pooled(&m.engine, ty, image.as_ref())) {
-                    Ok(memory) => memory,
-                    Err(e) => {
-                        unclaim(store, &mut claimed);
-                        return Err(e);
-                    }
-                };
+            let loose = info.checks_bounds;
+            let memory = match admitted
+                .and_then(|()| LinearMemory::pooled(&m.engine, ty, image.as_ref(), loose))
+            {
+                Ok(memory) => memory,
+                Err(e) => {
+                    unclaim(store, &mut claimed);
+                    return Err(e);
+                }
+            };
             let index = store.push_memory(memory).index;
             if image.is_some() {
                 claimed.push((index, store.memories[index as usize].claim(), i));

@@ -534,7 +534,8 @@ unsafe fn fresh(
             // SAFETY: per the contract.
             unsafe { crate::instance::admit_memory(store, raw, *ty)? };
             let image = ArtifactImage::of(module.artifact(), import.index);
-            let memory = LinearMemory::pooled(module.engine(), *ty, image.as_ref())?;
+            let loose = module.artifact().info().checks_bounds;
+            let memory = LinearMemory::pooled(module.engine(), *ty, image.as_ref(), loose)?;
             Extern::Memory(Memory(store.push_memory(memory)))
         }
         ImportKind::Table(ty) => {

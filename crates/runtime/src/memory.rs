@@ -7,8 +7,8 @@
 //!
 //! # Invariant
 //! Exactly `[base, base + length)` is readable and writable; the rest of the reservation is
-//! inaccessible. Every path below (new slot, reused slot, growth) keeps this true before any
-//! wasm runs.
+//! inaccessible (but see loose memories, below). Every path below (new slot, reused slot,
+//! growth) keeps this true before any wasm runs.
 //!
 //! # Pooled slots and images
 //! Memories that instances define (and those the embedder makes with [`crate::Memory::new`]) come
@@ -28,17 +28,24 @@
 //! When the memory is dropped its slot is reset before anything else can take it, so nothing
 //! one instance wrote is visible to the next.
 //!
-//! # Growth
+//! # Growth, and loose memories
 //! Growing opens the new pages with `mprotect`, and the slot's reset closes them again so that the
 //! next memory traps there. Closing them makes the kernel flush the other cores' TLBs while it holds
 //! `mmap_lock`. A module that grows its memory in every call (most Rust modules do, on their
 //! first allocation) therefore costs two system calls per call, and a shootdown on a busy
 //! multi-threaded host: two threads ran such modules at 0.6× one (BENCHMARKS.md, sixteenth
-//! pass). The alternatives measured there lost:
-//! - leaving the slot grown needs bounds checks in the code, which cost about 10 % of compute;
-//! - discarding the pages instead makes the next grow fault them in again.
+//! pass). Discarding the pages instead makes the next grow fault them in again, which lost too.
 //!
-//! Protection keys could close pages per thread without the kernel; they are not used yet.
+//! Code compiled with bounds checks (`ModuleInfo::checks_bounds`) compares every access with
+//! the memory's length, so a memory that only such code reaches is *loose*: its slot may have
+//! more pages accessible than the memory has, all of them zero past its length. A loose memory
+//! takes a slot with at least its size accessible, grows without a system call within it, and
+//! gives it back grown. The invariant above is then `[base, base + length)` accessible, and
+//! everything past the slot's accessible part inaccessible. A memory stops being loose (it is
+//! *tightened*, its slot shrunk to its length) when code without checks imports it; a memory the
+//! embedder makes is never loose. The checks cost about 10 % of compute, so they are the
+//! embedder's choice (`Compiler::with_bounds_checks`). Protection keys could close pages per
+//! thread without the kernel; they are not used yet.
 //!
 //! # Write marks
 //! Before each slot's base lie [`ephem_module::MARKS_BEFORE`] bytes of *write marks*, a byte
@@ -1010,11 +1017,17 @@ impl MemoryPool {
         }
     }
 
-    fn take(&self, len: usize, image: Option<MappedImage>) -> Result<Slot, crate::Error> {
-        // Without image reuse, no idle slot's image is wanted: any of the size fits.
+    fn take(
+        &self,
+        len: usize,
+        image: Option<MappedImage>,
+        loose: bool,
+    ) -> Result<Slot, crate::Error> {
+        // Without image reuse, no idle slot's image is wanted: any of the size fits. A loose
+        // memory fits any slot with at least its size accessible.
         let reuse = self.config.reuse_images;
-        let exact = |s: &Slot| s.accessible == len && (!reuse || s.image == image);
-        let sized = |s: &Slot| s.accessible == len;
+        let sized = |s: &Slot| s.accessible == len || (loose && s.accessible > len);
+        let exact = |s: &Slot| sized(s) && (!reuse || s.image == image);
         if let Some(slot) = near::take(self, exact) {
             return Ok(slot);
         }
@@ -1044,16 +1057,17 @@ impl MemoryPool {
         }
     }
 
-    /// Takes back the slot of a memory that started at `initial` bytes: reset, then shrunk
-    /// back to that size if it grew, so that the next memory of its kind finds it with its
-    /// size and image (one `mprotect`, instead of replacing the image and faulting it in).
-    fn give_back(self: &Arc<Self>, mut slot: Slot, initial: usize, marked: bool) {
+    /// Takes back the slot of a memory that started at `initial` bytes: reset, then, unless
+    /// the memory was loose, shrunk back to that size if it grew, so that the next memory of
+    /// its kind finds it with its size and image (one `mprotect`, instead of replacing the
+    /// image and faulting it in).
+    fn give_back(self: &Arc<Self>, mut slot: Slot, initial: usize, marked: bool, loose: bool) {
         // If it cannot be reset, the slot is dropped (unmapped). The reset comes first: pages
         // made inaccessible keep whatever they hold.
         let max = self.config.max_idle_slots;
         if max == 0
             || slot.reset(&self.config, marked).is_err()
-            || slot.set_accessible(initial.min(slot.accessible)).is_err()
+            || (!loose && slot.set_accessible(initial.min(slot.accessible)).is_err())
         {
             return;
         }
@@ -1100,6 +1114,9 @@ pub struct LinearMemory {
     /// and the runtime's own do; the host's through [`LinearMemory::bytes`] or the base do
     /// not, and the reset then reads the memory (or the page map) instead.
     marked: Cell<bool>,
+    /// Whether only code that checks bounds reaches the memory, so that its slot may have
+    /// pages accessible past its length (see the module documentation).
+    loose: Cell<bool>,
 }
 
 /// What an instance found when it claimed a memory it initialises from an image
@@ -1114,11 +1131,13 @@ pub(crate) enum Claim {
 
 impl LinearMemory {
     /// An untouched memory in a slot of `engine`'s pool; preferably one where `image`, the
-    /// image it is meant to take, is already mapped.
+    /// image it is meant to take, is already mapped. `loose`: only code that checks bounds
+    /// will reach it (see the module documentation).
     pub(crate) fn pooled(
         engine: &crate::Engine,
         ty: MemoryType,
         image: Option<&impl ImageSource>,
+        loose: bool,
     ) -> Result<LinearMemory, crate::Error> {
         let pool = engine.memory_pool();
         let len = ty.min as usize * PAGE as usize;
@@ -1131,16 +1150,17 @@ impl LinearMemory {
         }
         let made = (|| {
             let want = image.and_then(|image| pool.config.mapping(image));
-            let mut slot = pool.take(len, want)?;
+            let mut slot = pool.take(len, want, loose)?;
             // An image outside the new size could not be replaced later.
             if slot.accessible != len
+                && slot.image != want
                 && let Err(e) = slot.unmap_image()
             {
                 return Err(crate::Error::Limit(format!(
                     "cannot reset a memory slot: {e}"
                 )));
             }
-            LinearMemory::with_slot(ty, slot, engine.borrow())
+            LinearMemory::with_slot(ty, slot, engine.borrow(), loose)
         })();
         if made.is_err() {
             pool.release_bytes(len);
@@ -1157,6 +1177,7 @@ impl LinearMemory {
         ty: MemoryType,
         mut slot: Slot,
         engine: crate::Engine,
+        loose: bool,
     ) -> Result<LinearMemory, crate::Error> {
         if ty.min > ty.max.unwrap_or(MAX_PAGES).min(MAX_PAGES) {
             return Err(crate::Error::Limit(format!(
@@ -1165,7 +1186,8 @@ impl LinearMemory {
             )));
         }
         let len = ty.min as usize * PAGE as usize;
-        slot.set_accessible(len).map_err(|e| {
+        let accessible = if loose { len.max(slot.accessible) } else { len };
+        slot.set_accessible(accessible).map_err(|e| {
             crate::Error::Limit(format!(
                 "cannot allocate {} pages of linear memory: {e}",
                 ty.min
@@ -1181,7 +1203,21 @@ impl LinearMemory {
             engine,
             untouched: Cell::new(true),
             marked: Cell::new(true),
+            loose: Cell::new(loose),
         })
+    }
+
+    /// Makes the memory strict for code that does not check bounds: its slot's pages past its
+    /// length become inaccessible (see the module documentation). Once strict, it stays so.
+    pub(crate) fn tighten(&self) -> Result<(), crate::Error> {
+        if !self.loose.replace(false) {
+            return Ok(());
+        }
+        let mut slot = self.slot.borrow_mut();
+        let slot = slot.as_mut().expect("a live memory has its slot");
+        // Nothing of an image lies past the length: it was taken for this memory's size.
+        slot.set_accessible(self.len())
+            .map_err(|e| crate::Error::Limit(format!("cannot shrink a memory slot: {e}")))
     }
 
     /// Ends the untouched state before anything can read or write the bytes: an idle image
@@ -1392,16 +1428,14 @@ impl LinearMemory {
                 return None;
             }
             let release = || self.pool().release_bytes(bytes);
-            // SAFETY: the range lies inside our reservation, past the accessible pages.
-            unsafe {
-                rustix::mm::mprotect(
-                    self.raw_base().add(start).cast(),
-                    bytes,
-                    MprotectFlags::READ | MprotectFlags::WRITE,
-                )
+            let mut slot = self.slot.borrow_mut();
+            let slot = slot.as_mut().expect("a live memory has its slot");
+            // A loose memory's slot may have the pages accessible (and zero) already.
+            if slot.accessible < start + bytes {
+                slot.set_accessible(start + bytes)
+                    .inspect_err(|_| release())
+                    .ok()?;
             }
-            .inspect_err(|_| release())
-            .ok()?;
             // SAFETY: only this memory's owners write its definition, never concurrently.
             unsafe { (*self.def.get()).length = new as u64 * PAGE };
         }
@@ -1462,17 +1496,16 @@ impl LinearMemory {
 
 impl Drop for LinearMemory {
     fn drop(&mut self) {
-        let Some(mut slot) = self.slot.get_mut().take() else {
+        let Some(slot) = self.slot.get_mut().take() else {
             return;
         };
-        // Growth changed the accessible length behind the slot's back; record it.
-        slot.accessible = self.len();
         let pool = self.pool();
         pool.release_bytes(self.len());
         pool.give_back(
             slot,
             self.ty.min as usize * PAGE as usize,
             self.marked.get(),
+            self.loose.get(),
         );
     }
 }

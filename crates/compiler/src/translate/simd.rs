@@ -144,10 +144,16 @@ impl Translator<'_, '_> {
         b.ins().iadd_pairwise(low, high)
     }
 
-    /// A memory access's address; the vector operand (of lane loads and stores) is popped first.
-    fn lane_access(&mut self, m: wasmparser::MemArg, ty: Type) -> (Value, super::Access) {
+    /// A memory access of `size` bytes; the vector operand (of lane loads and stores) is
+    /// popped first.
+    fn lane_access(
+        &mut self,
+        m: wasmparser::MemArg,
+        ty: Type,
+        size: u32,
+    ) -> (Value, super::Access) {
         let v = self.vpop(ty);
-        let a = self.access(memory_index(&m), m.offset);
+        let a = self.access(memory_index(&m), m.offset, size);
         (v, a)
     }
 
@@ -156,12 +162,12 @@ impl Translator<'_, '_> {
         use Operator as O;
         match *op {
             O::V128Load { memarg } => {
-                let addr = self.address(memory_index(&memarg), memarg.offset);
+                let addr = self.address(memory_index(&memarg), memarg.offset, 16);
                 let v = self.b.ins().load(I8X16, vheap(), addr, 0);
                 self.push(v);
             }
             O::V128Store { memarg } => {
-                let (v, a) = self.lane_access(memarg, I8X16);
+                let (v, a) = self.lane_access(memarg, I8X16, 16);
                 self.b.ins().store(vheap(), v, a.addr, 0);
                 self.mark_written(&a);
             }
@@ -171,7 +177,7 @@ impl Translator<'_, '_> {
             | O::V128Load16x4U { memarg }
             | O::V128Load32x2S { memarg }
             | O::V128Load32x2U { memarg } => {
-                let addr = self.address(memory_index(&memarg), memarg.offset);
+                let addr = self.address(memory_index(&memarg), memarg.offset, 8);
                 let ins = self.b.ins();
                 let v = match *op {
                     O::V128Load8x8S { .. } => ins.sload8x8(vheap(), addr, 0),
@@ -193,7 +199,7 @@ impl Translator<'_, '_> {
                     O::V128Load32Splat { .. } => (I32, I32X4),
                     _ => (I64, I64X2),
                 };
-                let addr = self.address(memory_index(&memarg), memarg.offset);
+                let addr = self.address(memory_index(&memarg), memarg.offset, scalar.bytes());
                 let x = self.b.ins().load(scalar, vheap(), addr, 0);
                 let v = self.b.ins().splat(vector, x);
                 self.push(v);
@@ -203,7 +209,7 @@ impl Translator<'_, '_> {
                     O::V128Load32Zero { .. } => (I32, I32X4),
                     _ => (I64, I64X2),
                 };
-                let addr = self.address(memory_index(&memarg), memarg.offset);
+                let addr = self.address(memory_index(&memarg), memarg.offset, scalar.bytes());
                 let x = self.b.ins().load(scalar, vheap(), addr, 0);
                 let v = self.b.ins().scalar_to_vector(vector, x);
                 self.push(v);
@@ -218,7 +224,7 @@ impl Translator<'_, '_> {
                     O::V128Load32Lane { .. } => (I32, I32X4),
                     _ => (I64, I64X2),
                 };
-                let (v, a) = self.lane_access(memarg, vector);
+                let (v, a) = self.lane_access(memarg, vector, vector.lane_type().bytes());
                 let x = self.b.ins().load(scalar, vheap(), a.addr, 0);
                 let v = self.b.ins().insertlane(v, x, lane);
                 self.push(v);
@@ -233,7 +239,7 @@ impl Translator<'_, '_> {
                     O::V128Store32Lane { .. } => I32X4,
                     _ => I64X2,
                 };
-                let (v, a) = self.lane_access(memarg, vector);
+                let (v, a) = self.lane_access(memarg, vector, vector.lane_type().bytes());
                 let x = self.b.ins().extractlane(v, lane);
                 self.b.ins().store(vheap(), x, a.addr, 0);
                 self.mark_written(&a);

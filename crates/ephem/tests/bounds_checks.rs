@@ -1,0 +1,210 @@
+//! Code compiled with bounds checks (`Compiler::with_bounds_checks`) and the loose memories it
+//! allows: a slot keeps the pages its memory grew into, so every access past a memory's length
+//! must be caught by the comparison alone, and code without checks must never be handed a
+//! memory with pages accessible past its length.
+
+use ephem::{Compiler, Engine, EngineConfig, Instance, MemoryConfig, Module, Store, TrapKind, Val};
+
+/// An engine whose pool keeps one idle memory slot, so that each new memory takes the slot the
+/// last one gave back.
+fn one_slot_engine() -> Engine {
+    Engine::with_config(EngineConfig {
+        memory: MemoryConfig {
+            max_idle_slots: 1,
+            ..MemoryConfig::default()
+        },
+        ..EngineConfig::default()
+    })
+    .unwrap()
+}
+
+/// Every kind of memory access: its name, the bytes it reaches, and the body of a function
+/// `(param i32)` that makes it at that address.
+fn accesses() -> Vec<(&'static str, u32, String)> {
+    let load = |ty: &str, op: &str| format!("(drop ({ty}.{op} (local.get 0)))");
+    let store = |ty: &str, op: &str, value: &str| format!("({ty}.{op} (local.get 0) ({value}))");
+    let v = "v128.const i64x2 0 0";
+    let mut all = vec![
+        ("i32.load", 4, load("i32", "load")),
+        ("i64.load", 8, load("i64", "load")),
+        ("f32.load", 4, load("f32", "load")),
+        ("f64.load", 8, load("f64", "load")),
+        ("i32.load8_u", 1, load("i32", "load8_u")),
+        ("i32.load16_s", 2, load("i32", "load16_s")),
+        ("i64.load8_s", 1, load("i64", "load8_s")),
+        ("i64.load16_u", 2, load("i64", "load16_u")),
+        ("i64.load32_s", 4, load("i64", "load32_s")),
+        ("i64.load32_u", 4, load("i64", "load32_u")),
+        ("i32.store", 4, store("i32", "store", "i32.const 1")),
+        ("i64.store", 8, store("i64", "store", "i64.const 1")),
+        ("f32.store", 4, store("f32", "store", "f32.const 1")),
+        ("f64.store", 8, store("f64", "store", "f64.const 1")),
+        ("i32.store8", 1, store("i32", "store8", "i32.const 1")),
+        ("i32.store16", 2, store("i32", "store16", "i32.const 1")),
+        ("i64.store8", 1, store("i64", "store8", "i64.const 1")),
+        ("i64.store16", 2, store("i64", "store16", "i64.const 1")),
+        ("i64.store32", 4, store("i64", "store32", "i64.const 1")),
+        ("v128.load", 16, load("v128", "load")),
+        ("v128.load8x8_s", 8, load("v128", "load8x8_s")),
+        ("v128.load32x2_u", 8, load("v128", "load32x2_u")),
+        ("v128.load8_splat", 1, load("v128", "load8_splat")),
+        ("v128.load16_splat", 2, load("v128", "load16_splat")),
+        ("v128.load32_splat", 4, load("v128", "load32_splat")),
+        ("v128.load64_splat", 8, load("v128", "load64_splat")),
+        ("v128.load32_zero", 4, load("v128", "load32_zero")),
+        ("v128.load64_zero", 8, load("v128", "load64_zero")),
+        ("v128.store", 16, store("v128", "store", v)),
+    ];
+    for (bits, bytes) in [(8, 1u32), (16, 2), (32, 4), (64, 8)] {
+        all.push((
+            [
+                "v128.load8_lane",
+                "v128.load16_lane",
+                "v128.load32_lane",
+                "v128.load64_lane",
+            ][bytes.trailing_zeros() as usize],
+            bytes,
+            format!("(drop (v128.load{bits}_lane 0 (local.get 0) ({v})))"),
+        ));
+        all.push((
+            [
+                "v128.store8_lane",
+                "v128.store16_lane",
+                "v128.store32_lane",
+                "v128.store64_lane",
+            ][bytes.trailing_zeros() as usize],
+            bytes,
+            format!("(v128.store{bits}_lane 0 (local.get 0) ({v}))"),
+        ));
+    }
+    all
+}
+
+/// A module with a one-page memory that may grow to three, a function per access kind,
+/// `grow`, and `poke`, which stores a byte.
+fn module_text() -> String {
+    let mut wat = String::from(
+        r#"(module (memory (export "mem") 1 3)
+        (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0)))
+        (func (export "poke") (param i32 i32) (i32.store8 (local.get 0) (local.get 1)))
+        (func (export "peek") (param i32) (result i32) (i32.load8_u (local.get 0)))"#,
+    );
+    for (name, _, body) in accesses() {
+        wat.push_str(&format!("\n(func (export \"{name}\") (param i32) {body})"));
+    }
+    wat.push(')');
+    wat
+}
+
+/// Calls export `name`; its `i32` result, if it has one.
+fn call(
+    store: &mut Store<()>,
+    instance: &Instance,
+    name: &str,
+    args: &[Val],
+) -> Result<Option<i32>, ephem::Error> {
+    let func = instance.get_func(&mut *store, name).unwrap();
+    let mut results: Vec<Val> = func
+        .ty(&*store)
+        .results
+        .iter()
+        .map(|&t| Val::default_for(t))
+        .collect();
+    func.call(store, args, &mut results)?;
+    Ok(match results[..] {
+        [Val::I32(v)] => Some(v),
+        _ => None,
+    })
+}
+
+/// Grows a memory of `module` to three pages and writes into the grown pages, so that the
+/// slot it gives back has them accessible (and, before its reset, not zero).
+fn leave_the_slot_grown(engine: &Engine, module: &Module) {
+    let mut store = Store::new(engine, ());
+    let instance = Instance::new(&mut store, module, &[]).unwrap();
+    assert_eq!(
+        call(&mut store, &instance, "grow", &[Val::I32(2)]).unwrap(),
+        Some(1)
+    );
+    for at in [65536, 2 * 65536 + 100, 3 * 65536 - 1] {
+        call(
+            &mut store,
+            &instance,
+            "poke",
+            &[Val::I32(at), Val::I32(0x5e)],
+        )
+        .unwrap();
+    }
+}
+
+/// In a slot whose pages past the memory's length are accessible, every access kind still
+/// traps exactly when it ends past the length, and pages grown into again read as zeros.
+#[test]
+fn checked_accesses_past_the_length_trap_in_a_slot_left_grown() {
+    let engine = one_slot_engine();
+    let compiler = Compiler::new().unwrap().with_bounds_checks();
+    let module = ephem::compile_with(&compiler, &engine, module_text().as_bytes()).unwrap();
+    for (name, bytes, _) in accesses() {
+        leave_the_slot_grown(&engine, &module);
+        let mut store = Store::new(&engine, ());
+        let instance = Instance::new(&mut store, &module, &[]).unwrap();
+        let last = 65536 - bytes as i32;
+        call(&mut store, &instance, name, &[Val::I32(last)])
+            .unwrap_or_else(|e| panic!("{name} at {last}: {e}"));
+        for at in [last + 1, 65536, 2 * 65536] {
+            let e = call(&mut store, &instance, name, &[Val::I32(at)])
+                .expect_err(&format!("{name} at {at} must trap"));
+            assert_eq!(
+                e.trap().map(|t| t.kind),
+                Some(TrapKind::MemoryOutOfBounds),
+                "{name} at {at}: {e}"
+            );
+        }
+        assert_eq!(
+            call(&mut store, &instance, "grow", &[Val::I32(2)]).unwrap(),
+            Some(1)
+        );
+        for at in [65536, 2 * 65536 + 100, 3 * 65536 - 1] {
+            assert_eq!(
+                call(&mut store, &instance, "peek", &[Val::I32(at)]).unwrap(),
+                Some(0),
+                "byte {at} of the last memory in the slot"
+            );
+        }
+    }
+}
+
+/// A memory that checked code made, in a slot left grown, is imported by code without checks:
+/// its pages past its length become inaccessible first, so that code's access there traps.
+#[test]
+fn a_loose_memory_is_tightened_for_code_without_checks() {
+    let engine = one_slot_engine();
+    let checked = Compiler::new().unwrap().with_bounds_checks();
+    let module = ephem::compile_with(&checked, &engine, module_text().as_bytes()).unwrap();
+    let importer = ephem::compile(
+        &engine,
+        br#"(module (import "env" "mem" (memory 1))
+            (func (export "peek") (param i32) (result i32) (i32.load8_u (local.get 0))))"#,
+    )
+    .unwrap();
+    leave_the_slot_grown(&engine, &module);
+    let mut store = Store::new(&engine, ());
+    let exporter = Instance::new(&mut store, &module, &[]).unwrap();
+    let memory = exporter.get_memory(&mut store, "mem").unwrap();
+    let plain = Instance::new(&mut store, &importer, &[memory.into()]).unwrap();
+    let e = call(&mut store, &plain, "peek", &[Val::I32(65536)]).expect_err("must trap");
+    assert_eq!(e.trap().map(|t| t.kind), Some(TrapKind::MemoryOutOfBounds));
+    // Both still work within the length, and growth opens the page for both.
+    assert_eq!(
+        call(&mut store, &plain, "peek", &[Val::I32(65535)]).unwrap(),
+        Some(0)
+    );
+    assert_eq!(
+        call(&mut store, &exporter, "grow", &[Val::I32(1)]).unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        call(&mut store, &plain, "peek", &[Val::I32(65536)]).unwrap(),
+        Some(0)
+    );
+}
