@@ -29,12 +29,12 @@ fn little() -> MemFlagsData {
     MemFlagsData::new().with_endianness(Endianness::Little)
 }
 
-/// Memory access flags for a `v128` load or store.
-fn vheap() -> MemFlagsData {
-    heap().with_endianness(Endianness::Little)
-}
-
 impl Translator<'_, '_> {
+    /// Memory access flags for a `v128` load or store.
+    fn vheap(&self) -> MemFlagsData {
+        self.heap().with_endianness(Endianness::Little)
+    }
+
     /// `v` as a vector of type `ty`.
     fn lanes(&mut self, v: Value, ty: Type) -> Value {
         if self.b.func.dfg.value_type(v) == ty {
@@ -163,12 +163,14 @@ impl Translator<'_, '_> {
         match *op {
             O::V128Load { memarg } => {
                 let addr = self.address(memory_index(&memarg), memarg.offset, 16);
-                let v = self.b.ins().load(I8X16, vheap(), addr, 0);
+                let flags = self.vheap();
+                let v = self.b.ins().load(I8X16, flags, addr, 0);
                 self.push(v);
             }
             O::V128Store { memarg } => {
                 let (v, a) = self.lane_access(memarg, I8X16, 16);
-                self.b.ins().store(vheap(), v, a.addr, 0);
+                let flags = self.vheap();
+                self.b.ins().store(flags, v, a.addr, 0);
                 self.mark_written(&a);
             }
             O::V128Load8x8S { memarg }
@@ -178,14 +180,15 @@ impl Translator<'_, '_> {
             | O::V128Load32x2S { memarg }
             | O::V128Load32x2U { memarg } => {
                 let addr = self.address(memory_index(&memarg), memarg.offset, 8);
+                let flags = self.vheap();
                 let ins = self.b.ins();
                 let v = match *op {
-                    O::V128Load8x8S { .. } => ins.sload8x8(vheap(), addr, 0),
-                    O::V128Load8x8U { .. } => ins.uload8x8(vheap(), addr, 0),
-                    O::V128Load16x4S { .. } => ins.sload16x4(vheap(), addr, 0),
-                    O::V128Load16x4U { .. } => ins.uload16x4(vheap(), addr, 0),
-                    O::V128Load32x2S { .. } => ins.sload32x2(vheap(), addr, 0),
-                    _ => ins.uload32x2(vheap(), addr, 0),
+                    O::V128Load8x8S { .. } => ins.sload8x8(flags, addr, 0),
+                    O::V128Load8x8U { .. } => ins.uload8x8(flags, addr, 0),
+                    O::V128Load16x4S { .. } => ins.sload16x4(flags, addr, 0),
+                    O::V128Load16x4U { .. } => ins.uload16x4(flags, addr, 0),
+                    O::V128Load32x2S { .. } => ins.sload32x2(flags, addr, 0),
+                    _ => ins.uload32x2(flags, addr, 0),
                 };
                 self.push(v);
             }
@@ -200,7 +203,8 @@ impl Translator<'_, '_> {
                     _ => (I64, I64X2),
                 };
                 let addr = self.address(memory_index(&memarg), memarg.offset, scalar.bytes());
-                let x = self.b.ins().load(scalar, vheap(), addr, 0);
+                let flags = self.vheap();
+                let x = self.b.ins().load(scalar, flags, addr, 0);
                 let v = self.b.ins().splat(vector, x);
                 self.push(v);
             }
@@ -210,7 +214,8 @@ impl Translator<'_, '_> {
                     _ => (I64, I64X2),
                 };
                 let addr = self.address(memory_index(&memarg), memarg.offset, scalar.bytes());
-                let x = self.b.ins().load(scalar, vheap(), addr, 0);
+                let flags = self.vheap();
+                let x = self.b.ins().load(scalar, flags, addr, 0);
                 let v = self.b.ins().scalar_to_vector(vector, x);
                 self.push(v);
             }
@@ -225,7 +230,8 @@ impl Translator<'_, '_> {
                     _ => (I64, I64X2),
                 };
                 let (v, a) = self.lane_access(memarg, vector, vector.lane_type().bytes());
-                let x = self.b.ins().load(scalar, vheap(), a.addr, 0);
+                let flags = self.vheap();
+                let x = self.b.ins().load(scalar, flags, a.addr, 0);
                 let v = self.b.ins().insertlane(v, x, lane);
                 self.push(v);
             }
@@ -241,7 +247,8 @@ impl Translator<'_, '_> {
                 };
                 let (v, a) = self.lane_access(memarg, vector, vector.lane_type().bytes());
                 let x = self.b.ins().extractlane(v, lane);
-                self.b.ins().store(vheap(), x, a.addr, 0);
+                let flags = self.vheap();
+                self.b.ins().store(flags, x, a.addr, 0);
                 self.mark_written(&a);
             }
             O::V128Const { value } => {
