@@ -130,7 +130,7 @@ pub struct ImageArgs {
     /// instance's memory (it reads the memory, or asks the kernel, instead).
     #[arg(long)]
     no_write_marks: bool,
-    /// Compile every memory access with a comparison against the memory's length: about 10 %
+    /// Compile every memory access with a comparison against the memory's length: 7–8 %
     /// slower compute, but a module that grows its memory in every call grows and is torn
     /// down without a system call (and scales across threads).
     #[arg(long)]

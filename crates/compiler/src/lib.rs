@@ -184,7 +184,7 @@ impl Compiler {
     /// makes the kernel flush every core's TLB. That pays for modules whose calls grow their
     /// memory (most Rust modules: their allocator grows it on its first allocation), most on
     /// many threads: two threads ran them at 0.6× one thread without checks. The comparisons cost
-    /// about 10 % of compute (geometric mean over Sightglass; up to 38 %). See BENCHMARKS.md,
+    /// 7–8 % of compute (geometric mean over Sightglass; up to 40 %). See BENCHMARKS.md,
     /// sixteenth pass.
     pub fn with_bounds_checks(mut self) -> Compiler {
         self.bounds_checks = true;
