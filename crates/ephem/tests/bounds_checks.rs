@@ -3,7 +3,10 @@
 //! must be caught by the comparison alone, and code without checks must never be handed a
 //! memory with pages accessible past its length.
 
-use ephem::{Compiler, Engine, EngineConfig, Instance, MemoryConfig, Module, Store, TrapKind, Val};
+use ephem::{
+    Compiler, Engine, EngineConfig, Instance, MemoryConfig, Module, Store, TrapKind, WasmParams,
+    WasmResults,
+};
 
 /// An engine whose pool keeps one idle memory slot, so that each new memory takes the slot the
 /// last one gave back.
@@ -96,25 +99,15 @@ fn module_text() -> String {
     wat
 }
 
-/// Calls export `name`; its `i32` result, if it has one.
-fn call(
+/// Calls export `name` of `instance`, of type `(param P) (result R)`.
+fn call<P: WasmParams, R: WasmResults>(
     store: &mut Store<()>,
     instance: &Instance,
     name: &str,
-    args: &[Val],
-) -> Result<Option<i32>, ephem::Error> {
-    let func = instance.get_func(&mut *store, name).unwrap();
-    let mut results: Vec<Val> = func
-        .ty(&*store)
-        .results
-        .iter()
-        .map(|&t| Val::default_for(t))
-        .collect();
-    func.call(store, args, &mut results)?;
-    Ok(match results[..] {
-        [Val::I32(v)] => Some(v),
-        _ => None,
-    })
+    params: P,
+) -> Result<R, ephem::Error> {
+    let func = instance.get_typed_func::<P, R>(&mut *store, name)?;
+    func.call(store, params)
 }
 
 /// Grows a memory of `module` to three pages and writes into the grown pages, so that the
@@ -123,17 +116,11 @@ fn leave_the_slot_grown(engine: &Engine, module: &Module) {
     let mut store = Store::new(engine, ());
     let instance = Instance::new(&mut store, module, &[]).unwrap();
     assert_eq!(
-        call(&mut store, &instance, "grow", &[Val::I32(2)]).unwrap(),
-        Some(1)
+        call::<i32, i32>(&mut store, &instance, "grow", 2).unwrap(),
+        1
     );
     for at in [65536, 2 * 65536 + 100, 3 * 65536 - 1] {
-        call(
-            &mut store,
-            &instance,
-            "poke",
-            &[Val::I32(at), Val::I32(0x5e)],
-        )
-        .unwrap();
+        call::<(i32, i32), ()>(&mut store, &instance, "poke", (at, 0x5e)).unwrap();
     }
 }
 
@@ -149,10 +136,10 @@ fn checked_accesses_past_the_length_trap_in_a_slot_left_grown() {
         let mut store = Store::new(&engine, ());
         let instance = Instance::new(&mut store, &module, &[]).unwrap();
         let last = 65536 - bytes as i32;
-        call(&mut store, &instance, name, &[Val::I32(last)])
+        call::<i32, ()>(&mut store, &instance, name, last)
             .unwrap_or_else(|e| panic!("{name} at {last}: {e}"));
         for at in [last + 1, 65536, 2 * 65536] {
-            let e = call(&mut store, &instance, name, &[Val::I32(at)])
+            let e = call::<i32, ()>(&mut store, &instance, name, at)
                 .expect_err(&format!("{name} at {at} must trap"));
             assert_eq!(
                 e.trap().map(|t| t.kind),
@@ -161,13 +148,13 @@ fn checked_accesses_past_the_length_trap_in_a_slot_left_grown() {
             );
         }
         assert_eq!(
-            call(&mut store, &instance, "grow", &[Val::I32(2)]).unwrap(),
-            Some(1)
+            call::<i32, i32>(&mut store, &instance, "grow", 2).unwrap(),
+            1
         );
         for at in [65536, 2 * 65536 + 100, 3 * 65536 - 1] {
             assert_eq!(
-                call(&mut store, &instance, "peek", &[Val::I32(at)]).unwrap(),
-                Some(0),
+                call::<i32, i32>(&mut store, &instance, "peek", at).unwrap(),
+                0,
                 "byte {at} of the last memory in the slot"
             );
         }
@@ -192,19 +179,14 @@ fn a_loose_memory_is_tightened_for_code_without_checks() {
     let exporter = Instance::new(&mut store, &module, &[]).unwrap();
     let memory = exporter.get_memory(&mut store, "mem").unwrap();
     let plain = Instance::new(&mut store, &importer, &[memory.into()]).unwrap();
-    let e = call(&mut store, &plain, "peek", &[Val::I32(65536)]).expect_err("must trap");
+    let peek = |store: &mut Store<()>, at| call::<i32, i32>(store, &plain, "peek", at);
+    let e = peek(&mut store, 65536).expect_err("must trap");
     assert_eq!(e.trap().map(|t| t.kind), Some(TrapKind::MemoryOutOfBounds));
     // Both still work within the length, and growth opens the page for both.
+    assert_eq!(peek(&mut store, 65535).unwrap(), 0);
     assert_eq!(
-        call(&mut store, &plain, "peek", &[Val::I32(65535)]).unwrap(),
-        Some(0)
+        call::<i32, i32>(&mut store, &exporter, "grow", 1).unwrap(),
+        1
     );
-    assert_eq!(
-        call(&mut store, &exporter, "grow", &[Val::I32(1)]).unwrap(),
-        Some(1)
-    );
-    assert_eq!(
-        call(&mut store, &plain, "peek", &[Val::I32(65536)]).unwrap(),
-        Some(0)
-    );
+    assert_eq!(peek(&mut store, 65536).unwrap(), 0);
 }

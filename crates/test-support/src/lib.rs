@@ -67,6 +67,28 @@ pub fn assert_no_growth(
     );
 }
 
+/// Asserts that `run` (which says whether its result was right) makes no system call once
+/// warm: it runs 100 times here (signal handlers, the thread's stack bounds, pools, the heap),
+/// then 1 000 times in a forked child under seccomp's strict mode, which any other system
+/// call than `read`, `write` and `exit` kills.
+///
+/// # Safety
+/// As for [`under_seccomp`]: the test binary runs only this test, and `run` does not unwind
+/// when it succeeds.
+pub unsafe fn assert_no_system_call(run: impl Fn() -> bool) {
+    for _ in 0..100 {
+        assert!(run(), "wrong result while warming up");
+    }
+    // SAFETY: per the contract.
+    let status = unsafe { under_seccomp(|| if (0..1000).all(|_| run()) { 0 } else { 1 }) };
+    assert!(
+        libc::WIFEXITED(status),
+        "the child made a system call (killed by signal {})",
+        libc::WTERMSIG(status)
+    );
+    assert_eq!(libc::WEXITSTATUS(status), 0, "wrong results");
+}
+
 /// Runs `child` in a forked copy of this process under seccomp's strict mode, where any system
 /// call but `read`, `write` and `exit` kills it; the child exits with `child`'s result. Returns
 /// the child's wait status (see `libc::WIFEXITED` and friends); exit code 3 means strict mode
