@@ -190,3 +190,22 @@ fn a_loose_memory_is_tightened_for_code_without_checks() {
     );
     assert_eq!(peek(&mut store, 65536).unwrap(), 0);
 }
+
+/// Code without checks that takes a slot a loose memory left grown finds exactly its own
+/// pages accessible.
+#[test]
+fn a_slot_left_grown_is_shrunk_for_code_without_checks() {
+    let engine = one_slot_engine();
+    let checked = Compiler::new().unwrap().with_bounds_checks();
+    let module = ephem::compile_with(&checked, &engine, module_text().as_bytes()).unwrap();
+    let plain = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    leave_the_slot_grown(&engine, &module);
+    let mut store = Store::new(&engine, ());
+    let instance = Instance::new(&mut store, &plain, &[]).unwrap();
+    assert_eq!(
+        call::<i32, i32>(&mut store, &instance, "peek", 65535).unwrap(),
+        0
+    );
+    let e = call::<i32, i32>(&mut store, &instance, "peek", 65536).expect_err("must trap");
+    assert_eq!(e.trap().map(|t| t.kind), Some(TrapKind::MemoryOutOfBounds));
+}
