@@ -72,6 +72,20 @@ pub struct Code {
     pub bounds_checks: bool,
 }
 
+impl Code {
+    /// The compiler of this code.
+    pub fn compiler(self) -> anyhow::Result<ephem::Compiler> {
+        let mut compiler = self.metering.compiler()?;
+        if !self.write_marks {
+            compiler = compiler.without_write_marks();
+        }
+        if self.bounds_checks {
+            compiler = compiler.with_bounds_checks();
+        }
+        Ok(compiler)
+    }
+}
+
 /// Every combination of the settings given, in order (the compilations a run interleaves).
 pub fn codes(
     meterings: &[Metering],
@@ -103,12 +117,8 @@ pub struct Subject {
     pub key: String,
     pub text_bytes: usize,
     pub artifact_bytes: u64,
-    /// What its code was compiled with and its stores are given.
-    pub metering: Metering,
-    /// Whether its code sets write marks (see `Compiler::without_write_marks`).
-    pub write_marks: bool,
-    /// Whether its code checks bounds (see `Compiler::with_bounds_checks`).
-    pub bounds_checks: bool,
+    /// How its code was compiled (its metering is also what its stores are given).
+    pub code: Code,
 }
 
 impl Subject {
@@ -119,15 +129,15 @@ impl Subject {
             Some(export) => format!("{}:{export}", self.name),
             None => self.name.clone(),
         };
-        let label = match self.metering {
+        let label = match self.code.metering {
             Metering::Off => label,
             m => format!("{label} [{}]", m.name()),
         };
-        let label = match self.write_marks {
+        let label = match self.code.write_marks {
             true => label,
             false => format!("{label} [no marks]"),
         };
-        match self.bounds_checks {
+        match self.code.bounds_checks {
             true => format!("{label} [checks]"),
             false => label,
         }
@@ -205,14 +215,7 @@ pub fn prepare(
     files: &[PathBuf],
     call: Call<'_>,
 ) -> anyhow::Result<Vec<Subject>> {
-    let mut compiler = code.metering.compiler()?;
-    if !code.write_marks {
-        compiler = compiler.without_write_marks();
-    }
-    if code.bounds_checks {
-        compiler = compiler.with_bounds_checks();
-    }
-    let compiler = &compiler;
+    let compiler = &code.compiler()?;
     files
         .iter()
         .map(|path| {
@@ -238,9 +241,7 @@ pub fn prepare(
                 key: Cache::key(&wasm, &compiler.fingerprint()),
                 text_bytes: module.artifact().text_len(),
                 artifact_bytes: module.artifact().file_len(),
-                metering: code.metering,
-                write_marks: code.write_marks,
-                bounds_checks: code.bounds_checks,
+                code,
             })
         })
         .collect()
@@ -426,7 +427,7 @@ pub fn invoke(
     let t1 = Instant::now();
     s.open = t1 - t0;
     let mut store = Store::new(engine, wasi.build());
-    subject.metering.arm(&mut store);
+    subject.code.metering.arm(&mut store);
     let pre = host.instantiate_pre(&module)?;
     let t2 = Instant::now();
     s.link = t2 - t1;
@@ -668,9 +669,9 @@ pub fn run(args: FreshArgs) -> anyhow::Result<()> {
                     "runtime": "ephem",
                     "module": subject.name,
                     "export": subject.export,
-                    "metering": subject.metering.name(),
-                    "write_marks": subject.write_marks,
-                    "bounds_checks": subject.bounds_checks,
+                    "metering": subject.code.metering.name(),
+                    "write_marks": subject.code.write_marks,
+                    "bounds_checks": subject.code.bounds_checks,
                     "median_ns": median.as_nanos() as u64,
                     "p90_ns": p90.as_nanos() as u64,
                     "invocations": samples.len(),

@@ -94,10 +94,6 @@ fn readonly() -> MemFlagsData {
     MemFlagsData::trusted().with_readonly().with_can_move()
 }
 
-fn heap() -> MemFlagsData {
-    MemFlagsData::new().with_trap_code(Some(TrapCode::HEAP_OUT_OF_BOUNDS))
-}
-
 #[derive(Debug)]
 enum Kind {
     Block,
@@ -582,9 +578,8 @@ impl Translator<'_, '_> {
     /// (BENCHMARKS.md, sixteenth pass), this conditional trap costs least (1.07–1.08× in
     /// compute with [`Regions`], 1.10× without), against 1.17–1.20× for a branch to a block
     /// that raises the trap by a builtin call and 1.24–1.31× for a conditional move of the
-    /// address to one that faults. Its
-    /// trap is a `ud2`, which on a KVM guest costs a VM exit (7 µs against 2.3 µs for the
-    /// fault of an access past the length without checks).
+    /// address to one that faults. Its trap is a `ud2`, which on a KVM guest costs a VM exit
+    /// (7 µs against 2.3 µs for the fault of an access past the length without checks).
     fn access(&mut self, memory: u32, offset: u64, size: u32) -> Access {
         let index = self.pop();
         let base = self.load_ptr(self.vmctx, self.env.offsets.memory_base(memory));
@@ -593,7 +588,8 @@ impl Translator<'_, '_> {
             // 32-bit index, offset and size: the sum cannot wrap.
             let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory));
             let lengths = self.regions.map(|r| r.lengths);
-            let length = (self.b.ins()).load(I64, trusted().with_alias_region(lengths), def, 8);
+            let flags = trusted().with_alias_region(lengths);
+            let length = self.b.ins().load(I64, flags, def, 8);
             let end = self
                 .b
                 .ins()
@@ -649,7 +645,9 @@ impl Translator<'_, '_> {
 
     /// Flags of a linear-memory access.
     fn heap(&self) -> MemFlagsData {
-        heap().with_alias_region(self.regions.map(|r| r.heap))
+        MemFlagsData::new()
+            .with_trap_code(Some(TrapCode::HEAP_OUT_OF_BOUNDS))
+            .with_alias_region(self.regions.map(|r| r.heap))
     }
 
     fn load(&mut self, m: wasmparser::MemArg, ty: Type, kind: LoadKind) {
