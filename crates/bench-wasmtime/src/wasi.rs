@@ -7,15 +7,16 @@
 //! stderr into memory, checked against `NAME.stdout.expected` where there is one, so that both
 //! engines are known to have done the work). Runs alternate between the engines. Both compile
 //! with their default settings (Cranelift, optimised for speed); wasmtime with its default
-//! engine configuration and its own WASI (`wasmtime-wasi`). With several `--metering` modes,
-//! every mode of a program runs in the same round-robin, so their overheads share the machine's
-//! state.
+//! engine configuration and its own WASI (`wasmtime-wasi`). With several `--metering` modes or
+//! `--bounds-checks on,off`, every combination of a program runs in the same round-robin, so
+//! their overheads share the machine's state.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use ephem_bench::fresh::{BoundsChecks, Code, WriteMarks, codes};
 use ephem_bench::metering::Metering;
 use ephem_bench_wasmtime::{geomean, median, ms};
 
@@ -36,6 +37,10 @@ struct Args {
     /// never run out (wasmtime compiles epoch checks in for a deadline; ephem nothing). Overheads are against the first mode given.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
     metering: Vec<Metering>,
+    /// Whether ephem's code checks bounds (`on,off`: both, side by side; wasmtime runs the
+    /// same either way).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
+    bounds_checks: Vec<BoundsChecks>,
 }
 
 /// What a run's host functions record.
@@ -76,14 +81,9 @@ struct EphemProgram {
 }
 
 impl EphemProgram {
-    fn new(
-        wasm: &[u8],
-        dir: &Path,
-        name: &str,
-        metering: Metering,
-    ) -> anyhow::Result<EphemProgram> {
+    fn new(wasm: &[u8], dir: &Path, name: &str, code: Code) -> anyhow::Result<EphemProgram> {
         let engine = ephem::Engine::default();
-        let compiler = metering.compiler()?;
+        let compiler = code.compiler()?;
         let t = Instant::now();
         let compiled = compiler.compile(wasm)?;
         let compile = t.elapsed();
@@ -108,7 +108,7 @@ impl EphemProgram {
             pre,
             template,
             engine,
-            metering,
+            metering: code.metering,
         })
     }
 
@@ -245,9 +245,10 @@ fn programs(dirs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, PathBuf, String)>>
     Ok(found)
 }
 
-/// One program in one metering mode on both engines, and its runs so far.
+/// One program in one mode (metering, and ephem's bounds checks) on both engines, and its runs
+/// so far.
 struct Pair {
-    mode: Metering,
+    code: Code,
     ours: EphemProgram,
     theirs: WasmtimeProgram,
     ephem_runs: Vec<Duration>,
@@ -268,12 +269,16 @@ fn main() -> anyhow::Result<()> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let modes = &args.metering;
+    let modes = codes(&args.metering, &[WriteMarks::On], &args.bounds_checks);
+    let name_of = |code: &Code| match args.bounds_checks.len() > 1 && code.bounds_checks {
+        true => format!("{},checks", code.metering.name()),
+        false => code.metering.name().to_owned(),
+    };
     if !args.json {
         println!(
-            "{:<22} {:<8} {:>10} {:>11} {:>7} | {:>8} {:>8} | {:>10} {:>11} {:>7}",
+            "{:<22} {:<15} {:>10} {:>11} {:>7} | {:>8} {:>8} | {:>10} {:>11} {:>7}",
             "program",
-            "metering",
+            "mode",
             "ephem ms",
             "wasmtime ms",
             "ratio",
@@ -288,17 +293,17 @@ fn main() -> anyhow::Result<()> {
     for (dir, path, name) in programs(&args.dirs)? {
         let wasm = std::fs::read(&path)?;
         let mut pairs = Vec::new();
-        for &mode in modes {
-            let ours = match EphemProgram::new(&wasm, &dir, &name, mode) {
+        for &code in &modes {
+            let ours = match EphemProgram::new(&wasm, &dir, &name, code) {
                 Ok(p) => p,
                 Err(e) => {
                     eprintln!("skipped {}: {e:#}", path.display());
                     break;
                 }
             };
-            let theirs = WasmtimeProgram::new(&wasm, &dir, &name, mode)?;
+            let theirs = WasmtimeProgram::new(&wasm, &dir, &name, code.metering)?;
             pairs.push(Pair {
-                mode,
+                code,
                 ours,
                 theirs,
                 ephem_runs: Vec::new(),
@@ -354,7 +359,9 @@ fn main() -> anyhow::Result<()> {
             if args.json {
                 println!(
                     "{}",
-                    serde_json::json!({"program": label, "metering": format!("{:?}", p.mode),
+                    serde_json::json!({"program": label,
+                        "metering": p.code.metering.name(),
+                        "bounds_checks": p.code.bounds_checks,
                         "ephem_exec_ns": e.as_nanos() as u64,
                         "wasmtime_exec_ns": w.as_nanos() as u64, "exec_ratio": exec,
                         "ephem_over_first_mode": eo, "wasmtime_over_first_mode": wo,
@@ -368,9 +375,9 @@ fn main() -> anyhow::Result<()> {
                     false => format!("{:>7}", "short"),
                 };
                 println!(
-                    "{:<22} {:<8} {:>10} {:>11} {} | {:>8} {:>8} | {:>10} {:>11} {:>6.2}×",
+                    "{:<22} {:<15} {:>10} {:>11} {} | {:>8} {:>8} | {:>10} {:>11} {:>6.2}×",
                     label,
-                    format!("{:?}", p.mode).to_lowercase(),
+                    name_of(&p.code),
                     ms(e),
                     ms(w),
                     ratio(exec),
@@ -383,7 +390,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
-    for (mode, m) in modes.iter().zip(&means) {
+    for (code, m) in modes.iter().zip(&means) {
         if m.exec.is_empty() {
             bail!("no program ran long enough to compare");
         }
@@ -392,7 +399,8 @@ fn main() -> anyhow::Result<()> {
         if args.json {
             println!(
                 "{}",
-                serde_json::json!({"metering": format!("{mode:?}"), "geomean_exec_ratio": ge,
+                serde_json::json!({"metering": code.metering.name(),
+                    "bounds_checks": code.bounds_checks, "geomean_exec_ratio": ge,
                     "geomean_compile_ratio": gc, "geomean_ephem_over_first_mode": eo,
                     "geomean_wasmtime_over_first_mode": wo})
             );
@@ -400,7 +408,7 @@ fn main() -> anyhow::Result<()> {
             println!(
                 "geometric mean, {}: execution {ge:.2}× wasmtime's time, compile {gc:.2}×; \
                  over the first mode: ephem {eo:.2}×, wasmtime {wo:.2}×",
-                format!("{mode:?}").to_lowercase()
+                name_of(code)
             );
         }
     }

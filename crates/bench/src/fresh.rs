@@ -79,8 +79,8 @@ impl Code {
         if !self.write_marks {
             compiler = compiler.without_write_marks();
         }
-        if self.bounds_checks {
-            compiler = compiler.with_bounds_checks();
+        if !self.bounds_checks {
+            compiler = compiler.without_bounds_checks();
         }
         Ok(compiler)
     }
@@ -514,8 +514,8 @@ pub struct FreshArgs {
     pub write_marks: Vec<WriteMarks>,
     /// Run the modules compiled with bounds checks, without, or both, interleaved (`on`,
     /// `off`; comma-separated): what a memory that grows without a system call saves, and what
-    /// the checks cost (see `Compiler::with_bounds_checks`).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    /// the checks cost (see `Compiler::without_bounds_checks`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
     pub bounds_checks: Vec<BoundsChecks>,
     /// Also run the invocations on this many threads at once, over one engine and one cache,
     /// and report throughput against one thread.

@@ -84,17 +84,17 @@ fn concurrent_processes_fill_the_cache_with_one_whole_entry() {
     assert!(cleared.contains("removed 1"), "{cleared}");
 }
 
-/// `--bounds-checks` reaches the compiler: the artifact differs from the plain one (its code
-/// and its key's fingerprint), and runs.
+/// `--no-bounds-checks` reaches the compiler: the artifact differs from the default one (its
+/// code and its key's fingerprint), and runs.
 #[test]
-fn compile_with_bounds_checks_writes_other_code_that_runs() {
+fn compile_without_bounds_checks_writes_other_code_that_runs() {
     let tmp = ephem_test_support::temp_dir();
     let dir = tmp.path().to_path_buf();
     let cache = dir.join("cache");
     let module = big_module(&dir);
-    let (plain, checked) = (dir.join("plain.ephem"), dir.join("checked.ephem"));
-    compile(&cache, &module, &plain, &[]);
-    compile(&cache, &module, &checked, &["--bounds-checks"]);
+    let (checked, plain) = (dir.join("checked.ephem"), dir.join("plain.ephem"));
+    compile(&cache, &module, &checked, &[]);
+    compile(&cache, &module, &plain, &["--no-bounds-checks"]);
     assert_ne!(
         std::fs::read(&plain).unwrap(),
         std::fs::read(&checked).unwrap()
@@ -107,7 +107,7 @@ fn compile_with_bounds_checks_writes_other_code_that_runs() {
         .output()
         .unwrap())
     };
-    assert_eq!(run(&checked), "441\n");
+    assert_eq!(run(&plain), "441\n");
 }
 
 #[test]

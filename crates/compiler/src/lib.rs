@@ -63,7 +63,7 @@ pub struct Compiler {
     proposals: Proposals,
     /// See [`Compiler::without_write_marks`].
     write_marks: bool,
-    /// See [`Compiler::with_bounds_checks`].
+    /// See [`Compiler::without_bounds_checks`].
     bounds_checks: bool,
 }
 
@@ -164,7 +164,7 @@ impl Compiler {
             max_image_bytes: ephem_module::DEFAULT_MAX_IMAGE_BYTES,
             proposals: Proposals::ALL,
             write_marks: true,
-            bounds_checks: false,
+            bounds_checks: true,
         })
     }
 
@@ -177,17 +177,21 @@ impl Compiler {
         self
     }
 
-    /// This compiler, comparing every memory access with the memory's current length: an
-    /// access past it traps by the comparison, not by a fault. A memory that only such code
-    /// reaches then grows and is torn down without a system call: its slot keeps the pages it
-    /// grew into, as the next memory finds them (zeroed), instead of closing them again, which
-    /// makes the kernel flush every core's TLB. That pays for modules whose calls grow their
-    /// memory (most Rust modules: their allocator grows it on its first allocation), most on
-    /// many threads: two threads ran them at 0.6× one thread without checks. The comparisons cost
-    /// 7–8 % of compute (geometric mean over Sightglass; up to 40 %). See BENCHMARKS.md,
-    /// sixteenth pass.
-    pub fn with_bounds_checks(mut self) -> Compiler {
-        self.bounds_checks = true;
+    /// This compiler, generating memory accesses without bounds checks: an access past a
+    /// memory's length traps by the fault of an inaccessible page instead.
+    ///
+    /// By default every access is compared with the memory's current length (one comparison
+    /// covers a run of accesses through one pointer). That lets a memory that only such code
+    /// reaches grow and be torn down without a system call: its slot keeps the pages it grew
+    /// into, as the next memory finds them (zeroed), instead of closing them again, which makes
+    /// the kernel flush every core's TLB. Most Rust and Go modules grow their memory in every
+    /// fresh instance (their allocator grows it on its first allocation); without checks they
+    /// ran at half the speed on one thread, and two threads ran them at 0.6× one thread. The
+    /// checks cost 6 % of compute (geometric mean over Sightglass; 40 % in a loop that stores a
+    /// byte per iteration; see BENCHMARKS.md, seventeenth pass), so long-running compute that
+    /// does not grow its memory in every call may leave them out.
+    pub fn without_bounds_checks(mut self) -> Compiler {
+        self.bounds_checks = false;
         self
     }
 

@@ -159,12 +159,52 @@ struct Translator<'a, 'b> {
     marked: (Option<ir::Block>, Vec<(u32, Value, u64)>),
     /// Alias regions for code that checks bounds (see [`Regions`]); `None` otherwise.
     regions: Option<Regions>,
+    /// The bounds checks made so far in this block (see [`Translator::check_bounds`]).
+    checks: Checks,
+    /// Each memory's length, for code that checks bounds: loaded at entry and after every
+    /// call (only calls change a length), so that a loop without calls keeps it in a register.
+    lengths: Vec<Variable>,
 }
 
-/// Alias regions of code that checks bounds, so that Cranelift may reuse a memory's length
-/// across stores to linear memory and to write marks (neither can change it): without them
-/// every store is a fence to alias analysis, and each access would load the length again.
-/// Only calls (memory growth, the host) change a length, and every call is a fence.
+/// The bounds checks of a block: each proves that an access through `index` up to `end`
+/// (offset plus size) is within the memory's length from there to the end of the block.
+#[derive(Default)]
+struct Checks {
+    block: Option<ir::Block>,
+    made: Vec<Check>,
+    /// The block's last instruction already looked at for effects (see [`disturbs`]).
+    seen: Option<ir::Inst>,
+}
+
+struct Check {
+    memory: u32,
+    index: Value,
+    end: u64,
+    /// The `iconst` of minus `end`, which the check adds to the length.
+    constant: ir::Inst,
+    /// Whether nothing observable happened since the check: it may still be widened.
+    widenable: bool,
+}
+
+/// Whether moving a trap from after `inst` to before it would be observable: `inst` writes (a
+/// store or a call) or can trap otherwise than out of bounds.
+fn disturbs(dfg: &ir::DataFlowGraph, inst: ir::Inst) -> bool {
+    let data = &dfg.insts[inst];
+    let op = data.opcode();
+    if op.is_call() || op.can_store() || op.other_side_effects() {
+        return true;
+    }
+    let out_of_bounds = Some(TrapCode::HEAP_OUT_OF_BOUNDS);
+    if op.can_load() {
+        let code = data.memflags_trap_code(dfg);
+        return code.is_some() && code != out_of_bounds;
+    }
+    op.can_trap() && data.trap_code() != out_of_bounds
+}
+
+/// Alias regions of code that checks bounds: its accesses stay within the memory's length, so
+/// linear memory, the write marks before it and the memories' lengths are disjoint, and a store
+/// to one is no fence to alias analysis for loads from the others.
 #[derive(Clone, Copy)]
 struct Regions {
     heap: ir::AliasRegion,
@@ -256,6 +296,8 @@ pub fn translate(
         fuel_pending: 0,
         marked: (None, Vec::new()),
         regions: None,
+        checks: Checks::default(),
+        lengths: Vec::new(),
     };
     if env.info.checks_bounds {
         let mut region = |user_id: u32, name: &'static str| {
@@ -269,6 +311,10 @@ pub fn translate(
             marks: region(2, "write marks"),
             lengths: region(3, "memory lengths"),
         });
+        t.lengths = (0..env.info.memories.len())
+            .map(|_| t.b.declare_var(I64))
+            .collect();
+        t.reload_lengths();
     }
     if env.fuel_costs.is_some() {
         let var = t.b.declare_var(I64);
@@ -369,6 +415,16 @@ impl Translator<'_, '_> {
         let Some(var) = self.fuel else { return };
         let value = self.b.ins().get_pinned_reg(I64);
         self.b.def_var(var, value);
+    }
+
+    /// Loads each memory's length into its variable (at entry and after calls).
+    fn reload_lengths(&mut self) {
+        let flags = trusted().with_alias_region(self.regions.map(|r| r.lengths));
+        for memory in 0..self.lengths.len() {
+            let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory as u32));
+            let length = self.b.ins().load(I64, flags, def, 8);
+            self.b.def_var(self.lengths[memory], length);
+        }
     }
 
     /// Subtracts the fuel of the operators since the last subtraction.
@@ -574,28 +630,13 @@ impl Translator<'_, '_> {
 
     /// A memory access of `size` bytes: its native address, and what
     /// [`Translator::mark_written`] needs. Code that checks bounds traps here when the access
-    /// would end past the memory's current length. Of the forms measured in Sightglass
-    /// (BENCHMARKS.md, sixteenth pass), this conditional trap costs least (1.07–1.08× in
-    /// compute with [`Regions`], 1.10× without), against 1.17–1.20× for a branch to a block
-    /// that raises the trap by a builtin call and 1.24–1.31× for a conditional move of the
-    /// address to one that faults. Its trap is a `ud2`, which on a KVM guest costs a VM exit
-    /// (7 µs against 2.3 µs for the fault of an access past the length without checks).
+    /// would end past the memory's current length (see [`Translator::check_bounds`]).
     fn access(&mut self, memory: u32, offset: u64, size: u32) -> Access {
         let index = self.pop();
         let base = self.load_ptr(self.vmctx, self.env.offsets.memory_base(memory));
         let wide = self.b.ins().uextend(I64, index);
         if self.env.info.checks_bounds {
-            // 32-bit index, offset and size: the sum cannot wrap.
-            let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory));
-            let lengths = self.regions.map(|r| r.lengths);
-            let flags = trusted().with_alias_region(lengths);
-            let length = self.b.ins().load(I64, flags, def, 8);
-            let end = self
-                .b
-                .ins()
-                .iadd_imm_u(wide, (offset + u64::from(size)) as i64);
-            let past = self.b.ins().icmp(IntCC::UnsignedGreaterThan, end, length);
-            self.b.ins().trapnz(past, TrapCode::HEAP_OUT_OF_BOUNDS);
+            self.check_bounds(memory, index, wide, offset + u64::from(size));
         }
         let addr = self.b.ins().iadd(base, wide);
         let addr = if offset == 0 {
@@ -611,6 +652,81 @@ impl Translator<'_, '_> {
             wide,
             offset,
         }
+    }
+
+    /// Traps unless `index` plus `end` is within `memory`'s current length, unless an earlier
+    /// check of this block proves it. A memory's length only grows, so a check that passed
+    /// holds for the rest of the block; and a check with nothing observable since (only loads,
+    /// arithmetic and other bounds checks: see [`disturbs`]) is widened to cover this access
+    /// too, since trapping there instead of here changes nothing but the trap's position. So a
+    /// run of loads from one pointer at several offsets costs one check.
+    ///
+    /// The check is a conditional trap. Of the forms measured in Sightglass (BENCHMARKS.md,
+    /// sixteenth and seventeenth passes), it costs least: 1.10× in compute loading the length
+    /// at every access, 1.07–1.08× with [`Regions`], and with shared checks and the length in
+    /// a variable (`lengths`) 1.06×, against 1.17–1.20× for a branch to a block that raises
+    /// the trap by a builtin call and 1.24–1.31× for a conditional move of the address to one
+    /// that faults. Its trap is a `ud2`, which on a KVM guest costs a VM exit (7 µs against
+    /// 2.3 µs for the fault of an access past the length without checks).
+    fn check_bounds(&mut self, memory: u32, index: Value, wide: Value, end: u64) {
+        let block = self.b.current_block().expect("translating into a block");
+        if self.checks.block != Some(block) {
+            self.checks = Checks {
+                block: Some(block),
+                ..Checks::default()
+            };
+        }
+        let layout = &self.b.func.layout;
+        let mut next = match self.checks.seen {
+            Some(seen) => layout.next_inst(seen),
+            None => layout.first_inst(block),
+        };
+        while let Some(inst) = next {
+            if disturbs(&self.b.func.dfg, inst) {
+                self.checks
+                    .made
+                    .iter_mut()
+                    .for_each(|c| c.widenable = false);
+            }
+            self.checks.seen = Some(inst);
+            next = layout.next_inst(inst);
+        }
+        let earlier = self
+            .checks
+            .made
+            .iter()
+            .position(|c| c.memory == memory && c.index == index);
+        if let Some(i) = earlier {
+            let check = &mut self.checks.made[i];
+            if check.end >= end {
+                return;
+            }
+            if check.widenable {
+                check.end = end;
+                match &mut self.b.func.dfg.insts[check.constant] {
+                    ir::InstructionData::UnaryImm { imm, .. } => *imm = (-(end as i64)).into(),
+                    other => unreachable!("a check's end is an iconst, not {other:?}"),
+                }
+                return;
+            }
+            self.checks.made.swap_remove(i);
+        }
+        // The access ends past the length when the index exceeds the length less its end,
+        // which a loop without calls computes once. Signed: that difference may be below zero
+        // (the index is below 2^32 and the end at most 2^32 + 16, so nothing wraps).
+        let length = self.b.use_var(self.lengths[memory as usize]);
+        let constant = self.b.ins().iconst(I64, -(end as i64));
+        let limit = self.b.ins().iadd(length, constant);
+        let constant = self.b.func.dfg.value_def(constant).unwrap_inst();
+        let past = self.b.ins().icmp(IntCC::SignedGreaterThan, wide, limit);
+        self.b.ins().trapnz(past, TrapCode::HEAP_OUT_OF_BOUNDS);
+        self.checks.made.push(Check {
+            memory,
+            index,
+            end,
+            constant,
+            widenable: true,
+        });
     }
 
     /// Sets the write mark of a store (of at most 16 bytes) through `a` (see
@@ -709,6 +825,7 @@ impl Translator<'_, '_> {
         let call = self.b.ins().call_indirect(sig, fnptr, &all);
         let result = self.b.inst_results(call).first().copied();
         self.fuel_from_store();
+        self.reload_lengths();
         result
     }
 
@@ -792,6 +909,7 @@ impl Translator<'_, '_> {
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
         self.reload_fuel();
+        self.reload_lengths();
     }
 
     /// Pointer to table `table`'s `VmTable`.

@@ -1,4 +1,4 @@
-//! Code compiled with bounds checks (`Compiler::with_bounds_checks`) and the loose memories it
+//! Code compiled with bounds checks (the default) and the loose memories it
 //! allows: a slot keeps the pages its memory grew into, so every access past a memory's length
 //! must be caught by the comparison alone, and code without checks must never be handed a
 //! memory with pages accessible past its length.
@@ -19,6 +19,11 @@ fn one_slot_engine() -> Engine {
         ..EngineConfig::default()
     })
     .unwrap()
+}
+
+/// A compiler of code without checks.
+fn unchecked() -> Compiler {
+    Compiler::new().unwrap().without_bounds_checks()
 }
 
 /// Every kind of memory access: its name, the bytes it reaches, and the body of a function
@@ -90,7 +95,26 @@ fn module_text() -> String {
         r#"(module (memory (export "mem") 1 3)
         (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0)))
         (func (export "poke") (param i32 i32) (i32.store8 (local.get 0) (local.get 1)))
-        (func (export "peek") (param i32) (result i32) (i32.load8_u (local.get 0)))"#,
+        (func (export "peek") (param i32) (result i32) (i32.load8_u (local.get 0)))
+        (func (export "two_loads") (param i32) (result i64)
+            (i64.add (i64.load (local.get 0)) (i64.load offset=8 (local.get 0))))
+        (func (export "two_pointers") (param i32 i32) (result i64)
+            (i64.add (i64.load (local.get 0)) (i64.load (local.get 1))))
+        (func (export "store_then_load") (param i32) (result i64)
+            (i64.store (local.get 0) (i64.const 7))
+            (i64.load offset=8 (local.get 0)))
+        (func $grow_one (drop (memory.grow (i32.const 1))))
+        (func (export "load_grow_load") (param i32) (result i32)
+            (drop (i32.load (local.get 0)))
+            (drop (memory.grow (i32.const 1)))
+            (i32.load offset=65536 (local.get 0)))
+        (func (export "load_call_load") (param i32) (result i32)
+            (drop (i32.load (local.get 0)))
+            (call $grow_one)
+            (i32.load offset=65536 (local.get 0)))
+        (func (export "load_divide_load") (param i32 i32) (result i32)
+            (i32.add (i32.div_u (i32.load (local.get 0)) (local.get 1))
+                (i32.load offset=4 (local.get 0))))"#,
     );
     for (name, _, body) in accesses() {
         wat.push_str(&format!("\n(func (export \"{name}\") (param i32) {body})"));
@@ -129,8 +153,7 @@ fn leave_the_slot_grown(engine: &Engine, module: &Module) {
 #[test]
 fn checked_accesses_past_the_length_trap_in_a_slot_left_grown() {
     let engine = one_slot_engine();
-    let compiler = Compiler::new().unwrap().with_bounds_checks();
-    let module = ephem::compile_with(&compiler, &engine, module_text().as_bytes()).unwrap();
+    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
     for (name, bytes, _) in accesses() {
         leave_the_slot_grown(&engine, &module);
         let mut store = Store::new(&engine, ());
@@ -166,9 +189,9 @@ fn checked_accesses_past_the_length_trap_in_a_slot_left_grown() {
 #[test]
 fn a_loose_memory_is_tightened_for_code_without_checks() {
     let engine = one_slot_engine();
-    let checked = Compiler::new().unwrap().with_bounds_checks();
-    let module = ephem::compile_with(&checked, &engine, module_text().as_bytes()).unwrap();
-    let importer = ephem::compile(
+    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    let importer = ephem::compile_with(
+        &unchecked(),
         &engine,
         br#"(module (import "env" "mem" (memory 1))
             (func (export "peek") (param i32) (result i32) (i32.load8_u (local.get 0))))"#,
@@ -196,9 +219,8 @@ fn a_loose_memory_is_tightened_for_code_without_checks() {
 #[test]
 fn a_slot_left_grown_is_shrunk_for_code_without_checks() {
     let engine = one_slot_engine();
-    let checked = Compiler::new().unwrap().with_bounds_checks();
-    let module = ephem::compile_with(&checked, &engine, module_text().as_bytes()).unwrap();
-    let plain = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    let plain = ephem::compile_with(&unchecked(), &engine, module_text().as_bytes()).unwrap();
     leave_the_slot_grown(&engine, &module);
     let mut store = Store::new(&engine, ());
     let instance = Instance::new(&mut store, &plain, &[]).unwrap();
@@ -208,4 +230,79 @@ fn a_slot_left_grown_is_shrunk_for_code_without_checks() {
     );
     let e = call::<i32, i32>(&mut store, &instance, "peek", 65536).expect_err("must trap");
     assert_eq!(e.trap().map(|t| t.kind), Some(TrapKind::MemoryOutOfBounds));
+}
+
+/// A checked function sees the length that growth gave, by `memory.grow` or in a callee.
+#[test]
+fn checks_see_growth_within_a_function() {
+    let engine = one_slot_engine();
+    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    for name in ["load_grow_load", "load_call_load"] {
+        let mut store = Store::new(&engine, ());
+        let instance = Instance::new(&mut store, &module, &[]).unwrap();
+        // The first load ends at the old length, the second at the new one.
+        let last = call::<i32, i32>(&mut store, &instance, name, 65536 - 4);
+        assert_eq!(last.unwrap(), 0, "{name}");
+    }
+}
+
+/// Checks of one block are shared: a passed check covers later accesses it proves, and one
+/// with nothing observable since is widened to cover the next. Each case is run in a slot left
+/// grown, where a missing check is not caught by a fault.
+#[test]
+fn shared_checks_trap_where_separate_ones_would() {
+    let engine = one_slot_engine();
+    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    let fresh = || {
+        leave_the_slot_grown(&engine, &module);
+        let mut store = Store::new(&engine, ());
+        let instance = Instance::new(&mut store, &module, &[]).unwrap();
+        (store, instance)
+    };
+    let kind = |r: Result<i64, ephem::Error>| r.unwrap_err().trap().map(|t| t.kind);
+    let out = Some(TrapKind::MemoryOutOfBounds);
+
+    // Two loads from one pointer: the second ends 16 bytes past it.
+    let (mut store, instance) = fresh();
+    call::<i32, i64>(&mut store, &instance, "two_loads", 65536 - 16).unwrap();
+    for at in [65536 - 15, 65536 - 8] {
+        assert_eq!(
+            kind(call(&mut store, &instance, "two_loads", at)),
+            out,
+            "{at}"
+        );
+    }
+    // Two pointers: each is checked.
+    for (p, q) in [(0, 65536 - 7), (65536 - 7, 0)] {
+        assert_eq!(
+            kind(call(&mut store, &instance, "two_pointers", (p, q))),
+            out,
+            "{p}, {q}"
+        );
+    }
+    // A store, then a load past the length: the store happened before the trap.
+    let (mut store, instance) = fresh();
+    assert_eq!(
+        kind(call(&mut store, &instance, "store_then_load", 65536 - 12)),
+        out
+    );
+    assert_eq!(
+        call::<i32, i32>(&mut store, &instance, "peek", 65536 - 12).unwrap(),
+        7
+    );
+    // A division by zero between two loads, the second past the length: the division traps.
+    let (mut store, instance) = fresh();
+    let e = call::<(i32, i32), i32>(&mut store, &instance, "load_divide_load", (65536 - 4, 0))
+        .unwrap_err();
+    assert_eq!(
+        e.trap().map(|t| t.kind),
+        Some(TrapKind::IntegerDivisionByZero)
+    );
+    assert_eq!(
+        kind(
+            call::<(i32, i32), i32>(&mut store, &instance, "load_divide_load", (65536 - 4, 1))
+                .map(i64::from)
+        ),
+        out
+    );
 }
