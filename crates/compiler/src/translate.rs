@@ -154,25 +154,27 @@ struct Translator<'a, 'b> {
     /// Fuel of the operators translated since the last subtraction: charged at once where
     /// control flow leaves the straight-line stretch.
     fuel_pending: u64,
-    /// The write marks set so far in this block (see [`Translator::mark_written`]): memory,
-    /// index operand, the offset's window.
-    marked: (Option<ir::Block>, Vec<(u32, Value, u64)>),
+    /// What the current block has done so far (see [`Translator::this_block`]).
+    facts: BlockFacts,
     /// Alias regions for code that checks bounds (see [`Regions`]); `None` otherwise.
     regions: Option<Regions>,
-    /// The bounds checks made so far in this block (see [`Translator::check_bounds`]).
-    checks: Checks,
     /// Each memory's length, for code that checks bounds: loaded at entry and after every
     /// call (only calls change a length), so that a loop without calls keeps it in a register.
     lengths: Vec<Variable>,
 }
 
-/// The bounds checks of a block: each proves that an access through `index` up to `end`
-/// (offset plus size) is within the memory's length from there to the end of the block.
+/// What a block has done so far that later instructions of it may rely on: every instruction
+/// of a block runs after the earlier ones.
 #[derive(Default)]
-struct Checks {
+struct BlockFacts {
     block: Option<ir::Block>,
-    made: Vec<Check>,
-    /// The block's last instruction already looked at for effects (see [`disturbs`]).
+    /// The write marks set (see [`Translator::mark_written`]): memory, index operand, the
+    /// offset's window.
+    marked: Vec<(u32, Value, u64)>,
+    /// The bounds checks made (see [`Translator::check_bounds`]): each proves that an access
+    /// through its index up to its end is within the memory's length.
+    checks: Vec<Check>,
+    /// The last instruction already looked at for effects (see [`disturbs`]).
     seen: Option<ir::Inst>,
 }
 
@@ -203,13 +205,12 @@ fn disturbs(dfg: &ir::DataFlowGraph, inst: ir::Inst) -> bool {
 }
 
 /// Alias regions of code that checks bounds: its accesses stay within the memory's length, so
-/// linear memory, the write marks before it and the memories' lengths are disjoint, and a store
-/// to one is no fence to alias analysis for loads from the others.
+/// linear memory and the write marks before it are disjoint, and a store to one is no fence to
+/// alias analysis for loads from the other.
 #[derive(Clone, Copy)]
 struct Regions {
     heap: ir::AliasRegion,
     marks: ir::AliasRegion,
-    lengths: ir::AliasRegion,
 }
 
 fn args(values: &[Value]) -> Vec<BlockArg> {
@@ -294,9 +295,8 @@ pub fn translate(
         locals,
         fuel: None,
         fuel_pending: 0,
-        marked: (None, Vec::new()),
+        facts: BlockFacts::default(),
         regions: None,
-        checks: Checks::default(),
         lengths: Vec::new(),
     };
     if env.info.checks_bounds {
@@ -309,7 +309,6 @@ pub fn translate(
         t.regions = Some(Regions {
             heap: region(1, "linear memory"),
             marks: region(2, "write marks"),
-            lengths: region(3, "memory lengths"),
         });
         t.lengths = (0..env.info.memories.len())
             .map(|_| t.b.declare_var(I64))
@@ -419,10 +418,9 @@ impl Translator<'_, '_> {
 
     /// Loads each memory's length into its variable (at entry and after calls).
     fn reload_lengths(&mut self) {
-        let flags = trusted().with_alias_region(self.regions.map(|r| r.lengths));
         for memory in 0..self.lengths.len() {
             let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory as u32));
-            let length = self.b.ins().load(I64, flags, def, 8);
+            let length = self.b.ins().load(I64, trusted(), def, 8);
             self.b.def_var(self.lengths[memory], length);
         }
     }
@@ -669,35 +667,26 @@ impl Translator<'_, '_> {
     /// that faults. Its trap is a `ud2`, which on a KVM guest costs a VM exit (7 µs against
     /// 2.3 µs for the fault of an access past the length without checks).
     fn check_bounds(&mut self, memory: u32, index: Value, wide: Value, end: u64) {
-        let block = self.b.current_block().expect("translating into a block");
-        if self.checks.block != Some(block) {
-            self.checks = Checks {
-                block: Some(block),
-                ..Checks::default()
-            };
-        }
+        let block = self.this_block();
+        let facts = &mut self.facts;
         let layout = &self.b.func.layout;
-        let mut next = match self.checks.seen {
+        let mut next = match facts.seen {
             Some(seen) => layout.next_inst(seen),
             None => layout.first_inst(block),
         };
         while let Some(inst) = next {
             if disturbs(&self.b.func.dfg, inst) {
-                self.checks
-                    .made
-                    .iter_mut()
-                    .for_each(|c| c.widenable = false);
+                facts.checks.iter_mut().for_each(|c| c.widenable = false);
             }
-            self.checks.seen = Some(inst);
+            facts.seen = Some(inst);
             next = layout.next_inst(inst);
         }
-        let earlier = self
+        let earlier = facts
             .checks
-            .made
             .iter()
             .position(|c| c.memory == memory && c.index == index);
         if let Some(i) = earlier {
-            let check = &mut self.checks.made[i];
+            let check = &mut self.facts.checks[i];
             if check.end >= end {
                 return;
             }
@@ -709,7 +698,7 @@ impl Translator<'_, '_> {
                 }
                 return;
             }
-            self.checks.made.swap_remove(i);
+            self.facts.checks.swap_remove(i);
         }
         // The access ends past the length when the index exceeds the length less its end,
         // which a loop without calls computes once. Signed: that difference may be below zero
@@ -720,13 +709,26 @@ impl Translator<'_, '_> {
         let constant = self.b.func.dfg.value_def(constant).unwrap_inst();
         let past = self.b.ins().icmp(IntCC::SignedGreaterThan, wide, limit);
         self.b.ins().trapnz(past, TrapCode::HEAP_OUT_OF_BOUNDS);
-        self.checks.made.push(Check {
+        self.facts.checks.push(Check {
             memory,
             index,
             end,
             constant,
             widenable: true,
         });
+    }
+
+    /// The block being translated, with [`Translator::facts`] made its own: cleared when
+    /// translation has moved to another block since they were last used.
+    fn this_block(&mut self) -> ir::Block {
+        let block = self.b.current_block().expect("translating into a block");
+        if self.facts.block != Some(block) {
+            self.facts = BlockFacts {
+                block: Some(block),
+                ..BlockFacts::default()
+            };
+        }
+        block
     }
 
     /// Sets the write mark of a store (of at most 16 bytes) through `a` (see
@@ -738,15 +740,12 @@ impl Translator<'_, '_> {
             return;
         }
         let window = a.offset - a.offset % MARK_WINDOW;
-        let block = self.b.current_block().expect("translating into a block");
-        if self.marked.0 != Some(block) {
-            self.marked = (Some(block), Vec::new());
-        }
+        self.this_block();
         let key = (a.memory, a.index, window);
-        if self.marked.1.contains(&key) {
+        if self.facts.marked.contains(&key) {
             return;
         }
-        self.marked.1.push(key);
+        self.facts.marked.push(key);
         let at = if window == 0 {
             a.wide
         } else {
