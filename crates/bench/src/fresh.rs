@@ -138,8 +138,8 @@ impl Subject {
             false => format!("{label} [no marks]"),
         };
         match self.code.bounds_checks {
-            true => format!("{label} [checks]"),
-            false => label,
+            true => label,
+            false => format!("{label} [no checks]"),
         }
     }
 }
