@@ -36,13 +36,21 @@
 //!   So many because opening is the largest part of an invocation once its text and image are
 //!   kept: with 16 per thread, 300 distinct modules taking turns spent 3.7–4.1 µs of a 5.4 µs
 //!   (png) to 7.7 µs (zstd) invocation opening their entries (BENCHMARKS.md, fifteenth pass).
-//!   Opening one of them again asks the file, not the directory, whether it is
-//!   still the entry (`fstat` on the kept descriptor: one system call instead of `openat`,
+//!   Opening one of them again makes no system call. At most once a [`KEPT_ASK_INTERVAL`] (by
+//!   the coarse monotonic clock, which the vDSO reads) it asks the file, not the directory,
+//!   whether it is still the entry (`fstat` on the kept descriptor, instead of `openat`,
 //!   `fstat`, `pread` and, when the artifact is dropped, `close`): it is while it still has a
 //!   name (entries are never moved, so a removed or replaced entry's file has none) and the
-//!   same [`Identity`] (what verification is remembered by). So a removed or replaced entry is
-//!   noticed at once, as without kept files, unless someone gave its file another name (a hard
-//!   link), and then the kept artifact is still the key's, verified. A removed entry's disk
+//!   same [`Identity`] (what verification is remembered by). So a removed, replaced or changed
+//!   entry is noticed within that interval (at once with [`Cache::asking_kept_entries_every`]
+//!   `(Duration::ZERO)`), unless someone gave its file another name (a hard link), and then
+//!   the kept artifact is still the key's, verified. Until then the kept artifact is still
+//!   the key's: a replaced entry holds the same module compiled by the same compiler, and a
+//!   removed one's file lives on until let go. Only a change in place, which needs write
+//!   access to a read-only file of this user's (who could change the process as well), is
+//!   read unverified meanwhile. Asking on every open cost an `fstat` of a 1.4 µs invocation
+//!   (a sixth of it: BENCHMARKS.md, eighteenth pass), on the path that makes no system call
+//!   else; a runtime's in-memory module cache usually never asks. A removed entry's disk
 //!   space is freed when its thread lets the file go. Per thread, not shared: threads that
 //!   shared one descriptor and a lock per entry scaled 1.25x on two cores instead of 1.9x
 //!   (`BENCHMARKS.md`, tenth pass). Asking the directory instead (`fstatat` of the name),
@@ -54,6 +62,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use ephem_module::CompiledModule;
 
@@ -75,6 +84,9 @@ pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// How many bytes the artifacts all threads keep open may hold in memory (their headers,
 /// metadata and segment data: 8 KiB for the corpus's zstd, 16 KiB for png and quickjs).
 pub const KEPT_BYTES: usize = 64 << 20;
+/// How often a thread asks a kept entry's file whether it is still the entry (see the module
+/// documentation), by default.
+pub const KEPT_ASK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A compile cache in one directory (created on first write).
 #[derive(Debug)]
@@ -96,6 +108,13 @@ pub struct Cache {
     token: Arc<()>,
     /// Whether threads keep entries open (see [`Cache::keeping_entries_open`]).
     keep_open: bool,
+    /// How often a kept entry's file is asked whether it is still the entry, in nanoseconds of
+    /// the coarse monotonic clock (see [`Cache::asking_kept_entries_every`]).
+    ask_every: u64,
+    /// How many times this cache changed its directory (stored, evicted, removed an entry):
+    /// a kept entry is asked again when this moved since it was last asked, so that a change
+    /// made through this cache is noticed at once by every thread.
+    changes: AtomicU64,
 }
 
 impl Drop for Cache {
@@ -160,6 +179,8 @@ impl Cache {
             retired: Mutex::default(),
             token: Arc::new(()),
             keep_open: true,
+            ask_every: KEPT_ASK_INTERVAL.as_nanos() as u64,
+            changes: AtomicU64::new(0),
         }
     }
 
@@ -168,6 +189,14 @@ impl Cache {
     /// whose modules never repeat pays (`ephem bench fresh --no-entry-reuse`).
     pub fn keeping_entries_open(mut self, on: bool) -> Cache {
         self.keep_open = on;
+        self
+    }
+
+    /// How often a thread asks the file of an entry it keeps open whether it is still the
+    /// entry: [`KEPT_ASK_INTERVAL`] by default; `Duration::ZERO` asks on every open, so that a
+    /// removed, replaced or changed entry is noticed at once (see the module documentation).
+    pub fn asking_kept_entries_every(mut self, interval: Duration) -> Cache {
+        self.ask_every = interval.as_nanos().try_into().unwrap_or(u64::MAX);
         self
     }
 
@@ -260,7 +289,13 @@ impl Cache {
             Ok(artifact) => {
                 self.touch(&artifact, artifact.accessed());
                 if self.keep_open && !artifact.is_snapshot() {
-                    kept::keep(&self.token, key, artifact.clone());
+                    let changes = self.changes.load(Ordering::Relaxed);
+                    kept::keep(
+                        &self.token,
+                        key,
+                        artifact.clone(),
+                        (coarse_nanos(), changes),
+                    );
                 }
                 return Ok(Some(artifact));
             }
@@ -277,6 +312,7 @@ impl Cache {
         // nothing of the entry; anything else is damage, and the entry goes.
         let path = self.path(key);
         if !matches!(e, Error::Io(_)) {
+            self.changing();
             remove_entry(&path);
         }
         Err(Error::Entry {
@@ -285,10 +321,23 @@ impl Cache {
         })
     }
 
-    /// The artifact of entry `key` this thread keeps open, if its file is still the entry's
-    /// and unchanged (see the module documentation); else it is let go.
+    /// The artifact of entry `key` this thread keeps open, unless its file, when asked, is no
+    /// longer the entry's or changed (see the module documentation); then it is let go.
     fn open_kept(&self, key: &str) -> Option<Artifact> {
-        let artifact = kept::get(&self.token, key)?;
+        let now = match self.ask_every {
+            0 => 0,
+            _ => coarse_nanos(),
+        };
+        self.open_kept_at(key, now)
+    }
+
+    /// [`Cache::open_kept`] at `now` (nanoseconds of the coarse monotonic clock).
+    fn open_kept_at(&self, key: &str, now: u64) -> Option<Artifact> {
+        let changes = self.changes.load(Ordering::Relaxed);
+        let (artifact, ask) = kept::get(&self.token, key, (now, changes), self.ask_every)?;
+        if !ask {
+            return Some(artifact);
+        }
         match rustix::fs::fstat(artifact.file()) {
             Ok(stat) if stat.st_nlink > 0 && Identity::of(&stat) == artifact.identity() => {
                 self.touch(&artifact, stat.st_atime);
@@ -444,6 +493,7 @@ impl Cache {
         bytes: &[u8],
         write: impl Fn(&Path, &[u8]) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
+        self.changing();
         match write(path, bytes) {
             Err(e) if Errno::from_io_error(&e) == Some(Errno::NOSPC) => {
                 let total: u64 = self.files()?.iter().map(|f| f.bytes).sum();
@@ -452,6 +502,11 @@ impl Cache {
             }
             other => other,
         }
+    }
+
+    /// Counts a change this cache is about to make to its directory (see [`Cache::changes`]).
+    fn changing(&self) {
+        self.changes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Sets the access time of a hit that was last recorded long ago (see the module docs).
@@ -524,6 +579,7 @@ impl Cache {
     /// Removes stale temporary files, then least recently used entries (never `keep`) until
     /// the cache takes at most `target` bytes.
     fn evict(&self, keep: &Path, target: u64) -> std::io::Result<()> {
+        self.changing();
         let mut files = self.files()?;
         let mut total: u64 = files.iter().map(|f| f.bytes).sum();
         for f in files
@@ -560,6 +616,7 @@ impl Cache {
     /// Removes every entry and stale temporary file; returns how many entries. Files another
     /// process removed meanwhile are not an error.
     pub fn clear(&self) -> std::io::Result<usize> {
+        self.changing();
         let mut entries = 0;
         for f in self.files()? {
             if f.kind == (Kind::Temp { stale: false }) {
@@ -615,6 +672,15 @@ fn remove(path: &Path) -> std::io::Result<bool> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// The coarse monotonic clock in nanoseconds: read from the vDSO's data, without a system
+/// call or a read of the time stamp counter.
+fn coarse_nanos() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
 }
 
 /// Seconds since the epoch, now.
@@ -778,6 +844,9 @@ mod kept {
         /// Its place's key in the index, and when it was last used.
         slot: (usize, u64),
         used: u64,
+        /// When its file was last asked whether it is still the entry (the coarse clock, ns),
+        /// and how many changes its cache had made by then.
+        asked: (u64, u64),
     }
 
     impl Kept {
@@ -837,14 +906,27 @@ mod kept {
         }
     }
 
-    /// The artifact this thread keeps for entry `key` of `cache`, now the most recently used.
-    pub(super) fn get(cache: &Arc<()>, key: &str) -> Option<Artifact> {
+    /// The artifact this thread keeps for entry `key` of `cache`, now the most recently used,
+    /// and whether its file is to be asked whether it is still the entry: when it was last
+    /// asked `every` or more before `now.0`, or before the cache's change `now.1` (then `now`
+    /// counts as asked).
+    pub(super) fn get(
+        cache: &Arc<()>,
+        key: &str,
+        now: (u64, u64),
+        every: u64,
+    ) -> Option<(Artifact, bool)> {
         KEPT.try_with(|kept| {
             let kept = &mut *kept.borrow_mut();
             let at = kept.find(kept.slot(cache, key), cache, key)?;
             kept.uses += 1;
-            kept.entries[at].used = kept.uses;
-            Some(kept.entries[at].artifact.clone())
+            let entry = &mut kept.entries[at];
+            entry.used = kept.uses;
+            let ask = now.0.wrapping_sub(entry.asked.0) >= every || now.1 != entry.asked.1;
+            if ask {
+                entry.asked = now;
+            }
+            Some((entry.artifact.clone(), ask))
         })
         .ok()
         .flatten()
@@ -853,7 +935,7 @@ mod kept {
     /// Keeps `artifact` for entry `key` of `cache`, in place of this thread's least recently
     /// used one when this thread, or all of them, keep as many as they may. Entries of caches
     /// since dropped are let go here.
-    pub(super) fn keep(cache: &Arc<()>, key: &str, artifact: Artifact) {
+    pub(super) fn keep(cache: &Arc<()>, key: &str, artifact: Artifact, now: (u64, u64)) {
         let bytes = artifact.memory_bytes();
         if bytes > KEPT_BYTES {
             return;
@@ -893,6 +975,7 @@ mod kept {
                 artifact,
                 slot,
                 used: 0,
+                asked: now,
             });
         });
     }
@@ -971,12 +1054,12 @@ mod tests {
     }
 
     /// A thread keeps an entry's artifact open and takes it again while the entry's name still
-    /// holds its file, unchanged: the same bytes renamed over it, a change in place and a removal
-    /// are each noticed on the next open.
+    /// holds its file, unchanged: asking on every open, the same bytes renamed over it, a
+    /// change in place and a removal are each noticed on the next open.
     #[test]
     fn an_entry_is_kept_open_while_its_file_is_the_entrys() {
         let tmp = ephem_test_support::temp_dir();
-        let cache = Cache::new(tmp.path(), u64::MAX);
+        let cache = Cache::new(tmp.path(), u64::MAX).asking_kept_entries_every(Duration::ZERO);
         let key = stored(&cache, 1);
         let open = || cache.open(&key).unwrap().expect("an entry");
         let first = open();
@@ -1005,6 +1088,53 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(cache.open(&key).unwrap().is_none(), "removed");
         drop(again);
+    }
+
+    /// By default a kept entry's file is asked whether it is still the entry once a
+    /// [`KEPT_ASK_INTERVAL`]: within it, the kept artifact is taken without asking, although
+    /// the entry was replaced or removed by someone else; at its end, that is noticed. A
+    /// change made through the cache is noticed at once.
+    #[test]
+    fn a_kept_entry_is_asked_once_an_interval() {
+        let tmp = ephem_test_support::temp_dir();
+        let cache = Cache::new(tmp.path(), u64::MAX);
+        let key = stored(&cache, 1);
+        let path = cache.path(&key);
+        let interval = KEPT_ASK_INTERVAL.as_nanos() as u64;
+        // The entry is kept (and counts as asked) between `before` and `after`.
+        let before = coarse_nanos();
+        let first = cache.open(&key).unwrap().expect("an entry");
+        let after = coarse_nanos();
+        let same = |a: &Artifact| Arc::ptr_eq(&first.shared_file(), &a.shared_file());
+
+        let bytes = std::fs::read(&path).unwrap();
+        write_atomic(&path, &bytes).unwrap();
+        let within = before + interval - 1;
+        assert!(cache.open_kept_at(&key, within).is_some_and(|a| same(&a)));
+        std::fs::remove_file(&path).unwrap();
+        assert!(cache.open_kept_at(&key, within).is_some_and(|a| same(&a)));
+        assert!(cache.open_kept_at(&key, after + interval).is_none());
+        assert!(cache.open(&key).unwrap().is_none(), "removed");
+
+        // Asked and still the entry: kept, and not asked again within the next interval.
+        let key = stored(&cache, 2);
+        let path = cache.path(&key);
+        let t = coarse_nanos();
+        let kept = cache.open(&key).unwrap().expect("an entry");
+        let later = t + 2 * interval;
+        let again = cache.open_kept_at(&key, later).expect("still the entry");
+        assert!(Arc::ptr_eq(&kept.shared_file(), &again.shared_file()));
+        std::fs::remove_file(&path).unwrap();
+        assert!(cache.open_kept_at(&key, later + interval - 1).is_some());
+        assert!(cache.open_kept_at(&key, later + interval).is_none());
+
+        // A change made through the cache is noticed at once.
+        let key = stored(&cache, 3);
+        cache.open(&key).unwrap().expect("an entry");
+        let t = coarse_nanos();
+        assert!(cache.open_kept_at(&key, t).is_some());
+        assert_eq!(cache.clear().unwrap(), 1);
+        assert!(cache.open_kept_at(&key, t).is_none(), "cleared");
     }
 
     /// Each thread keeps its own (a descriptor of its own), at most its bound, and

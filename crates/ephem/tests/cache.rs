@@ -23,7 +23,10 @@ fn hits_misses_and_damaged_entries() {
     let compiler = Compiler::new().unwrap();
     let engine = Engine::default();
     let tmp = ephem_test_support::temp_dir();
-    let cache = Cache::new(tmp.path().join("hits"), 1 << 30);
+    // Asking kept entries' files on every open, so that damage done from outside the cache is
+    // seen at once.
+    let cache =
+        Cache::new(tmp.path().join("hits"), 1 << 30).asking_kept_entries_every(Duration::ZERO);
     let w = wat(1);
 
     let (m, outcome) = ephem::compile_cached(&compiler, &engine, &cache, w.as_bytes()).unwrap();

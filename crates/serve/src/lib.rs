@@ -125,6 +125,9 @@ fn shared(
         }
         None => ephem::Cache::new(&artifacts, config.artifacts_max_bytes),
     };
+    // A module deleted through another node sharing these directories is called no more at
+    // once: each call asks its kept artifact's file (an `fstat`, small beside a request).
+    let cache = cache.asking_kept_entries_every(std::time::Duration::ZERO);
     let mut registry =
         registry::Registry::new(config.modules_dir(), cache, compiler, engine.clone())
             .with_context(|| format!("creating {}", config.modules_dir().display()))?;
