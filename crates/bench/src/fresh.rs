@@ -284,7 +284,10 @@ impl Throughput {
 
     /// Times `work(seed, n)` (which makes `n` invocations, `per_thread` in all over the turns)
     /// on one thread and on `threads` at once, in alternating turns (see
-    /// [`crate::threads::slowest`]).
+    /// [`crate::threads::slowest`]). Each thread of a turn first makes a tenth as many,
+    /// untimed: the first of them, in a new thread, set up what the thread keeps, which took a
+    /// turn of 4 000 invocations of 1.1 µs from 1.95× to 1.7× on two threads (BENCHMARKS.md,
+    /// eighteenth pass).
     pub fn measure(
         threads: usize,
         per_thread: usize,
@@ -294,8 +297,9 @@ impl Throughput {
         let (mut one, mut many) = (Duration::ZERO, Duration::ZERO);
         for turn in 0..TURNS as u64 {
             let seed = turn * 1000;
-            one += crate::threads::slowest(1, seed, |seed| work(seed, n))?;
-            many += crate::threads::slowest(threads, seed + 500, |seed| work(seed, n))?;
+            let warm_up = |seed| work(seed, n.div_ceil(10));
+            one += crate::threads::slowest(1, seed, warm_up, |seed| work(seed, n))?;
+            many += crate::threads::slowest(threads, seed + 500, warm_up, |seed| work(seed, n))?;
         }
         let invocations = (TURNS * n) as f64;
         Ok(Throughput {
