@@ -188,6 +188,7 @@ fn per_op(
     threads: usize,
     ops: usize,
 ) -> anyhow::Result<Duration> {
-    let time = crate::threads::slowest(threads, 0, |_| Ok(()), |_| (0..ops).try_for_each(|_| op()))?;
+    let time =
+        crate::threads::slowest(threads, 0, |_| Ok(()), |_| (0..ops).try_for_each(|_| op()))?;
     Ok(time / ops as u32)
 }
