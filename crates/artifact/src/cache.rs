@@ -193,7 +193,7 @@ impl Cache {
     }
 
     /// How often a thread asks the file of an entry it keeps open whether it is still the
-    /// entry: [`KEPT_ASK_INTERVAL`] by default; `Duration::ZERO` asks on every open, so that a
+    /// entry: once a second by default; `Duration::ZERO` asks on every open, so that a
     /// removed, replaced or changed entry is noticed at once (see the module documentation).
     pub fn asking_kept_entries_every(mut self, interval: Duration) -> Cache {
         self.ask_every = interval.as_nanos().try_into().unwrap_or(u64::MAX);
