@@ -48,8 +48,8 @@
 //!   the key's: a replaced entry holds the same module compiled by the same compiler, and a
 //!   removed one's file lives on until let go. Only a change in place, which needs write
 //!   access to a read-only file of this user's (who could change the process as well), is
-//!   read unverified meanwhile. Asking on every open cost an `fstat` of a 1.4 µs invocation
-//!   (a sixth of it: BENCHMARKS.md, eighteenth pass), on the path that makes no system call
+//!   read unverified meanwhile. Asking on every open cost an `fstat`, 0.3–0.4 µs of a 1.5 µs
+//!   invocation (BENCHMARKS.md, eighteenth pass), on the path that makes no system call
 //!   else; a runtime's in-memory module cache usually never asks. A removed entry's disk
 //!   space is freed when its thread lets the file go. Per thread, not shared: threads that
 //!   shared one descriptor and a lock per entry scaled 1.25x on two cores instead of 1.9x
@@ -312,8 +312,8 @@ impl Cache {
         // nothing of the entry; anything else is damage, and the entry goes.
         let path = self.path(key);
         if !matches!(e, Error::Io(_)) {
-            self.changing();
             remove_entry(&path);
+            self.changed();
         }
         Err(Error::Entry {
             path,
@@ -493,19 +493,21 @@ impl Cache {
         bytes: &[u8],
         write: impl Fn(&Path, &[u8]) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
-        self.changing();
-        match write(path, bytes) {
+        let written = match write(path, bytes) {
             Err(e) if Errno::from_io_error(&e) == Some(Errno::NOSPC) => {
                 let total: u64 = self.files()?.iter().map(|f| f.bytes).sum();
                 self.evict(path, total.saturating_sub(bytes.len() as u64))?;
                 write(path, bytes)
             }
             other => other,
-        }
+        };
+        self.changed();
+        written
     }
 
-    /// Counts a change this cache is about to make to its directory (see [`Cache::changes`]).
-    fn changing(&self) {
+    /// Counts a change this cache made to its directory (see [`Cache::changes`]): after it, so
+    /// that a thread that asks when it sees the count move sees the change.
+    fn changed(&self) {
         self.changes.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -579,7 +581,6 @@ impl Cache {
     /// Removes stale temporary files, then least recently used entries (never `keep`) until
     /// the cache takes at most `target` bytes.
     fn evict(&self, keep: &Path, target: u64) -> std::io::Result<()> {
-        self.changing();
         let mut files = self.files()?;
         let mut total: u64 = files.iter().map(|f| f.bytes).sum();
         for f in files
@@ -592,13 +593,18 @@ impl Cache {
         }
         files.retain(|f| f.kind == Kind::Entry);
         files.sort_by_key(|f| f.accessed);
+        let mut removed = false;
         for f in files {
             if total <= target {
                 break;
             }
             if f.path != keep && remove(&f.path).is_ok() {
                 total -= f.bytes;
+                removed = true;
             }
+        }
+        if removed {
+            self.changed();
         }
         Ok(())
     }
@@ -616,7 +622,13 @@ impl Cache {
     /// Removes every entry and stale temporary file; returns how many entries. Files another
     /// process removed meanwhile are not an error.
     pub fn clear(&self) -> std::io::Result<usize> {
-        self.changing();
+        let cleared = self.remove_all();
+        self.changed();
+        cleared
+    }
+
+    /// [`Cache::clear`]'s removals.
+    fn remove_all(&self) -> std::io::Result<usize> {
         let mut entries = 0;
         for f in self.files()? {
             if f.kind == (Kind::Temp { stale: false }) {
