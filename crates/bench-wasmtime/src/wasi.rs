@@ -270,13 +270,14 @@ fn main() -> anyhow::Result<()> {
         bail!("--runs must be at least 1");
     }
     let modes = codes(&args.metering, &[WriteMarks::On], &args.bounds_checks);
-    let name_of = |code: &Code| match args.bounds_checks.len() > 1 && code.bounds_checks {
-        true => format!("{},checks", code.metering.name()),
-        false => code.metering.name().to_owned(),
+    // Code without checks is marked, as `bench fresh` marks it: checks are the default.
+    let name_of = |code: &Code| match code.bounds_checks {
+        true => code.metering.name().to_owned(),
+        false => format!("{},no checks", code.metering.name()),
     };
     if !args.json {
         println!(
-            "{:<22} {:<15} {:>10} {:>11} {:>7} | {:>8} {:>8} | {:>10} {:>11} {:>7}",
+            "{:<22} {:<18} {:>10} {:>11} {:>7} | {:>8} {:>8} | {:>10} {:>11} {:>7}",
             "program",
             "mode",
             "ephem ms",
@@ -375,7 +376,7 @@ fn main() -> anyhow::Result<()> {
                     false => format!("{:>7}", "short"),
                 };
                 println!(
-                    "{:<22} {:<15} {:>10} {:>11} {} | {:>8} {:>8} | {:>10} {:>11} {:>6.2}×",
+                    "{:<22} {:<18} {:>10} {:>11} {} | {:>8} {:>8} | {:>10} {:>11} {:>6.2}×",
                     label,
                     name_of(&p.code),
                     ms(e),
