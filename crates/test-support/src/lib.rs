@@ -70,7 +70,7 @@ pub fn assert_no_growth(
 /// Asserts that `run` (which says whether its result was right) makes no system call once
 /// warm: it runs 100 times here (signal handlers, the thread's stack bounds, pools, the heap),
 /// then 1 000 times in a forked child under seccomp's strict mode, which any other system
-/// call than `read`, `write` and `exit` kills.
+/// call than `read`, `write` and `exit` kills, as it does a signal (see [`under_seccomp`]).
 ///
 /// # Safety
 /// As for [`under_seccomp`]: the test binary runs only this test, and `run` does not unwind
@@ -83,16 +83,18 @@ pub unsafe fn assert_no_system_call(run: impl Fn() -> bool) {
     let status = unsafe { under_seccomp(|| if (0..1000).all(|_| run()) { 0 } else { 1 }) };
     assert!(
         libc::WIFEXITED(status),
-        "the child made a system call (killed by signal {})",
+        "the child made a system call or took a fault signal (killed by signal {})",
         libc::WTERMSIG(status)
     );
     assert_eq!(libc::WEXITSTATUS(status), 0, "wrong results");
 }
 
 /// Runs `child` in a forked copy of this process under seccomp's strict mode, where any system
-/// call but `read`, `write` and `exit` kills it; the child exits with `child`'s result. Returns
-/// the child's wait status (see `libc::WIFEXITED` and friends); exit code 3 means strict mode
-/// could not be entered.
+/// call but `read`, `write` and `exit` kills it; the child exits with `child`'s result. A
+/// fault signal kills it too (a trap by signal, whose return, `sigreturn`, strict mode
+/// allows): the child blocks them, and the kernel kills a thread that faults with its fault
+/// signal blocked. Returns the child's wait status (see `libc::WIFEXITED` and friends); exit
+/// code 3 means strict mode could not be entered.
 ///
 /// # Safety
 /// The child is a copy of the calling thread only: `child` must not take a lock or use state
@@ -103,10 +105,23 @@ pub unsafe fn under_seccomp(child: impl FnOnce() -> i32) -> i32 {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
-        // SAFETY: prctl and exit are plain system calls; the child leaves with a raw exit and
-        // never returns into the caller.
+        // SAFETY: the signal mask, prctl and exit are plain system calls; the child leaves with
+        // a raw exit and never returns into the caller.
         unsafe {
-            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) != 0 {
+            let mut faults = std::mem::zeroed();
+            libc::sigemptyset(&mut faults);
+            for signal in [
+                libc::SIGSEGV,
+                libc::SIGBUS,
+                libc::SIGILL,
+                libc::SIGFPE,
+                libc::SIGTRAP,
+            ] {
+                libc::sigaddset(&mut faults, signal);
+            }
+            if libc::pthread_sigmask(libc::SIG_BLOCK, &faults, std::ptr::null_mut()) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) != 0
+            {
                 libc::syscall(libc::SYS_exit, 3);
             }
             let code = child();
