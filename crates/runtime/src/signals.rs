@@ -194,11 +194,14 @@ fn approximate_sp() -> usize {
 }
 
 /// The lowest usable address of this thread's stack (above its guard), cached per thread.
+/// Computing it is the thread's first call into wasm, which also makes sure of its alternate
+/// signal stack (see [`AltStack`]).
 fn stack_low() -> usize {
     let cached = STACK_LOW.with(Cell::get);
     if cached != 0 {
         return cached;
     }
+    let _ = ALT_STACK.try_with(|_| {});
     // SAFETY: pthread_getattr_np fills `attr` for the calling thread; we destroy it after use.
     let low = unsafe {
         let mut attr = MaybeUninit::<libc::pthread_attr_t>::uninit();
@@ -217,6 +220,98 @@ fn stack_low() -> usize {
     };
     STACK_LOW.with(|c| c.set(low));
     low
+}
+
+/// Bytes of alternate signal stack that a thread running wasm has at least. A fault handler's
+/// frame and an interrupt's nested in it (see [`install_handlers`]) each hold the CPU's
+/// register state, up to 11 KiB with AMX, where Rust gives its threads 8 KiB (`SIGSTKSZ`).
+const ALT_STACK_BYTES: usize = 64 << 10;
+
+thread_local! {
+    static ALT_STACK: Option<AltStack> = AltStack::install();
+}
+
+/// An alternate signal stack of [`ALT_STACK_BYTES`] above a guard page, installed for this
+/// thread because the one it had was smaller, and unmapped when the thread exits. (Rust's
+/// thread teardown disables whatever alternate stack is installed and unmaps its own; this
+/// one disables itself if it is still installed, so whichever runs first, no thread is left
+/// with an alternate stack that is unmapped.)
+struct AltStack {
+    map: *mut std::ffi::c_void,
+    len: usize,
+    stack: *mut std::ffi::c_void,
+}
+
+impl AltStack {
+    /// Installs one unless this thread's own is large enough. `None` too when that fails
+    /// (memory or the kernel refused): the handlers still run, on a smaller stack.
+    fn install() -> Option<AltStack> {
+        let mut old = MaybeUninit::<libc::stack_t>::uninit();
+        // SAFETY: reads this thread's alternate stack into `old`.
+        if unsafe { libc::sigaltstack(std::ptr::null(), old.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: sigaltstack succeeded and filled it.
+        let old = unsafe { old.assume_init() };
+        if old.ss_flags & libc::SS_DISABLE == 0 && old.ss_size >= ALT_STACK_BYTES {
+            return None;
+        }
+        let guard = rustix::param::page_size();
+        let len = guard + ALT_STACK_BYTES;
+        // SAFETY: a new private mapping, which nothing else refers to.
+        let map = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::empty(),
+                rustix::mm::MapFlags::PRIVATE,
+            )
+        }
+        .ok()?;
+        let stack = map.wrapping_byte_add(guard);
+        let installed = AltStack { map, len, stack };
+        // SAFETY: the part above the guard page lies within the new mapping.
+        unsafe {
+            rustix::mm::mprotect(
+                stack,
+                ALT_STACK_BYTES,
+                rustix::mm::MprotectFlags::READ | rustix::mm::MprotectFlags::WRITE,
+            )
+        }
+        .ok()?;
+        let new = libc::stack_t {
+            ss_sp: stack,
+            ss_flags: 0,
+            ss_size: ALT_STACK_BYTES,
+        };
+        // SAFETY: `new` describes readable, writable memory this value keeps mapped while it
+        // is installed; this thread is not on its alternate stack (it is not in a handler).
+        if unsafe { libc::sigaltstack(&new, std::ptr::null_mut()) } != 0 {
+            return None;
+        }
+        Some(installed)
+    }
+}
+
+impl Drop for AltStack {
+    fn drop(&mut self) {
+        let mut current = MaybeUninit::<libc::stack_t>::uninit();
+        // SAFETY: reads, then possibly disables, this thread's alternate stack; the thread is
+        // exiting and runs no handler. The mapping is ours alone and no longer installed.
+        unsafe {
+            if libc::sigaltstack(std::ptr::null(), current.as_mut_ptr()) == 0
+                && current.assume_init().ss_sp == self.stack
+            {
+                let disable = libc::stack_t {
+                    ss_sp: std::ptr::null_mut(),
+                    ss_flags: libc::SS_DISABLE,
+                    ss_size: 0,
+                };
+                libc::sigaltstack(&disable, std::ptr::null_mut());
+            }
+            let _ = rustix::mm::munmap(self.map, self.len);
+        }
+    }
 }
 
 const SIGNALS: [libc::c_int; 5] = [
@@ -239,15 +334,23 @@ pub fn install_handlers() {
         for (i, &sig) in SIGNALS.iter().enumerate() {
             // SAFETY: a zeroed sigaction is valid; we fill the handler, flags and mask, and
             // store the previous action in PREVIOUS before anything can read it.
-            // SA_RESTART: an interrupt that lands in a host system call restarts it. The mask
-            // holds INTERRUPT back while any of our handlers runs: handlers run on the thread's
-            // alternate stack (Rust's is a few pages), which nested signals would overflow.
+            // SA_RESTART: an interrupt that lands in a host system call restarts it.
+            // The fault handlers change no signal mask (SA_NODEFER, an empty mask): the kernel
+            // then takes the process's signal lock twice less per trap, once to block signals
+            // for the handler and once to unblock them on its return, which two threads
+            // trapping at once take in turn (go-esbuild's trapping call on two threads: 1.71×
+            // one thread's throughput with the mask, 1.80× without; BENCHMARKS.md, nineteenth
+            // pass). So an interrupt may nest in a fault handler, on the alternate stack,
+            // which `AltStack` makes large enough for both. An interrupt's handler keeps
+            // further interrupts back, as by default.
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = on_signal as *const () as usize;
                 action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+                if sig != INTERRUPT {
+                    action.sa_flags |= libc::SA_NODEFER;
+                }
                 libc::sigemptyset(&mut action.sa_mask);
-                libc::sigaddset(&mut action.sa_mask, INTERRUPT);
                 let prev = (*PREVIOUS.0.get())[i].as_mut_ptr();
                 if libc::sigaction(sig, &action, prev) != 0 {
                     panic!("cannot install the signal handler for signal {sig}");
@@ -417,5 +520,62 @@ unsafe extern "C" fn on_signal(
         // SAFETY: the previous handler was installed with the one-argument signature.
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(prev.sa_sigaction) };
         f(signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This thread's alternate signal stack: (base, size), or `None` when it has none.
+    fn alt_stack() -> Option<(usize, usize)> {
+        let mut current = MaybeUninit::<libc::stack_t>::uninit();
+        // SAFETY: reads this thread's alternate stack.
+        assert_eq!(
+            unsafe { libc::sigaltstack(std::ptr::null(), current.as_mut_ptr()) },
+            0
+        );
+        // SAFETY: filled by the call above.
+        let current = unsafe { current.assume_init() };
+        (current.ss_flags & libc::SS_DISABLE == 0)
+            .then_some((current.ss_sp as usize, current.ss_size))
+    }
+
+    #[test]
+    fn a_thread_that_runs_wasm_has_a_large_alternate_stack() {
+        std::thread::spawn(|| {
+            // Rust's own is smaller.
+            assert!(alt_stack().is_none_or(|(_, size)| size < ALT_STACK_BYTES));
+            stack_low();
+            let (base, size) = alt_stack().expect("an alternate stack");
+            assert!(size >= ALT_STACK_BYTES, "{size} bytes");
+            // Later calls keep it.
+            stack_low();
+            assert_eq!(alt_stack(), Some((base, size)));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn fault_handlers_change_no_signal_mask_and_interrupts_wait_for_theirs() {
+        install_handlers();
+        for &sig in &SIGNALS {
+            let mut action = MaybeUninit::<libc::sigaction>::uninit();
+            // SAFETY: reads the installed action.
+            let action = unsafe {
+                assert_eq!(
+                    libc::sigaction(sig, std::ptr::null(), action.as_mut_ptr()),
+                    0
+                );
+                action.assume_init()
+            };
+            assert_eq!(action.sa_sigaction, on_signal as *const () as usize);
+            // SAFETY: the mask was filled by sigaction.
+            let masked = (1..65).any(|s| unsafe { libc::sigismember(&action.sa_mask, s) } == 1);
+            assert!(!masked, "signal {sig} masks others in its handler");
+            let nodefer = action.sa_flags & libc::SA_NODEFER != 0;
+            assert_eq!(nodefer, sig != INTERRUPT, "signal {sig}");
+        }
     }
 }
