@@ -338,7 +338,7 @@ pub fn install_handlers() {
             // The fault handlers change no signal mask (SA_NODEFER, an empty mask): the kernel
             // then takes the process's signal lock twice less per trap, once to block signals
             // for the handler and once to unblock them on its return, which two threads
-            // trapping at once take in turn (go-esbuild's trapping call on two threads: 1.71×
+            // trapping at once take in turn (go-esbuild's trapping call on two threads: 1.72×
             // one thread's throughput with the mask, 1.80× without; BENCHMARKS.md, nineteenth
             // pass). So an interrupt may nest in a fault handler, on the alternate stack,
             // which `AltStack` makes large enough for both. An interrupt's handler keeps
