@@ -336,13 +336,13 @@ pub fn install_handlers() {
             // store the previous action in PREVIOUS before anything can read it.
             // SA_RESTART: an interrupt that lands in a host system call restarts it.
             // The fault handlers change no signal mask (SA_NODEFER, an empty mask): the kernel
-            // then takes the process's signal lock twice less per trap, once to block signals
-            // for the handler and once to unblock them on its return, which two threads
-            // trapping at once take in turn (go-esbuild's trapping call on two threads: 1.72×
-            // one thread's throughput with the mask, 1.80× without; BENCHMARKS.md, nineteenth
-            // pass). So an interrupt may nest in a fault handler, on the alternate stack,
-            // which `AltStack` makes large enough for both. An interrupt's handler keeps
-            // further interrupts back, as by default.
+            // then skips two of the four times a trap takes the process's signal lock (to
+            // block signals for the handler, and to unblock them on its return), which two
+            // threads trapping at once take in turn (go-esbuild's trapping call on two threads,
+            // in a busy hour: 1.72× one thread's throughput with the mask, 1.80× without;
+            // BENCHMARKS.md, nineteenth pass). So an interrupt may nest in a fault handler, on
+            // the alternate stack, which `AltStack` makes large enough for both. An interrupt's
+            // handler keeps further interrupts back, as by default.
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = on_signal as *const () as usize;
