@@ -529,36 +529,6 @@ unsafe extern "C" fn on_signal(
 mod tests {
     use super::*;
 
-    /// This thread's alternate signal stack: (base, size), or `None` when it has none.
-    fn alt_stack() -> Option<(usize, usize)> {
-        let mut current = MaybeUninit::<libc::stack_t>::uninit();
-        // SAFETY: reads this thread's alternate stack.
-        assert_eq!(
-            unsafe { libc::sigaltstack(std::ptr::null(), current.as_mut_ptr()) },
-            0
-        );
-        // SAFETY: filled by the call above.
-        let current = unsafe { current.assume_init() };
-        (current.ss_flags & libc::SS_DISABLE == 0)
-            .then_some((current.ss_sp as usize, current.ss_size))
-    }
-
-    #[test]
-    fn a_thread_that_runs_wasm_has_a_large_alternate_stack() {
-        std::thread::spawn(|| {
-            // Rust's own is smaller.
-            assert!(alt_stack().is_none_or(|(_, size)| size < ALT_STACK_BYTES));
-            stack_low();
-            let (base, size) = alt_stack().expect("an alternate stack");
-            assert!(size >= ALT_STACK_BYTES, "{size} bytes");
-            // Later calls keep it.
-            stack_low();
-            assert_eq!(alt_stack(), Some((base, size)));
-        })
-        .join()
-        .unwrap();
-    }
-
     #[test]
     fn fault_handlers_change_no_signal_mask_and_interrupts_wait_for_theirs() {
         install_handlers();
