@@ -400,8 +400,12 @@ impl Compiler {
             })?;
             traps.push((t.offset, kind));
         }
+        let mut bytes = code.code_buffer().to_vec();
+        if self.isa().name() == "x64" {
+            traps::fault_without_vm_exit(&mut bytes, traps.iter().map(|&(at, _)| at));
+        }
         Ok(Compiled {
-            code: code.code_buffer().to_vec(),
+            code: bytes,
             calls,
             libcalls,
             traps,
