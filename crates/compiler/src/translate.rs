@@ -664,14 +664,13 @@ impl Translator<'_, '_> {
     /// at every access, 1.07–1.08× with [`Regions`], and with shared checks and the length in
     /// a variable (`lengths`) 1.06×, against 1.17–1.20× for a branch to a block that raises
     /// the trap by a builtin call and 1.24–1.31× for a conditional move of the address to one
-    /// that faults. Its trap is a `ud2`, which on a KVM guest costs a VM exit (7 µs against
-    /// 2.3 µs for the fault of an access past the length without checks). A branch to one block
-    /// per function that faults by a load from address 0 cost 1.8 % of compute (eighteenth
-    /// pass). One that raises the trap by a builtin call, only in functions that make calls
-    /// anyway, made a trapping Go call 6.6× faster and let it scale on two threads, but cost
-    /// 2.5 % of compute however it was placed (sieve 20 %: the block boundaries change register
-    /// allocation); `int3` instead of `ud2` avoids the VM exit but not the signal lock
-    /// (nineteenth pass).
+    /// that faults. Its trap is a signal: on x86-64 a `hlt` (see `traps::fault_without_vm_exit`;
+    /// a `ud2` cost a VM exit on a KVM guest, 8.3 µs a trapping invocation against 3.2). A
+    /// branch to one block per function that faults by a load from address 0 cost 1.8 % of
+    /// compute (eighteenth pass). One that raises the trap by a builtin call, only in functions
+    /// that make calls anyway, takes no signal and so lets a trapping Go call scale on two
+    /// threads, but cost 2.5 % of compute however it was placed (sieve 20 %: the block
+    /// boundaries change register allocation; nineteenth pass).
     fn check_bounds(&mut self, memory: u32, index: Value, wide: Value, end: u64) {
         let block = self.this_block();
         let facts = &mut self.facts;

@@ -3,8 +3,9 @@
 //! The host enters wasm through `ephem_enter_wasm`, a small assembly stub (in `arch`, one per
 //! architecture, with the two register accesses the handler needs) that saves the
 //! callee-saved registers and its stack pointer in the thread's [`CallState`], then calls the
-//! entry trampoline. When generated code traps (a `ud2` for an explicit trap, or a fault in a
-//! memory's guard region), the signal handler checks that the faulting instruction lies in
+//! entry trampoline. When generated code traps (an explicit trap's faulting instruction, a
+//! `hlt` on x86-64, see the compiler's `traps`; or a fault in a memory's guard region), the
+//! signal handler checks that the faulting instruction lies in
 //! published code ([`registry::lookup`]); if so it records where, and resumes the thread at
 //! `ephem_trap_landing`, which restores the saved registers and returns 1 from the stub. Any
 //! other fault is passed to the handler installed before ours (or the default action), so a
@@ -14,8 +15,8 @@
 //! `unreachable`, the trap guests raise on purpose (a Rust panic, a Go or AssemblyScript
 //! abort), takes no signal: generated code calls the `Raise` builtin, which records the site
 //! and unwinds to the landing directly ([`raise_trap`]), as a failed host function does. A
-//! trap by signal cost a trapping invocation about 7 µs more on a KVM guest, and every thread
-//! trapping at once took the process's signal lock in turn.
+//! trap by signal costs a trapping invocation a few µs more, and every thread trapping at
+//! once takes the process's signal lock in turn.
 //!
 //! A deadline stops wasm the same way: `interrupt` sends [`INTERRUPT`] to a thread whose call
 //! is due, and the handler ends the call only where a fault would (the thread is in published
