@@ -808,6 +808,15 @@ impl Translator<'_, '_> {
     /// Calls a runtime builtin with `vmctx` and `args` (of the types its entry in
     /// `for_each_builtin` lists); returns its result.
     fn builtin(&mut self, which: Builtin, args: &[Value]) -> Option<Value> {
+        let result = self.call_builtin(which, args);
+        self.fuel_from_store();
+        self.reload_lengths();
+        result
+    }
+
+    /// The call of [`Translator::builtin`], without what follows it: the store's fuel and the
+    /// memories' lengths, which a builtin that returns may have changed.
+    fn call_builtin(&mut self, which: Builtin, args: &[Value]) -> Option<Value> {
         let ty = |t: BuiltinType| match t {
             BuiltinType::I32 => I32,
             BuiltinType::I64 => I64,
@@ -827,10 +836,7 @@ impl Translator<'_, '_> {
         // Bulk operations charge fuel per byte or element from the store's count.
         self.fuel_to_store();
         let call = self.b.ins().call_indirect(sig, fnptr, &all);
-        let result = self.b.inst_results(call).first().copied();
-        self.fuel_from_store();
-        self.reload_lengths();
-        result
+        self.b.inst_results(call).first().copied()
     }
 
     /// Calls a builtin that returns a trap flag, and traps with `trap` when it is set: 1 is out
@@ -1017,7 +1023,8 @@ impl Translator<'_, '_> {
                     self.b.set_cold_block(here);
                 }
                 let kind = self.iconst32(TrapKind::Unreachable.code());
-                self.builtin(Builtin::Raise, &[kind]);
+                // `Raise` does not return: nothing to read back after it.
+                self.call_builtin(Builtin::Raise, &[kind]);
                 self.b.ins().trap(code::UNREACHABLE);
                 self.unreachable_now();
             }

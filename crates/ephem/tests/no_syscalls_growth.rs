@@ -1,8 +1,9 @@
-//! A module whose every call grows its memory, compiled with bounds checks (the default), makes no system
-//! call in the steady state of the fresh path: its memory's slot keeps the page it grew into
-//! (a loose memory: see the runtime's `memory` module), so growing is a change of length and
-//! the teardown zeroes the page in place instead of closing it with `mprotect`. Without checks
-//! both are `mprotect`s, and this test would see them. Its own test binary: it forks.
+//! A module whose every call grows its memory, compiled with bounds checks (the default),
+//! makes no system call in the steady state of the fresh path: its memory's slot keeps the
+//! page it grew into (a loose memory: see the runtime's `memory` module), so growing is a
+//! change of length and the teardown zeroes the page in place instead of closing it with
+//! `mprotect`. Without checks both are `mprotect`s, and this test would see them. Its own test
+//! binary: it forks.
 
 use ephem::{Engine, Instance, Store};
 
