@@ -289,6 +289,7 @@ impl Compiler {
             call_conv: self.isa().default_call_conv(),
             frontend: self.isa().frontend_config(),
             fuel_costs: self.fuel.map(|(_, costs)| costs),
+            raise_checks: self.isa().name() == "x64",
         };
 
         // Units: defined functions, then an entry trampoline and a host adapter per type.
@@ -349,9 +350,10 @@ impl Compiler {
     ) -> Result<Compiled, CompileError> {
         let defined = parsed.bodies.len();
         let types = &parsed.info.types;
+        let mut raised = None;
         if unit < defined {
             let func = parsed.info.imported_funcs + unit as u32;
-            translate::translate(env, func, &parsed.bodies[unit], &mut ctx.func, fctx)?;
+            raised = translate::translate(env, func, &parsed.bodies[unit], &mut ctx.func, fctx)?;
         } else if unit < defined + types.len() {
             trampolines::entry(env, &types[unit - defined], &mut ctx.func, fctx);
         } else {
@@ -404,11 +406,17 @@ impl Compiler {
         if self.isa().name() == "x64" {
             traps::fault_without_vm_exit(&mut bytes, traps.iter().map(|&(at, _)| at));
         }
+        let raise_call = raised.and_then(|raised| {
+            let (call, hlt) = traps::raise_failed_checks(&mut bytes, &code.buffer, &raised)?;
+            traps.push((hlt, TrapKind::MemoryOutOfBounds));
+            Some(call)
+        });
         Ok(Compiled {
             code: bytes,
             calls,
             libcalls,
             traps,
+            raise_call,
         })
     }
 }
@@ -419,6 +427,9 @@ struct Compiled {
     calls: Vec<(u32, u32, i64)>,
     libcalls: Vec<ModuleReloc>,
     traps: Vec<(u32, TrapKind)>,
+    /// Where the displacement of the call that failed checks make is (see
+    /// [`traps::raise_failed_checks`]), to point at the text's [`traps::raise_stub`].
+    raise_call: Option<u32>,
 }
 
 /// Lays the units out in one text and resolves the calls between functions.
@@ -452,6 +463,28 @@ fn link(
             text[site as usize..site as usize + 4].copy_from_slice(&rel.to_le_bytes());
         }
         traps.extend(unit.traps.iter().map(|&(at, kind)| (start + at, kind)));
+    }
+    let raise_calls: Vec<u32> = (units.iter().zip(&offsets))
+        .filter_map(|(unit, &start)| Some(start + unit.raise_call?))
+        .collect();
+    if !raise_calls.is_empty() {
+        // After the functions: trampolines, host adapters, functions (see `layout_order`).
+        let last_trampoline = defined + types - 1;
+        let stub = text.len().next_multiple_of(16);
+        let layout = traps::StubLayout {
+            trampolines: offsets[defined]
+                ..offsets[last_trampoline] + units[last_trampoline].code.len() as u32,
+            functions_start: offsets[..defined].iter().copied().min().unwrap_or(0),
+            stub: stub as u32,
+        };
+        text.resize(stub, 0xCC);
+        text.extend_from_slice(&traps::raise_stub(&layout));
+        for at in raise_calls {
+            let rel = stub as i64 - (at as i64 + 4);
+            let rel = i32::try_from(rel)
+                .map_err(|_| CompileError::Unsupported("text larger than 2 GiB".into()))?;
+            text[at as usize..at as usize + 4].copy_from_slice(&rel.to_le_bytes());
+        }
     }
     traps.sort_by_key(|t| t.0);
     let funcs = (0..defined)

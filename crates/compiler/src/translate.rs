@@ -81,6 +81,9 @@ pub struct Env<'a> {
     pub frontend: cranelift_codegen::isa::TargetFrontendConfig,
     /// Operator costs, for metered code.
     pub fuel_costs: Option<crate::FuelCosts>,
+    /// Whether failed bounds checks may raise their trap without a signal (see [`Raised`]):
+    /// the compiler writes the code that does it, for x86-64 only.
+    pub raise_checks: bool,
 }
 
 fn trusted() -> MemFlagsData {
@@ -161,6 +164,21 @@ struct Translator<'a, 'b> {
     /// Each memory's length, for code that checks bounds: loaded at entry and after every
     /// call (only calls change a length), so that a loop without calls keeps it in a register.
     lengths: Vec<Variable>,
+    /// Bounds checks marked so far for [`Raised`], numbered from 0; `None` where checks are
+    /// not marked (a target the compiler has no raising code for).
+    raised_checks: Option<u32>,
+}
+
+/// How a function's failed bounds checks can trap without a signal: each check's `trapnz`
+/// carries the source location of its number (`0..checks`), which Cranelift also gives the
+/// check's trap instruction. The compiler finds each check's branch to its trap instruction
+/// by those locations and sends it to code that raises the trap
+/// (`crate::traps::raise_failed_checks`). Nothing else in the function changes, so its
+/// registers are allocated as before: a branch to a block that raised the trap in the IR made
+/// compute 2–20 % slower (BENCHMARKS.md, nineteenth pass), and so did storing the vmctx where
+/// that code could find it (twentieth pass).
+pub struct Raised {
+    pub checks: u32,
 }
 
 /// What a block has done so far that later instructions of it may rely on: every instruction
@@ -217,14 +235,15 @@ fn args(values: &[Value]) -> Vec<BlockArg> {
     values.iter().map(|&v| BlockArg::Value(v)).collect()
 }
 
-/// Translates defined function `func` into `func_ir`.
+/// Translates defined function `func` into `func_ir`; returns how its failed bounds checks can
+/// raise their trap, if they are marked for it.
 pub fn translate(
     env: &Env<'_>,
     func: u32,
     body: &FunctionBody<'_>,
     func_ir: &mut ir::Function,
     ctx: &mut FunctionBuilderContext,
-) -> Result<(), CompileError> {
+) -> Result<Option<Raised>, CompileError> {
     let ty = env.info.func_type(func).clone();
     func_ir.signature = wasm_signature(&ty);
     let vmctx_gv = func_ir.create_global_value(ir::GlobalValueData::VMContext);
@@ -298,6 +317,7 @@ pub fn translate(
         facts: BlockFacts::default(),
         regions: None,
         lengths: Vec::new(),
+        raised_checks: env.raise_checks.then_some(0),
     };
     if env.info.checks_bounds {
         let mut region = |user_id: u32, name: &'static str| {
@@ -331,8 +351,11 @@ pub fn translate(
     t.spill_fuel();
     t.b.ins().return_(&results);
     t.b.seal_all_blocks();
+    let raised = (t.raised_checks)
+        .filter(|&checks| checks > 0)
+        .map(|checks| Raised { checks });
     t.b.finalize(env.frontend);
-    Ok(())
+    Ok(raised)
 }
 
 fn zero(b: &mut FunctionBuilder<'_>, t: ValType) -> Value {
@@ -664,13 +687,14 @@ impl Translator<'_, '_> {
     /// at every access, 1.07–1.08× with [`Regions`], and with shared checks and the length in
     /// a variable (`lengths`) 1.06×, against 1.17–1.20× for a branch to a block that raises
     /// the trap by a builtin call and 1.24–1.31× for a conditional move of the address to one
-    /// that faults. Its trap is a signal: on x86-64 a `hlt` (see `traps::fault_without_vm_exit`;
-    /// a `ud2` cost a VM exit on a KVM guest, 8.3 µs a trapping invocation against 3.2). A
-    /// branch to one block per function that faults by a load from address 0 cost 1.8 % of
-    /// compute (eighteenth pass). One that raises the trap by a builtin call, only in functions
-    /// that make calls anyway, takes no signal and so lets a trapping Go call scale on two
-    /// threads, but cost 2.5 % of compute however it was placed (sieve 20 %: the block
-    /// boundaries change register allocation; nineteenth pass).
+    /// that faults. On x86-64 the compiler then sends its branch to code that raises the trap
+    /// by the `Raise` builtin, without a signal (see [`Raised`]; 0.9 µs a trapping invocation
+    /// against 3.0 by signal, twentieth pass); elsewhere, and where that code cannot find
+    /// `Raise`, its trap is a signal (on x86-64 a `hlt`, see `traps::fault_without_vm_exit`).
+    /// Changing the IR for it cost compute: a branch to one block per function that faults by
+    /// a load from address 0, 1.8 % (eighteenth pass); one that raises the trap by a builtin
+    /// call, 2.5 % (sieve 20 %: the block boundaries change register allocation; nineteenth
+    /// pass); a store of the vmctx at entry, for raising code to read, 1.5 % (sieve 13 %).
     fn check_bounds(&mut self, memory: u32, index: Value, wide: Value, end: u64) {
         let block = self.this_block();
         let facts = &mut self.facts;
@@ -713,7 +737,12 @@ impl Translator<'_, '_> {
         let limit = self.b.ins().iadd(length, constant);
         let constant = self.b.func.dfg.value_def(constant).unwrap_inst();
         let past = self.b.ins().icmp(IntCC::SignedGreaterThan, wide, limit);
+        if let Some(n) = &mut self.raised_checks {
+            self.b.set_srcloc(ir::SourceLoc::new(*n));
+            *n += 1;
+        }
         self.b.ins().trapnz(past, TrapCode::HEAP_OUT_OF_BOUNDS);
+        self.b.set_srcloc(ir::SourceLoc::default());
         self.facts.checks.push(Check {
             memory,
             index,

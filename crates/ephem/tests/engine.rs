@@ -416,10 +416,11 @@ fn a_trap_has_a_backtrace_named_from_the_name_section() {
     assert!(t.backtrace().iter().all(|f| f.func == 3), "{t}");
 }
 
-/// `unreachable` ends the call without a signal (generated code raises the trap itself), with
-/// the kind and backtrace a trap by signal has; an out-of-bounds load still arrives as one.
+/// `unreachable` and a failed bounds check end the call without a signal (generated code
+/// raises the trap itself), with the kind and backtrace a trap by signal has; a division by
+/// zero still arrives as one.
 #[test]
-fn unreachable_traps_without_a_signal() {
+fn unreachable_and_failed_checks_trap_without_a_signal() {
     let engine = Engine::default();
     let mut store = Store::new(&engine, ());
     let inst = instantiate(
@@ -431,7 +432,16 @@ fn unreachable_traps_without_a_signal() {
              (func (export "outer") (param i32) (result i32)
                (i32.add (call $inner (local.get 0)) (i32.const 1)))
              (func (export "first") unreachable)
-             (func (export "oob") (drop (i32.load (i32.const 70000)))))"#,
+             (func $sum (param $at i32) (result i32) (local $s i32)
+               (loop $l
+                 (local.set $s (i32.add (local.get $s) (i32.load (local.get $at))))
+                 (local.set $at (i32.add (local.get $at) (i32.const 4096)))
+                 (br_if $l (i32.lt_u (local.get $at) (i32.const 65536))))
+               (local.get $s))
+             (func (export "sum") (param i32) (result i32)
+               (i32.add (call $sum (local.get 0)) (i32.const 1)))
+             (func (export "div") (param i32) (result i32)
+               (i32.div_u (i32.const 1) (local.get 0))))"#,
     );
     let signals = ephem::trap_signals();
     for _ in 0..3 {
@@ -452,17 +462,157 @@ fn unreachable_traps_without_a_signal() {
             trap_kind(call(&mut store, &inst, "first", &[])),
             TrapKind::Unreachable
         );
+        // A load in a loop walks off the end of the memory (its last one starts at 65535), in
+        // a function called by another.
+        let Err(Error::Trap(t)) = call(&mut store, &inst, "sum", &[Val::I32(4095)]) else {
+            panic!("no trap")
+        };
+        assert_eq!(t.kind, TrapKind::MemoryOutOfBounds, "{t}");
+        let frames: Vec<u32> = t.backtrace().iter().map(|f| f.func).collect();
+        assert_eq!(frames, [3, 4], "{t}");
+        assert_eq!(t.func, Some(3), "{t}");
+        // Within bounds it runs on (the last load starts at 61440).
+        assert_eq!(
+            call(&mut store, &inst, "sum", &[Val::I32(0)]).unwrap()[0].i32(),
+            Some(1)
+        );
     }
     assert_eq!(ephem::trap_signals(), signals, "a trap came as a signal");
     assert_eq!(
-        trap_kind(call(&mut store, &inst, "oob", &[])),
-        TrapKind::MemoryOutOfBounds
+        trap_kind(call(&mut store, &inst, "div", &[Val::I32(0)])),
+        TrapKind::IntegerDivisionByZero
     );
     assert_eq!(
         ephem::trap_signals(),
         signals + 1,
-        "the fault came as a signal"
+        "the division came as a signal"
     );
+}
+
+/// Every shape of failed check the compiler emits raises its trap without a signal, from the
+/// function that failed: a constant address (compared with an immediate), a store with an
+/// offset, a wide vector load, a function with arguments on the stack, one whose values are
+/// spilled to a large frame, one that checks after a call, and after the memory grew (the
+/// length is reloaded). Each also runs within bounds, so a check sent to the wrong place would
+/// show either way.
+#[test]
+fn every_shape_of_failed_check_traps_without_a_signal() {
+    let engine = Engine::default();
+    let mut store = Store::new(&engine, ());
+    let many: String = (0..20).map(|i| format!("(local $v{i} i64) ")).collect();
+    let set: String = (0..20)
+        .map(|i| {
+            format!(
+                "(local.set $v{i} (i64.add (local.get $v{i}) (i64.extend_i32_u (local.get $at))))"
+            )
+        })
+        .collect();
+    let sum: String = (0..20)
+        .map(|i| format!("(local.get $v{i}) i64.add "))
+        .collect();
+    let wat = format!(
+        r#"(module (memory 1 3)
+             (func (export "constant") (param i32) (result i32)
+               (i32.add (local.get 0) (i32.load (i32.const 200000))))
+             (func (export "store") (param i32)
+               (i64.store offset=8 (local.get 0) (i64.const 1)))
+             (func (export "vector") (param i32) (result i32)
+               (i32x4.extract_lane 0 (v128.load (local.get 0))))
+             (func $deep (param i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i32) (result i32)
+               (i32.load (local.get 11)))
+             (func (export "stack_args") (param i32) (result i32)
+               (call $deep (i64.const 1) (i64.const 2) (i64.const 3) (i64.const 4)
+                 (i64.const 5) (i64.const 6) (i64.const 7) (i64.const 8) (i64.const 9)
+                 (i64.const 10) (i64.const 11) (local.get 0)))
+             (func (export "spilled") (param $at i32) (result i64) {many}
+               (loop $l
+                 {set}
+                 (drop (i32.load (local.get $at)))
+                 (local.set $at (i32.add (local.get $at) (i32.const 8192)))
+                 (br_if $l (i32.lt_u (local.get $at) (i32.const 200000))))
+               (i64.const 0) {sum})
+             (func $id (param i32) (result i32) (local.get 0))
+             (func (export "after_call") (param i32) (result i32)
+               (i32.load (call $id (local.get 0))))
+             (func (export "grown") (param i32) (result i32)
+               (drop (memory.grow (i32.const 1)))
+               (i32.load (local.get 0))))"#
+    );
+    let inst = instantiate(&mut store, &wat);
+    let signals = ephem::trap_signals();
+    // (export, argument that traps, its function, argument that does not)
+    let cases: [(&str, i32, u32, i32); 6] = [
+        // 1 + 8192 * 7 = 57345, then 65537: past the end of the one page (before "grown").
+        ("spilled", 1, 5, 0),
+        ("store", 65521, 1, 65520),
+        ("vector", 65521, 2, 65520),
+        ("stack_args", 65533, 3, 65532),
+        ("after_call", 65533, 7, 65532),
+        ("grown", 3 * 65536 - 3, 8, 65536),
+    ];
+    for (name, bad, func, good) in cases {
+        let Err(Error::Trap(t)) = call(&mut store, &inst, name, &[Val::I32(bad)]) else {
+            panic!("{name}: no trap")
+        };
+        assert_eq!(t.kind, TrapKind::MemoryOutOfBounds, "{name}: {t}");
+        assert_eq!(t.func, Some(func), "{name}: {t}");
+        if name != "spilled" {
+            call(&mut store, &inst, name, &[Val::I32(good)]).unwrap();
+        }
+    }
+    let Err(Error::Trap(t)) = call(&mut store, &inst, "constant", &[Val::I32(0)]) else {
+        panic!("constant: no trap")
+    };
+    assert_eq!((t.kind, t.func), (TrapKind::MemoryOutOfBounds, Some(0)));
+    assert_eq!(ephem::trap_signals(), signals, "a trap came as a signal");
+}
+
+/// A failed check finds what raises its trap through the frames of its own text (each
+/// instance loads one), up to the entry stub. Called from another instance's code, of the same
+/// module or another, whose frames it does not follow, it traps by signal instead, as before,
+/// with the same kind and backtrace.
+#[test]
+fn a_failed_check_called_from_another_instance_or_module_traps_correctly() {
+    let engine = Engine::default();
+    let mut store = Store::new(&engine, ());
+    let callee = r#"(module
+         (import "other" "load" (func $other (param i32) (result i32)))
+         (memory 1)
+         (func (export "load") (param i32) (result i32) (i32.load (local.get 0)))
+         (func (export "call_other") (param i32) (result i32)
+           (i32.add (call $other (local.get 0)) (i32.const 1))))"#;
+    let caller = r#"(module
+         (import "other" "load" (func $other (param i32) (result i32)))
+         (func (export "call_other") (param i32) (result i32)
+           (i32.add (call $other (local.get 0)) (i32.const 1))))"#;
+    let module = compile(&engine, callee.as_bytes()).unwrap();
+    let first = {
+        let mut linker = Linker::new(&engine);
+        linker
+            .func_wrap("other", "load", |_: i32| -> i32 { 0 })
+            .unwrap();
+        linker.instantiate(&mut store, &module).unwrap()
+    };
+    let mut linker = Linker::new(&engine);
+    linker.instance(&mut store, "other", first).unwrap();
+    let second = linker.instantiate(&mut store, &module).unwrap();
+    let other = compile(&engine, caller.as_bytes()).unwrap();
+    let third = linker.instantiate(&mut store, &other).unwrap();
+    for (instance, caller) in [(second, 2), (third, 1)] {
+        let signals = ephem::trap_signals();
+        let Err(Error::Trap(t)) = call(&mut store, &instance, "call_other", &[Val::I32(65533)])
+        else {
+            panic!("no trap")
+        };
+        assert_eq!(t.kind, TrapKind::MemoryOutOfBounds, "{t}");
+        let frames: Vec<u32> = t.backtrace().iter().map(|f| f.func).collect();
+        assert_eq!(frames, [1, caller], "{t}");
+        assert_eq!(ephem::trap_signals(), signals + 1, "{t}");
+        assert_eq!(
+            call(&mut store, &instance, "call_other", &[Val::I32(65532)]).unwrap()[0].i32(),
+            Some(1)
+        );
+    }
 }
 
 #[test]

@@ -1,18 +1,21 @@
 //! `unreachable`, the trap guests raise on purpose (a Rust panic, a Go or AssemblyScript
-//! abort), takes no signal and so makes no system call (a signal's return is `rt_sigreturn`):
-//! generated code calls the `Raise` builtin instead of running a trapping instruction. Its own
-//! test binary: it forks.
+//! abort), and a failed bounds check (x86-64) take no signal and so make no system call (a
+//! signal's return is `rt_sigreturn`): generated code calls the `Raise` builtin instead of
+//! running a trapping instruction. Its own test binary: it forks.
 
 use ephem::{Engine, Instance, Store, TrapKind};
 
 #[test]
-fn unreachable_traps_without_a_signal_or_a_system_call() {
+fn unreachable_and_failed_checks_trap_without_a_signal_or_a_system_call() {
     let wat = r#"(module (memory 1)
         (func $nothing)
         (func (export "abort") (param i32) (result i32)
           (call $nothing)
           (if (local.get 0) (then (unreachable)))
-          (i32.const 7)))"#;
+          (i32.const 7))
+        (func (export "load") (param i32) (result i32)
+          (call $nothing)
+          (i32.load (local.get 0))))"#;
     let engine = Engine::default();
     let module = ephem::compile(&engine, wat.as_bytes()).unwrap();
     let run = || -> bool {
@@ -25,7 +28,19 @@ fn unreachable_traps_without_a_signal_or_a_system_call() {
             .call(&mut store, 1)
             .err()
             .and_then(|e| e.trap().map(|t| t.kind));
-        trapped == Some(TrapKind::Unreachable) && abort.call(&mut store, 0).ok() == Some(7)
+        let load = instance
+            .get_typed_func::<i32, i32>(&mut store, "load")
+            .unwrap();
+        // Elsewhere a failed check still faults.
+        let out_of_bounds = !cfg!(target_arch = "x86_64")
+            || load
+                .call(&mut store, 65533)
+                .err()
+                .and_then(|e| e.trap().map(|t| t.kind))
+                == Some(TrapKind::MemoryOutOfBounds);
+        trapped == Some(TrapKind::Unreachable)
+            && abort.call(&mut store, 0).ok() == Some(7)
+            && out_of_bounds
     };
     // SAFETY: this test binary runs only this test; `run` does not unwind when it succeeds.
     unsafe { ephem_test_support::assert_no_system_call(run) };

@@ -18,6 +18,11 @@
 //! when it enters wasm, writes it back when wasm returns or traps, and around host functions.
 //! Unmetered code keeps that register as callee-saved, so the two kinds cannot call each other
 //! (a store runs only one).
+//!
+//! The runtime enters wasm through an entry stub that calls the entry trampoline, with the
+//! address of the `Raise` builtin at [`ENTRY_FRAME_RAISE`] from the stub's frame pointer. A
+//! failed bounds check (x86-64) reaches it by following frame pointers up to the frame the
+//! trampoline's call made, without the vmctx, which the function may no longer hold.
 
 mod check;
 mod funcrefs;
@@ -122,6 +127,11 @@ fn signature_key(
 
 /// Signatures with at most this many parameters and results together have a [`small_id`].
 pub const SMALL_SIGNATURE: usize = 9;
+
+/// Where the runtime's entry stub keeps the address of the `Raise` builtin: this many bytes
+/// from its frame pointer (the frame pointer an entry trampoline saves). See the calling
+/// convention above.
+pub const ENTRY_FRAME_RAISE: i32 = -48;
 
 /// A signature's own number, when it is small (see [`SMALL_SIGNATURE`]): one base-8 digit per
 /// type (1 to 7), least significant first, with a 0 digit between parameters and results (left

@@ -14,9 +14,11 @@
 //!
 //! `unreachable`, the trap guests raise on purpose (a Rust panic, a Go or AssemblyScript
 //! abort), takes no signal: generated code calls the `Raise` builtin, which records the site
-//! and unwinds to the landing directly ([`raise_trap`]), as a failed host function does. A
-//! trap by signal costs a trapping invocation a few µs more, and every thread trapping at
-//! once takes the process's signal lock in turn.
+//! and unwinds to the landing directly ([`raise_trap`]), as a failed host function does. So
+//! does a failed bounds check on x86-64, through code the compiler appends to the text, which
+//! finds `Raise` in the entry stub's frame (`ephem_module::ENTRY_FRAME_RAISE`). A trap by
+//! signal costs a trapping invocation a few µs more, and every thread trapping at once takes
+//! the process's signal lock in turn.
 //!
 //! A deadline stops wasm the same way: `interrupt` sends [`INTERRUPT`] to a thread whose call
 //! is due, and the handler ends the call only where a fault would (the thread is in published
@@ -408,17 +410,24 @@ pub unsafe fn raise_from_host(fp: usize, signal: libc::c_int) -> ! {
 
 /// Ends the innermost call into wasm on this thread with a trap of kind `kind` (a
 /// `TrapKind::code`), which generated code raised by calling the `Raise` builtin
-/// (`arch::ephem_raise`, which passes `fp`, its frame pointer) instead of running a trapping
-/// instruction: no signal, which costs about 7 µs on a KVM guest and takes the process's
+/// (`arch::ephem_raise`, which passes `fp`, its frame pointer, and `pinned`, the pinned
+/// register: metered code's fuel, as a signal's context gives it) instead of running a
+/// trapping instruction: no signal, which costs about 7 µs on a KVM guest and takes the process's
 /// signal lock, which threads trapping at once take in turn (BENCHMARKS.md, fourteenth pass).
 ///
 /// # Safety
 /// Called only by `ephem_raise`, from generated code inside a call into wasm on this thread,
 /// whose frames have nothing to drop.
-pub(crate) unsafe extern "C" fn raise_trap(_vmctx: *mut u8, kind: u32, fp: usize) -> ! {
+pub(crate) unsafe extern "C" fn raise_trap(
+    _vmctx: *mut u8,
+    kind: u32,
+    fp: usize,
+    pinned: i64,
+) -> ! {
     let kind = ephem_module::TrapKind::from_code(kind);
     let site = TrapSite {
         raised: Some(kind.unwrap_or(ephem_module::TrapKind::Unreachable)),
+        pinned: Some(pinned),
         ..TrapSite::default()
     };
     // SAFETY: per the contract; the site is the call (its return address less one), in the

@@ -14,9 +14,15 @@
 //! chain of wasm frames above it) so that a failed host call can record where it was and
 //! `ephem_unwind` to the landing directly. It also passes `r15` and sets it to what
 //! `host_call` returns: the fuel after the host function, or `r15` unchanged. Generated code
-//! raises the traps it can name without a signal the same way, through `ephem_raise`.
+//! raises the traps it can name without a signal the same way, through `ephem_raise`, which
+//! also passes `r15` (metered code's fuel). `ephem_enter_wasm` keeps `ephem_raise`'s address
+//! at `ephem_module::ENTRY_FRAME_RAISE` from its frame pointer, where a failed bounds check
+//! finds it by following frame pointers (see the compiler's `traps::raise_failed_checks`).
 
 use ephem_module::ValRaw;
+
+// Five saved registers and the slot below them.
+const _: () = assert!(ephem_module::ENTRY_FRAME_RAISE == -48);
 
 std::arch::global_asm!(
     ".text",
@@ -31,6 +37,9 @@ std::arch::global_asm!(
     "push r14",
     "push r15",
     "sub rsp, 8",
+    // At ENTRY_FRAME_RAISE (rbp - 48): what failed checks call.
+    "lea rax, [rip + ephem_raise]",
+    "mov [rsp], rax",
     "mov [rdi], rsp",
     "mov rbx, r9",
     "mov r15, [rbx]",
@@ -75,6 +84,7 @@ std::arch::global_asm!(
     "push rbp",
     "mov rbp, rsp",
     "mov rdx, rbp",
+    "mov rcx, r15",
     "call {raise_trap}",
     "ud2",
     host_call = sym crate::func::host_call,
@@ -97,8 +107,8 @@ unsafe extern "C" {
     /// What host adapters call: `func::host_call` with this frame's pointer as a fourth
     /// argument.
     pub fn ephem_host_call(ctx: *mut u8, caller_vmctx: *mut u8, values: *mut ValRaw);
-    /// The `Raise` builtin: `signals::raise_trap` with this frame's pointer as a third
-    /// argument. Never returns.
+    /// The `Raise` builtin: `signals::raise_trap` with this frame's pointer and the pinned
+    /// register as third and fourth arguments. Never returns.
     pub fn ephem_raise(vmctx: *mut u8, kind: u32);
 }
 
