@@ -60,9 +60,9 @@ pub fn fault_without_vm_exit(code: &mut [u8], sites: impl IntoIterator<Item = u3
 /// (`code`, as Cranelift emitted it in `emitted`) instead of to its trap instruction, and
 /// returns where that call's 32-bit displacement is, for [`raise_stub`] (the linker points
 /// it there), and where the `hlt` after it is, a `MemoryOutOfBounds` trap site. The stub
-/// raises the trap through the `Raise` builtin, as `unreachable` does, with no signal, whose
-/// delivery takes the process's signal lock twice, so that threads trapping at once took it
-/// in turn (BENCHMARKS.md, twentieth pass); where it cannot, it returns to that `hlt`.
+/// raises the trap through the `Raise` builtin, as `unreachable` does, with no signal (a
+/// signal's delivery takes the process's signal lock twice, which threads trapping at once
+/// took in turn: BENCHMARKS.md, twentieth pass); where it cannot, it returns to that `hlt`.
 ///
 /// A check's branch is found by its source location: the code that carries it must start
 /// with one compare and a `jcc rel32` (see [`branch_after_compare`]) whose target is the trap
@@ -74,7 +74,7 @@ pub fn raise_failed_checks(
     emitted: &cranelift_codegen::MachBufferFinalized<cranelift_codegen::Final>,
     raised: &crate::translate::Raised,
 ) -> Option<(u32, u32)> {
-    // For each check: its trap instruction, and the code before it.
+    // For each check: its trap instruction, and the code that branches there.
     let checks = raised.checks as usize;
     let mut trap_at = vec![None; checks];
     let mut branch_at = vec![None; checks];
