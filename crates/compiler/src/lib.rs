@@ -407,7 +407,8 @@ impl Compiler {
             traps::fault_without_vm_exit(&mut bytes, traps.iter().map(|&(at, _)| at));
         }
         let raise_call = raised.and_then(|raised| {
-            let (call, hlt) = traps::raise_failed_checks(&mut bytes, &code.buffer, &raised)?;
+            let (call, hlt) =
+                traps::raise_failed_checks(&mut bytes, &code.buffer, &traps, &raised)?;
             traps.push((hlt, TrapKind::MemoryOutOfBounds));
             Some(call)
         });

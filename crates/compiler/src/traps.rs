@@ -57,12 +57,13 @@ pub fn fault_without_vm_exit(code: &mut [u8], sites: impl IntoIterator<Item = u3
 }
 
 /// On x86-64, sends each of `raised`'s checks that fails to a call appended to the function
-/// (`code`, as Cranelift emitted it in `emitted`) instead of to its trap instruction, and
-/// returns where that call's 32-bit displacement is, for [`raise_stub`] (the linker points
-/// it there), and where the `hlt` after it is, a `MemoryOutOfBounds` trap site. The stub
-/// raises the trap through the `Raise` builtin, as `unreachable` does, with no signal (a
-/// signal's delivery takes the process's signal lock twice, which threads trapping at once
-/// took in turn: BENCHMARKS.md, twentieth pass); where it cannot, it returns to that `hlt`.
+/// (`code`, as Cranelift emitted it in `emitted`, with its `traps`) instead of to its trap
+/// instruction, and returns where that call's 32-bit displacement is, for [`raise_stub`] (the
+/// linker points it there), and where the `hlt` after it is, a `MemoryOutOfBounds` trap
+/// site. The stub raises the trap through the `Raise` builtin, as `unreachable` does, with no
+/// signal (a signal's delivery takes the process's signal lock twice, which threads trapping
+/// at once took in turn: BENCHMARKS.md, twentieth pass); where it cannot, it returns to that
+/// `hlt`.
 ///
 /// A check's branch is found by its source location: the code that carries it must start
 /// with one compare and a `jcc rel32` (see [`branch_after_compare`]) whose target is the trap
@@ -72,15 +73,16 @@ pub fn fault_without_vm_exit(code: &mut [u8], sites: impl IntoIterator<Item = u3
 pub fn raise_failed_checks(
     code: &mut Vec<u8>,
     emitted: &cranelift_codegen::MachBufferFinalized<cranelift_codegen::Final>,
+    traps: &[(u32, TrapKind)],
     raised: &crate::translate::Raised,
 ) -> Option<(u32, u32)> {
     // For each check: its trap instruction, and the code that branches there.
     let checks = raised.checks as usize;
     let mut trap_at = vec![None; checks];
     let mut branch_at = vec![None; checks];
-    let trap_sites: std::collections::HashSet<u32> = (emitted.traps().iter())
-        .filter(|t| t.code == TrapCode::HEAP_OUT_OF_BOUNDS)
-        .map(|t| t.offset)
+    let trap_sites: std::collections::HashSet<u32> = (traps.iter())
+        .filter(|&&(_, kind)| kind == TrapKind::MemoryOutOfBounds)
+        .map(|&(at, _)| at)
         .collect();
     for range in emitted.get_srclocs_sorted() {
         let n = range.loc.bits() as usize;

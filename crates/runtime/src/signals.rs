@@ -412,12 +412,14 @@ pub unsafe fn raise_from_host(fp: usize, signal: libc::c_int) -> ! {
 /// `TrapKind::code`), which generated code raised by calling the `Raise` builtin
 /// (`arch::ephem_raise`, which passes `fp`, its frame pointer, and `pinned`, the pinned
 /// register: metered code's fuel, as a signal's context gives it) instead of running a
-/// trapping instruction: no signal, which costs about 7 µs on a KVM guest and takes the process's
-/// signal lock, which threads trapping at once take in turn (BENCHMARKS.md, fourteenth pass).
+/// trapping instruction. So there is no signal, which cost a trapping invocation 2 µs more on
+/// a KVM guest, and takes the process's signal lock, which threads trapping at once take in
+/// turn (BENCHMARKS.md, nineteenth and twentieth passes).
 ///
 /// # Safety
-/// Called only by `ephem_raise`, from generated code inside a call into wasm on this thread,
-/// whose frames have nothing to drop.
+/// Called only by `ephem_raise`, from generated code inside a call into wasm on this thread
+/// (directly, or by a jump from the stub that failed bounds checks call, which leaves their
+/// function's return address for `ephem_raise`), whose frames have nothing to drop.
 pub(crate) unsafe extern "C" fn raise_trap(
     _vmctx: *mut u8,
     kind: u32,
