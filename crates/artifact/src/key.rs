@@ -93,7 +93,7 @@ impl ArtifactKey {
         if !meta.is_file() {
             return Err(key_error(path, "not a regular file"));
         }
-        if meta.mode() & 0o022 != 0 || !crate::artifact::ours_or_roots(meta.uid()) {
+        if meta.mode() & 0o022 != 0 || !crate::owner::ours_or_roots(meta.uid()) {
             return Err(key_error(
                 path,
                 "another user could change this key file (it must belong to this user or root \

@@ -21,10 +21,9 @@
 //!   class's text released longest ago. Regions are never given back, so the bounds are
 //!   first come, first served between classes. Why that many: a kept text costs a mapping,
 //!   the page tables of the pages its runs touched, and its file's pages, which the page cache
-//!   holds anyway while the file is used; what is never kept is a copy. With 32 per class,
-//!   300 distinct modules taking turns (100 of each of three sizes) mapped their text on
-//!   nearly every load, at 3–5 µs each plus the faults of the call (BENCHMARKS.md, fifteenth
-//!   pass).
+//!   holds anyway while the file is used; what is never kept is a copy. The floors alone are
+//!   too few for many distinct modules taking turns, which would then map their text on nearly
+//!   every load (see docs/bench-log/).
 //! - **Affinity**: a load that names its text ([`TextId`]) takes back a free region that still
 //!   maps that very text, as it is: no system call, and the pages its earlier runs touched are
 //!   still present (no faults). A region is taken back only for an equal id, and the caller
@@ -74,8 +73,7 @@ impl std::hash::Hash for TextId {
 }
 
 /// Without a call: a load compares its id with the regions and slots its thread keeps and every
-/// free slot's (the derived comparison called `memcmp`: 3 % of the samples of loads whose texts
-/// were new to their regions, when free regions were scanned too).
+/// free slot's, and the derived comparison would call `memcmp` each time (see docs/bench-log/).
 impl PartialEq for TextId {
     fn eq(&self, other: &TextId) -> bool {
         self.0.iter().zip(&other.0).fold(0, |d, (a, b)| d | (a ^ b)) == 0
@@ -307,11 +305,10 @@ impl crate::near::Pool<(usize, Place)> for Arena {
 }
 
 /// The regions each thread released last, in front of the free lists: a thread that loads the
-/// same texts again takes their regions back without the arena's lock (two threads scaled
-/// 1.83–1.89× taking turns at it on every load, 1.87–1.91× with kept regions: BENCHMARKS.md,
-/// eleventh pass). A region a thread keeps is free
-/// but not on a list: only that thread takes it back, and only for its own text; the rest go
-/// to the lists when it keeps newer ones, or exits.
+/// same texts again takes their regions back without the arena's lock, which threads would
+/// otherwise take turns at on every load (see docs/bench-log/). A region a thread keeps is
+/// free but not on a list: only that thread takes it back, and only for its own text; the rest
+/// go to the lists when it keeps newer ones, or exits.
 mod near {
     use std::cell::RefCell;
     use std::sync::Arc;
@@ -417,24 +414,24 @@ mod tests {
         drop(first);
         let again = place(b.as_fd(), 0, 40 * page, Some(id_a)).unwrap().unwrap();
         assert_eq!(again.as_ptr() as usize, at);
-        // SAFETY: the region maps 40 readable pages.
         assert_eq!(
+            // SAFETY: `again` is a live region that maps 40 readable pages (of `a`).
             unsafe { *again.as_ptr() },
             0x11,
             "taken back without mapping b"
         );
         drop(again);
         let other = place(b.as_fd(), 0, 40 * page, Some(id_b)).unwrap().unwrap();
-        // SAFETY: as above.
         assert_eq!(
+            // SAFETY: `other` is a live region that maps 40 readable pages of `b`.
             unsafe { *other.as_ptr() },
             0x22,
             "another id maps its own text"
         );
         drop(other);
         let back = place(a.as_fd(), 0, 40 * page, Some(id_a)).unwrap().unwrap();
-        // SAFETY: as above.
         assert_eq!(
+            // SAFETY: `back` is a live region that maps 40 readable pages of `a`.
             unsafe { *back.as_ptr() },
             0x11,
             "a's region was taken by b: mapped again"

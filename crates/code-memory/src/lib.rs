@@ -36,6 +36,13 @@
 //! a slot appears in the other's slot too. A process that forks while using a `dual` or
 //! `reuse-shared` pool must not keep using that pool in both processes; build a fresh pool in the
 //! child (`MAP_LOCKED` pages are, in addition, not locked in the child).
+//!
+//! # Unsafe code
+//! Raw mappings are made, changed and unmapped only in `sys.rs`; `slot.rs` borrows a slot's
+//! bytes for writing under the ownership rules `sys::Mapping::bytes_mut` states; `pool.rs`
+//! asserts that published code may cross threads. Every `unsafe` block says why it is sound.
+
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod arena;
 pub mod near;

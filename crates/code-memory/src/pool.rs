@@ -12,8 +12,8 @@
 //! A free slot keeps the code it last published. A load that names its text ([`TextId`],
 //! [`CodePool::acquire_text`]) takes back a free slot that still holds exactly that text and
 //! publishes it as it is: nothing is written, so the instruction cache keeps the code's lines
-//! (writing code, even the same bytes, evicts them: on x86_64 every load then refetches its
-//! code, measured at 1.4 µs of a 7 µs WASI invocation) and the write view is not touched.
+//! (writing code, even the same bytes, evicts them, and on x86_64 every load would then
+//! refetch its code: see docs/bench-log/) and the write view is not touched.
 //! A load whose text no free slot holds takes a slot that holds no known text, else a new slot
 //! while fewer than [`PoolConfig::keep_texts`] exist, else the slot freed longest ago. Equal ids
 //! must mean equal bytes, relocations included: the caller's promise, as for the arena.
@@ -431,7 +431,8 @@ impl Drop for OwnMap {
 // SAFETY: the code is immutable while published and its memory is owned by this value;
 // the raw pointer is only an address into that memory.
 unsafe impl Send for LoadedCode {}
-// SAFETY: as above; shared access only reads the address.
+// SAFETY: `&LoadedCode` only hands out the address and length (no method writes through the
+// pointer), and the published code does not change while it is shared.
 unsafe impl Sync for LoadedCode {}
 
 impl LoadedCode {

@@ -81,7 +81,9 @@ pub struct Mapping {
 // SAFETY: a `Mapping` is plain owned address space; nothing about it is tied to the thread that
 // created it. Access to its bytes is governed by the owners in this crate (one owner per slot).
 unsafe impl Send for Mapping {}
-// SAFETY: as above; `&Mapping` only hands out the address, never the bytes.
+// SAFETY: `&Mapping` only hands out the address and length, never the bytes; the methods that
+// change the mapping through `&self` (`place_file`, `clear`, `protect`) are system calls whose
+// callers own the range they change.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
@@ -164,7 +166,8 @@ impl Mapping {
     /// Reserves `len` bytes of address space: inaccessible, not backed by memory, for
     /// [`Mapping::place_file`] to map into.
     pub fn reserve(len: usize) -> io::Result<Mapping> {
-        // SAFETY: as in `anonymous`: the kernel chooses an unused range.
+        // SAFETY: a null hint without MAP_FIXED lets the kernel choose an unused range, so no
+        // existing mapping (and no Rust object) is affected.
         let ptr = unsafe {
             mmap_anonymous(
                 ptr::null_mut(),
@@ -183,8 +186,8 @@ impl Mapping {
     /// points into it).
     ///
     /// Pages are not populated up front: an instance runs a few pages of its text, which
-    /// fault in (sixteen at a time, by the kernel's fault-around), and `MAP_POPULATE` made
-    /// loading a text new to the process 2-5 times slower (BENCHMARKS.md, many distinct modules).
+    /// fault in (sixteen at a time, by the kernel's fault-around), while `MAP_POPULATE` would
+    /// map all of it on every load of a text new to the process (see docs/bench-log/).
     pub(crate) fn place_file(
         &self,
         at: usize,
@@ -212,7 +215,8 @@ impl Mapping {
     /// same contract as [`Mapping::place_file`].
     pub(crate) fn clear(&self, at: usize, len: usize) -> io::Result<()> {
         assert!(at.checked_add(len).is_some_and(|end| end <= self.len));
-        // SAFETY: as in `place_file`.
+        // SAFETY: MAP_FIXED replaces only pages inside this mapping (asserted above), which we
+        // own; per the contract nothing uses them, and they become inaccessible.
         unsafe {
             mmap_anonymous(
                 self.ptr.as_ptr().add(at).cast(),
@@ -231,7 +235,8 @@ impl Mapping {
     /// flip to read+execute consumes.
     pub(crate) fn protect(&self, len: usize, prot: Prot) -> io::Result<()> {
         assert!(len <= self.len);
-        // SAFETY: the range lies inside this mapping, which we own; see the caller contract above.
+        // SAFETY: the range lies inside this mapping (asserted above), which we own; per the
+        // caller contract no reference into it outlives the loss of write access.
         unsafe { mprotect(self.ptr.as_ptr().cast(), len, prot.mprotect_flags())? };
         Ok(())
     }

@@ -1,0 +1,243 @@
+//! The WebAssembly-level description of a module ([`ModuleInfo`]): its imports, exports,
+//! segments and index spaces, native (what the compiler makes) and archived (what the runtime
+//! reads in place from an artifact).
+//!
+//! Index spaces put imports first. An info read back from a file is checked before use
+//! ([`ModuleInfo::check`], in `check.rs`); what the compiler makes comes from validated wasm.
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+use crate::{
+    ArchivedFuncType, ConstExpr, ConstOp, FuncType, GlobalType, MemoryType, TableType, ValType,
+};
+
+/// What an import is.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum ImportKind {
+    /// A function of the module's type at this index.
+    Func(u32),
+    /// A table of this type.
+    Table(TableType),
+    /// A memory of this type.
+    Memory(MemoryType),
+    /// A global of this type.
+    Global(GlobalType),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Import {
+    pub module: String,
+    pub name: String,
+    pub kind: ImportKind,
+}
+
+/// Something a module exports or imports, by its index in the module's index space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum EntityIndex {
+    Func(u32),
+    Table(u32),
+    Memory(u32),
+    Global(u32),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Export {
+    pub name: String,
+    pub index: EntityIndex,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub enum SegmentMode {
+    Active { index: u32, offset: ConstExpr },
+    Passive,
+    Declared,
+}
+
+/// Where an active segment goes, when that is known before instantiation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Not an active segment of the memory or table asked about.
+    Elsewhere,
+    /// Units `[start, end)`, within the limit asked about: applying it cannot trap.
+    Static(std::ops::Range<u64>),
+    /// An offset read from a global, or past the limit: known only at instantiation.
+    Dynamic,
+}
+
+impl SegmentMode {
+    /// Where this segment, of `len` units, goes if it is an active one of memory or table
+    /// `index` whose minimum size is `limit` units.
+    pub fn placement(&self, index: u32, len: u64, limit: u64) -> Placement {
+        match self {
+            SegmentMode::Active { index: i, offset } if *i == index => match *offset {
+                ConstExpr::I32(at) if u64::from(at as u32) + len <= limit => {
+                    let start = u64::from(at as u32);
+                    Placement::Static(start..start + len)
+                }
+                _ => Placement::Dynamic,
+            },
+            _ => Placement::Elsewhere,
+        }
+    }
+}
+
+/// A data segment; its bytes are `data[range]` of
+/// [`CompiledModule::data`](crate::CompiledModule::data).
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct DataSegment {
+    pub mode: SegmentMode,
+    pub range: std::ops::Range<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ElemSegment {
+    pub mode: SegmentMode,
+    pub ty: ValType,
+    pub items: Vec<ConstExpr>,
+}
+
+/// The WebAssembly-level description of a module. Index spaces put imports first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct ModuleInfo {
+    pub types: Vec<FuncType>,
+    pub imports: Vec<Import>,
+    /// Type index of every function, imported ones first.
+    pub funcs: Vec<u32>,
+    pub tables: Vec<TableType>,
+    pub memories: Vec<MemoryType>,
+    pub globals: Vec<GlobalType>,
+    /// Initialisers of the defined globals (after the imported ones).
+    pub global_inits: Vec<ConstExpr>,
+    pub exports: Vec<Export>,
+    pub start: Option<u32>,
+    pub elems: Vec<ElemSegment>,
+    pub datas: Vec<DataSegment>,
+    /// Extended constant expressions that read globals, by [`ConstExpr::Extended`] index.
+    pub extended: Vec<Vec<ConstOp>>,
+    pub imported_funcs: u32,
+    pub imported_tables: u32,
+    pub imported_memories: u32,
+    pub imported_globals: u32,
+    /// Function names from the name section, by ascending function index (for backtraces).
+    pub names: Vec<FuncName>,
+    /// Whether the code charges fuel (see `VmOffsets::FUEL`).
+    pub metered: bool,
+    /// Whether the code sets write marks (see [`MARK_SHIFT`](crate::MARK_SHIFT)); without them,
+    /// the reset of a memory it writes does not trust the marks (see the runtime's `memory`
+    /// module).
+    pub marks_writes: bool,
+    /// Whether the code compares every memory access with the memory's current length
+    /// (`VmMemory::length`) instead of relying on the inaccessible pages past it alone; a memory
+    /// that only such code reaches may keep pages past its length accessible (see the
+    /// runtime's `memory` module).
+    pub checks_bounds: bool,
+    /// Set when the start function ran at compile time: the memories, data segments and
+    /// global initialisers describe the state it left, and instantiation does not run it.
+    pub snapshot: Option<StartSnapshot>,
+}
+
+/// What running a module's start function at compile time recorded (see
+/// [`ModuleInfo::snapshot`]), so that a metered instantiation pays exactly what the run would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct StartSnapshot {
+    /// The fuel the run consumed.
+    pub fuel_cost: u64,
+    /// The least fuel with which the run completes (it checks fuel only at function entries
+    /// and loop headers, so this may be less than the cost); with less it traps `OutOfFuel`.
+    pub fuel_needed: u64,
+}
+
+/// A function's name from the module's name section.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct FuncName {
+    pub func: u32,
+    pub name: String,
+}
+
+impl ModuleInfo {
+    /// The defined functions whose funcref anything can see (module indices, sorted): those in
+    /// element segments, global initialisers and exports, and the start function. WebAssembly's
+    /// `ref.func` may only name functions of the first three, and direct calls never read a
+    /// funcref, so only these (and the imported functions) have a funcref in the vmctx (see
+    /// [`FuncrefLayout`](crate::FuncrefLayout): the eager ones are this set, for the module
+    /// without the segments a lazy table absorbed).
+    pub fn escaping(&self) -> Vec<u32> {
+        self.escaping_but(&[])
+    }
+
+    /// As [`ModuleInfo::escaping`], leaving out the element segments `covered` marks.
+    pub fn escaping_but(&self, covered: &[bool]) -> Vec<u32> {
+        let kept = |i: &usize| !covered.get(*i).copied().unwrap_or(false);
+        let refs = (self.elems.iter().enumerate())
+            .filter(|(i, _)| kept(i))
+            .flat_map(|(_, e)| &e.items);
+        let mut funcs: Vec<u32> = refs
+            .chain(&self.global_inits)
+            .filter_map(|e| match e {
+                ConstExpr::RefFunc(f) => Some(*f),
+                _ => None,
+            })
+            .chain(self.exports.iter().filter_map(|e| match e.index {
+                EntityIndex::Func(f) => Some(f),
+                _ => None,
+            }))
+            .chain(self.start)
+            .filter(|&f| f >= self.imported_funcs)
+            .collect();
+        funcs.sort_unstable();
+        funcs.dedup();
+        funcs
+    }
+
+    pub fn func_type(&self, func: u32) -> &FuncType {
+        &self.types[self.funcs[func as usize] as usize]
+    }
+    pub fn defined_funcs(&self) -> usize {
+        self.funcs.len() - self.imported_funcs as usize
+    }
+}
+
+/// The archived form is what the runtime reads, in place, from an artifact.
+impl ArchivedModuleInfo {
+    pub fn func_type(&self, func: u32) -> &ArchivedFuncType {
+        &self.types[self.funcs[func as usize].to_native() as usize]
+    }
+    pub fn defined_funcs(&self) -> usize {
+        self.funcs.len() - self.imported_funcs.to_native() as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placements_are_static_only_for_constant_offsets_within_the_limit() {
+        let at = |index, offset| SegmentMode::Active { index, offset };
+        assert_eq!(
+            at(0, ConstExpr::I32(6)).placement(0, 4, 10),
+            Placement::Static(6..10)
+        );
+        assert_eq!(
+            at(0, ConstExpr::I32(7)).placement(0, 4, 10),
+            Placement::Dynamic
+        );
+        // -1 is offset 2^32 - 1, far past any limit, not a wrap to 3.
+        assert_eq!(
+            at(0, ConstExpr::I32(-1)).placement(0, 4, 10),
+            Placement::Dynamic
+        );
+        assert_eq!(
+            at(0, ConstExpr::GlobalGet(0)).placement(0, 0, 10),
+            Placement::Dynamic
+        );
+        assert_eq!(
+            at(1, ConstExpr::I32(0)).placement(0, 4, 10),
+            Placement::Elsewhere
+        );
+        assert_eq!(
+            SegmentMode::Passive.placement(0, 4, 10),
+            Placement::Elsewhere
+        );
+    }
+}
