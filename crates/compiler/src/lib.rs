@@ -9,10 +9,20 @@
 //! context, so the text needs no relocation at load.
 //! The result is an [`ephem_module::CompiledModule`], which the runtime loads without this crate.
 //!
-//! Fuel metering ([`Compiler::with_fuel`]) is compiled in only when asked for; it is part of
-//! the fingerprint, so the compile cache keeps its artifacts apart. Deadlines need nothing in
-//! the code: the runtime stops a call past its deadline with a signal.
+//! Fuel metering ([`Compiler::with_fuel`]) is compiled in only when asked for; bounds checks
+//! and write marks are compiled in unless turned off ([`Compiler::without_bounds_checks`],
+//! [`Compiler::without_write_marks`]). All three are part of the fingerprint, so the compile
+//! cache keeps their artifacts apart. Deadlines need nothing in the code: the runtime stops a
+//! call past its deadline with a signal.
+//!
+//! The files: `parse.rs` (validation, and the module's description), `translate.rs` and
+//! `translate/` (wasm to Cranelift IR, one file per concern), `trampolines.rs` (the per-type
+//! glue between host and wasm), `traps.rs` (trap codes and their kinds) and `arch/` (all the
+//! machine code this crate reads or writes itself, per architecture); linking is here.
 
+#![forbid(unsafe_code)]
+
+mod arch;
 mod parse;
 mod trampolines;
 mod translate;
@@ -30,6 +40,8 @@ use cranelift_frontend::FunctionBuilderContext;
 use ephem_module::{
     CompiledModule, FuncLoc, LibCall, Reloc as ModuleReloc, Target, TrapKind, VmOffsets,
 };
+
+use crate::arch::Arch;
 
 pub use parse::features;
 /// The operators a [`FuelCosts`] table prices.
@@ -78,7 +90,7 @@ pub struct Proposals {
     pub extended_const: bool,
     /// More than one memory per module.
     pub multi_memory: bool,
-    /// Relaxed SIMD, in its deterministic profile (see the translator's `simd` module).
+    /// Relaxed SIMD, in its deterministic profile (see the translator's `simd::relaxed`).
     pub relaxed_simd: bool,
 }
 
@@ -123,12 +135,24 @@ impl Compiler {
     /// A compiler for this CPU with some of its features overridden (Cranelift's ISA setting
     /// names, e.g. `("has_sse41", "false")`), for testing code paths other CPUs take.
     pub fn with_isa_settings(isa_settings: &[(&str, &str)]) -> Result<Compiler, CompileError> {
+        Compiler::with_settings(&[], isa_settings)
+    }
+
+    /// A compiler for this CPU with some of Cranelift's shared settings (e.g. `("opt_level",
+    /// "none")`) and ISA settings overridden.
+    pub fn with_settings(
+        shared: &[(&str, &str)],
+        isa_settings: &[(&str, &str)],
+    ) -> Result<Compiler, CompileError> {
         let mut flags = settings::builder();
         let set = |f: &mut settings::Builder, k: &str, v: &str| {
             f.set(k, v)
                 .map_err(|e| CompileError::Codegen(format!("setting {k}: {e}")))
         };
         set(&mut flags, "opt_level", "speed")?;
+        for (k, v) in shared {
+            set(&mut flags, k, v)?;
+        }
         set(
             &mut flags,
             "enable_verifier",
@@ -169,9 +193,10 @@ impl Compiler {
     }
 
     /// This compiler, generating stores that set no write marks (`ephem_module::MARK_SHIFT`).
-    /// Marks cost about 3 % of compute time (more in loops that store through a new address
-    /// every iteration) and save a reset that reads the memory or asks the kernel: without
-    /// them, long-running compute is faster and each instance's teardown slower.
+    /// Marks cost compute time (most in loops that store through a new address every
+    /// iteration; see BENCHMARKS.md) and save a reset that reads the memory or asks the
+    /// kernel: without them, long-running compute is faster and each instance's teardown
+    /// slower.
     pub fn without_write_marks(mut self) -> Compiler {
         self.write_marks = false;
         self
@@ -185,11 +210,10 @@ impl Compiler {
     /// reaches grow and be torn down without a system call: its slot keeps the pages it grew
     /// into, as the next memory finds them (zeroed), instead of closing them again, which makes
     /// the kernel flush every core's TLB. Most Rust and Go modules grow their memory in every
-    /// fresh instance (their allocator grows it on its first allocation); without checks they
-    /// ran at half the speed on one thread, and two threads ran them at 0.6× one thread. The
-    /// checks cost 6 % of compute (geometric mean over Sightglass; 40 % in a loop that stores a
-    /// byte per iteration; see BENCHMARKS.md, seventeenth pass), so long-running compute that
-    /// does not grow its memory in every call may leave them out.
+    /// fresh instance (their allocator grows it on its first allocation), so without checks
+    /// they run much slower and do not scale across threads. The checks cost some compute
+    /// (most in loops that store a byte per iteration; see BENCHMARKS.md), so long-running
+    /// compute that does not grow its memory in every call may leave them out.
     pub fn without_bounds_checks(mut self) -> Compiler {
         self.bounds_checks = false;
         self
@@ -275,6 +299,12 @@ impl Compiler {
 
     /// Compiles wasm (binary, or text accepted by the `wat` crate).
     pub fn compile(&self, bytes: &[u8]) -> Result<CompiledModule, CompileError> {
+        let arch = arch::for_isa(self.isa()).ok_or_else(|| {
+            CompileError::Unsupported(format!(
+                "code for {} (see the compiler's `arch`)",
+                self.isa().triple().architecture
+            ))
+        })?;
         let bytes = wat::parse_bytes(bytes)?;
         let mut parsed = parse::parse(&bytes, self.proposals)?;
         parsed.info.metered = self.fuel.is_some();
@@ -289,7 +319,7 @@ impl Compiler {
             call_conv: self.isa().default_call_conv(),
             frontend: self.isa().frontend_config(),
             fuel_costs: self.fuel.map(|(_, costs)| costs),
-            raise_checks: self.isa().name() == "x64",
+            raise_checks: arch.raises_failed_checks(),
         };
 
         // Units: defined functions, then an entry trampoline and a host adapter per type.
@@ -299,7 +329,7 @@ impl Compiler {
         let results: Vec<Mutex<Option<Result<Compiled, CompileError>>>> =
             (0..units).map(|_| Mutex::new(None)).collect();
         // Largest bodies first: a long function taken last would leave the other threads idle
-        // while it compiles (single-threaded time is wasmtime's; the schedule decided the rest).
+        // while it compiles.
         let mut order: Vec<usize> = (0..units).collect();
         order.sort_by_key(|&u| {
             std::cmp::Reverse(parsed.bodies.get(u).map_or(0, |b| b.as_bytes().len()))
@@ -320,7 +350,7 @@ impl Compiler {
                             break;
                         };
                         ctx.clear();
-                        let r = self.compile_unit(&env, &parsed, unit, &mut ctx, &mut fctx);
+                        let r = self.compile_unit(arch, &env, &parsed, unit, &mut ctx, &mut fctx);
                         if r.is_err() {
                             // A translation that stopped early leaves its builder state behind.
                             fctx = FunctionBuilderContext::new();
@@ -334,7 +364,7 @@ impl Compiler {
             .into_iter()
             .map(|m| m.into_inner().unwrap().expect("every unit compiled"))
             .collect::<Result<_, _>>()?;
-        let mut module = link(parsed.info, compiled, defined, types, parsed.data)?;
+        let mut module = link(arch, parsed.info, compiled, defined, types, parsed.data)?;
         module.target = self.target();
         module.max_image_bytes = self.max_image_bytes;
         Ok(module)
@@ -342,6 +372,7 @@ impl Compiler {
 
     fn compile_unit(
         &self,
+        arch: &dyn Arch,
         env: &translate::Env<'_>,
         parsed: &parse::Parsed<'_>,
         unit: usize,
@@ -372,10 +403,9 @@ impl Compiler {
         let mut libcalls = Vec::new();
         for r in code.buffer.relocs() {
             match (&r.target, r.kind) {
-                (
-                    FinalizedRelocTarget::ExternalName(ExternalName::User(name)),
-                    Reloc::X86CallPCRel4 | Reloc::X86PCRel4,
-                ) => {
+                (FinalizedRelocTarget::ExternalName(ExternalName::User(name)), kind)
+                    if arch.links(kind) =>
+                {
                     calls.push((r.offset, names[*name].index, r.addend));
                 }
                 (FinalizedRelocTarget::ExternalName(ExternalName::LibCall(lc)), Reloc::Abs8) => {
@@ -403,14 +433,11 @@ impl Compiler {
             traps.push((t.offset, kind));
         }
         let mut bytes = code.code_buffer().to_vec();
-        if self.isa().name() == "x64" {
-            traps::fault_without_vm_exit(&mut bytes, traps.iter().map(|&(at, _)| at));
-        }
+        arch.rewrite_traps(&mut bytes, &traps);
         let raise_call = raised.and_then(|raised| {
-            let (call, hlt) =
-                traps::raise_failed_checks(&mut bytes, &code.buffer, &traps, &raised)?;
-            traps.push((hlt, TrapKind::MemoryOutOfBounds));
-            Some(call)
+            let call = arch.raise_failed_checks(&mut bytes, &code.buffer, &traps, &raised)?;
+            traps.push((call.trap, TrapKind::MemoryOutOfBounds));
+            Some((call.site, call.addend))
         });
         Ok(Compiled {
             code: bytes,
@@ -428,13 +455,14 @@ struct Compiled {
     calls: Vec<(u32, u32, i64)>,
     libcalls: Vec<ModuleReloc>,
     traps: Vec<(u32, TrapKind)>,
-    /// Where the displacement of the call that failed checks make is (see
-    /// [`traps::raise_failed_checks`]), to point at the text's [`traps::raise_stub`].
-    raise_call: Option<u32>,
+    /// The reference of the call that failed checks make (offset in this code, addend; see
+    /// [`Arch::raise_failed_checks`]), to point at the text's [`Arch::raise_stub`].
+    raise_call: Option<(u32, i64)>,
 }
 
 /// Lays the units out in one text and resolves the calls between functions.
 fn link(
+    arch: &dyn Arch,
     info: ephem_module::ModuleInfo,
     units: Vec<Compiled>,
     defined: usize,
@@ -444,7 +472,7 @@ fn link(
     let mut text = Vec::new();
     let mut offsets = vec![0; units.len()];
     for u in layout_order(&info, &units, defined) {
-        text.resize(text.len().next_multiple_of(16), 0xCC);
+        text.resize(text.len().next_multiple_of(16), arch.filler());
         offsets[u] = text.len() as u32;
         text.extend_from_slice(&units[u].code);
     }
@@ -457,34 +485,35 @@ fn link(
         }));
         for &(at, callee, addend) in &unit.calls {
             let defined_index = callee - info.imported_funcs;
-            let target = offsets[defined_index as usize] as i64;
-            let site = (start + at) as i64;
-            let rel = i32::try_from(target + addend - site)
-                .map_err(|_| CompileError::Unsupported("text larger than 2 GiB".into()))?;
-            text[site as usize..site as usize + 4].copy_from_slice(&rel.to_le_bytes());
+            arch.link(
+                &mut text,
+                start + at,
+                offsets[defined_index as usize],
+                addend,
+            )?;
         }
         traps.extend(unit.traps.iter().map(|&(at, kind)| (start + at, kind)));
     }
-    let raise_calls: Vec<u32> = (units.iter().zip(&offsets))
-        .filter_map(|(unit, &start)| Some(start + unit.raise_call?))
+    let raise_calls: Vec<(u32, i64)> = (units.iter().zip(&offsets))
+        .filter_map(|(unit, &start)| {
+            let (at, addend) = unit.raise_call?;
+            Some((start + at, addend))
+        })
         .collect();
     if !raise_calls.is_empty() {
         // After the functions: trampolines, host adapters, functions (see `layout_order`).
         let last_trampoline = defined + types - 1;
         let stub = text.len().next_multiple_of(16);
-        let layout = traps::StubLayout {
+        let layout = arch::StubLayout {
             trampolines: offsets[defined]
                 ..offsets[last_trampoline] + units[last_trampoline].code.len() as u32,
             functions_start: offsets[..defined].iter().copied().min().unwrap_or(0),
             stub: stub as u32,
         };
-        text.resize(stub, 0xCC);
-        text.extend_from_slice(&traps::raise_stub(&layout));
-        for at in raise_calls {
-            let rel = stub as i64 - (at as i64 + 4);
-            let rel = i32::try_from(rel)
-                .map_err(|_| CompileError::Unsupported("text larger than 2 GiB".into()))?;
-            text[at as usize..at as usize + 4].copy_from_slice(&rel.to_le_bytes());
+        text.resize(stub, arch.filler());
+        text.extend_from_slice(&arch.raise_stub(&layout));
+        for (at, addend) in raise_calls {
+            arch.link(&mut text, at, stub as u32, addend)?;
         }
     }
     traps.sort_by_key(|t| t.0);

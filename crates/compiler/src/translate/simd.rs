@@ -1,4 +1,4 @@
-//! Fixed-width SIMD (`v128`) and relaxed SIMD, on Cranelift's vector types.
+//! Fixed-width SIMD (`v128`), on Cranelift's vector types; relaxed SIMD is `simd/relaxed.rs`.
 //!
 //! A `v128` travels as `I8X16` everywhere values meet (locals, block parameters, calls,
 //! returns, `select`): on the operand stack it keeps the vector type of the operator that made
@@ -12,17 +12,20 @@
 //! - dot products, pairwise and extending multiplies widen, multiply and add pairwise;
 //! - `trunc_sat_f64x2_*_zero` converts to 64-bit lanes and narrows with a zero vector.
 //!
-//! Relaxed SIMD follows the specification's deterministic profile, so that every machine
-//! computes the same result (contract hosts need that): `relaxed_madd` is a fused multiply-add
-//! (a library call on CPUs without FMA), `relaxed_nmadd` the same of `-a`, `relaxed_min`/`max`
-//! are `min`/`max`, `relaxed_laneselect` is `bitselect`, `relaxed_swizzle` is `swizzle`, the
-//! relaxed truncations saturate, `relaxed_q15mulr_s` is `q15mulr_sat_s`, and the relaxed dot
-//! products treat both operands as signed and sum exactly (the 16-bit one wrapping).
+//! The vector type each operator works on comes from its name (`simd/lanes.rs`).
 
-use cranelift_codegen::ir::types::{F32X4, F64X2, I8X16, I16X8, I32X4, I64X2};
-use cranelift_codegen::ir::{ConstantData, Endianness};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::types::{F32X4, F64X2, I8, I8X16, I16, I16X8, I32, I32X4, I64, I64X2};
+use cranelift_codegen::ir::{ConstantData, Endianness, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_frontend::FunctionBuilder;
+use wasmparser::Operator;
 
-use super::*;
+use super::Translator;
+use super::memory::{Access, memory_index};
+use lanes::{float_lanes, int_lanes, narrow_lanes};
+
+mod lanes;
+mod relaxed;
 
 /// Lane-type changes between vector types read the register as little-endian bytes.
 fn little() -> MemFlagsData {
@@ -146,12 +149,7 @@ impl Translator<'_, '_> {
 
     /// A memory access of `size` bytes; the vector operand (of lane loads and stores) is
     /// popped first.
-    fn lane_access(
-        &mut self,
-        m: wasmparser::MemArg,
-        ty: Type,
-        size: u32,
-    ) -> (Value, super::Access) {
+    fn lane_access(&mut self, m: wasmparser::MemArg, ty: Type, size: u32) -> (Value, Access) {
         let v = self.vpop(ty);
         let a = self.access(memory_index(&m), m.offset, size);
         (v, a)
@@ -264,9 +262,7 @@ impl Translator<'_, '_> {
                     .push(ConstantData::from(lanes.to_vec()));
                 self.vbinary(I8X16, |b, x, y| b.ins().shuffle(x, y, mask));
             }
-            O::I8x16Swizzle | O::I8x16RelaxedSwizzle => {
-                self.vbinary(I8X16, |b, x, y| b.ins().swizzle(x, y))
-            }
+            O::I8x16Swizzle => self.vbinary(I8X16, |b, x, y| b.ins().swizzle(x, y)),
 
             O::I8x16Splat | O::I16x8Splat => {
                 let (scalar, vector) = match *op {
@@ -386,17 +382,7 @@ impl Translator<'_, '_> {
             }),
             O::V128Or => self.vbinary(I8X16, |b, x, y| b.ins().bor(x, y)),
             O::V128Xor => self.vbinary(I8X16, |b, x, y| b.ins().bxor(x, y)),
-            O::V128Bitselect
-            | O::I8x16RelaxedLaneselect
-            | O::I16x8RelaxedLaneselect
-            | O::I32x4RelaxedLaneselect
-            | O::I64x2RelaxedLaneselect => {
-                let c = self.vpop(I8X16);
-                let y = self.vpop(I8X16);
-                let x = self.vpop(I8X16);
-                let v = self.b.ins().bitselect(c, x, y);
-                self.push(v);
-            }
+            O::V128Bitselect => self.bitselect(),
             O::V128AnyTrue => self.vtest(I8X16, |b, x| b.ins().vany_true(x)),
             O::I8x16AllTrue | O::I16x8AllTrue | O::I32x4AllTrue | O::I64x2AllTrue => {
                 self.vtest(int_lanes(op), |b, x| b.ins().vall_true(x))
@@ -457,9 +443,7 @@ impl Translator<'_, '_> {
             O::I8x16AvgrU | O::I16x8AvgrU => {
                 self.vbinary(int_lanes(op), |b, x, y| b.ins().avg_round(x, y))
             }
-            O::I16x8Q15MulrSatS | O::I16x8RelaxedQ15mulrS => {
-                self.vbinary(I16X8, |b, x, y| b.ins().sqmul_round_sat(x, y))
-            }
+            O::I16x8Q15MulrSatS => self.vbinary(I16X8, |b, x, y| b.ins().sqmul_round_sat(x, y)),
             O::I8x16NarrowI16x8S => self.vbinary(I16X8, |b, x, y| b.ins().snarrow(x, y)),
             O::I8x16NarrowI16x8U => self.vbinary(I16X8, |b, x, y| b.ins().unarrow(x, y)),
             O::I16x8NarrowI32x4S => self.vbinary(I32X4, |b, x, y| b.ins().snarrow(x, y)),
@@ -502,26 +486,6 @@ impl Translator<'_, '_> {
                 self.extmul(narrow_lanes(op), true, false)
             }
             O::I32x4DotI16x8S => self.vbinary(I16X8, Self::dot),
-            O::I16x8RelaxedDotI8x16I7x16S => self.vbinary(I8X16, Self::dot),
-            O::I32x4RelaxedDotI8x16I7x16AddS => {
-                let acc = self.vpop(I32X4);
-                let y = self.vpop(I8X16);
-                let x = self.vpop(I8X16);
-                // Exact: the 16-bit pairwise sums widen before they are added.
-                let (xl, yl) = (self.b.ins().swiden_low(x), self.b.ins().swiden_low(y));
-                let low = self.b.ins().imul(xl, yl);
-                let (xh, yh) = (self.b.ins().swiden_high(x), self.b.ins().swiden_high(y));
-                let high = self.b.ins().imul(xh, yh);
-                let pairs = |b: &mut FunctionBuilder<'_>, v| {
-                    let (l, h) = (b.ins().swiden_low(v), b.ins().swiden_high(v));
-                    b.ins().iadd_pairwise(l, h)
-                };
-                let low = pairs(&mut self.b, low);
-                let high = pairs(&mut self.b, high);
-                let dot = self.b.ins().iadd_pairwise(low, high);
-                let v = self.b.ins().iadd(dot, acc);
-                self.push(v);
-            }
 
             O::F32x4Abs | O::F64x2Abs => self.vunary(float_lanes(op), |b, x| b.ins().fabs(x)),
             O::F32x4Neg | O::F64x2Neg => self.vunary(float_lanes(op), |b, x| b.ins().fneg(x)),
@@ -544,54 +508,19 @@ impl Translator<'_, '_> {
             O::F32x4Div | O::F64x2Div => {
                 self.vbinary(float_lanes(op), |b, x, y| b.ins().fdiv(x, y))
             }
-            O::F32x4Min | O::F64x2Min | O::F32x4RelaxedMin | O::F64x2RelaxedMin => {
+            O::F32x4Min | O::F64x2Min => {
                 self.vbinary(float_lanes(op), |b, x, y| b.ins().fmin(x, y))
             }
-            O::F32x4Max | O::F64x2Max | O::F32x4RelaxedMax | O::F64x2RelaxedMax => {
+            O::F32x4Max | O::F64x2Max => {
                 self.vbinary(float_lanes(op), |b, x, y| b.ins().fmax(x, y))
             }
             O::F32x4PMin | O::F64x2PMin => self.pselect(float_lanes(op), true),
             O::F32x4PMax | O::F64x2PMax => self.pselect(float_lanes(op), false),
-            O::F32x4RelaxedMadd
-            | O::F64x2RelaxedMadd
-            | O::F32x4RelaxedNmadd
-            | O::F64x2RelaxedNmadd => {
-                let ty = float_lanes(op);
-                let z = self.vpop(ty);
-                let y = self.vpop(ty);
-                let mut x = self.vpop(ty);
-                if matches!(op, O::F32x4RelaxedNmadd | O::F64x2RelaxedNmadd) {
-                    x = self.b.ins().fneg(x);
-                }
-                let v = self.b.ins().fma(x, y, z);
-                self.push(v);
-            }
 
-            O::I32x4TruncSatF32x4S | O::I32x4RelaxedTruncF32x4S => {
-                self.vunary(F32X4, |b, x| b.ins().fcvt_to_sint_sat(I32X4, x))
-            }
-            O::I32x4TruncSatF32x4U | O::I32x4RelaxedTruncF32x4U => {
-                self.vunary(F32X4, |b, x| b.ins().fcvt_to_uint_sat(I32X4, x))
-            }
-            O::I32x4TruncSatF64x2SZero
-            | O::I32x4RelaxedTruncF64x2SZero
-            | O::I32x4TruncSatF64x2UZero
-            | O::I32x4RelaxedTruncF64x2UZero => {
-                let signed = matches!(
-                    op,
-                    O::I32x4TruncSatF64x2SZero | O::I32x4RelaxedTruncF64x2SZero
-                );
-                let x = self.vpop(F64X2);
-                let zero = self.vconst(I64X2, &[0; 16]);
-                let v = if signed {
-                    let wide = self.b.ins().fcvt_to_sint_sat(I64X2, x);
-                    self.b.ins().snarrow(wide, zero)
-                } else {
-                    let wide = self.b.ins().fcvt_to_uint_sat(I64X2, x);
-                    self.b.ins().uunarrow(wide, zero)
-                };
-                self.push(v);
-            }
+            O::I32x4TruncSatF32x4S => self.vunary(F32X4, |b, x| b.ins().fcvt_to_sint_sat(I32X4, x)),
+            O::I32x4TruncSatF32x4U => self.vunary(F32X4, |b, x| b.ins().fcvt_to_uint_sat(I32X4, x)),
+            O::I32x4TruncSatF64x2SZero => self.trunc_sat_zero(true),
+            O::I32x4TruncSatF64x2UZero => self.trunc_sat_zero(false),
             O::F32x4ConvertI32x4S => self.vunary(I32X4, |b, x| b.ins().fcvt_from_sint(F32X4, x)),
             O::F32x4ConvertI32x4U => self.vunary(I32X4, |b, x| b.ins().fcvt_from_uint(F32X4, x)),
             O::F64x2ConvertLowI32x4S => self.vunary(I32X4, |b, x| {
@@ -604,9 +533,34 @@ impl Translator<'_, '_> {
             }),
             O::F32x4DemoteF64x2Zero => self.vunary(F64X2, |b, x| b.ins().fvdemote(x)),
             O::F64x2PromoteLowF32x4 => self.vunary(F32X4, |b, x| b.ins().fvpromote_low(x)),
-            _ => return false,
+            _ => return self.relaxed_op(op),
         }
         true
+    }
+
+    /// `v128.bitselect`: lanes of the first operand where the third's bits are set, of the
+    /// second elsewhere.
+    fn bitselect(&mut self) {
+        let c = self.vpop(I8X16);
+        let y = self.vpop(I8X16);
+        let x = self.vpop(I8X16);
+        let v = self.b.ins().bitselect(c, x, y);
+        self.push(v);
+    }
+
+    /// `i32x4.trunc_sat_f64x2_s_zero` (with `signed`) or `_u_zero`: saturating conversion to
+    /// 64-bit lanes, narrowed with a zero vector.
+    fn trunc_sat_zero(&mut self, signed: bool) {
+        let x = self.vpop(F64X2);
+        let zero = self.vconst(I64X2, &[0; 16]);
+        let v = if signed {
+            let wide = self.b.ins().fcvt_to_sint_sat(I64X2, x);
+            self.b.ins().snarrow(wide, zero)
+        } else {
+            let wide = self.b.ins().fcvt_to_uint_sat(I64X2, x);
+            self.b.ins().uunarrow(wide, zero)
+        };
+        self.push(v);
     }
 
     fn vicmp(&mut self, op: &Operator<'_>, cc: IntCC) {
@@ -615,182 +569,5 @@ impl Translator<'_, '_> {
 
     fn vfcmp(&mut self, op: &Operator<'_>, cc: FloatCC) {
         self.vbinary(float_lanes(op), |b, x, y| b.ins().fcmp(cc, x, y));
-    }
-}
-
-/// The integer vector type an `iNxM` operator is named for.
-fn int_lanes(op: &Operator<'_>) -> Type {
-    use Operator as O;
-    match op {
-        O::I8x16Swizzle
-        | O::I8x16Splat
-        | O::I8x16Eq
-        | O::I8x16Ne
-        | O::I8x16LtS
-        | O::I8x16LtU
-        | O::I8x16GtS
-        | O::I8x16GtU
-        | O::I8x16LeS
-        | O::I8x16LeU
-        | O::I8x16GeS
-        | O::I8x16GeU
-        | O::I8x16Abs
-        | O::I8x16Neg
-        | O::I8x16Popcnt
-        | O::I8x16AllTrue
-        | O::I8x16Bitmask
-        | O::I8x16NarrowI16x8S
-        | O::I8x16NarrowI16x8U
-        | O::I8x16Shl
-        | O::I8x16ShrS
-        | O::I8x16ShrU
-        | O::I8x16Add
-        | O::I8x16AddSatS
-        | O::I8x16AddSatU
-        | O::I8x16Sub
-        | O::I8x16SubSatS
-        | O::I8x16SubSatU
-        | O::I8x16MinS
-        | O::I8x16MinU
-        | O::I8x16MaxS
-        | O::I8x16MaxU
-        | O::I8x16AvgrU
-        | O::I8x16RelaxedSwizzle
-        | O::I8x16RelaxedLaneselect => I8X16,
-        O::I16x8Splat
-        | O::I16x8Eq
-        | O::I16x8Ne
-        | O::I16x8LtS
-        | O::I16x8LtU
-        | O::I16x8GtS
-        | O::I16x8GtU
-        | O::I16x8LeS
-        | O::I16x8LeU
-        | O::I16x8GeS
-        | O::I16x8GeU
-        | O::I16x8ExtAddPairwiseI8x16S
-        | O::I16x8ExtAddPairwiseI8x16U
-        | O::I16x8Abs
-        | O::I16x8Neg
-        | O::I16x8Q15MulrSatS
-        | O::I16x8AllTrue
-        | O::I16x8Bitmask
-        | O::I16x8NarrowI32x4S
-        | O::I16x8NarrowI32x4U
-        | O::I16x8ExtendLowI8x16S
-        | O::I16x8ExtendHighI8x16S
-        | O::I16x8ExtendLowI8x16U
-        | O::I16x8ExtendHighI8x16U
-        | O::I16x8Shl
-        | O::I16x8ShrS
-        | O::I16x8ShrU
-        | O::I16x8Add
-        | O::I16x8AddSatS
-        | O::I16x8AddSatU
-        | O::I16x8Sub
-        | O::I16x8SubSatS
-        | O::I16x8SubSatU
-        | O::I16x8Mul
-        | O::I16x8MinS
-        | O::I16x8MinU
-        | O::I16x8MaxS
-        | O::I16x8MaxU
-        | O::I16x8AvgrU
-        | O::I16x8ExtMulLowI8x16S
-        | O::I16x8ExtMulHighI8x16S
-        | O::I16x8ExtMulLowI8x16U
-        | O::I16x8ExtMulHighI8x16U
-        | O::I16x8RelaxedLaneselect
-        | O::I16x8RelaxedQ15mulrS
-        | O::I16x8RelaxedDotI8x16I7x16S => I16X8,
-        O::I32x4Splat
-        | O::I32x4Eq
-        | O::I32x4Ne
-        | O::I32x4LtS
-        | O::I32x4LtU
-        | O::I32x4GtS
-        | O::I32x4GtU
-        | O::I32x4LeS
-        | O::I32x4LeU
-        | O::I32x4GeS
-        | O::I32x4GeU
-        | O::I32x4ExtAddPairwiseI16x8S
-        | O::I32x4ExtAddPairwiseI16x8U
-        | O::I32x4Abs
-        | O::I32x4Neg
-        | O::I32x4AllTrue
-        | O::I32x4Bitmask
-        | O::I32x4ExtendLowI16x8S
-        | O::I32x4ExtendHighI16x8S
-        | O::I32x4ExtendLowI16x8U
-        | O::I32x4ExtendHighI16x8U
-        | O::I32x4Shl
-        | O::I32x4ShrS
-        | O::I32x4ShrU
-        | O::I32x4Add
-        | O::I32x4Sub
-        | O::I32x4Mul
-        | O::I32x4MinS
-        | O::I32x4MinU
-        | O::I32x4MaxS
-        | O::I32x4MaxU
-        | O::I32x4DotI16x8S
-        | O::I32x4ExtMulLowI16x8S
-        | O::I32x4ExtMulHighI16x8S
-        | O::I32x4ExtMulLowI16x8U
-        | O::I32x4ExtMulHighI16x8U
-        | O::I32x4TruncSatF32x4S
-        | O::I32x4TruncSatF32x4U
-        | O::I32x4TruncSatF64x2SZero
-        | O::I32x4TruncSatF64x2UZero
-        | O::I32x4RelaxedTruncF32x4S
-        | O::I32x4RelaxedTruncF32x4U
-        | O::I32x4RelaxedTruncF64x2SZero
-        | O::I32x4RelaxedTruncF64x2UZero
-        | O::I32x4RelaxedLaneselect
-        | O::I32x4RelaxedDotI8x16I7x16AddS => I32X4,
-        _ => I64X2,
-    }
-}
-
-/// The float vector type an `fNxM` operator is named for.
-fn float_lanes(op: &Operator<'_>) -> Type {
-    use Operator as O;
-    match op {
-        O::F32x4Eq
-        | O::F32x4Ne
-        | O::F32x4Lt
-        | O::F32x4Gt
-        | O::F32x4Le
-        | O::F32x4Ge
-        | O::F32x4Abs
-        | O::F32x4Neg
-        | O::F32x4Sqrt
-        | O::F32x4Ceil
-        | O::F32x4Floor
-        | O::F32x4Trunc
-        | O::F32x4Nearest
-        | O::F32x4Add
-        | O::F32x4Sub
-        | O::F32x4Mul
-        | O::F32x4Div
-        | O::F32x4Min
-        | O::F32x4Max
-        | O::F32x4PMin
-        | O::F32x4PMax
-        | O::F32x4RelaxedMin
-        | O::F32x4RelaxedMax
-        | O::F32x4RelaxedMadd
-        | O::F32x4RelaxedNmadd => F32X4,
-        _ => F64X2,
-    }
-}
-
-/// The vector type an extending operator (`…_i8x16_s` and the like) reads: half its lane width.
-fn narrow_lanes(op: &Operator<'_>) -> Type {
-    match int_lanes(op) {
-        I16X8 => I8X16,
-        I32X4 => I16X8,
-        _ => I32X4,
     }
 }

@@ -1,0 +1,154 @@
+//! Bounds checks, in code compiled with them (the default; `Compiler::without_bounds_checks`
+//! leaves them out).
+//!
+//! Each access is compared with its memory's current length, so that a memory only such code
+//! reaches can grow into, and be reset over, pages that stay open: growing and tearing down
+//! then need no system call and no TLB flush. The length lives in a variable per memory,
+//! loaded at entry and after every call (only calls change it), so that a loop without calls
+//! keeps it in a register; and linear memory and the write marks are separate alias regions
+//! ([`Regions`]), since checked accesses stay within the memory.
+//!
+//! A check is a conditional trap (`trapnz`), the cheapest form in compute: a branch to a block
+//! that raises the trap, or a conditional move of the address to one that faults, costs more
+//! (BENCHMARKS.md). Where the target's `Arch` can, each check also carries its number as its
+//! source location (see [`Raised`](crate::arch::Raised), which says why that is all the IR
+//! changes), and the compiler later sends the check's branch to code that raises the trap
+//! through the `Raise` builtin without a signal; otherwise the trap instruction traps by
+//! signal.
+//!
+//! Within a block, checks are shared: see [`Translator::check_bounds`].
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::I64;
+use cranelift_codegen::ir::{self, InstBuilder, TrapCode, Value};
+use ephem_module::VmOffsets;
+
+use super::{Translator, trusted};
+
+/// A bounds check made earlier in the current block (see [`super::BlockFacts`]).
+pub(super) struct Check {
+    memory: u32,
+    index: Value,
+    end: u64,
+    /// The `iconst` of minus `end`, which the check adds to the length.
+    constant: ir::Inst,
+    /// Whether nothing observable happened since the check: it may still be widened.
+    widenable: bool,
+}
+
+/// Whether moving a trap from after `inst` to before it would be observable: `inst` writes (a
+/// store or a call) or can trap otherwise than out of bounds.
+fn disturbs(dfg: &ir::DataFlowGraph, inst: ir::Inst) -> bool {
+    let data = &dfg.insts[inst];
+    let op = data.opcode();
+    if op.is_call() || op.can_store() || op.other_side_effects() {
+        return true;
+    }
+    let out_of_bounds = Some(TrapCode::HEAP_OUT_OF_BOUNDS);
+    if op.can_load() {
+        let code = data.memflags_trap_code(dfg);
+        return code.is_some() && code != out_of_bounds;
+    }
+    op.can_trap() && data.trap_code() != out_of_bounds
+}
+
+/// Alias regions of code that checks bounds: its accesses stay within the memory's length, so
+/// linear memory and the write marks before it are disjoint, and a store to one is no fence to
+/// alias analysis for loads from the other.
+#[derive(Clone, Copy)]
+pub(super) struct Regions {
+    pub(super) heap: ir::AliasRegion,
+    pub(super) marks: ir::AliasRegion,
+}
+
+impl Translator<'_, '_> {
+    /// Makes the alias regions and the length variables, and loads the lengths (at entry).
+    pub(super) fn start_bounds_checks(&mut self) {
+        let mut region = |user_id: u32, name: &'static str| {
+            self.b.func.dfg.alias_regions.insert(ir::AliasRegionData {
+                user_id,
+                description: name.into(),
+            })
+        };
+        self.regions = Some(Regions {
+            heap: region(1, "linear memory"),
+            marks: region(2, "write marks"),
+        });
+        self.lengths = (0..self.env.info.memories.len())
+            .map(|_| self.b.declare_var(I64))
+            .collect();
+        self.reload_lengths();
+    }
+
+    /// Loads each memory's length into its variable (at entry and after calls).
+    pub(super) fn reload_lengths(&mut self) {
+        for memory in 0..self.lengths.len() {
+            let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory as u32));
+            let length = (self.b.ins()).load(I64, trusted(), def, VmOffsets::MEMORY_LENGTH as i32);
+            self.b.def_var(self.lengths[memory], length);
+        }
+    }
+
+    /// Traps unless `index` plus `end` is within `memory`'s current length, unless an earlier
+    /// check of this block proves it. A memory's length only grows, so a check that passed
+    /// holds for the rest of the block; and a check with nothing observable since (only loads,
+    /// arithmetic and other bounds checks: see [`disturbs`]) is widened to cover this access
+    /// too, since trapping there instead of here changes nothing but the trap's position. So a
+    /// run of loads from one pointer at several offsets costs one check.
+    pub(super) fn check_bounds(&mut self, memory: u32, index: Value, wide: Value, end: u64) {
+        let block = self.this_block();
+        let facts = &mut self.facts;
+        let layout = &self.b.func.layout;
+        let mut next = match facts.seen {
+            Some(seen) => layout.next_inst(seen),
+            None => layout.first_inst(block),
+        };
+        while let Some(inst) = next {
+            if disturbs(&self.b.func.dfg, inst) {
+                facts.checks.iter_mut().for_each(|c| c.widenable = false);
+            }
+            facts.seen = Some(inst);
+            next = layout.next_inst(inst);
+        }
+        let earlier = facts
+            .checks
+            .iter()
+            .position(|c| c.memory == memory && c.index == index);
+        if let Some(i) = earlier {
+            let check = &mut self.facts.checks[i];
+            if check.end >= end {
+                return;
+            }
+            if check.widenable {
+                check.end = end;
+                match &mut self.b.func.dfg.insts[check.constant] {
+                    ir::InstructionData::UnaryImm { imm, .. } => *imm = (-(end as i64)).into(),
+                    other => unreachable!("a check's end is an iconst, not {other:?}"),
+                }
+                return;
+            }
+            self.facts.checks.swap_remove(i);
+        }
+        // The access ends past the length when the index exceeds the length less its end,
+        // which a loop without calls computes once. Signed: that difference may be below zero
+        // (the index is below 2^32 and the end at most 2^32 + 16, so nothing wraps).
+        let length = self.b.use_var(self.lengths[memory as usize]);
+        let constant = self.b.ins().iconst(I64, -(end as i64));
+        let limit = self.b.ins().iadd(length, constant);
+        let constant = self.b.func.dfg.value_def(constant).unwrap_inst();
+        let past = self.b.ins().icmp(IntCC::SignedGreaterThan, wide, limit);
+        if let Some(n) = &mut self.raised_checks {
+            self.b.set_srcloc(ir::SourceLoc::new(*n));
+            *n += 1;
+        }
+        self.b.ins().trapnz(past, TrapCode::HEAP_OUT_OF_BOUNDS);
+        self.b.set_srcloc(ir::SourceLoc::default());
+        self.facts.checks.push(Check {
+            memory,
+            index,
+            end,
+            constant,
+            widenable: true,
+        });
+    }
+}

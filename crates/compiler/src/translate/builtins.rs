@@ -1,0 +1,66 @@
+//! Calls of the runtime's builtins (`ephem_module::Builtin`): growing memories and tables,
+//! bulk memory and table operations, lazy table elements, `ref.func` of a lazily made
+//! funcref, and raising a trap.
+//!
+//! A builtin is called through the vmctx's table of builtin addresses with the native calling
+//! convention and the vmctx first. It may charge fuel per byte or element, so metered code
+//! writes its fuel to the store before the call and reads it back after; it may grow a memory,
+//! so code that checks bounds reloads the lengths after it. A builtin that can trap returns a
+//! flag instead of unwinding, and the code traps on it ([`Translator::checked_builtin`]).
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I32, I64};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, TrapCode, Value};
+use ephem_module::{Builtin, BuiltinType, VmOffsets};
+
+use super::Translator;
+use crate::traps::code;
+
+impl Translator<'_, '_> {
+    /// Calls a runtime builtin with `vmctx` and `args` (of the types its entry in
+    /// `for_each_builtin` lists); returns its result.
+    pub(super) fn builtin(&mut self, which: Builtin, args: &[Value]) -> Option<Value> {
+        let result = self.call_builtin(which, args);
+        self.fuel_from_store();
+        self.reload_lengths();
+        result
+    }
+
+    /// The call of [`Translator::builtin`], without what follows it: the store's fuel and the
+    /// memories' lengths, which a builtin that returns may have changed.
+    pub(super) fn call_builtin(&mut self, which: Builtin, args: &[Value]) -> Option<Value> {
+        let ty = |t: BuiltinType| match t {
+            BuiltinType::I32 => I32,
+            BuiltinType::I64 => I64,
+        };
+        let (params, ret) = which.signature();
+        debug_assert_eq!(params.len(), args.len(), "{which:?}");
+        let mut sig = Signature::new(self.env.call_conv);
+        sig.params.push(AbiParam::new(I64));
+        sig.params
+            .extend(params.iter().map(|&t| AbiParam::new(ty(t))));
+        sig.returns.extend(ret.map(|t| AbiParam::new(ty(t))));
+        let sig = self.b.import_signature(sig);
+        let table = self.load_ptr(self.vmctx, VmOffsets::BUILTINS);
+        let fnptr = self.load_ptr(table, which as u32 * 8);
+        let mut all = vec![self.vmctx];
+        all.extend_from_slice(args);
+        // Bulk operations charge fuel per byte or element from the store's count.
+        self.fuel_to_store();
+        let call = self.b.ins().call_indirect(sig, fnptr, &all);
+        self.b.inst_results(call).first().copied()
+    }
+
+    /// Calls a builtin that returns a trap flag, and traps with `trap` when it is set: 1 is out
+    /// of bounds, 2 (only from metered code's stores) out of fuel, 3 past the deadline.
+    pub(super) fn checked_builtin(&mut self, which: Builtin, args: &[Value], trap: TrapCode) {
+        let flag = self.builtin(which, args).expect("has a result");
+        let late = self.b.ins().icmp_imm_u(IntCC::Equal, flag, 3);
+        self.b.ins().trapnz(late, code::INTERRUPTED);
+        if self.fuel.is_some() {
+            let out = self.b.ins().icmp_imm_u(IntCC::Equal, flag, 2);
+            self.b.ins().trapnz(out, code::OUT_OF_FUEL);
+        }
+        self.b.ins().trapnz(flag, trap);
+    }
+}

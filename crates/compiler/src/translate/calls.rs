@@ -1,0 +1,139 @@
+//! Calls of wasm functions: direct, through an import's funcref, and `call_indirect`, each
+//! also as a tail call (`return_call*`).
+//!
+//! A call passes the callee's vmctx and then this instance's, as the caller (see
+//! [`wasm_signature`]). A defined function is called directly, by a relocation the linker
+//! resolves; an imported one through its funcref in the vmctx; `call_indirect` through a
+//! table element, after checking that it is not null and has the expected type id. Metered
+//! code puts its fuel in the pinned register before the call; after it, the fuel and the
+//! memories' lengths are read again, since the callee may have changed them.
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I32, I64};
+use cranelift_codegen::ir::{self, InstBuilder, Value};
+use ephem_module::VmOffsets;
+use wasmparser::Operator;
+
+use super::{Translator, readonly, trusted, wasm_signature};
+use crate::traps::code;
+
+impl Translator<'_, '_> {
+    /// A call of function `func`; with `tail`, a `return_call` (the frame is replaced).
+    fn call(&mut self, func: u32, tail: bool) {
+        self.spill_fuel();
+        let ty = self.env.info.func_type(func).clone();
+        let sig = self.b.import_signature(wasm_signature(&ty));
+        let args = self.take(ty.params.len());
+        if func < self.env.info.imported_funcs {
+            let fr = self.env.offsets.funcref(func);
+            let code = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_CODE);
+            let callee_vmctx = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_VMCTX);
+            self.call_code(sig, code, callee_vmctx, args, tail);
+        } else {
+            let name = self
+                .b
+                .func
+                .declare_imported_user_function(ir::UserExternalName {
+                    namespace: 0,
+                    index: func,
+                });
+            let callee = self.b.import_function(ir::ExtFuncData {
+                name: ir::ExternalName::User(name),
+                signature: sig,
+                colocated: true,
+                patchable: false,
+            });
+            let mut all = vec![self.vmctx, self.vmctx];
+            all.extend(args);
+            if tail {
+                self.b.ins().return_call(callee, &all);
+                self.unreachable_now();
+            } else {
+                let call = self.b.ins().call(callee, &all);
+                self.returned(call);
+            }
+        }
+    }
+
+    /// Calls the code at `code` with `callee_vmctx`, this instance as the caller and `args`;
+    /// with `tail`, as a `return_call_indirect`.
+    fn call_code(
+        &mut self,
+        sig: ir::SigRef,
+        code: Value,
+        callee_vmctx: Value,
+        args: Vec<Value>,
+        tail: bool,
+    ) {
+        let mut all = vec![callee_vmctx, self.vmctx];
+        all.extend(args);
+        if tail {
+            self.b.ins().return_call_indirect(sig, code, &all);
+            self.unreachable_now();
+        } else {
+            let call = self.b.ins().call_indirect(sig, code, &all);
+            self.returned(call);
+        }
+    }
+
+    /// After a call returned: its results on the stack, the deadline and the fuel anew.
+    pub(super) fn returned(&mut self, call: ir::Inst) {
+        let results = self.b.inst_results(call).to_vec();
+        self.stack.extend(results);
+        self.reload_fuel();
+        self.reload_lengths();
+    }
+
+    /// A `call_indirect` (with `tail`, a `return_call_indirect`) of type `type_index` through
+    /// `table`.
+    fn call_indirect(&mut self, type_index: u32, table: u32, tail: bool) {
+        self.spill_fuel();
+        let index = self.pop();
+        let slot = self.table_slot(table, index, code::UNDEFINED_ELEMENT);
+        let funcref = self.funcref_element(table, index, slot);
+        self.b.ins().trapz(funcref, code::NULL_CALL);
+        let actual = self
+            .b
+            .ins()
+            .load(I32, trusted(), funcref, VmOffsets::FUNCREF_TYPE_ID as i32);
+        let expected = self.b.ins().load(
+            I32,
+            readonly(),
+            self.vmctx,
+            self.env.offsets.type_id(type_index) as i32,
+        );
+        let mismatch = self.b.ins().icmp(IntCC::NotEqual, actual, expected);
+        self.b.ins().trapnz(mismatch, code::BAD_SIGNATURE);
+        let code_ptr = self
+            .b
+            .ins()
+            .load(I64, trusted(), funcref, VmOffsets::FUNCREF_CODE as i32);
+        let callee_vmctx =
+            self.b
+                .ins()
+                .load(I64, trusted(), funcref, VmOffsets::FUNCREF_VMCTX as i32);
+        let ty = self.env.info.types[type_index as usize].clone();
+        let sig = self.b.import_signature(wasm_signature(&ty));
+        let args = self.take(ty.params.len());
+        self.call_code(sig, code_ptr, callee_vmctx, args, tail);
+    }
+
+    /// Translates `op` if it is a call; `false` if it is not.
+    pub(super) fn call_op(&mut self, op: &Operator<'_>) -> bool {
+        use Operator as O;
+        match *op {
+            O::Call { function_index } => self.call(function_index, false),
+            O::ReturnCall { function_index } => self.call(function_index, true),
+            O::CallIndirect {
+                type_index,
+                table_index,
+            } => self.call_indirect(type_index, table_index, false),
+            O::ReturnCallIndirect {
+                type_index,
+                table_index,
+            } => self.call_indirect(type_index, table_index, true),
+            _ => return false,
+        }
+        true
+    }
+}
