@@ -21,7 +21,7 @@ struct Host {
 
 pub fn main() -> Result<(), Error> {
     let engine = Engine::default();
-    let module = ephem::compile(&engine, GUEST.as_bytes())?;
+    let module = ephem::Module::new(&engine, GUEST.as_bytes())?;
 
     // Defined once; a linker can serve every thread.
     let mut linker = Linker::new(&engine);

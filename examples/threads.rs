@@ -14,7 +14,7 @@ const GUEST: &str = r#"(module
 
 pub fn main() -> Result<(), Error> {
     let engine = Engine::default();
-    let module = ephem::compile(&engine, GUEST.as_bytes())?;
+    let module = ephem::Module::new(&engine, GUEST.as_bytes())?;
     let mut linker = Linker::new(&engine);
     linker.func_wrap("env", "worker", |caller: ephem::Caller<'_, i32>| {
         *caller.data()

@@ -14,7 +14,7 @@ pub fn main() -> anyhow::Result<()> {
         env!("CARGO_MANIFEST_DIR"),
         "/../wasi/tests/guests/wc.wasm"
     ))?;
-    let module = ephem::compile(&engine, &wasm)?;
+    let module = ephem::Module::new(&engine, &wasm)?;
     let mut linker = Linker::new(&engine);
     ephem_wasi::add_to_linker(&mut linker, |ctx: &mut WasiCtx| ctx)?;
     let pre = linker.instantiate_pre(&module)?;

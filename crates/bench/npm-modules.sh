@@ -2,8 +2,8 @@
 # Fetches real modules that other toolchains built, as published on the npm registry, into DIR
 # (never kept in the repository): the set the fresh-path benchmarks in BENCHMARKS.md ran on.
 # Versions are pinned and every module's SHA-256 is checked. SET is `fresh` (the default), the
-# modules the fresh-path benchmarks run; `more`, modules first run in the sixteenth pass (four
-# Rust builds and three Emscripten ones, none of them looked at before they were measured); or
+# modules the fresh-path benchmarks run; `more`, four Rust builds and three Emscripten ones that
+# ephem was not tuned on (docs/bench-log/fresh-path-16-new-modules-growing-memories.md); or
 # `simd`, SIMD builds (TensorFlow.js's XNNPACK backend, libwebp's encoder, ONNX Runtime) whose
 # compile time is compared with wasmtime's.
 #

@@ -31,7 +31,7 @@ fn ephem_kernels(c: &mut Criterion) {
             let mut store = ephem::Store::new(&engine, ());
             match mode {
                 "deadline" => store.set_epoch_deadline(1 << 40),
-                "fuel" => store.set_fuel(u64::MAX),
+                "fuel" => store.set_fuel(u64::MAX).unwrap(),
                 _ => {}
             }
             let instance = ephem::Linker::new(&engine)

@@ -290,7 +290,7 @@ fn main() -> anyhow::Result<()> {
     // Per module: the export called and its arguments (zeros), as JSON.
     let (mut wt_modules, mut calls) = (Vec::new(), Vec::new());
     for (i, (name, wasm, export)) in modules.iter().enumerate() {
-        let ours = ephem::Module::new(&probe, &compiler.compile(wasm)?)?;
+        let ours = ephem::Module::from_compiled(&probe, &compiler.compile(wasm)?)?;
         let export = match export {
             Some(e) => e.clone(),
             None => ephem_bench::fresh::default_export(&ours).with_context(|| {

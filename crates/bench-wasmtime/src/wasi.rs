@@ -87,7 +87,7 @@ impl EphemProgram {
         let t = Instant::now();
         let compiled = compiler.compile(wasm)?;
         let compile = t.elapsed();
-        let module = ephem::Module::new(&engine, &compiled)?;
+        let module = ephem::Module::from_compiled(&engine, &compiled)?;
         let mut linker = ephem::Linker::new(&engine);
         ephem_wasi::add_to_linker(&mut linker, |d: &mut Ours| &mut d.wasi)?;
         linker.func_wrap("bench", "start", |mut c: ephem::Caller<'_, Ours>| {

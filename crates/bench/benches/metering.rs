@@ -60,7 +60,7 @@ fn metering(c: &mut Criterion) {
             let module = ephem::compile_with(compiler, &engine, wasm).unwrap();
             let mut store = Store::new(&engine, ());
             if mode == "fuel" {
-                store.set_fuel(u64::MAX);
+                store.set_fuel(u64::MAX).unwrap();
             }
             if mode == "deadline" {
                 store.set_epoch_deadline(1 << 40);

@@ -285,9 +285,9 @@ impl Throughput {
     /// Times `work(seed, n)` (which makes `n` invocations, `per_thread` in all over the turns)
     /// on one thread and on `threads` at once, in alternating turns (see
     /// [`crate::threads::slowest`]). Each thread of a turn first makes a tenth as many,
-    /// untimed: the first of them, in a new thread, set up what the thread keeps, which took a
-    /// turn of 4 000 invocations of 1.1 µs from 1.95× to 1.7× on two threads (BENCHMARKS.md,
-    /// eighteenth pass).
+    /// untimed: a new thread's first invocations set up what it keeps (entries, texts, memory
+    /// slots), which would otherwise weigh on short turns' scaling
+    /// (docs/bench-log/fresh-path-18-no-system-call-per-invocation.md).
     pub fn measure(
         threads: usize,
         per_thread: usize,
@@ -530,10 +530,10 @@ pub struct FreshArgs {
     pub dir: Option<PathBuf>,
     /// Map texts of at least this many bytes from the artifact instead of copying them
     /// (default: the engine's).
-    #[arg(long, value_parser = crate::load::parse_size)]
+    #[arg(long, value_parser = ephem::units::parse_size_usize)]
     pub map_text_at: Option<usize>,
     /// Map memory images of at least this many bytes instead of copying them.
-    #[arg(long, value_parser = crate::load::parse_size)]
+    #[arg(long, value_parser = ephem::units::parse_size_usize)]
     pub map_image_at: Option<usize>,
     /// Do not let idle memory slots keep their images mapped for the same module: what a
     /// workload whose modules never repeat pays.
@@ -548,11 +548,11 @@ pub struct FreshArgs {
     #[arg(long)]
     pub no_entry_reuse: bool,
     /// Bytes of each memory slot zeroed in place (kept resident) on reset.
-    #[arg(long, value_parser = crate::load::parse_size)]
+    #[arg(long, value_parser = ephem::units::parse_size_usize)]
     pub keep_resident: Option<usize>,
     /// Bytes of the pages an instance wrote that a reset zeroes in place (found through the
     /// page map); 0 turns the page map off, which is how resets worked before it.
-    #[arg(long, value_parser = crate::load::parse_size)]
+    #[arg(long, value_parser = ephem::units::parse_size_usize)]
     pub resident_dirty_bytes: Option<usize>,
 }
 

@@ -12,7 +12,8 @@
 //! - [`thresholds`]: copying against mapping for texts and memory images across sizes, where
 //!   the engine's defaults come from.
 //!
-//! Results and the commands that produced them are in BENCHMARKS.md.
+//! Current results and the commands that produced them are in BENCHMARKS.md; their history is in
+//! docs/bench-log/.
 
 mod chart;
 pub mod fresh;

@@ -22,7 +22,7 @@ use ephem_code_memory::{CodePool, Error, PoolConfig, RwxOptIn, Strategy};
 #[derive(clap::Args)]
 pub struct Args {
     /// Module sizes, with an optional k or m suffix (KiB, MiB).
-    #[arg(long, value_delimiter = ',', default_value = "4k,64k,1m", value_parser = parse_nonzero_size)]
+    #[arg(long, value_delimiter = ',', default_value = "4k,64k,1m", value_parser = ephem::units::parse_nonzero_size)]
     sizes: Vec<usize>,
     /// Also measure with this many threads sharing one pool (1 thread is always measured).
     #[arg(long, default_value_t = 2)]
@@ -42,25 +42,6 @@ pub struct Args {
     /// Also write the comparison as an SVG chart to this file.
     #[arg(long)]
     svg: Option<PathBuf>,
-}
-
-/// A size in bytes, with an optional `k`, `m` or `g` suffix (KiB, MiB, GiB); not zero.
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let lower = s.to_ascii_lowercase();
-    let (digits, unit) = [('k', 1 << 10), ('m', 1 << 20), ('g', 1 << 30)]
-        .into_iter()
-        .find_map(|(suffix, unit)| lower.strip_suffix(suffix).map(|d| (d, unit)))
-        .unwrap_or((lower.as_str(), 1));
-    let n: usize = digits.parse().map_err(|_| format!("bad size `{s}`"))?;
-    n.checked_mul(unit).ok_or_else(|| format!("bad size `{s}`"))
-}
-
-/// As [`parse_size`], for sizes of things that must hold something (not 0).
-pub fn parse_nonzero_size(s: &str) -> Result<usize, String> {
-    match parse_size(s)? {
-        0 => Err(format!("`{s}`: must be more than 0")),
-        n => Ok(n),
-    }
 }
 
 /// One measured row.

@@ -47,7 +47,7 @@ impl Metering {
     /// Gives `store` what this metering needs: far more fuel and time than a call takes.
     pub fn arm<T>(self, store: &mut Store<T>) {
         if self.fuel() {
-            store.set_fuel(u64::MAX / 2);
+            store.set_fuel(u64::MAX / 2).unwrap();
         }
         if self.deadline() {
             store.set_epoch_deadline(u64::MAX / 2);

@@ -1,8 +1,9 @@
 //! How the system calls the fresh path makes scale from one thread to several on this machine.
 //!
-//! The fresh path of a small module is half system calls (opening its artifact, a reset's page
-//! map): so its throughput on N threads can only scale as well as they do. This measures the
-//! ceiling apart from ephem: each operation alone, on one thread and on N at once, in short
+//! Where the fresh path makes system calls (opening an artifact, a reset's page map), its
+//! throughput on N threads can only scale as well as they do
+//! (docs/bench-log/fresh-path-05-pagemap-scan.md). This measures that ceiling apart from
+//! ephem: each operation alone, on one thread and on N at once, in short
 //! paired turns, with the scaling N × (time per operation on one thread) / (time per operation
 //! on N threads), the median over the turns.
 //!

@@ -24,7 +24,7 @@ use crate::median;
 #[derive(clap::Args)]
 pub struct Args {
     /// Sizes to measure, with an optional k or m suffix.
-    #[arg(long, value_delimiter = ',', value_parser = crate::load::parse_nonzero_size,
+    #[arg(long, value_delimiter = ',', value_parser = ephem::units::parse_nonzero_size,
           default_value = "4k,16k,64k,256k,1m,4m,16m")]
     sizes: Vec<usize>,
     /// Repetitions per size and way (default: scaled to the size).
@@ -124,7 +124,7 @@ fn image_row(
     let copying = engine(usize::MAX, size.max(MemoryConfig::default().keep_resident))?;
     let mapping = engine(0, MemoryConfig::default().keep_resident)?;
     let run = |engine: &Engine, every: bool| -> anyhow::Result<Duration> {
-        let module = Module::from_file(engine, &path, &key)?;
+        let module = Module::from_artifact_file(engine, &path, &key)?;
         let t = Instant::now();
         let mut store = Store::new(engine, ());
         let instance = Instance::new(&mut store, &module, &[])?;

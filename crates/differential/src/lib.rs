@@ -659,7 +659,7 @@ impl Side for Ephem {
     fn instantiate(&self, pre: &Self::Module) -> Result<Self::Instance, Trap> {
         let mut store = ephem::Store::new(&self.engine, ());
         if let Some(fuel) = self.fuel {
-            store.set_fuel(fuel);
+            store.set_fuel(fuel).unwrap();
         }
         match pre.instantiate(&mut store) {
             Ok(instance) => Ok((store, instance)),
@@ -689,7 +689,7 @@ impl Side for Ephem {
             .collect();
         let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
         if let Some(fuel) = self.fuel {
-            store.set_fuel(fuel);
+            store.set_fuel(fuel).unwrap();
         }
         Ok(match func.call(&mut *store, &args, &mut results) {
             Ok(()) => Ok(results.iter().map(ephem_value).collect()),
@@ -799,7 +799,7 @@ impl Ephem {
 /// traps are expected and ignored (the check is that the host survives).
 fn run_metered(engine: &ephem::Engine, module: &ephem::Module) {
     let mut store = ephem::Store::new(engine, ());
-    store.set_fuel(100_000);
+    store.set_fuel(100_000).unwrap();
     let Ok(instance) = ephem::Instance::new(&mut store, module, &[]) else {
         return;
     };
@@ -816,7 +816,7 @@ fn run_metered(engine: &ephem::Engine, module: &ephem::Module) {
             .iter()
             .map(|&t| ephem::Val::default_for(t))
             .collect();
-        store.set_fuel(100_000);
+        store.set_fuel(100_000).unwrap();
         let _ = func.call(&mut store, &[], &mut results);
     }
 }

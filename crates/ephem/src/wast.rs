@@ -209,7 +209,7 @@ impl<'c> Runner<'c> {
             });
         let bytes = ephem_artifact::to_bytes(&compiled, &[0; 32], &KEY);
         ephem_artifact::write_atomic(&path, &bytes)?;
-        let module = Module::from_file(&self.engine, &path, &KEY);
+        let module = Module::from_artifact_file(&self.engine, &path, &KEY);
         // The open artifact keeps the file's pages; the name is not needed any more.
         let _ = std::fs::remove_file(&path);
         Ok(module?)

@@ -32,7 +32,7 @@ fn alt_stack_size() -> usize {
 #[test]
 fn threads_that_trap_have_a_large_alternate_stack_and_leave_none_behind() {
     let engine = Engine::default();
-    let module = ephem::compile(
+    let module = ephem::Module::new(
         &engine,
         br#"(module (memory 1) (func (export "oob") (result i32) (i32.load (i32.const 65536))))"#,
     )

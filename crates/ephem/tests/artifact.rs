@@ -349,7 +349,7 @@ fn reused_memory_slots_never_show_the_previous_instance() {
 #[test]
 fn a_thread_takes_back_the_memory_slot_it_left() {
     let engine = Engine::with_config(EngineConfig::default()).unwrap();
-    let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, WAT.as_bytes()).unwrap();
     let base = || Run::new(&module, &[]).base();
     let ours = base();
     let theirs = std::thread::scope(|s| s.spawn(base).join().unwrap());
@@ -361,8 +361,8 @@ fn a_thread_takes_back_the_memory_slot_it_left() {
     // One idle slot in all: a thread whose kept slot does not fit puts it on the list and
     // takes it from there.
     let one = engine_with(0, 0, true);
-    let module = ephem::compile(&one, WAT.as_bytes()).unwrap();
-    let other = ephem::compile(
+    let module = ephem::Module::new(&one, WAT.as_bytes()).unwrap();
+    let other = ephem::Module::new(
         &one,
         br#"(module (memory (export "mem") 2 8) (func (export "f")))"#,
     )
@@ -378,8 +378,8 @@ fn a_thread_takes_back_the_memory_slot_it_left() {
 #[test]
 fn a_thread_keeps_its_slots_while_it_runs_other_modules() {
     let engine = Engine::with_config(EngineConfig::default()).unwrap();
-    let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
-    let other = ephem::compile(
+    let module = ephem::Module::new(&engine, WAT.as_bytes()).unwrap();
+    let other = ephem::Module::new(
         &engine,
         br#"(module (memory (export "mem") 2 8) (data (i32.const 8) "other") (func (export "f")))"#,
     )
@@ -510,7 +510,7 @@ fn resets_by_page_map_leave_nothing_behind() {
             resident_dirty_bytes,
             ..MemoryConfig::default()
         });
-        let module = ephem::compile(&engine, SPREAD.as_bytes()).unwrap();
+        let module = ephem::Module::new(&engine, SPREAD.as_bytes()).unwrap();
         let mut base = None;
         let probe = |run: &mut Run, (from, to, step): (i32, i32, i32)| {
             run.i32("probe", &[from, to, step].map(Val::I32))
@@ -636,7 +636,7 @@ fn every_way_of_writing_is_undone_for_the_next_instance() {
             resident_dirty_bytes,
             ..MemoryConfig::default()
         });
-        let module = ephem::compile(&engine, wat.as_bytes()).unwrap();
+        let module = ephem::Module::new(&engine, wat.as_bytes()).unwrap();
         let mut fresh = Run::new(&module, &[]);
         let sum_of = |run: &mut Run| match run.call("sum", &[])[..] {
             [Val::I64(v)] => v,
@@ -752,7 +752,7 @@ fn memories_written_by_code_without_marks_are_reset_whole() {
 fn memories_grow_beyond_their_image() {
     for map_image_at in [0, usize::MAX] {
         let engine = engine_with(map_image_at, 64 << 10, true);
-        let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+        let module = ephem::Module::new(&engine, WAT.as_bytes()).unwrap();
         let mut run = Run::new(&module, &[]);
         assert_eq!(run.grow(3), 2);
         let top = 5 * 65536 - 1;
@@ -797,8 +797,8 @@ fn text_mapped_from_the_file_runs_and_traps() {
 #[test]
 fn alternating_modules_keep_their_own_memory_slots() {
     let engine = Engine::default();
-    let a = ephem::compile(&engine, WAT.as_bytes()).unwrap();
-    let b = ephem::compile(&engine, br#"(module (memory (export "mem") 3))"#).unwrap();
+    let a = ephem::Module::new(&engine, WAT.as_bytes()).unwrap();
+    let b = ephem::Module::new(&engine, br#"(module (memory (export "mem") 3))"#).unwrap();
     let base = |m: &Module| Run::new(m, &[]).base();
     let (a0, b0) = (base(&a), base(&b));
     assert_ne!(a0, b0);
@@ -819,7 +819,7 @@ fn a_pool_without_idle_slots_works() {
         ..EngineConfig::default()
     })
     .unwrap();
-    let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, WAT.as_bytes()).unwrap();
     for _ in 0..3 {
         assert_eq!(Run::new(&module, &[]).read_image(), b"image");
     }
@@ -961,8 +961,8 @@ fn an_image_replacing_a_larger_one_leaves_only_zeros_around_it() {
         (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0))))"#;
     for (map_image_at, reuse_images) in [(0, true), (0, false), (usize::MAX, true)] {
         let engine = engine_with(map_image_at, 1 << 20, reuse_images);
-        let wide = ephem::compile(&engine, wide.as_bytes()).unwrap();
-        let narrow = ephem::compile(&engine, narrow.as_bytes()).unwrap();
+        let wide = ephem::Module::new(&engine, wide.as_bytes()).unwrap();
+        let narrow = ephem::Module::new(&engine, narrow.as_bytes()).unwrap();
         drop(Run::new(&wide, &[]));
         let mut run = Run::new(&narrow, &[]);
         let what = format!("map at {map_image_at}, reuse {reuse_images}");
@@ -1047,7 +1047,7 @@ fn text_memory_taken_back_runs_its_own_code_never_another() {
         .unwrap();
         let prefaulted = engine.code_pool().stats().slots;
         let call = |path: &std::path::Path| {
-            let module = Module::from_file(&engine, path, &KEY).unwrap();
+            let module = Module::from_artifact_file(&engine, path, &KEY).unwrap();
             Run::new(&module, &[]).i32("f", &[])
         };
         for round in 0..200 {

@@ -153,7 +153,7 @@ fn leave_the_slot_grown(engine: &Engine, module: &Module) {
 #[test]
 fn checked_accesses_past_the_length_trap_in_a_slot_left_grown() {
     let engine = one_slot_engine();
-    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, module_text().as_bytes()).unwrap();
     for (name, bytes, _) in accesses() {
         leave_the_slot_grown(&engine, &module);
         let mut store = Store::new(&engine, ());
@@ -189,7 +189,7 @@ fn checked_accesses_past_the_length_trap_in_a_slot_left_grown() {
 #[test]
 fn a_loose_memory_is_tightened_for_code_without_checks() {
     let engine = one_slot_engine();
-    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, module_text().as_bytes()).unwrap();
     let importer = ephem::compile_with(
         &unchecked(),
         &engine,
@@ -219,7 +219,7 @@ fn a_loose_memory_is_tightened_for_code_without_checks() {
 #[test]
 fn a_slot_left_grown_is_shrunk_for_code_without_checks() {
     let engine = one_slot_engine();
-    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, module_text().as_bytes()).unwrap();
     let plain = ephem::compile_with(&unchecked(), &engine, module_text().as_bytes()).unwrap();
     leave_the_slot_grown(&engine, &module);
     let mut store = Store::new(&engine, ());
@@ -236,7 +236,7 @@ fn a_slot_left_grown_is_shrunk_for_code_without_checks() {
 #[test]
 fn checks_see_growth_within_a_function() {
     let engine = one_slot_engine();
-    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, module_text().as_bytes()).unwrap();
     for name in ["load_grow_load", "load_call_load"] {
         let mut store = Store::new(&engine, ());
         let instance = Instance::new(&mut store, &module, &[]).unwrap();
@@ -252,7 +252,7 @@ fn checks_see_growth_within_a_function() {
 #[test]
 fn shared_checks_trap_where_separate_ones_would() {
     let engine = one_slot_engine();
-    let module = ephem::compile(&engine, module_text().as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, module_text().as_bytes()).unwrap();
     let fresh = || {
         leave_the_slot_grown(&engine, &module);
         let mut store = Store::new(&engine, ());

@@ -32,7 +32,7 @@ fn at(offset_from_end: i64) -> i32 {
 #[test]
 fn bulk_memory_ranges_may_end_exactly_at_4_gib() {
     let engine = Engine::default();
-    let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, WAT.as_bytes()).unwrap();
     let mut store = Store::new(&engine, ());
     let instance = Instance::new(&mut store, &module, &[]).unwrap();
     let load = instance
@@ -94,7 +94,7 @@ fn bulk_memory_ranges_may_end_exactly_at_4_gib() {
 #[test]
 fn a_data_segment_at_a_dynamic_offset_may_end_exactly_at_4_gib() {
     let engine = Engine::default();
-    let module = ephem::compile(&engine, DYNAMIC.as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, DYNAMIC.as_bytes()).unwrap();
     for (offset, fits) in [(at(4), true), (at(3), false)] {
         let mut store = Store::new(&engine, ());
         let global = ephem::Global::new(

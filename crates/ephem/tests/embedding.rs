@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ephem::{
-    Caller, Engine, Error, Extern, ExternRef, Func, Instance, Linker, Store, Table, TableType,
-    TrapKind, TypedFunc, Val, ValType, compile,
+    Caller, Engine, Error, Extern, ExternRef, Func, Instance, Linker, Module, Store, Table,
+    TableType, TrapKind, TypedFunc, Val, ValType,
 };
 
 /// A guest that asks the host to greet a name: it writes the name into its memory, calls
@@ -64,7 +64,7 @@ fn greeter_linker(engine: &Engine) -> Linker<Host> {
 #[test]
 fn a_host_function_with_state_reads_and_writes_the_callers_memory() {
     let engine = Engine::default();
-    let module = compile(&engine, GREETER.as_bytes()).unwrap();
+    let module = Module::new(&engine, GREETER.as_bytes()).unwrap();
     let linker = greeter_linker(&engine);
     let mut store = Store::new(
         &engine,
@@ -93,13 +93,13 @@ fn a_host_function_with_state_reads_and_writes_the_callers_memory() {
 #[test]
 fn a_funcref_in_another_instances_table_outlives_its_instances_handle() {
     let engine = Engine::default();
-    let a = compile(
+    let a = Module::new(
         &engine,
         br#"(module (memory 1) (data (i32.const 0) "\2a")
              (func (export "f") (result i32) (i32.load8_u (i32.const 0))))"#,
     )
     .unwrap();
-    let b = compile(
+    let b = Module::new(
         &engine,
         br#"(module (table (export "t") 1 funcref) (type $r (func (result i32)))
              (func (export "call0") (result i32) (call_indirect (type $r) (i32.const 0))))"#,
@@ -139,7 +139,7 @@ fn a_table_of_another_store_is_refused() {
         max: None,
     };
     let table = Table::new(&mut one, ty, Val::FuncRef(None)).unwrap();
-    let module = compile(&engine, br#"(module (import "m" "t" (table 1 funcref)))"#).unwrap();
+    let module = Module::new(&engine, br#"(module (import "m" "t" (table 1 funcref)))"#).unwrap();
     let e = Instance::new(&mut two, &module, &[table.into()]).unwrap_err();
     assert!(e.to_string().contains("another store"), "{e}");
 }
@@ -158,7 +158,7 @@ impl std::error::Error for Refused {}
 /// A store with an instance that calls `host.gate` from its export `go`.
 fn gate(linker: &Linker<()>) -> (Store<()>, TypedFunc<i32, i32>) {
     let engine = linker.engine();
-    let module = compile(
+    let module = Module::new(
         engine,
         br#"(module (import "host" "gate" (func $gate (param i32) (result i32)))
              (func (export "go") (param i32) (result i32) (call $gate (local.get 0))))"#,
@@ -221,7 +221,7 @@ fn a_host_function_passed_as_a_funcref_is_callable_once_imported() {
     let engine = Engine::default();
     let mut store = Store::new(&engine, ());
     let double = Func::wrap(&mut store, |v: i32| v * 2);
-    let module = compile(
+    let module = Module::new(
         &engine,
         br#"(module (import "h" "f" (func (param i32) (result i32)))
              (table (export "t") 2 funcref) (type $t (func (param i32) (result i32)))
@@ -249,7 +249,7 @@ fn a_host_function_passed_as_a_funcref_is_callable_once_imported() {
 #[test]
 fn one_linker_serves_two_threads() {
     let engine = Engine::default();
-    let module = compile(&engine, GREETER.as_bytes()).unwrap();
+    let module = Module::new(&engine, GREETER.as_bytes()).unwrap();
     let linker = Arc::new(greeter_linker(&engine));
     let pre = Arc::new(linker.instantiate_pre(&module).unwrap());
     let done = Arc::new(AtomicUsize::new(0));
@@ -298,7 +298,7 @@ fn one_linker_serves_two_threads() {
 #[test]
 fn a_store_moves_between_threads() {
     let engine = Engine::default();
-    let module = compile(
+    let module = Module::new(
         &engine,
         br#"(module (global $g (mut i32) (i32.const 0))
              (func $deep (export "deep") (call $deep))
@@ -337,7 +337,7 @@ fn a_store_moves_between_threads() {
 #[test]
 fn typed_funcs_take_and_return_references() {
     let engine = Engine::default();
-    let module = compile(
+    let module = Module::new(
         &engine,
         br#"(module (type $r (func (result i32))) (table 1 funcref)
              (func $nine (result i32) (i32.const 9)) (elem declare func $nine)
@@ -405,7 +405,7 @@ fn a_linker_resolves_imports_it_saw_before_as_it_would_afresh() {
     linker.func_wrap("env", "f", |x: i32| x + 1).unwrap();
     linker.func_wrap("env", "g", || 1).unwrap();
     let run = |linker: &Linker<()>, wat: &str| -> Result<i32, Error> {
-        let module = compile(&engine, wat.as_bytes())?;
+        let module = Module::new(&engine, wat.as_bytes())?;
         let mut store = Store::new(&engine, ());
         let instance = linker.instantiate_pre(&module)?.instantiate(&mut store)?;
         instance
@@ -413,7 +413,7 @@ fn a_linker_resolves_imports_it_saw_before_as_it_would_afresh() {
             .call(&mut store, ())
     };
     let digest = |wat: &str| {
-        *compile(&engine, wat.as_bytes())
+        *Module::new(&engine, wat.as_bytes())
             .unwrap()
             .artifact()
             .imports_digest()
@@ -445,4 +445,32 @@ fn a_linker_resolves_imports_it_saw_before_as_it_would_afresh() {
     std::thread::scope(|s| {
         s.spawn(|| assert_eq!(run(&linker, FIRST).unwrap(), 141));
     });
+}
+
+/// An `InstancePre` checks its imports when it is made: a host function defined where the
+/// module imports a memory is refused then, not at each instantiation (which takes what the
+/// `InstancePre` checked as it is). What cannot be checked then, an extern of one store, is
+/// checked at each instantiation against the store it is used with.
+#[test]
+fn an_instance_pre_checks_its_imports_when_it_is_made() {
+    const IMPORTS_MEMORY: &str = r#"(module (import "env" "m" (memory 1)))"#;
+    let engine = Engine::default();
+    let module = Module::new(&engine, IMPORTS_MEMORY.as_bytes()).unwrap();
+    let mut linker = Linker::<()>::new(&engine);
+    linker.func_wrap("env", "m", || 1).unwrap();
+    let e = linker
+        .instantiate_pre(&module)
+        .err()
+        .expect("a host function is no memory");
+    assert!(e.to_string().contains("incompatible import type"), "{e}");
+
+    let mut owner = Store::new(&engine, ());
+    let ty = ephem::MemoryType { min: 1, max: None };
+    let memory = ephem::Memory::new(&mut owner, ty).unwrap();
+    let mut linker = Linker::new(&engine);
+    linker.define(&owner, "env", "m", memory).unwrap();
+    let pre = linker.instantiate_pre(&module).unwrap();
+    pre.instantiate(&mut owner).unwrap();
+    let e = pre.instantiate(&mut Store::new(&engine, ())).unwrap_err();
+    assert!(e.to_string().contains("belongs to another store"), "{e}");
 }

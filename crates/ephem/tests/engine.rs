@@ -3,12 +3,12 @@
 //! faults are not swallowed, and real-world modules load.
 
 use ephem::{
-    Engine, Error, ErrorKind, Func, FuncType, Instance, Linker, Store, TrapKind, Val, ValType,
-    compile,
+    Engine, Error, ErrorKind, Func, FuncType, Instance, Linker, Module, Store, TrapKind, Val,
+    ValType,
 };
 
 fn instantiate(store: &mut Store<()>, wat: &str) -> Instance {
-    let module = compile(store.engine(), wat.as_bytes()).unwrap();
+    let module = Module::new(store.engine(), wat.as_bytes()).unwrap();
     Linker::new(store.engine())
         .instantiate(store, &module)
         .unwrap()
@@ -71,7 +71,7 @@ fn a_trap_leaves_the_engine_usable() {
 }
 
 fn host_import_instance(store: &mut Store<()>, linker: &Linker<()>) -> Instance {
-    let module = compile(
+    let module = Module::new(
         store.engine(),
         br#"(module (import "host" "f" (func $f (param i32) (result i32)))
              (func (export "go") (param i32) (result i32) (i32.add (call $f (local.get 0)) (i32.const 1))))"#,
@@ -181,7 +181,7 @@ fn infinite_recursion_is_a_stack_overflow_trap() {
 #[test]
 fn every_instance_starts_from_fresh_state() {
     let engine = Engine::default();
-    let module = compile(
+    let module = Module::new(
         &engine,
         br#"(module (memory (export "m") 1) (global $g (mut i32) (i32.const 0))
              (func (export "peek") (result i32) (i32.add (i32.load (i32.const 100)) (global.get $g)))
@@ -214,16 +214,16 @@ fn bad_input_gets_precise_errors() {
         b"not wasm at all",
         b"\0asm\x02\0\0\0",
     ] {
-        let e = compile(&engine, bytes).unwrap_err();
+        let e = Module::new(&engine, bytes).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Compile, "{e}");
     }
-    let e = compile(&engine, b"(module (func (result i32) (i64.const 1)))").unwrap_err();
+    let e = Module::new(&engine, b"(module (func (result i32) (i64.const 1)))").unwrap_err();
     assert!(e.to_string().contains("type mismatch"), "{e}");
-    let e = compile(&engine, b"(module (memory i64 1))").unwrap_err();
+    let e = Module::new(&engine, b"(module (memory i64 1))").unwrap_err();
     assert!(e.to_string().contains("memory64"), "{e}");
 
     // A missing import names the import and its type.
-    let module = compile(
+    let module = Module::new(
         &engine,
         br#"(module (import "env" "log" (func (param i32))))"#,
     )
@@ -322,7 +322,7 @@ fn real_world_modules_compile_and_instantiate() {
     let engine = Engine::default();
     for name in ["png.wasm", "zstd.wasm", "quickjs.wasm"] {
         let bytes = std::fs::read(dir.join(name)).unwrap();
-        let module = compile(&engine, &bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let module = Module::new(&engine, &bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut store = Store::new(&engine, ());
         let inst = Linker::new(&engine)
             .define_unknown_imports_as_traps(&module)
@@ -585,7 +585,7 @@ fn a_failed_check_called_from_another_instance_or_module_traps_correctly() {
          (import "other" "load" (func $other (param i32) (result i32)))
          (func (export "call_other") (param i32) (result i32)
            (i32.add (call $other (local.get 0)) (i32.const 1))))"#;
-    let module = compile(&engine, callee.as_bytes()).unwrap();
+    let module = Module::new(&engine, callee.as_bytes()).unwrap();
     let first = {
         let mut linker = Linker::new(&engine);
         linker
@@ -596,7 +596,7 @@ fn a_failed_check_called_from_another_instance_or_module_traps_correctly() {
     let mut linker = Linker::new(&engine);
     linker.instance(&mut store, "other", first).unwrap();
     let second = linker.instantiate(&mut store, &module).unwrap();
-    let other = compile(&engine, caller.as_bytes()).unwrap();
+    let other = Module::new(&engine, caller.as_bytes()).unwrap();
     let third = linker.instantiate(&mut store, &other).unwrap();
     for (instance, caller) in [(second, 2), (third, 1)] {
         let signals = ephem::trap_signals();
@@ -625,7 +625,7 @@ fn a_host_error_backtrace_starts_at_the_calling_wasm_function() {
             Err(Error::Usage("no".into()))
         })
         .unwrap();
-    let module = compile(
+    let module = Module::new(
         &engine,
         br#"(module (import "host" "fail" (func $fail))
              (func $calls_host (call $fail))
@@ -752,7 +752,10 @@ fn an_artifact_shared_by_two_engines_has_each_engines_type_ids() {
         .unwrap();
     assert_eq!(f.ty(&store).params, vec![ValType::I64; 10]);
 
-    let artifact = compile(&first, wat.as_bytes()).unwrap().artifact().clone();
+    let artifact = Module::new(&first, wat.as_bytes())
+        .unwrap()
+        .artifact()
+        .clone();
     for engine in [&first, &second, &first, &second] {
         let module = ephem::Module::from_artifact(engine, artifact.clone());
         let mut store = Store::new(engine, ());

@@ -33,7 +33,7 @@ fn run(
         )
         .unwrap();
     let mut store = Store::new(engine, ());
-    store.set_fuel(fuel);
+    store.set_fuel(fuel).unwrap();
     let instance = linker.instantiate(&mut store, module).unwrap();
     let f = instance
         .get_typed_func::<i32, i32>(&mut store, name)
@@ -94,7 +94,7 @@ fn endless_guests_run_out_of_fuel_and_the_store_can_be_refuelled() {
     let mut store = Store::new(&engine, ());
     let mut linker = Linker::new(&engine);
     linker.func_wrap("host", "work", |_: i32| {}).unwrap();
-    store.set_fuel(10);
+    store.set_fuel(10).unwrap();
     let instance = linker.instantiate(&mut store, &m).unwrap();
     let spin = instance
         .get_typed_func::<i32, i32>(&mut store, "spin")
@@ -107,7 +107,7 @@ fn endless_guests_run_out_of_fuel_and_the_store_can_be_refuelled() {
         TrapKind::OutOfFuel
     );
     assert_eq!(store.get_fuel().unwrap(), 0);
-    store.set_fuel(100);
+    store.set_fuel(100).unwrap();
     assert_eq!(three.call(&mut store, 0).unwrap(), 3);
     assert_eq!(store.get_fuel().unwrap(), 97);
 }
@@ -185,7 +185,7 @@ fn fuel_consumed_is_the_same_whatever_the_loading_and_threads() {
     ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled, &[0; 32], &key))
         .unwrap();
     let engine = Engine::default();
-    let m = Module::from_file(&engine, &path, &key).unwrap();
+    let m = Module::from_artifact_file(&engine, &path, &key).unwrap();
     assert_eq!(
         run(&engine, &m, "mixed", 5000, u64::MAX >> 2).0,
         reference,
@@ -206,10 +206,10 @@ fn fuel_consumed_is_the_same_whatever_the_loading_and_threads() {
 #[test]
 fn a_store_with_fuel_refuses_unmetered_modules() {
     let engine = Engine::default();
-    let plain = ephem::compile(&engine, b"(module (func (export \"f\")))").unwrap();
+    let plain = ephem::Module::new(&engine, b"(module (func (export \"f\")))").unwrap();
     let mut store = Store::new(&engine, ());
     assert_eq!(store.get_fuel().unwrap_err().kind(), ErrorKind::Usage);
-    store.set_fuel(100);
+    store.set_fuel(100).unwrap();
     let e = Linker::new(&engine)
         .instantiate(&mut store, &plain)
         .unwrap_err();
@@ -304,14 +304,14 @@ fn host_functions_see_and_set_the_fuel_of_the_code_around_them() {
         )
         .unwrap();
     let mut store = Store::new(&engine, Vec::new());
-    store.set_fuel(1_000_000);
+    store.set_fuel(1_000_000).unwrap();
     let instance = linker.instantiate(&mut store, &m).unwrap();
     let burn = instance
         .get_typed_func::<i32, i32>(&mut store, "burn")
         .unwrap();
     burn.call(&mut store, 1000).unwrap();
     let one_burn = 1_000_000 - store.get_fuel().unwrap();
-    store.set_fuel(1_000_000);
+    store.set_fuel(1_000_000).unwrap();
     let outer = instance
         .get_typed_func::<i32, i32>(&mut store, "outer")
         .unwrap();
@@ -331,7 +331,7 @@ fn host_functions_see_and_set_the_fuel_of_the_code_around_them() {
 fn a_store_runs_metered_or_unmetered_code_not_both() {
     let engine = Engine::default();
     let wat = b"(module (func (export \"f\")))";
-    let plain = ephem::compile(&engine, wat).unwrap();
+    let plain = ephem::Module::new(&engine, wat).unwrap();
     let metered = ephem::compile_with(&metered(), &engine, wat).unwrap();
     for (first, second) in [(&plain, &metered), (&metered, &plain)] {
         let mut store = Store::new(&engine, ());
@@ -367,7 +367,7 @@ fn a_host_function_called_from_the_host_leaves_metered_fuel_alone() {
         )
         .unwrap();
     let mut store = Store::new(&engine, ());
-    store.set_fuel(1000);
+    store.set_fuel(1000).unwrap();
     let instance = linker.instantiate(&mut store, &m).unwrap();
     let charge = instance
         .get_typed_func::<i32, ()>(&mut store, "charge")

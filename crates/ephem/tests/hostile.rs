@@ -171,7 +171,7 @@ fn a_file_that_can_be_written_in_place_is_snapshotted() {
     write_artifact(&path, MAPPED);
     std::fs::set_permissions(&path, PermissionsExt::from_mode(0o644)).unwrap();
     let engine = mapping_engine();
-    let module = Module::from_file(&engine, &path, &KEY).unwrap();
+    let module = Module::from_artifact_file(&engine, &path, &KEY).unwrap();
     assert_eq!(call_f(&engine, &module), 1010);
 
     let len = std::fs::metadata(&path).unwrap().len() as usize;
@@ -207,7 +207,7 @@ fn truncating_a_mapped_read_only_artifact_is_an_io_error_naming_it() {
     write_artifact(&path, MAPPED);
     std::fs::set_permissions(&path, PermissionsExt::from_mode(0o444)).unwrap();
     let engine = mapping_engine();
-    let module = Module::from_file(&engine, &path, &KEY).unwrap();
+    let module = Module::from_artifact_file(&engine, &path, &KEY).unwrap();
     let mut store = Store::new(&engine, ());
     let instance = Instance::new(&mut store, &module, &[]).unwrap();
     let f = instance.get_typed_func::<(), i32>(&mut store, "f").unwrap();
@@ -239,7 +239,7 @@ fn sparse_data_does_not_amplify_the_artifact() {
     );
     assert!(bytes.len() < 64 << 10, "{} bytes", bytes.len());
     let engine = Engine::default();
-    let m = ephem::compile(&engine, wat.as_bytes()).unwrap();
+    let m = ephem::Module::new(&engine, wat.as_bytes()).unwrap();
     assert_eq!(call_f(&engine, &m), i32::from(b'a' + b'z'));
 
     // Dense data still gets an image; the per-compiler bound turns it off.

@@ -2,7 +2,7 @@
 //! call: neither memory nor file descriptors grow. The only test of its binary, so that the
 //! process-wide counts are this test's.
 
-use ephem::{Caller, Engine, InstancePre, Linker, Store, compile};
+use ephem::{Caller, Engine, InstancePre, Linker, Module, Store};
 
 struct Host {
     calls: u64,
@@ -36,7 +36,7 @@ fn linker(engine: &Engine) -> Linker<Host> {
 #[test]
 fn instance_pre_instantiates_ten_thousand_times_without_growth() {
     let engine = Engine::default();
-    let module = compile(&engine, GREETER.as_bytes()).unwrap();
+    let module = Module::new(&engine, GREETER.as_bytes()).unwrap();
     let pre: InstancePre<Host> = linker(&engine).instantiate_pre(&module).unwrap();
     let round = |n: usize| {
         for _ in 0..n {

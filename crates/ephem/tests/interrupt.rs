@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use ephem::{Compiler, Engine, Linker, Store, TrapKind, compile};
+use ephem::{Compiler, Engine, Linker, Module, Store, TrapKind};
 
 const SPINNERS: &str = r#"(module
   (func $leaf (param i32) (result i32) (i32.add (local.get 0) (i32.const 1)))
@@ -164,7 +164,7 @@ fn a_host_function_can_move_the_deadline_its_caller_sees() {
 #[test]
 fn a_guest_looping_on_bulk_memory_is_interrupted() {
     let engine = Engine::default();
-    let module = compile(
+    let module = Module::new(
         &engine,
         br#"(module (memory 64)
              (func (export "fill") (loop $l
@@ -194,7 +194,7 @@ fn a_guest_looping_on_bulk_memory_is_interrupted() {
 #[test]
 fn host_code_runs_to_its_end_and_the_guest_stops_after_it() {
     let engine = Engine::default();
-    let module = compile(
+    let module = Module::new(
         &engine,
         br#"(module (import "host" "work" (func $work))
              (func (export "run") (loop $l (call $work) (br $l))))"#,
@@ -230,7 +230,7 @@ fn host_code_runs_to_its_end_and_the_guest_stops_after_it() {
 #[test]
 fn deadlines_are_per_store_across_threads() {
     let engine = Engine::default();
-    let module = compile(
+    let module = Module::new(
         &engine,
         br#"(module
              (func (export "spin") (loop $l (br $l)))

@@ -6,7 +6,7 @@
 //! Every check runs twice: on the lazy table, and on the same module with the segment's offset
 //! read from a global, which keeps the table eager; both must agree with the expected values.
 
-use ephem::{Engine, Func, Instance, Linker, Module, Store, Table, Val, compile};
+use ephem::{Engine, Func, Instance, Linker, Module, Store, Table, Val};
 
 /// `$t` (exported) gets functions returning 10, 11 and 12 at 1..4 from one segment, then 13
 /// over element 3 from a second. Each function also adds the instance's `$base`, set by
@@ -71,7 +71,7 @@ fn both() -> Vec<(&'static str, Module, Engine)> {
         .into_iter()
         .map(|(name, offset)| {
             let engine = Engine::default();
-            let module = compile(&engine, module(offset).as_bytes()).unwrap();
+            let module = Module::new(&engine, module(offset).as_bytes()).unwrap();
             (name, module, engine)
         })
         .collect()
@@ -234,7 +234,7 @@ fn an_importing_module_calls_through_the_table_into_the_defining_instance() {
       (func (export "call") (param i32) (result i32)
         (call_indirect (type $r) (local.get 0))))"#;
     for (name, module, engine) in both() {
-        let user = compile(&engine, USER.as_bytes()).unwrap();
+        let user = Module::new(&engine, USER.as_bytes()).unwrap();
         let mut store = Store::new(&engine, ());
         let mut linker = linker(&engine, &mut store);
         let m = linker.instantiate(&mut store, &module).unwrap();

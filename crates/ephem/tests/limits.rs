@@ -4,7 +4,6 @@
 
 use ephem::{
     Engine, ErrorKind, Linker, Memory, MemoryType, Module, Store, StoreLimits, StoreLimitsBuilder,
-    compile,
 };
 
 const PAGE: usize = 65536;
@@ -16,7 +15,7 @@ fn limited(engine: &Engine, limits: StoreLimits) -> Store<StoreLimits> {
 }
 
 fn module(engine: &Engine, wat: &str) -> Module {
-    compile(engine, wat.as_bytes()).unwrap()
+    Module::new(engine, wat.as_bytes()).unwrap()
 }
 
 #[test]

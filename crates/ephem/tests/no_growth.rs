@@ -2,7 +2,7 @@
 //! where they were. A test binary of its own, so that no other test opens or closes
 //! descriptors (memory files) while it counts them.
 
-use ephem::{Engine, Linker, Store, compile};
+use ephem::{Engine, Linker, Module, Store};
 
 #[test]
 fn thousands_of_instantiations_do_not_grow_memory_or_descriptors() {
@@ -16,7 +16,7 @@ fn thousands_of_instantiations_do_not_grow_memory_or_descriptors() {
                        (i32.store (i32.const 1024) (i32.const {i}))
                        (i32.add (global.get $g) (i32.load8_u (i32.const 23)))))"#
             );
-            compile(&engine, wat.as_bytes()).unwrap()
+            Module::new(&engine, wat.as_bytes()).unwrap()
         })
         .collect();
     let linker = Linker::new(&engine);

@@ -23,7 +23,7 @@ fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
     ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled, &[0; 32], &key))
         .unwrap();
     let engine = Engine::default();
-    let module = Module::from_file(&engine, &path, &key).unwrap();
+    let module = Module::from_artifact_file(&engine, &path, &key).unwrap();
     drop(dir);
     let run = || -> bool {
         let mut store = Store::new(&engine, ());

@@ -15,7 +15,7 @@ fn growing_memory_in_every_call_makes_no_system_call_with_bounds_checks() {
           (i32.store (i32.const 65544) (i32.add (i32.load (i32.const 65544)) (i32.const 41)))
           (i32.add (i32.load (i32.const 65544)) (memory.size))))"#;
     let engine = Engine::default();
-    let module = ephem::compile(&engine, wat.as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, wat.as_bytes()).unwrap();
     // 41 from a page that was zero, plus the two pages after growing.
     let run = || -> bool {
         let mut store = Store::new(&engine, ());

@@ -17,7 +17,7 @@ fn unreachable_and_failed_checks_trap_without_a_signal_or_a_system_call() {
           (call $nothing)
           (i32.load (local.get 0))))"#;
     let engine = Engine::default();
-    let module = ephem::compile(&engine, wat.as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, wat.as_bytes()).unwrap();
     let run = || -> bool {
         let mut store = Store::new(&engine, ());
         let instance = Instance::new(&mut store, &module, &[]).unwrap();

@@ -13,7 +13,7 @@ fn lanes32(l: [u32; 4]) -> u128 {
 #[test]
 fn vectors_cross_between_host_and_wasm_lane_for_lane() {
     let engine = Engine::default();
-    let module = ephem::compile(
+    let module = ephem::Module::new(
         &engine,
         br#"(module
           (import "host" "swap" (func $swap (param v128) (result v128)))
@@ -58,7 +58,7 @@ fn vectors_cross_between_host_and_wasm_lane_for_lane() {
 #[test]
 fn a_null_reference_result_in_a_slot_that_held_a_vector_is_null() {
     let engine = Engine::default();
-    let module = ephem::compile(
+    let module = ephem::Module::new(
         &engine,
         br#"(module
           (func (export "f") (param v128 f64) (result externref funcref)

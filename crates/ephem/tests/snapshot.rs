@@ -39,7 +39,7 @@ const COMPUTING_START: &str = r#"(module
 /// The module compiled with the start function kept (run at instantiation), and through
 /// `ephem::compile_with`.
 fn both(compiler: &Compiler, engine: &Engine, wat: &str) -> (Module, Module) {
-    let kept = Module::new(engine, &compiler.compile(wat.as_bytes()).unwrap()).unwrap();
+    let kept = Module::from_compiled(engine, &compiler.compile(wat.as_bytes()).unwrap()).unwrap();
     let compiled = ephem::compile_with(compiler, engine, wat.as_bytes()).unwrap();
     assert!(!kept.start_ran_at_compile());
     (kept, compiled)
@@ -114,7 +114,7 @@ fn metered_instantiation_of_a_snapshot_charges_exactly_what_the_start_function_w
     // fuel left after a call if it succeeded.
     let outcome = |module: &Module, fuel: u64| {
         let mut store = Store::new(&engine, ());
-        store.set_fuel(fuel);
+        store.set_fuel(fuel).unwrap();
         let instance = Linker::new(&engine).instantiate(&mut store, module);
         let after_start = store.get_fuel().unwrap();
         let instance = match instance {

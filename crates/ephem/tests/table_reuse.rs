@@ -4,9 +4,7 @@
 //! `table.fill`, `table.copy`, `table.init`, `table.grow`, or the host), and whether the new
 //! table is shorter or longer. A stale funcref would be a pointer into a freed instance.
 
-use ephem::{
-    Engine, ExternRef, Func, Instance, Module, Store, Table, TableType, Val, ValType, compile,
-};
+use ephem::{Engine, ExternRef, Func, Instance, Module, Store, Table, TableType, Val, ValType};
 
 /// A module of three tables of `n` elements (64 or more), each of whose exports writes a few
 /// of them (or grows them) one way.
@@ -122,12 +120,12 @@ fn a_new_table_is_null_whatever_the_buffer_held_before() {
 
 fn null_after_every_way_of_writing(size: u32) {
     let engine = Engine::default();
-    let writer = compile(&engine, writer(size).as_bytes()).unwrap();
+    let writer = Module::new(&engine, writer(size).as_bytes()).unwrap();
     // Shorter, the same, longer than the writer's tables; a reader's four tables take every
     // buffer the thread keeps that is long enough.
     let readers: Vec<(u32, Module)> = [size / 2, size, size, size + 36]
         .into_iter()
-        .map(|n| (n, compile(&engine, reader(n).as_bytes()).unwrap()))
+        .map(|n| (n, Module::new(&engine, reader(n).as_bytes()).unwrap()))
         .collect();
     let ways = [
         "code_set",
@@ -160,7 +158,7 @@ fn a_kept_buffer_still_holds_what_its_own_table_writes() {
     // The reverse: reuse must not lose writes either (a table's own elements, after its
     // buffer was kept and cleared).
     let engine = Engine::default();
-    let writer = compile(&engine, writer(64).as_bytes()).unwrap();
+    let writer = Module::new(&engine, writer(64).as_bytes()).unwrap();
     for _ in 0..4 {
         let mut store = Store::new(&engine, ());
         let instance = Instance::new(&mut store, &writer, &[]).unwrap();

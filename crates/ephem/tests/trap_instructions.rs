@@ -25,7 +25,7 @@ fn every_trap_reports_its_kind_without_sigill() {
         (func $deep (export "deep") (param i32) (result i32)
           (i32.add (call $deep (local.get 0)) (i32.const 1))))"#;
     let engine = Engine::default();
-    let module = ephem::compile(&engine, wat.as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, wat.as_bytes()).unwrap();
     let mut store = Store::new(&engine, ());
     let instance = Instance::new(&mut store, &module, &[]).unwrap();
     let kind = |r: Result<(), ephem::Error>| r.err().and_then(|e| e.trap().map(|t| t.kind));

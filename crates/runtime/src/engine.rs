@@ -4,9 +4,9 @@
 use crate::shared::Shared;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use ephem_artifact::Artifact;
+use ephem_artifact::{Artifact, ArtifactKey};
 use ephem_code_memory::{CodePool, PoolConfig};
 use ephem_module::{ArchivedFuncType, FuncType};
 
@@ -79,6 +79,10 @@ struct EngineInner {
     map_text_at: usize,
     reuse_texts: bool,
     types: Mutex<Types>,
+    /// See [`crate::Config::artifact_key`].
+    artifact_key: OnceLock<ArtifactKey>,
+    #[cfg(feature = "cranelift")]
+    compiler: crate::compile::EngineCompiler,
 }
 
 /// Canonical type ids. A small signature (nearly all of them) is its own id
@@ -149,17 +153,25 @@ impl Types {
 }
 
 impl Engine {
-    /// An engine whose code pool is built from `config` (the default: `dual`), otherwise
-    /// configured by default.
-    pub fn new(config: PoolConfig) -> Result<Engine, crate::Error> {
-        Engine::with_config(EngineConfig {
-            code: config,
-            ..EngineConfig::default()
-        })
+    /// An engine built as `config` says (wasmtime's constructor).
+    pub fn new(config: &crate::Config) -> Result<Engine, crate::Error> {
+        Engine::build(config.clone())
     }
 
-    /// An engine configured by `config`.
+    /// An engine configured by `config`, with the default compiler settings and artifact key.
     pub fn with_config(config: EngineConfig) -> Result<Engine, crate::Error> {
+        let mut c = crate::Config::new();
+        c.engine_config(config);
+        Engine::build(c)
+    }
+
+    fn build(config: crate::Config) -> Result<Engine, crate::Error> {
+        let crate::Config {
+            engine: config,
+            artifact_key,
+            #[cfg(feature = "cranelift")]
+            compiler,
+        } = config;
         Ok(Engine {
             inner: Shared::new(EngineInner {
                 id: {
@@ -173,8 +185,34 @@ impl Engine {
                 map_text_at: config.map_text_at.unwrap_or(DEFAULT_MAP_TEXT_AT),
                 reuse_texts: config.reuse_texts,
                 types: Mutex::default(),
+                artifact_key: artifact_key.map(OnceLock::from).unwrap_or_default(),
+                #[cfg(feature = "cranelift")]
+                compiler: crate::compile::EngineCompiler::new(compiler),
             }),
         })
+    }
+
+    /// The key this engine seals and verifies serialised modules with: the configured one, else
+    /// the default compile cache's (made on first use).
+    pub(crate) fn artifact_key(&self) -> Result<&ArtifactKey, crate::Error> {
+        if let Some(key) = self.inner.artifact_key.get() {
+            return Ok(key);
+        }
+        let dir = ephem_artifact::Cache::default_dir().ok_or_else(|| {
+            crate::Error::from(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no artifact key: set one with Config::artifact_key, or $EPHEM_CACHE_DIR or \
+                 $HOME for the default compile cache's",
+            ))
+        })?;
+        let key = ArtifactKey::load_or_create(&dir.join("key"))?;
+        Ok(self.inner.artifact_key.get_or_init(|| key))
+    }
+
+    /// The compiler `Module::new` uses, built on first use from the engine's [`crate::Config`].
+    #[cfg(feature = "cranelift")]
+    pub(crate) fn compiler(&self) -> Result<&ephem_compiler::Compiler, crate::Error> {
+        self.inner.compiler.get()
     }
 
     /// How much stack wasm may use (see [`EngineConfig::max_wasm_stack`]).
@@ -341,7 +379,7 @@ impl Drop for EpochTicker {
 
 impl Default for Engine {
     fn default() -> Self {
-        Engine::new(PoolConfig::default()).expect("the default code pool can be built")
+        Engine::new(&crate::Config::new()).expect("the default code pool can be built")
     }
 }
 

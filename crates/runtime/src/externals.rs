@@ -3,10 +3,12 @@
 
 use ephem_module::{GlobalType, MemoryType, TableType, ValType};
 
-use crate::instance::{admit_memory, admit_table, raw_store};
+use crate::context::{AsContext, AsContextMut, raw_store};
+use crate::global::GlobalData;
+use crate::limits::Growing;
 use crate::memory::{HostBytes, LinearMemory, PAGE};
-use crate::store::{AsContext, AsContextMut, Stored};
-use crate::table::{GlobalData, TableData};
+use crate::store::{StoreOpaque, Stored};
+use crate::table::TableData;
 use crate::{Error, Func, Val};
 
 /// Something an instance imports or exports.
@@ -83,12 +85,13 @@ impl Memory {
     /// Fails with an error of kind `Limit` when the store's limiter refuses it.
     pub fn new(mut store: impl AsContextMut, ty: MemoryType) -> Result<Memory, Error> {
         let raw = raw_store(&mut store);
-        // SAFETY: derived from the exclusive borrow above, for this call only; nothing borrows
-        // the store's data while the limiter is asked.
+        // SAFETY: derived from the exclusive borrow above, for this call only, and nothing
+        // borrows the store while the limiter is asked.
+        unsafe { StoreOpaque::admit_memory(raw, ty)? };
+        // SAFETY: `raw` is derived from the exclusive borrow above; the only reference to the
+        // store from here on.
         let store = unsafe { &mut *raw };
-        // SAFETY: as above: `raw` is this store's, and its data is not borrowed.
-        unsafe { admit_memory(store, raw, ty)? };
-        let no_image: Option<&crate::instance::ArtifactImage<'_>> = None;
+        let no_image: Option<&crate::load::ArtifactImage<'_>> = None;
         let memory = LinearMemory::pooled(store.engine(), ty, no_image, false)?;
         Ok(Memory(store.push_memory(memory)))
     }
@@ -125,7 +128,8 @@ impl Memory {
 
     /// The memory's bytes, to change.
     pub fn data_mut<'a, S: AsContextMut + ?Sized>(&self, store: &'a mut S) -> &'a mut [u8] {
-        // SAFETY: as above; the borrow is exclusive.
+        // SAFETY: no wasm can run while `store` is borrowed, and the borrow is exclusive for
+        // as long as the slice lives.
         unsafe { self.get(&*store).bytes() }
     }
 
@@ -135,13 +139,13 @@ impl Memory {
         &self,
         store: &'a mut S,
     ) -> (&'a mut [u8], &'a mut S::Data) {
-        // SAFETY: as `data_mut`; the bytes are the memory's own mapping, apart from the store's
-        // data, so the two exclusive borrows do not overlap.
+        // SAFETY: no wasm can run while `store` is borrowed exclusively; the bytes are the
+        // memory's own mapping, apart from the store's data.
         let bytes: *mut [u8] = unsafe { self.get(&*store).bytes() };
-        let data = &mut store.as_context_mut().0.data;
-        // SAFETY: `data` lives in the store's inner state, which outlives the borrow `'a`; the
-        // context is a reborrow of `store` for `'a`.
-        let data: *mut S::Data = data;
+        let data: *mut S::Data = &mut store.as_context_mut().0.data;
+        // SAFETY: both live as long as the store, which `store` borrows exclusively for `'a`,
+        // and they do not overlap (the mapping is not the store's data), so two exclusive
+        // borrows of them for `'a` are sound.
         unsafe { (&mut *bytes, &mut *data) }
     }
 
@@ -152,10 +156,11 @@ impl Memory {
         &self,
         store: &'a mut S,
     ) -> (HostBytes<'a>, &'a mut S::Data) {
-        // SAFETY: as in `data_and_store_mut`: no wasm runs while `store` is borrowed, and the
-        // bytes are the memory's own mapping, apart from the store's data.
+        // SAFETY: no wasm runs while `store` is borrowed exclusively, and the bytes are the
+        // memory's own mapping, apart from the store's data.
         let bytes: HostBytes<'_> = unsafe { self.get(&*store).host_bytes() };
-        // SAFETY: as in `data_and_store_mut`; the bytes' lifetime is the store borrow's.
+        // SAFETY: only the lifetime changes, to the store borrow's `'a`, which the memory
+        // outlives; the bytes do not overlap the store's data borrowed below.
         let bytes: HostBytes<'a> = unsafe { std::mem::transmute(bytes) };
         let data = &mut store.as_context_mut().0.data;
         (bytes, data)
@@ -180,13 +185,26 @@ impl Memory {
     /// or when the store's limiter refuses.
     pub fn grow(&self, mut store: impl AsContextMut, delta: u64) -> Result<u64, Error> {
         let raw = raw_store(&mut store);
-        // SAFETY: as in `Memory::new`.
-        let store = unsafe { &*raw };
-        let memory = store.memory(self.0);
+        // SAFETY: derived from the exclusive borrow above, for this call only; a shared
+        // reference, which may be alive while the limiter is asked.
+        let memory = unsafe { &*raw }.memory(self.0);
+        let may_grow = |delta: u32| {
+            let bytes = delta as usize * PAGE as usize;
+            // SAFETY: `raw` is derived from the exclusive borrow above, and only shared
+            // references into the store are alive.
+            unsafe {
+                StoreOpaque::may_grow_by(
+                    raw,
+                    Growing::Memory,
+                    memory.len(),
+                    bytes,
+                    memory.max_bytes(),
+                )
+            }
+        };
         u32::try_from(delta)
             .ok()
-            // SAFETY: as above.
-            .filter(|&d| unsafe { memory.may_grow(store, raw, d) })
+            .filter(|&d| may_grow(d))
             .and_then(|d| memory.grow(d))
             .map(u64::from)
             .ok_or_else(|| {
@@ -207,13 +225,16 @@ impl Table {
     /// kind `Limit` when the store's limiter refuses it.
     pub fn new(mut store: impl AsContextMut, ty: TableType, init: Val) -> Result<Table, Error> {
         let raw = raw_store(&mut store);
-        // SAFETY: as in `Memory::new`.
-        let store = unsafe { &mut *raw };
-        let init = element(store, ty.elem, init)?;
-        // SAFETY: as above.
-        unsafe { admit_table(store, raw, ty)? };
+        // SAFETY: derived from the exclusive borrow above, for this call only; a shared
+        // reference, which ends before the limiter is asked.
+        let init = element(unsafe { &*raw }, ty.elem, init)?;
+        // SAFETY: `raw` is derived from the exclusive borrow above, and nothing borrows the
+        // store while the limiter is asked.
+        unsafe { StoreOpaque::admit_table(raw, ty)? };
         let table = TableData::new(ty, init)?;
-        Ok(Table(store.push_table(table)))
+        // SAFETY: `raw` is derived from the exclusive borrow above; the only reference to the
+        // store from here on.
+        Ok(Table(unsafe { &mut *raw }.push_table(table)))
     }
 
     /// The table's type, with its current size as minimum.
@@ -249,12 +270,23 @@ impl Table {
     /// maximum or when the store's limiter refuses.
     pub fn grow(&self, mut store: impl AsContextMut, delta: u32, init: Val) -> Result<u32, Error> {
         let raw = raw_store(&mut store);
-        // SAFETY: as in `Memory::new`.
+        // SAFETY: derived from the exclusive borrow above, for this call only; a shared
+        // reference, which may be alive while the limiter is asked.
         let store = unsafe { &*raw };
         let table = store.table(self.0);
         let init = element(store, table.ty().elem, init)?;
-        // SAFETY: as above.
-        let allowed = unsafe { table.may_grow(store, raw, delta) };
+        let current = table.len() as usize;
+        // SAFETY: `raw` is derived from the exclusive borrow above, and only shared references
+        // into the store are alive.
+        let allowed = unsafe {
+            StoreOpaque::may_grow_by(
+                raw,
+                Growing::Table,
+                current,
+                delta as usize,
+                table.max_len(),
+            )
+        };
         allowed
             .then(|| table.grow(delta, init))
             .flatten()
@@ -265,7 +297,7 @@ impl Table {
 }
 
 /// A table element's raw form, checked against the element type and the store.
-fn element(store: &crate::store::StoreOpaque, elem: ValType, value: Val) -> Result<usize, Error> {
+fn element(store: &StoreOpaque, elem: ValType, value: Val) -> Result<usize, Error> {
     if value.ty() != elem {
         return Err(Error::Usage(format!(
             "a {:?} cannot go into a table of {elem:?}",

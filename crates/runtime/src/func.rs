@@ -2,14 +2,17 @@
 //! closures, and how calls cross between the two.
 //!
 //! # Calls from the host into wasm
-//! [`Func::call`] (and [`crate::TypedFunc::call`]) enter wasm through the signal module's entry
-//! stub with a pointer to the store, which host functions find again while wasm runs.
+//! [`Func::call`] (and [`crate::TypedFunc::call`]) enter wasm through `signals::call` and the
+//! entry stub in `arch`, with a pointer to the store, which host functions find again while
+//! wasm runs.
 //!
 //! # Calls from wasm into the host
 //! An imported host function's funcref points at the importing module's adapter for its type,
-//! with the [`HostFunc`] as its context. The adapter spills the arguments and calls
-//! `host_call` with the caller's vmctx, which builds the [`Caller`] (the store, and the calling
-//! instance) and runs the closure.
+//! with the [`HostFunc`] as its context. The adapter spills the arguments into a buffer of
+//! values and calls the function in the context's header, `arch::ephem_host_call`, with the
+//! context, the caller's vmctx and the buffer; that stub calls `host_call` with its frame
+//! pointer and the pinned register, and `host_call` builds the [`Caller`] (the store, and the
+//! calling instance) and runs the closure. Results go back in the same buffer.
 //!
 //! # Errors and panics in host functions
 //! An error a host function returns becomes a trap of kind [`TrapKind::HostError`] that carries
@@ -21,12 +24,11 @@ use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use ephem_module::{FuncType, HostFuncHeader, TrapKind, ValRaw, ValType, VmFuncRef, VmOffsets};
+use ephem_module::{FuncType, HostFuncHeader, TrapKind, ValRaw, ValType, VmFuncRef};
 
+use crate::context::{AsContext, AsContextMut, StoreContextMut};
 use crate::engine::TypeRef;
-use crate::store::{
-    AsContext, AsContextMut, StoreContextMut, StoreId, StoreInner, StoreOpaque, Stored,
-};
+use crate::store::{StoreId, StoreInner, StoreOpaque, Stored};
 use crate::{Engine, Error, Extern, Instance, Trap};
 
 /// A WebAssembly value. Floats are kept as bits so NaN payloads survive.
@@ -201,7 +203,7 @@ impl HostFunc {
             for ((slot, v), &t) in values.iter_mut().zip(&results).zip(&result_types) {
                 if v.ty() != t {
                     return Err(format!(
-                        "host function returned {:?} where its type says {t:?}",
+                        "host function returned a value of type {} where its type says {t}",
                         v.ty()
                     )
                     .into());
@@ -238,12 +240,13 @@ pub(crate) unsafe extern "C" fn host_call(
     // cell is only touched by this thread while the call runs.
     let fuel = unsafe { (*store).runs_metered().then(|| (*store).fuel.get()) };
     if let Some(cell) = fuel {
-        // SAFETY: as just said.
+        // SAFETY: the store's fuel cell, which only this thread touches while the call runs;
+        // no reference to it is alive.
         unsafe { *cell = pinned };
     }
     // SAFETY: per this function's contract with the adapter.
     let signal = match unsafe { run_host(ctx, caller_vmctx, values) } {
-        // SAFETY: as above.
+        // SAFETY: the fuel cell again, which the host function has finished with.
         true if !crate::signals::interrupt_due() => return fuel.map_or(pinned, |c| unsafe { *c }),
         true => crate::interrupt::INTERRUPT,
         false => 0,
@@ -305,7 +308,8 @@ enum FuncKind {
 // SAFETY: the pointer is only dereferenced with the store it belongs to (checked by id), by
 // whoever holds that store.
 unsafe impl Send for Func {}
-// SAFETY: as above.
+// SAFETY: a shared `Func` gives away only its store's id and an address: the pointer is
+// dereferenced only with its store (checked by id), by whoever holds that store.
 unsafe impl Sync for Func {}
 
 impl std::fmt::Debug for Func {
@@ -423,7 +427,8 @@ impl Func {
     pub(crate) fn type_id(self, store: &StoreOpaque) -> u32 {
         store.check(self.store);
         match self.kind {
-            // SAFETY: as above.
+            // SAFETY: the funcref lies in a vmctx of this store (checked above), which lives as
+            // long as the store.
             FuncKind::Wasm(p) => unsafe { (*p.as_ptr()).type_id },
             FuncKind::Host(i) => store.host_func(i).type_id,
         }
@@ -458,9 +463,14 @@ impl Func {
         let ty = self.shared_ty(unsafe { &*store });
         let types: Vec<ValType> = params.iter().map(Val::ty).collect();
         if types != ty.params {
+            let list = |l: &[ValType]| {
+                let names: Vec<String> = l.iter().map(ValType::to_string).collect();
+                format!("[{}]", names.join(" "))
+            };
             return Err(Error::Usage(format!(
-                "arguments {types:?} do not match parameters {:?}",
-                ty.params
+                "arguments {} do not match parameters {}",
+                list(&types),
+                list(&ty.params)
             )));
         }
         if results.len() != ty.results.len() {
@@ -472,13 +482,15 @@ impl Func {
         }
         let mut values = vec![0 as ValRaw; ty.params.len().max(ty.results.len()).max(1)];
         for (slot, a) in values.iter_mut().zip(params) {
-            // SAFETY: as above.
+            // SAFETY: the store pointer from the exclusive borrow above; a shared reference for
+            // this conversion only.
             *slot = a.to_raw(unsafe { &*store })?;
         }
-        // SAFETY: as above; the arguments match the type.
+        // SAFETY: the store pointer is derived from the exclusive borrow above, which lasts
+        // for the call, and the arguments were checked against the type.
         unsafe { self.call_raw(store, &mut values)? };
         for ((r, &t), raw) in results.iter_mut().zip(&ty.results).zip(values) {
-            // SAFETY: as above.
+            // SAFETY: wasm has returned; a shared reference for this conversion only.
             *r = Val::from_raw(unsafe { &*store }, t, raw);
         }
         Ok(())
@@ -499,10 +511,10 @@ impl Func {
         let fr = match self.vm_funcref(unsafe { &*store }) {
             Some(fr) => fr,
             None => {
-                // SAFETY: as above; the store keeps its host functions for its whole life, so
-                // the pointer stays valid while the call has the store.
+                // SAFETY: per the contract; a shared reference that ends at once.
                 let host: *const HostFunc = self.host_func(unsafe { &*store }).expect("host");
-                // SAFETY: as just said.
+                // SAFETY: the store keeps its host functions for its whole life, so the pointer
+                // stays valid while the call has the store.
                 let call = unsafe { &(*host).call };
                 return call(store, None, values).map_err(|e| Error::Trap(Trap::host(e)));
             }
@@ -539,14 +551,21 @@ pub(crate) unsafe fn invoke(
     // SAFETY: the limit cell is the store's own, at a fixed address for the store's life.
     let (limit, max_stack) =
         unsafe { ((*store).stack_limit.get(), (*store).engine.max_wasm_stack()) };
-    // SAFETY: as above: the store's deadline cell and its engine's epoch, alive for the call.
+    // SAFETY: per the contract, the store is alive and not borrowed mutably; reads of its
+    // engine and the address of its deadline cell.
     let (engine, deadline) = unsafe { ((*store).engine.id(), (*store).deadline()) };
     // Published before it is checked (see `interrupt`), withdrawn when the call returns.
-    // SAFETY: as above.
+    // SAFETY: the store's deadline cell and its engine's epoch live as long as the store.
     let _watch = crate::interrupt::watch(engine, unsafe { deadline.get() });
-    // SAFETY: as above.
+    // SAFETY: the same cells, alive for the call.
     if unsafe { deadline.due() } {
         return Err(Error::Trap(Trap::new(TrapKind::Interrupted)));
+    }
+    // Zero fuel runs nothing (as in wasmtime). Metered code checks only for a debt, at entries
+    // and loop headers, so without this a call with none left would run its first stretch.
+    // SAFETY: per the contract, the store is alive and not borrowed mutably; a read.
+    if unsafe { (*store).out_of_fuel() } {
+        return Err(Error::Trap(Trap::new(TrapKind::OutOfFuel)));
     }
     // SAFETY: the funcref's trampoline matches its type, its vmctx is its instance's (alive in
     // the store), and `values` holds max(params, results) values.
@@ -653,14 +672,7 @@ impl<T> AsContextMut for Caller<'_, T> {
 /// # Safety
 /// `vmctx` must be the context of a live instance.
 pub(crate) unsafe fn caller_of(vmctx: *mut u8) -> Instance {
-    // SAFETY: per the contract; the field was written at instantiation.
-    unsafe {
-        vmctx
-            .add(VmOffsets::INSTANCE as usize)
-            .cast::<*const crate::instance::InstanceData>()
-            .read()
-            .as_ref()
-            .expect("instantiated")
-            .handle
-    }
+    // SAFETY: per the contract; the instance lives in the store running this call, which
+    // outlives the host function that asks.
+    unsafe { crate::instance::InstanceData::from_vmctx(vmctx) }.handle
 }

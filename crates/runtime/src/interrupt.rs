@@ -11,9 +11,9 @@
 //! A call that begins past its deadline is refused before it enters wasm.
 //!
 //! Why a signal rather than checks in the code: an epoch check at every loop header and
-//! function entry cost 8 % on Sightglass and 14–23 % on C kernels (BENCHMARKS.md, "What
-//! metering costs"); the signal costs nothing until a deadline passes, and every module is
-//! interruptible without being compiled for it.
+//! function entry costs compute time in every module (BENCHMARKS.md, "What metering costs");
+//! the signal costs nothing until a deadline passes, and every module is interruptible without
+//! being compiled for it.
 //!
 //! Ordering: a call publishes its deadline and then reads the epoch; an engine advances the
 //! epoch and then reads the deadlines (both sequentially consistent). So either the call sees

@@ -12,7 +12,10 @@
 //! Without a limiter a store is bounded only by the engine: 4 GiB per memory, 10 million
 //! elements per table.
 
+use ephem_module::{MemoryType, TableType};
+
 use crate::Error;
+use crate::store::StoreOpaque;
 
 /// Decides whether a store's memories and tables may grow, and how many instances, memories
 /// and tables it may have. Implemented by [`StoreLimits`]; an embedder may write its own (for
@@ -240,5 +243,149 @@ impl Resource {
             Resource::Tables => "tables",
         };
         Error::Limit(format!("the store's limit of {limit} {what} is reached"))
+    }
+}
+
+/// How a store asks its limiter.
+///
+/// Each of these takes the store as one raw pointer, derived as
+/// [`raw_store`](crate::context::raw_store) derives it, with provenance over the whole
+/// `StoreInner<T>`: the limiter and the embedder's data it lives in follow the store's opaque
+/// part, where no reference to that part reaches. The contract of each: `store` is such a
+/// pointer to a live store, and while the call runs no mutable reference into the store is
+/// alive (shared references to its opaque part may be: the limiter touches only the fields
+/// after it).
+impl StoreOpaque {
+    /// Asks the store's limiter, if it has one.
+    ///
+    /// # Safety
+    /// See the contract above.
+    unsafe fn ask(store: *mut StoreOpaque, ask: Ask) -> Option<Answer> {
+        // SAFETY: per the contract, `store` is live and nothing borrows it mutably: a read of
+        // one field.
+        let f = unsafe { (*store).limiter }?;
+        // SAFETY: per the contract; `f` was made for this store's data type.
+        unsafe { f(store, ask) }
+    }
+
+    /// Whether a memory or table (`what`) of `initial` bytes or elements (`maximum` likewise)
+    /// may be added: the count, then the initial size.
+    ///
+    /// # Safety
+    /// See the contract above.
+    unsafe fn admit(
+        store: *mut StoreOpaque,
+        what: Growing,
+        initial: usize,
+        maximum: Option<usize>,
+    ) -> Result<(), Error> {
+        // SAFETY: per the contract.
+        let Some(Answer::Counts {
+            memories, tables, ..
+        }) = (unsafe { StoreOpaque::ask(store, Ask::Counts) })
+        else {
+            return Ok(());
+        };
+        // SAFETY: per the contract, `store` is live and nothing borrows it mutably: a shared
+        // borrow for two reads.
+        let counted = unsafe { &*store };
+        let (have, limit) = match what {
+            Growing::Memory => (counted.memories.len(), memories),
+            Growing::Table => (counted.tables.len(), tables),
+        };
+        if have >= limit {
+            return Err(what.resource().refused(limit));
+        }
+        // SAFETY: per the contract.
+        if unsafe { StoreOpaque::may_grow(store, what, 0, initial, maximum) } {
+            Ok(())
+        } else {
+            Err(what.refused(initial))
+        }
+    }
+
+    /// Whether a memory of type `ty` may be added.
+    ///
+    /// # Safety
+    /// See the contract above.
+    pub(crate) unsafe fn admit_memory(
+        store: *mut StoreOpaque,
+        ty: MemoryType,
+    ) -> Result<(), Error> {
+        let bytes = |pages: u32| pages as usize * crate::memory::PAGE as usize;
+        // SAFETY: per the contract.
+        unsafe { StoreOpaque::admit(store, Growing::Memory, bytes(ty.min), ty.max.map(bytes)) }
+    }
+
+    /// Whether a table of type `ty` may be added.
+    ///
+    /// # Safety
+    /// See the contract above.
+    pub(crate) unsafe fn admit_table(store: *mut StoreOpaque, ty: TableType) -> Result<(), Error> {
+        let (min, max) = (ty.min as usize, ty.max.map(|m| m as usize));
+        // SAFETY: per the contract.
+        unsafe { StoreOpaque::admit(store, Growing::Table, min, max) }
+    }
+
+    /// Whether another instance may be added.
+    ///
+    /// # Safety
+    /// See the contract above.
+    pub(crate) unsafe fn admit_instance(store: *mut StoreOpaque) -> Result<(), Error> {
+        // SAFETY: per the contract.
+        let Some(Answer::Counts { instances, .. }) =
+            (unsafe { StoreOpaque::ask(store, Ask::Counts) })
+        else {
+            return Ok(());
+        };
+        // SAFETY: per the contract, `store` is live and nothing borrows it mutably: a shared
+        // borrow for one read.
+        if unsafe { &*store }.instances.len() >= instances {
+            return Err(Resource::Instances.refused(instances));
+        }
+        Ok(())
+    }
+
+    /// Whether a memory or table (`what`) may grow from `current` to `desired` bytes or
+    /// elements.
+    ///
+    /// # Safety
+    /// See the contract above.
+    unsafe fn may_grow(
+        store: *mut StoreOpaque,
+        what: Growing,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> bool {
+        let ask = Ask::Grow {
+            what,
+            current,
+            desired,
+            maximum,
+        };
+        // SAFETY: per the contract.
+        !matches!(
+            unsafe { StoreOpaque::ask(store, ask) },
+            Some(Answer::Grow(false))
+        )
+    }
+
+    /// Whether a memory or table (`what`) of `current` bytes or elements may grow by `delta`
+    /// more (`maximum`: its type's bound): what `memory.grow`, `table.grow` and the host's
+    /// `grow` ask. Growing by nothing is allowed without asking.
+    ///
+    /// # Safety
+    /// See the contract above.
+    pub(crate) unsafe fn may_grow_by(
+        store: *mut StoreOpaque,
+        what: Growing,
+        current: usize,
+        delta: usize,
+        maximum: Option<usize>,
+    ) -> bool {
+        let desired = current.saturating_add(delta);
+        // SAFETY: per the contract.
+        delta == 0 || unsafe { StoreOpaque::may_grow(store, what, current, desired, maximum) }
     }
 }

@@ -12,10 +12,15 @@
 //! name, kind and type of each import, in order), so that a module whose imports were seen
 //! before, the same module opened again or another one built against the same host, is
 //! resolved with one lookup instead of one per import. Each thread also keeps copies of the
-//! lists it used last, by linker and digest, and takes those without the linker's lock: two
-//! threads took turns at it on every instantiation. A linker is known there by an id that no
-//! other linker, and no earlier state of the same one, has: defining anything gives it a new
-//! one and forgets what was resolved.
+//! lists it used last, by linker and digest, and takes those without the linker's lock, so that
+//! threads do not take turns at it on every instantiation. A linker is known there by an id
+//! that no other linker, and no earlier state of the same one, has: defining anything gives it
+//! a new one and forgets what was resolved.
+//!
+//! Resolving also checks: a host function's type and kind against the import's, once for
+//! every instantiation of the `InstancePre`. An instantiation through it checks only what
+//! could not be checked then, the linker's externs of one store, against the store it is given
+//! (see `InstancePre::imports`).
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -24,12 +29,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ephem_module::ImportKind;
 
+use crate::context::{AsContext, AsContextMut, raw_store};
 use crate::func::HostFunc;
-use crate::instance::{ArtifactImage, instantiate, raw_store};
+use crate::global::GlobalData;
+use crate::instantiate::{Imports, check_import, instantiate, link_error};
+use crate::load::ArtifactImage;
 use crate::memory::LinearMemory;
 use crate::shared::Shared;
-use crate::store::{AsContext, AsContextMut, StoreOpaque};
-use crate::table::{GlobalData, TableData};
+use crate::store::StoreOpaque;
+use crate::table::TableData;
 use crate::{
     Caller, Engine, Error, Extern, Func, FuncType, Global, HostError, ImportRef, Instance,
     IntoFunc, Memory, Module, Table, Val,
@@ -324,15 +332,23 @@ impl<T: 'static> Linker<T> {
                 unknown.push(describe(module, &import));
                 continue;
             };
-            if let (ImportKind::Func(t), Definition::Host(h)) = (&import.kind, def)
-                && self.hosts[*h as usize].type_id != module.type_id(*t)
-            {
+            // A host function is checked here, once for every instantiation (each store gets
+            // it from this one definition); an extern, at each instantiation, against the
+            // store it is used with; a fresh one is made of the import's type.
+            if let Definition::Host(h) = def {
                 let h = &self.hosts[*h as usize];
-                let expected = module.artifact().info().types[*t as usize].native();
-                return Err(Error::Link(format!(
-                    "incompatible import type for `{}`.`{}`: expected {expected:?}, got {:?}",
-                    import.module, import.name, h.ty
-                )));
+                match &import.kind {
+                    ImportKind::Func(t) if h.type_id == module.type_id(*t) => {}
+                    ImportKind::Func(t) => {
+                        let expected = module.artifact().info().types[*t as usize].native();
+                        let why = format!("expected {expected}, got {}", h.ty);
+                        return Err(link_error(&import, &why));
+                    }
+                    kind => {
+                        let why = format!("expected {kind:?}, got a host function {}", h.ty);
+                        return Err(link_error(&import, &why));
+                    }
+                }
             }
             if let (ImportKind::Func(_), Definition::Fresh) = (&import.kind, def) {
                 unknown.push(describe(module, &import));
@@ -371,7 +387,7 @@ struct HostRef(NonNull<HostFunc>);
 
 // SAFETY: a shared reference to a `HostFunc`, which is `Sync` (its body is `Send + Sync`).
 unsafe impl Send for HostRef {}
-// SAFETY: as above.
+// SAFETY: sharing a `HostRef` shares only the address of a `HostFunc`, which is `Sync`.
 unsafe impl Sync for HostRef {}
 
 /// The import lists each thread resolved last (see the module documentation).
@@ -468,7 +484,7 @@ impl<T: 'static> InstancePre<T> {
         // SAFETY: derived from the exclusive borrow, which lasts for the call.
         unsafe {
             let imports = self.imports(raw)?;
-            instantiate(raw, &self.module, &imports, None)
+            instantiate(raw, &self.module, Imports::Checked(&imports), None)
         }
     }
 
@@ -480,21 +496,29 @@ impl<T: 'static> InstancePre<T> {
     ) -> Result<(Instance, crate::InstantiateTimings), Error> {
         let mut timings = crate::InstantiateTimings::default();
         let raw = raw_store(&mut store);
-        // SAFETY: as above.
+        // SAFETY: derived from the exclusive borrow, which lasts for the call.
         let instance = unsafe {
             let imports = self.imports(raw)?;
-            instantiate(raw, &self.module, &imports, Some(&mut timings))?
+            let imports = Imports::Checked(&imports);
+            instantiate(raw, &self.module, imports, Some(&mut timings))?
         };
         Ok((instance, timings))
     }
 
-    /// The imports as externs of `raw`'s store: host functions added to it, fresh state made
-    /// in it.
+    /// The imports as externs of `raw`'s store, checked: host functions added to it, fresh
+    /// state made in it, and the linker's externs checked against it.
+    ///
+    /// The linker checked its host functions' types when it resolved them, and a fresh
+    /// memory, table or global is made of its import's type in this very store: neither is
+    /// checked again, and instantiation takes the list as it is. An extern is checked here:
+    /// it belongs to one store, and only now is it known which store it is used with. That it
+    /// belongs to this store is what keeps funcrefs sound (a function of another store could
+    /// be gone while this one still calls it; see `store`), so that check stays.
     ///
     /// # Safety
     /// `raw` is derived as [`raw_store`] derives it, from a borrow that lasts for the call.
     unsafe fn imports(&self, raw: *mut StoreOpaque) -> Result<Vec<Extern>, Error> {
-        // SAFETY: per the contract.
+        // SAFETY: per the contract; this reference ends before anything below derives one.
         let store = unsafe { &mut *raw };
         store.host_funcs.reserve(self.items.len());
         store.keep(&self.keep);
@@ -503,13 +527,19 @@ impl<T: 'static> InstancePre<T> {
             .zip(self.items.iter())
             .map(|(import, def)| {
                 Ok(match def {
-                    Resolved::Extern(e) => *e,
-                    // SAFETY: `self.keep`, now kept by the store, holds `h`.
-                    Resolved::Host(h) => {
-                        Extern::Func(Func::stored_host(unsafe { store.push_kept_host_func(h.0) }))
+                    Resolved::Extern(e) => {
+                        // SAFETY: per the contract; a shared reference for the check only.
+                        check_import(unsafe { &*raw }, &self.module, &import, e)?;
+                        *e
                     }
-                    // SAFETY: per the contract.
-                    Resolved::Fresh => unsafe { fresh(store, raw, &self.module, &import)? },
+                    Resolved::Host(h) => {
+                        // SAFETY: per the contract, with a reference for this push only;
+                        // `self.keep`, which the store now keeps, holds `h`.
+                        let stored = unsafe { (*raw).push_kept_host_func(h.0) };
+                        Extern::Func(Func::stored_host(stored))
+                    }
+                    // SAFETY: per the contract; no reference into the store is alive.
+                    Resolved::Fresh => unsafe { fresh(raw, &self.module, &import)? },
                 })
             })
             .collect()
@@ -521,10 +551,9 @@ impl<T: 'static> InstancePre<T> {
 /// admits it.
 ///
 /// # Safety
-/// `raw` is `store`, derived as [`raw_store`] derives it.
+/// `store` is derived as [`raw_store`] derives it, and no reference into the store is alive.
 unsafe fn fresh(
-    store: &mut StoreOpaque,
-    raw: *mut StoreOpaque,
+    store: *mut StoreOpaque,
     module: &Module,
     import: &ImportRef<'_>,
 ) -> Result<Extern, Error> {
@@ -532,19 +561,24 @@ unsafe fn fresh(
         ImportKind::Func(_) => unreachable!("functions are never fresh"),
         ImportKind::Memory(ty) => {
             // SAFETY: per the contract.
-            unsafe { crate::instance::admit_memory(store, raw, *ty)? };
+            unsafe { StoreOpaque::admit_memory(store, *ty)? };
             let image = ArtifactImage::of(module.artifact(), import.index);
             let loose = module.artifact().info().checks_bounds;
             let memory = LinearMemory::pooled(module.engine(), *ty, image.as_ref(), loose)?;
-            Extern::Memory(Memory(store.push_memory(memory)))
+            // SAFETY: per the contract; the limiter is not asked while this reference lives.
+            Extern::Memory(Memory(unsafe { &mut *store }.push_memory(memory)))
         }
         ImportKind::Table(ty) => {
             // SAFETY: per the contract.
-            unsafe { crate::instance::admit_table(store, raw, *ty)? };
-            Extern::Table(Table(store.push_table(TableData::new(*ty, 0)?)))
+            unsafe { StoreOpaque::admit_table(store, *ty)? };
+            let table = TableData::new(*ty, 0)?;
+            // SAFETY: per the contract; the limiter is not asked while this reference lives.
+            Extern::Table(Table(unsafe { &mut *store }.push_table(table)))
         }
         ImportKind::Global(ty) => {
-            Extern::Global(Global(store.push_global(GlobalData::new(*ty, 0))))
+            let global = GlobalData::new(*ty, 0);
+            // SAFETY: per the contract.
+            Extern::Global(Global(unsafe { &mut *store }.push_global(global)))
         }
     })
 }

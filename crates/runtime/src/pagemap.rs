@@ -11,12 +11,12 @@
 //! [`touched`] hands back the runs of pages that are not absent. It asks the kernel with the
 //! `PAGEMAP_SCAN` ioctl (Linux 6.7) where it can: the kernel skips ranges without page tables
 //! whole and answers in runs, so the cost follows where pages were touched, not the range's
-//! size. Older kernels answer with an error
-//! once, and from then on the file is read: one 64-bit entry per page, one `pread`, merged into
-//! the same runs, at about 0.5 µs plus 4 ns per page.
+//! size. Older kernels answer with an error once, and from then on the file is read: one
+//! 64-bit entry per page, one `pread`, merged into the same runs, which costs per page asked
+//! about, touched or not (see `memory::reset` for how resets bound that).
 //!
 //! Where the file cannot be read at all (not Linux, `/proc` not mounted, a sandbox),
-//! [`touched`] says so and the caller discards as before.
+//! [`touched`] says so and the caller discards instead.
 
 use std::ffi::c_void;
 use std::fs::File;
@@ -169,8 +169,8 @@ fn scan(
     runs: &mut Vec<Pages>,
 ) -> rustix::io::Result<()> {
     // Room for a few dozen regions: the kernel allocates a buffer as large for every call,
-    // which costs more than a call of its own where an instance touched hundreds of scattered
-    // pages (BENCHMARKS.md, the seventh pass).
+    // which costs more than another call where an instance touched hundreds of scattered
+    // pages (BENCHMARKS.md).
     let mut regions = [PageRegion::default(); 64];
     let mut at = addr;
     while at < addr + len {

@@ -3,9 +3,8 @@
 //!
 //! An `Arc`'s count is one word that every clone and drop writes. Objects that every
 //! invocation clones and drops (the engine, a linker's host functions) then make every core
-//! write one cache line, which passes between cores on each invocation: a build that never
-//! counted these references scaled 1.39–1.46× on two cores against 1.16–1.26× in a stretch
-//! where such writes were slow (BENCHMARKS.md, thirteenth pass).
+//! write one cache line, which passes between cores on each invocation and keeps threads from
+//! scaling (BENCHMARKS.md).
 //!
 //! A `Shared` has two kinds of reference:
 //! - **owners** ([`Shared::new`], and clones of owners), counted in one `main` count: what an
@@ -86,7 +85,8 @@ struct Padded(AtomicUsize);
 // SAFETY: as for `Arc<T>`: references on several threads share the `T` (so `Sync`) and the
 // last one drops it on whichever thread it is (so `Send`).
 unsafe impl<T: Send + Sync> Send for Shared<T> {}
-// SAFETY: as above.
+// SAFETY: as for `Arc<T>`: a shared `Shared` hands out `&T` on any thread (so `T: Sync`), and
+// may be cloned there and dropped last (so `T: Send`); its counts are atomic.
 unsafe impl<T: Send + Sync> Sync for Shared<T> {}
 
 /// This thread's shard.

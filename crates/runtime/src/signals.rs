@@ -1,10 +1,10 @@
 //! Entering wasm, and turning faults in wasm code into traps.
 //!
 //! The host enters wasm through `ephem_enter_wasm`, a small assembly stub (in `arch`, one per
-//! architecture, with the two register accesses the handler needs) that saves the
-//! callee-saved registers and its stack pointer in the thread's [`CallState`], then calls the
-//! entry trampoline. When generated code traps (an explicit trap's faulting instruction, a
-//! `hlt` on x86-64, see the compiler's `traps`; or a fault in a memory's guard region), the
+//! architecture, with the register accesses the handler needs) that saves the callee-saved
+//! registers and its stack pointer in the thread's [`CallState`], then calls the entry
+//! trampoline. When generated code traps (an explicit trap's faulting instruction, a `hlt` on
+//! x86-64, see the compiler's `arch`; or a fault in a memory's guard region), the
 //! signal handler checks that the faulting instruction lies in
 //! published code ([`registry::lookup`]); if so it records where, and resumes the thread at
 //! `ephem_trap_landing`, which restores the saved registers and returns 1 from the stub. Any
@@ -16,9 +16,9 @@
 //! abort), takes no signal: generated code calls the `Raise` builtin, which records the site
 //! and unwinds to the landing directly ([`raise_trap`]), as a failed host function does. So
 //! does a failed bounds check on x86-64, through code the compiler appends to the text, which
-//! finds `Raise` in the entry stub's frame (`ephem_module::ENTRY_FRAME_RAISE`). A trap by
-//! signal costs a trapping invocation a few µs more, and every thread trapping at once takes
-//! the process's signal lock in turn.
+//! finds `Raise` in the entry stub's frame (`ephem_module::ENTRY_FRAME_RAISE`): a trap by
+//! signal costs a trapping invocation more, and every thread trapping at once takes the
+//! process's signal lock in turn (BENCHMARKS.md).
 //!
 //! A deadline stops wasm the same way: `interrupt` sends [`INTERRUPT`] to a thread whose call
 //! is due, and the handler ends the call only where a fault would (the thread is in published
@@ -249,7 +249,7 @@ impl AltStack {
     /// Installs one unless this thread's own is large enough. `None` too when that fails
     /// (memory or the kernel refused): the handlers still run, on the thread's own stack,
     /// which an interrupt nested in a fault handler may overflow on CPUs with large register
-    /// state. (With a 4 KiB stack, the `nested_signals` test spun instead of ending.)
+    /// state (with a 4 KiB stack, the `nested_signals` test spins instead of ending).
     fn install() -> Option<AltStack> {
         let mut old = MaybeUninit::<libc::stack_t>::uninit();
         // SAFETY: reads this thread's alternate stack into `old`.
@@ -342,12 +342,10 @@ pub fn install_handlers() {
             // SA_RESTART: an interrupt that lands in a host system call restarts it.
             // The fault handlers change no signal mask (SA_NODEFER, an empty mask): the kernel
             // then skips two of the four times a trap takes the process's signal lock (to
-            // block signals for the handler, and to unblock them on its return), which two
-            // threads trapping at once take in turn (go-esbuild's trapping call on two threads,
-            // in a busy hour: 1.72× one thread's throughput with the mask, 1.80× without;
-            // BENCHMARKS.md, nineteenth pass). So an interrupt may nest in a fault handler, on
-            // the alternate stack, which `AltStack` makes large enough for both. An interrupt's
-            // handler keeps further interrupts back, as by default.
+            // block signals for the handler, and to unblock them on its return), which threads
+            // trapping at once take in turn (BENCHMARKS.md). So an interrupt may nest in a
+            // fault handler, on the alternate stack, which `AltStack` makes large enough for
+            // both. An interrupt's handler keeps further interrupts back, as by default.
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = on_signal as *const () as usize;
@@ -412,9 +410,8 @@ pub unsafe fn raise_from_host(fp: usize, signal: libc::c_int) -> ! {
 /// `TrapKind::code`), which generated code raised by calling the `Raise` builtin
 /// (`arch::ephem_raise`, which passes `fp`, its frame pointer, and `pinned`, the pinned
 /// register: metered code's fuel, as a signal's context gives it) instead of running a
-/// trapping instruction. So there is no signal, which cost a trapping invocation 2 µs more on
-/// a KVM guest, and takes the process's signal lock, which threads trapping at once take in
-/// turn (BENCHMARKS.md, nineteenth and twentieth passes).
+/// trapping instruction: no signal, which would cost the trapping invocation more and take
+/// the process's signal lock, which threads trapping at once take in turn (BENCHMARKS.md).
 ///
 /// # Safety
 /// Called only by `ephem_raise`, from generated code inside a call into wasm on this thread
@@ -488,9 +485,10 @@ unsafe extern "C" fn on_signal(
     let uc = unsafe { &mut *context.cast::<libc::ucontext_t>() };
     let pc = arch::pc(uc);
     let state = CURRENT.with(Cell::get);
-    // SAFETY (for `due`): `state` is the CallState of the call running on this thread.
     if !state.is_null()
         && let Some((code_start, tag)) = registry::lookup(pc)
+        // SAFETY: `state` is not null: the CallState of the call running on this thread, whose
+        // deadline cells outlive it.
         && (signal != INTERRUPT || unsafe { (*state).deadline.due() })
     {
         let _ = TRAP_SIGNALS.try_with(|n| n.set(n.get() + 1));

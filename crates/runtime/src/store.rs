@@ -32,12 +32,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::func::{HostFailure, HostFunc};
+use crate::global::GlobalData;
 use crate::instance::InstanceData;
-use crate::limits::{Answer, Ask, Growing, Resource, ResourceLimiter};
+use crate::limits::{Answer, Ask, ResourceLimiter};
 use crate::linker::Hosts;
 use crate::memory::LinearMemory;
 use crate::shared::Shared;
-use crate::table::{GlobalData, TableData};
+use crate::table::TableData;
 use crate::{Engine, VmFuncRef};
 
 /// Identifies one store among all stores of the process.
@@ -83,9 +84,36 @@ pub(crate) struct Stored {
     pub(crate) index: u32,
 }
 
+/// Where an instance's memories, tables and globals are in its store: indices into the store's
+/// lists, apart in type from the module's indices into its index spaces (plain `u32`s), which
+/// an instance maps to these.
+macro_rules! store_index {
+    ($($(#[$doc:meta])* $name:ident($field:ident: $ty:ty);)*) => {$(
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) struct $name(pub(crate) u32);
+
+        impl $name {
+            /// What this index names in `store`.
+            pub(crate) fn of(self, store: &StoreOpaque) -> &$ty {
+                &store.$field[self.0 as usize]
+            }
+        }
+    )*};
+}
+
+store_index! {
+    /// A memory's index in its store.
+    StoreMemory(memories: LinearMemory);
+    /// A table's index in its store.
+    StoreTable(tables: TableData);
+    /// A global's index in its store.
+    StoreGlobal(globals: GlobalData);
+}
+
 /// Everything instances make, and the embedder's data. See the module documentation.
 pub struct Store<T> {
-    inner: Box<StoreInner<T>>,
+    pub(crate) inner: Box<StoreInner<T>>,
 }
 
 /// The store's state; `opaque` first, so that a pointer to it is a pointer to its opaque part
@@ -151,7 +179,7 @@ pub struct StoreOpaque {
     /// `ephem_module`), so the two kinds cannot call each other and a store runs one.
     metered: Option<bool>,
     /// `ask_limiter` for this store's data type, once a limiter is set.
-    limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
+    pub(crate) limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
 }
 
 /// A store's vectors, empty: a dropped store's are kept per thread for the next store, since a
@@ -310,12 +338,14 @@ impl<T> Store<T> {
     }
 
     /// Gives the store `fuel` to run metered code with (see the compiler's `with_fuel`): what
-    /// it runs is subtracted, and it traps with `OutOfFuel` once none is left. May be called
-    /// again after that (refuelling). From then on the store refuses unmetered modules. What
-    /// a guest ran before a trap is paid for, up to its last function entry, loop header,
-    /// call or return.
-    pub fn set_fuel(&mut self, fuel: u64) {
+    /// it runs is subtracted, and it traps with `OutOfFuel` once none is left; a call into wasm
+    /// with none left traps before it runs anything. May be called again after that
+    /// (refuelling). From then on the store refuses unmetered modules. What a guest ran before
+    /// a trap is paid for, up to its last function entry, loop header, call or return. Never
+    /// fails: the `Result` is wasmtime's signature, kept so that its hosts port unchanged.
+    pub fn set_fuel(&mut self, fuel: u64) -> Result<(), crate::Error> {
         self.inner.opaque.set_fuel(fuel);
+        Ok(())
     }
 
     /// The fuel left; an error of kind `Usage` if the store was never given fuel.
@@ -388,6 +418,12 @@ impl StoreOpaque {
     pub(crate) fn set_fuel(&mut self, fuel: u64) {
         *self.fuel.get_mut() = i64::try_from(fuel).unwrap_or(i64::MAX);
         self.fuel_enabled = true;
+    }
+
+    /// Whether this store meters and has no fuel left: a call into wasm then runs nothing.
+    pub(crate) fn out_of_fuel(&self) -> bool {
+        // SAFETY: no wasm runs while the store is borrowed; a plain read.
+        self.fuel_enabled && unsafe { *self.fuel.get() } <= 0
     }
 
     pub(crate) fn get_fuel(&self) -> Result<u64, crate::Error> {
@@ -526,228 +562,9 @@ impl StoreOpaque {
         unsafe { self.host_funcs[index as usize].func.as_ref() }
     }
 
-    /// Asks the store's limiter, if it has one.
-    ///
-    /// # Safety
-    /// `store` must be this store, derived as [`crate::instance::raw_store`] derives it, and
-    /// nothing may borrow the store's data during the call.
-    pub(crate) unsafe fn ask(&self, store: *mut StoreOpaque, ask: Ask) -> Option<Answer> {
-        let f = self.limiter?;
-        // SAFETY: per the contract; `f` was made for this store's data type.
-        unsafe { f(store, ask) }
-    }
-
-    /// Whether a memory or table (`what`) of `initial` bytes or elements (`maximum` likewise)
-    /// may be added: the count, then the initial size.
-    ///
-    /// # Safety
-    /// As for [`StoreOpaque::ask`].
-    pub(crate) unsafe fn admit(
-        &self,
-        store: *mut StoreOpaque,
-        what: Growing,
-        initial: usize,
-        maximum: Option<usize>,
-    ) -> Result<(), crate::Error> {
-        // SAFETY: per the contract.
-        let Some(Answer::Counts {
-            memories, tables, ..
-        }) = (unsafe { self.ask(store, Ask::Counts) })
-        else {
-            return Ok(());
-        };
-        let (have, limit) = match what {
-            Growing::Memory => (self.memories.len(), memories),
-            Growing::Table => (self.tables.len(), tables),
-        };
-        if have >= limit {
-            return Err(what.resource().refused(limit));
-        }
-        // SAFETY: per the contract.
-        if unsafe { self.may_grow(store, what, 0, initial, maximum) } {
-            Ok(())
-        } else {
-            Err(what.refused(initial))
-        }
-    }
-
-    /// Whether another instance may be added.
-    ///
-    /// # Safety
-    /// As for [`StoreOpaque::ask`].
-    pub(crate) unsafe fn admit_instance(
-        &self,
-        store: *mut StoreOpaque,
-    ) -> Result<(), crate::Error> {
-        // SAFETY: per the contract.
-        match unsafe { self.ask(store, Ask::Counts) } {
-            Some(Answer::Counts { instances, .. }) if self.instances.len() >= instances => {
-                Err(Resource::Instances.refused(instances))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether a memory or table (`what`) may grow from `current` to `desired` bytes or
-    /// elements.
-    ///
-    /// # Safety
-    /// As for [`StoreOpaque::ask`].
-    pub(crate) unsafe fn may_grow(
-        &self,
-        store: *mut StoreOpaque,
-        what: Growing,
-        current: usize,
-        desired: usize,
-        maximum: Option<usize>,
-    ) -> bool {
-        let ask = Ask::Grow {
-            what,
-            current,
-            desired,
-            maximum,
-        };
-        // SAFETY: per the contract.
-        !matches!(unsafe { self.ask(store, ask) }, Some(Answer::Grow(false)))
-    }
-
     /// The index the next instance will have.
     pub(crate) fn next_instance(&self) -> Stored {
         self.stored(self.instances.len())
-    }
-}
-
-/// Read access to a store: what `&Store<T>`, a [`Caller`](crate::Caller) and the context types
-/// give. Accessors take `impl AsContext` so that they work with each.
-pub trait AsContext {
-    /// The embedder's data type of the store.
-    type Data;
-    /// The store, to read.
-    fn as_context(&self) -> StoreContext<'_, Self::Data>;
-}
-
-/// Write access to a store (see [`AsContext`]).
-pub trait AsContextMut: AsContext {
-    /// The store, to change or to run wasm in.
-    fn as_context_mut(&mut self) -> StoreContextMut<'_, Self::Data>;
-}
-
-/// A borrowed store, to read.
-pub struct StoreContext<'a, T>(pub(crate) &'a StoreInner<T>);
-
-/// A borrowed store, to change or to run wasm in.
-pub struct StoreContextMut<'a, T>(pub(crate) &'a mut StoreInner<T>);
-
-impl<'a, T> StoreContext<'a, T> {
-    /// The embedder's data.
-    pub fn data(&self) -> &'a T {
-        &self.0.data
-    }
-    /// The engine the store belongs to.
-    pub fn engine(&self) -> &'a Engine {
-        &self.0.opaque.engine
-    }
-}
-
-impl<T> StoreContextMut<'_, T> {
-    /// See [`Store::set_fuel`].
-    pub fn set_fuel(&mut self, fuel: u64) {
-        self.0.opaque.set_fuel(fuel);
-    }
-
-    /// See [`Store::get_fuel`].
-    pub fn get_fuel(&self) -> Result<u64, crate::Error> {
-        self.0.opaque.get_fuel()
-    }
-
-    /// Takes `fuel` from the store, for work a host function does on the guest's behalf; if
-    /// there is not that much, takes all of it and fails with an `OutOfFuel` trap (which a host
-    /// function returns to stop its caller).
-    pub fn consume_fuel(&mut self, fuel: u64) -> Result<(), crate::Error> {
-        self.0.opaque.consume_fuel(fuel)
-    }
-
-    /// See [`Store::set_epoch_deadline`].
-    pub fn set_epoch_deadline(&mut self, ticks: u64) {
-        self.0.opaque.set_epoch_deadline(ticks);
-    }
-
-    /// The embedder's data.
-    pub fn data(&self) -> &T {
-        &self.0.data
-    }
-    /// The embedder's data, mutably.
-    pub fn data_mut(&mut self) -> &mut T {
-        &mut self.0.data
-    }
-    /// The engine the store belongs to.
-    pub fn engine(&self) -> &Engine {
-        &self.0.opaque.engine
-    }
-}
-
-impl<T> AsContext for Store<T> {
-    type Data = T;
-    fn as_context(&self) -> StoreContext<'_, T> {
-        StoreContext(&self.inner)
-    }
-}
-
-impl<T> AsContextMut for Store<T> {
-    fn as_context_mut(&mut self) -> StoreContextMut<'_, T> {
-        StoreContextMut(&mut self.inner)
-    }
-}
-
-impl<T> AsContext for StoreContext<'_, T> {
-    type Data = T;
-    fn as_context(&self) -> StoreContext<'_, T> {
-        StoreContext(self.0)
-    }
-}
-
-impl<T> AsContext for StoreContextMut<'_, T> {
-    type Data = T;
-    fn as_context(&self) -> StoreContext<'_, T> {
-        StoreContext(self.0)
-    }
-}
-
-impl<T> AsContextMut for StoreContextMut<'_, T> {
-    fn as_context_mut(&mut self) -> StoreContextMut<'_, T> {
-        StoreContextMut(self.0)
-    }
-}
-
-impl<S: AsContext + ?Sized> AsContext for &S {
-    type Data = S::Data;
-    fn as_context(&self) -> StoreContext<'_, S::Data> {
-        (**self).as_context()
-    }
-}
-
-impl<S: AsContext + ?Sized> AsContext for &mut S {
-    type Data = S::Data;
-    fn as_context(&self) -> StoreContext<'_, S::Data> {
-        (**self).as_context()
-    }
-}
-
-impl<S: AsContextMut + ?Sized> AsContextMut for &mut S {
-    fn as_context_mut(&mut self) -> StoreContextMut<'_, S::Data> {
-        (**self).as_context_mut()
-    }
-}
-
-impl<T> StoreContext<'_, T> {
-    pub(crate) fn opaque(&self) -> &StoreOpaque {
-        &self.0.opaque
-    }
-}
-
-impl<T> StoreContextMut<'_, T> {
-    pub(crate) fn opaque(&mut self) -> &mut StoreOpaque {
-        &mut self.0.opaque
     }
 }
 

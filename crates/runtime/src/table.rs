@@ -11,13 +11,16 @@
 //! ([`Written`]), and generated code's `table.set` (the only other writer) marks
 //! [`VmTable::code_wrote`]; a buffer given back is cleared over those chunks, or whole when
 //! code wrote to it.
+//!
+//! Invariants: a kept buffer is all zeros, so nothing of one instance's table is visible to
+//! the next table that takes the buffer; the definition generated code reads (elements,
+//! length) is republished whenever the buffer moves ([`TableData::grow`]); and in steady state
+//! (a buffer kept on this thread, large enough) making a table allocates only its definition.
 
 use std::cell::{Cell, UnsafeCell};
 use std::ops::Range;
 
 use ephem_module::{TableType, ValType, VmOffsets, VmTable};
-
-use crate::limits::Growing;
 
 /// Most elements a table may grow to (a resource limit).
 pub const MAX_ELEMENTS: u32 = 10_000_000;
@@ -227,21 +230,9 @@ impl TableData {
         }
     }
 
-    /// Whether the store's limiter lets this table grow by `delta` elements.
-    ///
-    /// # Safety
-    /// As for [`crate::store::StoreOpaque::ask`].
-    pub(crate) unsafe fn may_grow(
-        &self,
-        store: &crate::store::StoreOpaque,
-        raw: *mut crate::store::StoreOpaque,
-        delta: u32,
-    ) -> bool {
-        let current = self.len() as usize;
-        let max = self.ty.max.map(|m| m as usize);
-        let desired = current + delta as usize;
-        // SAFETY: per the contract.
-        delta == 0 || unsafe { store.may_grow(raw, Growing::Table, current, desired, max) }
+    /// The most elements its type allows, if it says.
+    pub(crate) fn max_len(&self) -> Option<usize> {
+        self.ty.max.map(|m| m as usize)
     }
 
     /// Grows by `delta` elements set to `init`; returns the old length, or `None`.
@@ -258,7 +249,8 @@ impl TableData {
             elements.resize(new as usize, 0);
         }
         if init != 0 {
-            // SAFETY: as above.
+            // SAFETY: the reference to the elements above is not used again before `sync`;
+            // this is the only one alive.
             unsafe { self.write(old as usize..new as usize) }.fill(init);
         }
         self.sync(new);
@@ -350,66 +342,5 @@ mod spare {
                 *shorter = buffer;
             }
         });
-    }
-}
-
-/// A global variable's storage (16 bytes, as generated code reads it): a box of its own for a
-/// global the host makes, or a cell of the vmctx of the instance that defines it (one
-/// allocation for all of an instance's globals; the instance lives as long as the store that
-/// holds both).
-pub struct GlobalData {
-    value: *mut ephem_module::ValRaw,
-    /// Whether `value` is a box this global owns.
-    owned: bool,
-    pub ty: ephem_module::GlobalType,
-}
-
-impl GlobalData {
-    pub fn new(ty: ephem_module::GlobalType, value: ephem_module::ValRaw) -> GlobalData {
-        GlobalData {
-            value: Box::into_raw(Box::new(value)),
-            owned: true,
-            ty,
-        }
-    }
-
-    /// A global stored in `cell`, set to `value`.
-    ///
-    /// # Safety
-    /// `cell` is valid for reads and writes, 16-aligned, and outlives every use of the global
-    /// (a vmctx cell of an instance of the store the global is added to).
-    pub unsafe fn in_vmctx(
-        ty: ephem_module::GlobalType,
-        cell: *mut ephem_module::ValRaw,
-        value: ephem_module::ValRaw,
-    ) -> GlobalData {
-        // SAFETY: per the contract.
-        unsafe { cell.write(value) };
-        GlobalData {
-            value: cell,
-            owned: false,
-            ty,
-        }
-    }
-
-    pub fn vm(&self) -> *mut ephem_module::ValRaw {
-        self.value
-    }
-    pub fn get(&self) -> ephem_module::ValRaw {
-        // SAFETY: plain read of the live storage (see the type).
-        unsafe { *self.value }
-    }
-    pub fn set(&self, v: ephem_module::ValRaw) {
-        // SAFETY: plain write of the live storage, single-threaded.
-        unsafe { *self.value = v }
-    }
-}
-
-impl Drop for GlobalData {
-    fn drop(&mut self) {
-        if self.owned {
-            // SAFETY: made by `Box::into_raw` in `new`, and freed only here.
-            drop(unsafe { Box::from_raw(self.value) });
-        }
     }
 }

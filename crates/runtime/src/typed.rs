@@ -9,8 +9,9 @@ use std::marker::PhantomData;
 
 use ephem_module::{FuncType, ValRaw, ValType};
 
+use crate::context::{AsContextMut, StoreContextMut};
 use crate::func::{HostError, HostFunc};
-use crate::store::{AsContextMut, StoreContextMut, StoreInner, StoreOpaque};
+use crate::store::{StoreInner, StoreOpaque};
 use crate::{Caller, Engine, Error, ExternRef, Func};
 
 /// A Rust type that is a WebAssembly value type: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`,
@@ -273,9 +274,10 @@ impl<P: WasmParams, R: WasmResults> TypedFunc<P, R> {
         };
         // SAFETY: a store pointer derived from the exclusive borrow above, for this call only.
         params.store(unsafe { &*store }, values)?;
-        // SAFETY: as above; the types were checked when this was made.
+        // SAFETY: the store pointer is derived from the exclusive borrow above, which lasts
+        // for the call, and the types were checked when this was made.
         unsafe { self.func.call_raw(store, values)? };
-        // SAFETY: as above.
+        // SAFETY: wasm has returned; a shared reference for this conversion only.
         Ok(R::load(unsafe { &*store }, values))
     }
 }

@@ -19,7 +19,7 @@
 //!
 //! # fn main() -> anyhow::Result<()> {
 //! let engine = Engine::default();
-//! let module = ephem::compile(&engine, br#"(module
+//! let module = ephem::Module::new(&engine, br#"(module
 //!     (import "wasi_snapshot_preview1" "fd_write"
 //!       (func $write (param i32 i32 i32 i32) (result i32)))
 //!     (memory (export "memory") 1)

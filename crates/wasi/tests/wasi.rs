@@ -13,7 +13,7 @@ fn guest(name: &str) -> PathBuf {
 
 fn module(engine: &Engine, name: &str) -> Module {
     let bytes = std::fs::read(guest(name)).unwrap();
-    ephem::compile(engine, &bytes).unwrap()
+    ephem::Module::new(engine, &bytes).unwrap()
 }
 
 /// Runs `_start` of guest `name` with the context `ctx` builds; its result and the context.
@@ -506,7 +506,7 @@ fn wat_start(engine: &Engine, module: &Module) -> (Store<WasiCtx>, ephem::TypedF
 #[test]
 fn a_guest_without_memory_cannot_call_wasi_but_the_host_survives() {
     let engine = Engine::default();
-    let module = ephem::compile(
+    let module = ephem::Module::new(
         &engine,
         br#"(module
               (import "wasi_snapshot_preview1" "sched_yield" (func $y (result i32)))
@@ -595,7 +595,7 @@ fn every_preview1_function_is_linked_with_its_type() {
         })
         .collect();
     let engine = Engine::default();
-    let module = ephem::compile(&engine, format!("(module {wat})").as_bytes()).unwrap();
+    let module = ephem::Module::new(&engine, format!("(module {wat})").as_bytes()).unwrap();
     let mut linker = Linker::new(&engine);
     ephem_wasi::add_to_linker(&mut linker, |c: &mut WasiCtx| c).unwrap();
     let mut store = Store::new(&engine, WasiCtx::builder().build());
@@ -609,7 +609,7 @@ fn every_preview1_function_is_linked_with_its_type() {
 fn a_sleeping_guest_is_stopped_at_its_deadline() {
     let engine = Engine::default();
     // One relative clock subscription of 30 s at 0, the event at 64, the count at 128.
-    let module = ephem::compile(
+    let module = ephem::Module::new(
         &engine,
         br#"(module
               (import "wasi_snapshot_preview1" "poll_oneoff"
@@ -666,7 +666,7 @@ fn what_wasi_functions_write_is_gone_for_the_next_instance() {
             ..ephem::EngineConfig::default()
         })
         .unwrap();
-        let module = ephem::compile(&engine, WAT.as_bytes()).unwrap();
+        let module = ephem::Module::new(&engine, WAT.as_bytes()).unwrap();
         let mut linker = Linker::new(&engine);
         ephem_wasi::add_to_linker(&mut linker, |c: &mut WasiCtx| c).unwrap();
         for at in [4096 - 7, 3 * 65536 + 100, 65536 - 1] {

@@ -17,7 +17,11 @@
 //! raises the traps it can name without a signal the same way, through `ephem_raise`, which
 //! also passes `r15` (metered code's fuel). `ephem_enter_wasm` keeps `ephem_raise`'s address
 //! at `ephem_module::ENTRY_FRAME_RAISE` from its frame pointer, where a failed bounds check
-//! finds it by following frame pointers (see the compiler's `traps::raise_failed_checks`).
+//! finds it by following frame pointers (see `raise_failed_checks` in the compiler's `arch`).
+//!
+//! Every stub keeps the System V calling convention towards Rust and generated code alike,
+//! and keeps a frame pointer, so that the handler and the unwinding stubs can follow the chain
+//! of wasm frames; none allocates or makes a system call.
 
 use ephem_module::ValRaw;
 

@@ -35,11 +35,9 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::{DefinedState, Engine, EngineConfig, Linker, Module, ResourceLimiter, Store, TrapKind};
 use ephem_module::{
     CompiledModule, ConstExpr, DataSegment, GlobalType, SegmentMode, StartSnapshot, ValType,
-};
-use ephem_runtime::{
-    DefinedState, Engine, EngineConfig, Linker, Module, ResourceLimiter, Store, TrapKind,
 };
 use wasmparser::{Operator, Parser, Payload};
 
@@ -119,7 +117,7 @@ fn run(compiled: &CompiledModule) -> Option<(DefinedState, StartSnapshot)> {
         ..EngineConfig::default()
     })
     .ok()?;
-    let module = Module::new(&engine, compiled).ok()?;
+    let module = Module::from_compiled(&engine, compiled).ok()?;
     let mut linker = Linker::new(&engine);
     linker.define_unknown_imports_as_traps(&module).ok()?;
     let pre = linker.instantiate_pre(&module).ok()?;
@@ -140,7 +138,7 @@ fn run(compiled: &CompiledModule) -> Option<(DefinedState, StartSnapshot)> {
         store.limiter(|b| b);
         store.set_epoch_deadline(1);
         if let Some(f) = fuel {
-            store.set_fuel(f);
+            store.set_fuel(f).unwrap();
         }
         let instance = pre.instantiate(&mut store);
         if store.data().refused {

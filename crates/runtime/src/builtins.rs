@@ -1,0 +1,277 @@
+//! The builtins: runtime functions that generated code calls through the table every vmctx
+//! points at ([`BUILTINS`], at `VmOffsets::BUILTINS`), for what it does not do inline: growing,
+//! bulk memory and table operations, dropping segments, making lazy table elements and
+//! funcrefs, and raising a trap without a signal.
+//!
+//! # Calling convention
+//! The one list is `ephem_module::for_each_builtin`: each builtin is an `extern "C"` function
+//! that takes the calling instance's vmctx first, then wasm `i32`s as `u32` and `i64`s as
+//! `u64`, and returns what the list says. A *trap flag* is 0 when the operation succeeded, 1
+//! when it was out of bounds (generated code then traps with the kind its operation names), 2
+//! when metered code's store cannot pay the operation's fuel, and 3 when the call is past its
+//! deadline (a signal cannot stop host code: see `interrupt`). The table below is built from
+//! the same list, so a function whose signature disagrees with its entry does not compile.
+//! `Raise` is `arch::ephem_raise`, which never returns (see `signals::raise_trap`).
+//!
+//! # Contract
+//! Generated code calls a builtin only through the table of its own vmctx, passing that vmctx,
+//! while the store that owns the instance runs the call. The instance and its store are then
+//! alive for the whole builtin, and the embedder's borrow of the store is suspended while wasm
+//! runs, so a builtin may hold shared references to both. [`builtin!`] turns the vmctx into
+//! them once, with that argument as its one `SAFETY` comment; what a builtin changes, it
+//! changes through cells (dropped segments, fuel, memories' and tables' own interior
+//! mutability), never through those references.
+//!
+//! No builtin makes a system call in steady state: growing within a loose memory's slot
+//! changes its length (see `memory`), and only growth past the slot's accessible pages, or a
+//! table's past its buffer, reaches the kernel or the allocator.
+
+use ephem_module::Builtin;
+
+use crate::instance::{InstanceData, end_within};
+use crate::limits::Growing;
+use crate::memory::PAGE;
+use crate::store::StoreOpaque;
+
+/// The builtin table every vmctx points at, in `Builtin` order.
+pub(crate) struct Builtins(pub(crate) [*const (); Builtin::COUNT]);
+// SAFETY: the table holds function addresses only, never written after it is built.
+unsafe impl Sync for Builtins {}
+
+/// `i32` parameters and results of builtins are `u32` here, `i64` ones `u64`.
+macro_rules! builtin_rust_type {
+    (i32) => {
+        u32
+    };
+    (i64) => {
+        u64
+    };
+}
+
+/// The table, from the one list (`ephem_module::for_each_builtin`): each entry is the function
+/// of the same name below, cast to the signature the list gives, so a function that disagrees
+/// with its entry does not compile.
+macro_rules! builtin_table {
+    ($( $(#[$doc:meta])* $variant:ident $name:ident ( $($arg:ident : $ty:ident),* ) $(-> $ret:ident)? ; )*) => {
+        pub(crate) static BUILTINS: Builtins = Builtins([
+            $( $name as unsafe extern "C" fn(*mut u8 $(, builtin_rust_type!($ty))*) $(-> builtin_rust_type!($ret))? as *const (), )*
+        ]);
+    };
+}
+
+use crate::arch::ephem_raise as raise;
+
+ephem_module::for_each_builtin!(builtin_table);
+
+/// Defines a builtin: `unsafe extern "C" fn $name(vmctx: *mut u8, $args) -> $ret`, whose body
+/// runs with `$i`, the calling instance, and `$store`, its store (see "Contract" in the module
+/// documentation).
+macro_rules! builtin {
+    ($(#[$doc:meta])* fn $name:ident[$i:ident, $store:pat]($($arg:ident : $ty:ty),*) $(-> $ret:ty)? $body:block) => {
+        $(#[$doc])*
+        unsafe extern "C" fn $name(vmctx: *mut u8 $(, $arg: $ty)*) $(-> $ret)? {
+            // SAFETY: generated code calls builtins only through its own vmctx's table, with
+            // that vmctx, while the instance's store runs the call: the instance and the store
+            // it points at are alive for this call, and nothing else holds a mutable reference
+            // to either while wasm runs (see "Contract" in the module documentation).
+            let ($i, $store): (&InstanceData, &StoreOpaque) = unsafe {
+                let i = InstanceData::from_vmctx(vmctx);
+                (i, &*i.store)
+            };
+            $body
+        }
+    };
+}
+
+builtin! {
+    /// `memory.grow`: the old size in pages, or -1 when the memory's maximum or the store's
+    /// limiter refuses.
+    fn memory_grow[i, store](mem: u32, delta: u32) -> u32 {
+        let memory = i.memory(store, mem);
+        let (current, bytes) = (memory.len(), delta as usize * PAGE as usize);
+        // SAFETY: the instance's store pointer was derived as `raw_store` derives it, and while
+        // wasm runs nothing but shared references to the store's opaque part is alive.
+        let allowed = unsafe {
+            StoreOpaque::may_grow_by(i.store, Growing::Memory, current, bytes, memory.max_bytes())
+        };
+        if !allowed {
+            return u32::MAX;
+        }
+        memory.grow(delta).unwrap_or(u32::MAX)
+    }
+}
+
+builtin! {
+    /// `memory.fill`: a trap flag.
+    fn memory_fill[i, store](mem: u32, dst: u32, val: u32, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, len) {
+            return stop;
+        }
+        let memory = i.memory(store, mem);
+        match end_within(dst, len, memory.len()) {
+            Some(end) => {
+                // SAFETY: the range was checked against the memory's length; the wasm code
+                // that runs on the memory is suspended in this call.
+                unsafe {
+                    memory
+                        .to_write(dst as usize, end - dst as usize)
+                        .fill(val as u8)
+                };
+                0
+            }
+            None => 1,
+        }
+    }
+}
+
+builtin! {
+    /// `memory.copy`: a trap flag.
+    fn memory_copy[i, store](dst_mem: u32, src_mem: u32, dst: u32, src: u32, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, len) {
+            return stop;
+        }
+        let (d, s) = (i.memory(store, dst_mem), i.memory(store, src_mem));
+        if end_within(dst, len, d.len()).is_none() || end_within(src, len, s.len()).is_none() {
+            return 1;
+        }
+        d.mark(dst as usize, len as usize);
+        // SAFETY: both ranges were checked against their memories' lengths, and `copy` allows
+        // them to overlap (one memory); the wasm code is suspended in this call.
+        unsafe {
+            std::ptr::copy(
+                s.base().add(src as usize),
+                d.base().add(dst as usize),
+                len as usize,
+            )
+        };
+        0
+    }
+}
+
+builtin! {
+    /// `memory.init`: a trap flag.
+    fn memory_init[i, store](mem: u32, data: u32, dst: u32, src: u32, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, len) {
+            return stop;
+        }
+        u32::from(!i.memory_init(store, mem, data, dst, src, len))
+    }
+}
+
+builtin! {
+    /// `data.drop`.
+    fn data_drop[i, _](data: u32) {
+        // A segment the artifact does not keep was applied by its image and is dropped already.
+        if let Some(k) = i.module.inner.artifact.data_slot(data) {
+            i.dropped_datas.borrow_mut()[k] = true;
+        }
+    }
+}
+
+builtin! {
+    /// `table.grow`: the old size, or -1 when the table's maximum or the store's limiter
+    /// refuses.
+    fn table_grow[i, store](table: u32, delta: u32, init: u64) -> u32 {
+        let t = i.table(store, table);
+        let current = t.len() as usize;
+        // SAFETY: the instance's store pointer was derived as `raw_store` derives it, and while
+        // wasm runs nothing but shared references to the store's opaque part is alive.
+        let allowed = unsafe {
+            StoreOpaque::may_grow_by(i.store, Growing::Table, current, delta as usize, t.max_len())
+        };
+        if !allowed {
+            return u32::MAX;
+        }
+        t.grow(delta, init as usize).unwrap_or(u32::MAX)
+    }
+}
+
+builtin! {
+    /// `table.fill`: a trap flag.
+    fn table_fill[i, store](table: u32, dst: u32, val: u64, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, len) {
+            return stop;
+        }
+        let t = i.table(store, table);
+        match t.range(dst, len) {
+            Some(r) => {
+                // SAFETY: no other reference to the table's elements is alive during a builtin
+                // (generated code is suspended in it).
+                unsafe { t.write(r).fill(t.tag(val as usize)) };
+                0
+            }
+            None => 1,
+        }
+    }
+}
+
+builtin! {
+    /// `table.copy`: a trap flag.
+    fn table_copy[i, store](dst_t: u32, src_t: u32, dst: u32, src: u32, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, len) {
+            return stop;
+        }
+        let (d, s) = (i.table(store, dst_t), i.table(store, src_t));
+        let (Some(dr), Some(sr)) = (d.range(dst, len), s.range(src, len)) else {
+            return 1;
+        };
+        // Elements never written are made first: copied as they are stored, they would be made
+        // from the destination's initial contents instead.
+        s.make_all(sr.clone());
+        if std::ptr::eq(d, s) {
+            let lo = sr.start.min(dr.start);
+            let hi = sr.end.max(dr.end);
+            // SAFETY: one table, written through this one slice only; generated code is
+            // suspended in this call.
+            unsafe {
+                d.write(lo..hi)
+                    .copy_within(sr.start - lo..sr.end - lo, dr.start - lo)
+            };
+        } else {
+            // SAFETY: the source's elements are read and copied out before anything writes a
+            // table; generated code is suspended in this call.
+            let src_items = unsafe { s.read(sr).to_vec() };
+            // SAFETY: the only reference to the destination's elements (the copy above is
+            // owned); generated code is suspended in this call.
+            unsafe { d.write(dr).copy_from_slice(&src_items) };
+        }
+        0
+    }
+}
+
+builtin! {
+    /// `table.init`: a trap flag.
+    fn table_init[i, store](table: u32, elem: u32, dst: u32, src: u32, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, len) {
+            return stop;
+        }
+        u32::from(!i.table_init(store, table, elem, dst, src, len))
+    }
+}
+
+builtin! {
+    /// `elem.drop`.
+    fn elem_drop[i, _](elem: u32) {
+        i.dropped_elems.borrow_mut()[elem as usize] = true;
+    }
+}
+
+builtin! {
+    /// A lazy table's element that was never written, made from the table's initial contents
+    /// (generated code checked the index against the table's length).
+    fn table_lazy[i, store](table: u32, index: u32) -> u64 {
+        let raw = i.table(store, table).raw(index);
+        raw.expect("generated code checked the bounds") as u64
+    }
+}
+
+builtin! {
+    /// `ref.func` of a lazy function: its funcref, written into its slot first.
+    fn ref_func[i, _](func: u32) -> u64 {
+        // The compiler asks only for lazy functions; anything else gets null, never a stray slot.
+        match i.lazy_slots().binary_search_by_key(&func, |e| e[0]) {
+            Ok(k) => i.slot_funcref(i.module.inner.artifact.first_lazy_slot() + k as u32) as u64,
+            Err(_) => 0,
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! [`Config`]: wasmtime's way to configure an [`Engine`](crate::Engine), so that a host written
+//! for wasmtime ports by changing its `use` lines.
+//!
+//! It carries what ephem has under wasmtime's names (fuel, epoch interruption, the wasm stack,
+//! Cranelift's optimisation level, the proposals) and ephem's own settings beside them (bounds
+//! checks, write marks, the artifact key, the pools). What changes generated code takes effect
+//! only where the engine compiles (`Module::new`, the `cranelift` feature); an artifact
+//! compiled elsewhere runs as it was compiled.
+
+use ephem_artifact::ArtifactKey;
+
+use crate::EngineConfig;
+
+/// How an engine is built ([`Engine::new`](crate::Engine::new)). Setters take and return
+/// `&mut Self`, as wasmtime's do.
+#[derive(Clone, Default)]
+pub struct Config {
+    pub(crate) engine: EngineConfig,
+    pub(crate) artifact_key: Option<ArtifactKey>,
+    #[cfg(feature = "cranelift")]
+    pub(crate) compiler: CompilerConfig,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Config");
+        d.field("engine", &self.engine);
+        // The key is a secret: say only whether there is one.
+        d.field("artifact_key", &self.artifact_key.as_ref().map(|_| "set"));
+        #[cfg(feature = "cranelift")]
+        d.field("compiler", &self.compiler);
+        d.finish()
+    }
+}
+
+/// What the engine's compiler is built with.
+#[cfg(feature = "cranelift")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CompilerConfig {
+    pub(crate) fuel: bool,
+    pub(crate) bounds_checks: bool,
+    pub(crate) write_marks: bool,
+    pub(crate) opt_level: OptLevel,
+    pub(crate) proposals: ephem_compiler::Proposals,
+}
+
+#[cfg(feature = "cranelift")]
+impl Default for CompilerConfig {
+    fn default() -> CompilerConfig {
+        CompilerConfig {
+            fuel: false,
+            bounds_checks: true,
+            write_marks: true,
+            opt_level: OptLevel::Speed,
+            proposals: ephem_compiler::Proposals::ALL,
+        }
+    }
+}
+
+/// Cranelift's optimisation level (wasmtime's `OptLevel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OptLevel {
+    /// No optimisation: fastest compile.
+    None,
+    /// Optimise for speed (the default).
+    #[default]
+    Speed,
+    /// Optimise for speed and size.
+    SpeedAndSize,
+}
+
+impl Config {
+    /// The default configuration: what [`Engine::default`](crate::Engine::default) uses.
+    pub fn new() -> Config {
+        Config::default()
+    }
+
+    /// Whether compiled code meters fuel ([`Store::set_fuel`](crate::Store::set_fuel)); off
+    /// by default. Metered and unmetered modules do not mix in one store.
+    #[cfg(feature = "cranelift")]
+    pub fn consume_fuel(&mut self, on: bool) -> &mut Config {
+        self.compiler.fuel = on;
+        self
+    }
+
+    /// Accepted for wasmtime's hosts, and changes nothing: ephem stops any guest at its store's
+    /// epoch deadline ([`Store::set_epoch_deadline`](crate::Store::set_epoch_deadline)) by a
+    /// signal to its thread, with no check compiled into the code, so deadlines work with
+    /// either value.
+    pub fn epoch_interruption(&mut self, _on: bool) -> &mut Config {
+        self
+    }
+
+    /// How much stack wasm may use below the point where the host called it (see
+    /// [`EngineConfig::max_wasm_stack`]).
+    pub fn max_wasm_stack(&mut self, bytes: usize) -> &mut Config {
+        self.engine.max_wasm_stack = Some(bytes);
+        self
+    }
+
+    /// Cranelift's optimisation level for modules this engine compiles.
+    #[cfg(feature = "cranelift")]
+    pub fn cranelift_opt_level(&mut self, level: OptLevel) -> &mut Config {
+        self.compiler.opt_level = level;
+        self
+    }
+
+    /// Whether compiled code compares every memory access with the memory's length (on by
+    /// default; see `Compiler::without_bounds_checks` for what leaving them out costs: such
+    /// memories grow and reset with system calls).
+    #[cfg(feature = "cranelift")]
+    pub fn bounds_checks(&mut self, on: bool) -> &mut Config {
+        self.compiler.bounds_checks = on;
+        self
+    }
+
+    /// Whether compiled code marks the pages it stores into, so that a memory is reset without
+    /// a system call (on by default; see `Compiler::without_write_marks`).
+    #[cfg(feature = "cranelift")]
+    pub fn write_marks(&mut self, on: bool) -> &mut Config {
+        self.compiler.write_marks = on;
+        self
+    }
+
+    /// Whether `return_call` and `return_call_indirect` are accepted (default: yes).
+    #[cfg(feature = "cranelift")]
+    pub fn wasm_tail_call(&mut self, on: bool) -> &mut Config {
+        self.compiler.proposals.tail_call = on;
+        self
+    }
+
+    /// Whether a module may have more than one memory (default: yes).
+    #[cfg(feature = "cranelift")]
+    pub fn wasm_multi_memory(&mut self, on: bool) -> &mut Config {
+        self.compiler.proposals.multi_memory = on;
+        self
+    }
+
+    /// Whether relaxed SIMD is accepted, in its deterministic profile (default: yes).
+    #[cfg(feature = "cranelift")]
+    pub fn wasm_relaxed_simd(&mut self, on: bool) -> &mut Config {
+        self.compiler.proposals.relaxed_simd = on;
+        self
+    }
+
+    /// Whether constant expressions may use integer arithmetic (default: yes).
+    #[cfg(feature = "cranelift")]
+    pub fn wasm_extended_const(&mut self, on: bool) -> &mut Config {
+        self.compiler.proposals.extended_const = on;
+        self
+    }
+
+    /// The key [`Module::serialize`](crate::Module::serialize) seals artifacts with and
+    /// [`Module::deserialize_file`](crate::Module::deserialize_file) verifies them by. Without
+    /// one, the engine uses the default compile cache's key (`Cache::default_dir()/key`, made on
+    /// first use), the one `ephem run` verifies artifacts by.
+    pub fn artifact_key(&mut self, key: ArtifactKey) -> &mut Config {
+        self.artifact_key = Some(key);
+        self
+    }
+
+    /// ephem's own engine settings: code and memory pools, text mapping, reuse, the wasm
+    /// stack (replacing what [`Config::max_wasm_stack`] set).
+    pub fn engine_config(&mut self, config: EngineConfig) -> &mut Config {
+        self.engine = config;
+        self
+    }
+}

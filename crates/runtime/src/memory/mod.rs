@@ -1,0 +1,533 @@
+//! Linear memories ([`LinearMemory`]), and the pool of address-space reservations they live
+//! in.
+//!
+//! Each memory lives in a *slot* (`slot`) that reserves [`RESERVATION`] bytes of address space
+//! behind its base: 4 GiB of addresses, 4 GiB of offsets and a page for the widest access, so
+//! that any address generated code computes (a 32-bit address plus a 32-bit offset) lands
+//! inside it. The base never moves.
+//!
+//! # Bounds
+//! By default generated code compares each access with the memory's length
+//! (`ModuleInfo::checks_bounds`; one comparison covers a run of accesses through one pointer)
+//! and traps without a fault. Code compiled `Compiler::without_bounds_checks` relies on the
+//! reservation instead: nothing past the memory's length is accessible, so an out-of-bounds
+//! access faults, and the fault becomes a trap (see `signals`).
+//!
+//! # Invariant
+//! `[base, base + length)` is readable and writable, and everything past the slot's
+//! accessible part is inaccessible. A memory that code without bounds checks reaches is
+//! *tight*: its slot's accessible part is exactly its length. One that only code with checks
+//! reaches is *loose*: its slot may have more pages accessible than it has, all of them zero
+//! past its length. Every path (new slot, reused slot, growth, [`LinearMemory::tighten`])
+//! keeps this true before any wasm runs. A memory stops being loose when code without checks
+//! imports it; a memory the embedder makes is never loose.
+//!
+//! # Growth
+//! A loose memory takes a slot with at least its size accessible, grows within it by changing
+//! its length, with no system call, and gives it back grown, so that the next memory of its
+//! kind grows into the same pages (most modules grow their memory in every call). A tight
+//! memory opens new pages with `mprotect`, and its slot's reset closes them again, which makes
+//! the kernel flush the other cores' TLBs while it holds `mmap_lock`: that is why memories
+//! are loose wherever the code allows it (BENCHMARKS.md). Protection keys could close pages
+//! per thread without the kernel; they are not used.
+//!
+//! # Images, and untouched memories
+//! A memory takes its initial contents from its module's image, mapped copy-on-write from the
+//! artifact or copied (see `image`, and [`MemoryConfig::map_image_at`]). A slot keeps its image
+//! mapped while idle, and the pool prefers such a slot for the next memory of the same artifact
+//! and size, which then needs no system call at all. An instance that imports a memory its
+//! module has an image for gives it that image the same way while the memory is still
+//! *untouched* (see [`LinearMemory`]); one that may hold data gets only the bytes the segments
+//! write, copied out of the image.
+//!
+//! # Nothing of one instance is visible to the next
+//! When a memory is dropped, its slot is reset (`reset`) before the pool hands it to anything
+//! else: by the write marks generated code and the runtime set, without a system call, or by
+//! the kernel's page map where something may have written unmarked.
+//!
+//! The parts: `config` ([`MemoryConfig`]), `image` (where initial contents come from), `slot`
+//! (one reservation and what is mapped in it), `reset` (making a slot clean), `zero` (the page
+//! kernels a reset runs), `pool` (the idle slots).
+
+mod config;
+mod image;
+mod pool;
+mod reset;
+mod slot;
+mod zero;
+
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::sync::Arc;
+
+use ephem_module::{MemoryType, VmMemory};
+
+pub use config::MemoryConfig;
+pub(crate) use image::ImageSource;
+pub(crate) use pool::MemoryPool;
+use slot::Slot;
+
+pub(crate) const PAGE: u64 = 65536;
+/// Bytes of write marks before each memory's base (see [`ephem_module::MARK_SHIFT`]).
+const MARKS: usize = ephem_module::MARKS_BEFORE;
+const _: () = assert!(1 << ephem_module::MARK_SHIFT == crate::pagemap::PAGE);
+/// Most pages a 32-bit memory can have.
+pub(crate) const MAX_PAGES: u32 = 65536;
+/// Address space behind each memory base: 4 GiB of addresses plus 4 GiB of offsets, plus a
+/// page for the widest access.
+pub(crate) const RESERVATION: usize = (8 << 30) + PAGE as usize;
+
+/// Sets the write marks of `[offset, offset + len)` of the memory at `base` (see
+/// [`ephem_module::MARK_SHIFT`]).
+///
+/// # Safety
+/// `base` is a live memory's base, the range lies within the memory, and no wasm runs on it.
+unsafe fn mark_range(base: *mut u8, offset: usize, len: usize) {
+    use ephem_module::MARK_SHIFT;
+    if len == 0 {
+        return;
+    }
+    let (first, last) = (offset >> MARK_SHIFT, (offset + len - 1) >> MARK_SHIFT);
+    // SAFETY: the marks of pages within a memory lie in its slot's marks region (`MARKS`
+    // covers every page of a 4 GiB memory), which only the memory's users write, never
+    // concurrently with this (per the contract).
+    unsafe { std::ptr::write_bytes(base.sub(MARKS).add(first), 1, last - first + 1) };
+}
+
+/// A memory's bytes as a host function reads and writes them: writes go through
+/// [`HostBytes::get_mut`], which sets the write marks of what it hands out (see the module
+/// documentation), so that the memory's reset can still trust them. (Made from a plain slice,
+/// there is nothing to mark.)
+pub struct HostBytes<'a> {
+    bytes: &'a mut [u8],
+    /// The memory's base, or `None` for a plain slice.
+    base: Option<*mut u8>,
+}
+
+impl<'a> HostBytes<'a> {
+    /// Bytes of no memory (for tests of host functions).
+    pub fn new(bytes: &'a mut [u8]) -> HostBytes<'a> {
+        HostBytes { bytes, base: None }
+    }
+
+    /// All the bytes, to read.
+    pub fn as_slice(&self) -> &[u8] {
+        self.bytes
+    }
+
+    /// `range` to write (marked as written), or `None` if it is not within the bytes.
+    pub fn get_mut(&mut self, range: std::ops::Range<usize>) -> Option<&mut [u8]> {
+        let bytes = self.bytes.get_mut(range.clone())?;
+        if let Some(base) = self.base {
+            // SAFETY: `base` is the memory whose bytes these are, alive and not running wasm
+            // for as long as `self` borrows them; the range lies within them.
+            unsafe { mark_range(base, range.start, range.len()) };
+        }
+        Some(bytes)
+    }
+}
+
+/// A linear memory, shared by the instance defining it and every importer.
+///
+/// # Untouched memories
+/// A memory is *untouched* from when it is made (all zeros) until anything can write it: an
+/// accessor hands out its bytes or its base, or an instance claims it. While untouched, its slot
+/// may still map an idle image (one of the right size, kept by the pool): those pages are
+/// replaced with zeros when the memory is first exposed, unless an instance claims the memory
+/// for that very image, in which case nothing needs doing at all. This is how a fresh memory
+/// made for an import gets the importing module's image as cheaply as a defined one.
+pub struct LinearMemory {
+    def: Box<UnsafeCell<VmMemory>>,
+    ty: MemoryType,
+    slot: RefCell<Option<Slot>>,
+    /// The engine whose pool the slot goes back to when the memory is dropped. The engine,
+    /// not the pool, is held: its count is a [`crate::shared::Shared`]'s.
+    engine: crate::Engine,
+    untouched: Cell<bool>,
+    /// Whether every write since the slot's last reset set its write marks: generated code's
+    /// and the runtime's own do; the host's through [`LinearMemory::bytes`] or the base do
+    /// not, and the reset then reads the memory (or the page map) instead.
+    marked: Cell<bool>,
+    /// Whether only code that checks bounds reaches the memory, so that its slot may have
+    /// pages accessible past its length (see the module documentation).
+    loose: Cell<bool>,
+}
+
+/// What an instance found when it claimed a memory it initialises from an image
+/// ([`LinearMemory::claim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// Untouched: all zeros, over the slot's idle image if it has one.
+    Untouched,
+    /// It may hold data: only the segments' bytes may be written.
+    Written,
+}
+
+impl LinearMemory {
+    /// An untouched memory in a slot of `engine`'s pool; preferably one where `image`, the
+    /// image it is meant to take, is already mapped. `loose`: only code that checks bounds
+    /// will reach it (see the module documentation).
+    pub(crate) fn pooled(
+        engine: &crate::Engine,
+        ty: MemoryType,
+        image: Option<&impl ImageSource>,
+        loose: bool,
+    ) -> Result<LinearMemory, crate::Error> {
+        let pool = engine.memory_pool();
+        let len = ty.min as usize * PAGE as usize;
+        if !pool.reserve_bytes(len) {
+            return Err(crate::Error::Limit(format!(
+                "a memory of {len} bytes would pass the engine's bound of {} bytes of linear \
+                 memory",
+                pool.config.max_total_bytes.unwrap_or(usize::MAX)
+            )));
+        }
+        let made = (|| {
+            let want = image.and_then(|image| pool.config.mapping(image));
+            let mut slot = pool.take(len, want, loose)?;
+            // An image outside the new size could not be replaced later.
+            if slot.accessible != len
+                && slot.image != want
+                && let Err(e) = slot.unmap_image()
+            {
+                return Err(crate::Error::Limit(format!(
+                    "cannot reset a memory slot: {e}"
+                )));
+            }
+            LinearMemory::with_slot(ty, slot, engine.borrow(), loose)
+        })();
+        if made.is_err() {
+            pool.release_bytes(len);
+        }
+        made
+    }
+
+    /// The pool the slot goes back to.
+    fn pool(&self) -> &Arc<MemoryPool> {
+        self.engine.memory_pool()
+    }
+
+    fn with_slot(
+        ty: MemoryType,
+        mut slot: Slot,
+        engine: crate::Engine,
+        loose: bool,
+    ) -> Result<LinearMemory, crate::Error> {
+        if ty.min > ty.max.unwrap_or(MAX_PAGES).min(MAX_PAGES) {
+            return Err(crate::Error::Limit(format!(
+                "cannot allocate {} pages of linear memory",
+                ty.min
+            )));
+        }
+        let len = ty.min as usize * PAGE as usize;
+        let accessible = if loose { len.max(slot.accessible) } else { len };
+        slot.set_accessible(accessible).map_err(|e| {
+            crate::Error::Limit(format!(
+                "cannot allocate {} pages of linear memory: {e}",
+                ty.min
+            ))
+        })?;
+        Ok(LinearMemory {
+            def: Box::new(UnsafeCell::new(VmMemory {
+                base: slot.base,
+                length: len as u64,
+            })),
+            ty,
+            slot: RefCell::new(Some(slot)),
+            engine,
+            untouched: Cell::new(true),
+            marked: Cell::new(true),
+            loose: Cell::new(loose),
+        })
+    }
+
+    /// Makes the memory strict for code that does not check bounds: its slot's pages past its
+    /// length become inaccessible (see the module documentation). Once strict, it stays so.
+    pub(crate) fn tighten(&self) -> Result<(), crate::Error> {
+        if !self.loose.replace(false) {
+            return Ok(());
+        }
+        let mut slot = self.slot.borrow_mut();
+        let slot = slot.as_mut().expect("a live memory has its slot");
+        // Nothing of an image lies past the length: it was taken for this memory's size.
+        slot.set_accessible(self.len())
+            .map_err(|e| crate::Error::Limit(format!("cannot shrink a memory slot: {e}")))
+    }
+
+    /// Ends the untouched state before anything can read or write the bytes: an idle image
+    /// still mapped is replaced with zeros.
+    fn expose(&self) {
+        if !self.untouched.replace(false) {
+            return;
+        }
+        let mut slot = self.slot.borrow_mut();
+        let Some(slot) = slot.as_mut() else { return };
+        if let Some(image) = slot.image
+            && slot.unmap_image().is_err()
+        {
+            // Cannot replace the pages: zero them in place (private copies). The slot still
+            // maps the image, so a reset brings it back, as the pool expects (reading them all:
+            // these writes are not marked).
+            // SAFETY: the image lies in the accessible pages; nothing references them yet.
+            unsafe { std::ptr::write_bytes(slot.base.add(image.offset), 0, image.len) };
+            self.writes_unmarked();
+        }
+    }
+
+    /// For an instance that will give this memory `image` of its artifact: ends the untouched
+    /// state and says what the instance found. Pass the result to [`LinearMemory::init_image`], or to
+    /// [`LinearMemory::unclaim`] if instantiation fails before that.
+    pub(crate) fn claim(&self) -> Claim {
+        if self.untouched.replace(false) {
+            Claim::Untouched
+        } else {
+            Claim::Written
+        }
+    }
+
+    /// Gives a claimed memory its initial contents from `image`, as applying the data segments
+    /// the image holds would (none of which can trap: they lie within the minimum size).
+    /// - Untouched: the image is mapped (nothing to do if the slot still has it) or, when small
+    ///   and in resident pages (see [`MemoryConfig::map_image_at`]), copied.
+    /// - Written: only the segments' bytes are copied out of the image.
+    pub(crate) fn init_image(
+        &self,
+        claim: Claim,
+        image: &impl ImageSource,
+    ) -> Result<(), crate::Error> {
+        let (offset, size) = image.range();
+        if offset + size > self.len() {
+            // Only a memory shrunk below its import type could get here; none can.
+            return Err(crate::Error::Limit("memory image out of bounds".into()));
+        }
+        if claim == Claim::Untouched {
+            let config = self.pool().config;
+            let mut slot = self.slot.borrow_mut();
+            let slot = slot.as_mut().expect("a live memory has its slot");
+            // The slot's image is the one it had when the memory was claimed: nothing has
+            // changed it since.
+            if let Some(want) = config.mapping(image) {
+                return slot
+                    .map_image(image, want)
+                    .map_err(|e| crate::Error::Limit(format!("cannot map memory image: {e}")));
+            }
+            slot.unmap_image()
+                .map_err(|e| crate::Error::Limit(format!("cannot reset a memory slot: {e}")))?;
+        }
+        self.mark(offset, size);
+        // SAFETY: the image lies within the accessible pages (checked above); no wasm runs.
+        let dst = unsafe { &mut self.bytes_unexposed()[offset..offset + size] };
+        match claim {
+            Claim::Untouched => image.read(dst)?,
+            Claim::Written => {
+                let mut bytes = vec![0; size];
+                image.read(&mut bytes)?;
+                for (start, end) in image.spans()? {
+                    let (start, end) = (start - offset, end - offset);
+                    dst[start..end].copy_from_slice(&bytes[start..end]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Undoes a claim when instantiation failed before [`LinearMemory::init_image`]: nothing was
+    /// written, but an idle image the memory was claimed over must go.
+    pub(crate) fn unclaim(&self, claim: Claim) {
+        if claim == Claim::Untouched {
+            self.untouched.set(true);
+            self.expose();
+        }
+    }
+
+    pub fn ty(&self) -> MemoryType {
+        MemoryType {
+            min: self.pages(),
+            max: self.ty.max,
+        }
+    }
+
+    /// The definition generated code reads (the memory is exposed: see the type's docs).
+    pub fn vm(&self) -> *mut VmMemory {
+        self.expose();
+        self.def.get()
+    }
+
+    /// The first byte, for generated code, which marks what it writes (the memory is exposed:
+    /// see the type's docs).
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.expose();
+        self.raw_base()
+    }
+
+    /// The first byte, for the host, which may write anything through it: the next reset
+    /// reads the whole memory rather than trust the write marks.
+    pub fn host_base(&self) -> *mut u8 {
+        self.writes_unmarked();
+        self.base()
+    }
+
+    /// Something may write the memory without setting its write marks (the host through the
+    /// raw bytes, code compiled without them): the next reset reads the whole memory.
+    pub(crate) fn writes_unmarked(&self) {
+        self.marked.set(false);
+    }
+
+    /// Sets the write marks of `[offset, offset + len)`, which lies within the memory (see
+    /// [`ephem_module::MARK_SHIFT`]).
+    pub(crate) fn mark(&self, offset: usize, len: usize) {
+        debug_assert!(offset + len <= self.len());
+        // SAFETY: the range lies within the memory; no wasm runs on it while the runtime
+        // writes for it.
+        unsafe { mark_range(self.raw_base(), offset, len) };
+    }
+
+    /// The bytes, for a host function that writes them only through [`HostBytes::get_mut`],
+    /// which marks what it hands out: the memory's reset stays the one by marks.
+    ///
+    /// # Safety
+    /// No wasm code may run on this memory while the result is alive.
+    pub(crate) unsafe fn host_bytes(&self) -> HostBytes<'_> {
+        self.expose();
+        HostBytes {
+            // SAFETY: per the contract.
+            bytes: unsafe { self.bytes_unexposed() },
+            base: Some(self.raw_base()),
+        }
+    }
+
+    /// `[offset, offset + len)` to write, marked as written (see [`LinearMemory::mark`]).
+    ///
+    /// # Safety
+    /// As for [`LinearMemory::bytes`]; the range lies within the memory.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn to_write(&self, offset: usize, len: usize) -> &mut [u8] {
+        self.expose();
+        self.mark(offset, len);
+        // SAFETY: per the contract.
+        unsafe { &mut self.bytes_unexposed()[offset..offset + len] }
+    }
+
+    /// The accessible bytes, to read.
+    ///
+    /// # Safety
+    /// No wasm code may run on this memory while the slice is alive.
+    pub unsafe fn bytes_to_read(&self) -> &[u8] {
+        self.expose();
+        // SAFETY: per the contract.
+        unsafe { self.bytes_unexposed() }
+    }
+
+    fn raw_base(&self) -> *mut u8 {
+        // SAFETY: plain read of our own definition.
+        unsafe { (*self.def.get()).base }
+    }
+
+    pub fn len(&self) -> usize {
+        // SAFETY: plain read of our own definition.
+        unsafe { (*self.def.get()).length as usize }
+    }
+
+    pub fn pages(&self) -> u32 {
+        (self.len() as u64 / PAGE) as u32
+    }
+
+    /// The most bytes its type allows, if it says.
+    pub(crate) fn max_bytes(&self) -> Option<usize> {
+        self.ty.max.map(|m| m as usize * PAGE as usize)
+    }
+
+    /// Grows by `delta` pages; returns the old size in pages, or `None` past the maximum.
+    pub fn grow(&self, delta: u32) -> Option<u32> {
+        let old = self.pages();
+        let new = old.checked_add(delta)?;
+        if new > self.ty.max.unwrap_or(MAX_PAGES).min(MAX_PAGES) {
+            return None;
+        }
+        if delta > 0 {
+            let start = self.len();
+            let bytes = delta as usize * PAGE as usize;
+            if !self.pool().reserve_bytes(bytes) {
+                return None;
+            }
+            let release = || self.pool().release_bytes(bytes);
+            let mut slot = self.slot.borrow_mut();
+            let slot = slot.as_mut().expect("a live memory has its slot");
+            // A loose memory's slot may have the pages accessible (and zero) already.
+            if slot.accessible < start + bytes {
+                slot.set_accessible(start + bytes)
+                    .inspect_err(|_| release())
+                    .ok()?;
+            }
+            // SAFETY: only this memory's owners write its definition, never concurrently.
+            unsafe { (*self.def.get()).length = new as u64 * PAGE };
+        }
+        Some(old)
+    }
+
+    /// Copies `buf.len()` bytes at `offset` out of the memory.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), crate::Error> {
+        let end = offset.checked_add(buf.len()).filter(|&e| e <= self.len());
+        let end = end.ok_or_else(|| {
+            crate::Error::Usage(format!(
+                "read of {} bytes at {offset} is out of bounds",
+                buf.len()
+            ))
+        })?;
+        // SAFETY: bounds checked; the embedder is not running wasm while it holds `&self` here.
+        buf.copy_from_slice(unsafe { &self.bytes_to_read()[offset..end] });
+        Ok(())
+    }
+
+    /// Copies `data` into the memory at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), crate::Error> {
+        let end = offset.checked_add(data.len()).filter(|&e| e <= self.len());
+        let end = end.ok_or_else(|| {
+            crate::Error::Usage(format!(
+                "write of {} bytes at {offset} is out of bounds",
+                data.len()
+            ))
+        })?;
+        // SAFETY: bounds checked; the embedder is not running wasm while it holds `&self` here.
+        unsafe { self.to_write(offset, end - offset).copy_from_slice(data) };
+        Ok(())
+    }
+
+    /// The accessible bytes, for the host to write as it likes: the next reset reads the
+    /// whole memory rather than trust the write marks.
+    ///
+    /// # Safety
+    /// No wasm code may run on this memory while the slice is alive.
+    #[allow(clippy::mut_from_ref)] // Exclusivity is the documented caller contract.
+    pub unsafe fn bytes(&self) -> &mut [u8] {
+        self.writes_unmarked();
+        self.expose();
+        // SAFETY: `[base, base + len)` is mapped read+write; exclusivity per the contract.
+        unsafe { self.bytes_unexposed() }
+    }
+
+    /// As [`LinearMemory::bytes`], for the runtime's own writes that keep the untouched state right.
+    ///
+    /// # Safety
+    /// As for [`LinearMemory::bytes`].
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn bytes_unexposed(&self) -> &mut [u8] {
+        // SAFETY: `[base, base + len)` is mapped read+write; exclusivity per the contract.
+        unsafe { std::slice::from_raw_parts_mut(self.raw_base(), self.len()) }
+    }
+}
+
+impl Drop for LinearMemory {
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.get_mut().take() else {
+            return;
+        };
+        let pool = self.pool();
+        pool.release_bytes(self.len());
+        pool.give_back(
+            slot,
+            self.ty.min as usize * PAGE as usize,
+            self.marked.get(),
+            self.loose.get(),
+        );
+    }
+}

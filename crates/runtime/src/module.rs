@@ -1,0 +1,284 @@
+//! What a loaded module is: an open [`Artifact`] bound to an engine, with its vmctx layout and
+//! canonical type ids, and what it imports and exports.
+//!
+//! A [`Module`] is made from a file, or in memory from a freshly compiled module (the same
+//! format in a memory file), so there is one loading path (see `instance` for loading and
+//! instantiating it).
+
+use std::sync::Arc;
+
+use ephem_artifact::{Artifact, ArtifactKey};
+use ephem_module::{CompiledModule, EntityIndex, ImportKind, VmFuncRef, VmOffsets, native};
+
+use crate::{Engine, Error, FuncType, GlobalType, MemoryType, TableType};
+
+/// A compiled module ready to instantiate. Cheap to clone.
+#[derive(Clone)]
+pub struct Module {
+    pub(crate) inner: Arc<ModuleInner>,
+}
+
+pub(crate) struct ModuleInner {
+    pub(crate) engine: Engine,
+    pub(crate) artifact: Artifact,
+    pub(crate) offsets: VmOffsets,
+    pub(crate) type_ids: Arc<[u32]>,
+}
+
+impl ModuleInner {
+    /// The vmctx funcref slot of function `func`, which is imported or eager: the only
+    /// functions the host takes a funcref of (the metadata checks hold every export, kept
+    /// element item, global initialiser and start function to that).
+    pub(crate) fn funcref_slot(&self, func: u32) -> u32 {
+        let imported = self.artifact.info().imported_funcs.to_native();
+        let eager = self.artifact.eager();
+        VmOffsets::eager_slot(imported, eager, func).expect("an eager function")
+    }
+
+    /// The funcref of this module's function whose code starts at text offset `code` and has
+    /// type `ty`, for the instance whose text is at `text` and vmctx at `vm`.
+    pub(crate) fn funcref(&self, text: *const u8, vm: *mut u8, code: u32, ty: u32) -> VmFuncRef {
+        let trampoline = self.artifact.trampolines()[ty as usize].to_native();
+        VmFuncRef {
+            code: text.wrapping_add(code as usize),
+            vmctx: vm,
+            trampoline: text.wrapping_add(trampoline as usize),
+            type_id: self.type_ids[ty as usize],
+        }
+    }
+}
+
+impl Module {
+    /// Prepares a freshly compiled module for instantiation with `engine` (through an artifact
+    /// in a memory file: see the module documentation).
+    pub fn from_compiled(engine: &Engine, compiled: &CompiledModule) -> Result<Module, Error> {
+        Ok(Module::from_artifact(
+            engine,
+            Artifact::from_compiled(compiled)?,
+        ))
+    }
+
+    /// Opens the artifact at `path`, which must be sealed with `key` (see [`Artifact::open`]
+    /// for what is checked).
+    pub fn from_artifact_file(
+        engine: &Engine,
+        path: &std::path::Path,
+        key: &ArtifactKey,
+    ) -> Result<Module, Error> {
+        Ok(Module::from_artifact(engine, Artifact::open(path, key)?))
+    }
+
+    /// The module as a sealed artifact file's bytes (sealed with the engine's key, see
+    /// [`crate::Config::artifact_key`]), for [`Module::deserialize_file`] or `ephem run`.
+    pub fn serialize(&self) -> Result<Vec<u8>, Error> {
+        use std::os::unix::fs::FileExt;
+        let artifact = &self.inner.artifact;
+        let len = usize::try_from(artifact.file_len())
+            .map_err(|_| Error::Usage("artifact larger than the address space".into()))?;
+        let mut bytes = vec![0; len];
+        artifact.shared_file().read_exact_at(&mut bytes, 0)?;
+        ephem_artifact::format::reseal(&mut bytes, self.inner.engine.artifact_key()?);
+        Ok(bytes)
+    }
+
+    /// Opens an artifact file that [`Module::serialize`] (or `ephem compile`) wrote, verifying
+    /// its seal with the engine's key and checking its metadata (see [`Artifact::open`]).
+    ///
+    /// # Safety
+    /// `unsafe` as wasmtime's: an artifact is native code. ephem checks the seal, so the
+    /// caller's part is that the key is the deployment's own, known to no one who should not
+    /// run code here.
+    pub unsafe fn deserialize_file(
+        engine: &Engine,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Module, Error> {
+        Module::from_artifact_file(engine, path.as_ref(), engine.artifact_key()?)
+    }
+
+    /// Opens the artifact at `path` without checking its seal (its metadata is checked).
+    ///
+    /// # Safety
+    /// As [`Artifact::open_unverified`]: the caller vouches for the file's machine code.
+    pub unsafe fn from_file_unverified(
+        engine: &Engine,
+        path: &std::path::Path,
+    ) -> Result<Module, Error> {
+        // SAFETY: per the contract.
+        Ok(Module::from_artifact(engine, unsafe {
+            Artifact::open_unverified(path)?
+        }))
+    }
+
+    /// Prepares an open artifact for instantiation with `engine`.
+    pub fn from_artifact(engine: &Engine, artifact: Artifact) -> Module {
+        let info = artifact.info();
+        let type_ids = engine.type_ids(&artifact);
+        let offsets = VmOffsets::for_archived(info, artifact.funcref_slots());
+        Module {
+            inner: Arc::new(ModuleInner {
+                engine: engine.borrow(),
+                artifact,
+                offsets,
+                type_ids,
+            }),
+        }
+    }
+
+    /// The engine the module was loaded for.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The open artifact the module runs from.
+    pub fn artifact(&self) -> &Artifact {
+        &self.inner.artifact
+    }
+
+    /// Whether this module's start function ran when it was compiled, so that instantiation
+    /// starts from the state it left instead of running it (see `compile::snapshot`).
+    pub fn start_ran_at_compile(&self) -> bool {
+        self.inner.artifact.info().snapshot.is_some()
+    }
+
+    /// The module's imports, in order.
+    pub fn imports(&self) -> impl Iterator<Item = ImportRef<'_>> {
+        // Imports come first in each index space: count them per kind.
+        let mut counts = [0u32; 4];
+        self.inner.artifact.info().imports.iter().map(move |i| {
+            let kind: ImportKind = native(&i.kind);
+            let count = &mut counts[match kind {
+                ImportKind::Func(_) => 0,
+                ImportKind::Memory(_) => 1,
+                ImportKind::Table(_) => 2,
+                ImportKind::Global(_) => 3,
+            }];
+            *count += 1;
+            ImportRef {
+                module: i.module.as_str(),
+                name: i.name.as_str(),
+                kind,
+                index: *count - 1,
+            }
+        })
+    }
+}
+
+impl Module {
+    /// The module's exports, in order.
+    pub fn exports(&self) -> impl Iterator<Item = ExportRef<'_>> {
+        let info = self.inner.artifact.info();
+        info.exports.iter().map(move |e| ExportRef {
+            name: e.name.as_str(),
+            ty: match native(&e.index) {
+                EntityIndex::Func(i) => ExternType::Func(
+                    info.types[info.funcs[i as usize].to_native() as usize].native(),
+                ),
+                EntityIndex::Memory(i) => ExternType::Memory(native(&info.memories[i as usize])),
+                EntityIndex::Table(i) => ExternType::Table(native(&info.tables[i as usize])),
+                EntityIndex::Global(i) => ExternType::Global(native(&info.globals[i as usize])),
+            },
+        })
+    }
+
+    /// The type of import `import` (a function's by value, not by index).
+    pub fn import_type(&self, import: &ImportRef<'_>) -> ExternType {
+        match import.kind {
+            ImportKind::Func(t) => {
+                ExternType::Func(self.inner.artifact.info().types[t as usize].native())
+            }
+            ImportKind::Memory(ty) => ExternType::Memory(ty),
+            ImportKind::Table(ty) => ExternType::Table(ty),
+            ImportKind::Global(ty) => ExternType::Global(ty),
+        }
+    }
+
+    pub(crate) fn type_id(&self, type_index: u32) -> u32 {
+        self.inner.type_ids[type_index as usize]
+    }
+}
+
+/// One export of a module: its name and type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportRef<'a> {
+    /// The export's name.
+    pub name: &'a str,
+    /// What it is.
+    pub ty: ExternType,
+}
+
+/// The type of an import or export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExternType {
+    /// A function of this type.
+    Func(FuncType),
+    /// A linear memory of these limits.
+    Memory(MemoryType),
+    /// A table of these limits and element type.
+    Table(TableType),
+    /// A global of this type.
+    Global(GlobalType),
+}
+
+/// As the text format writes types: `(func (param i32) (result i64))`, `(memory 1 2)`.
+impl std::fmt::Display for ExternType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn name(t: &crate::ValType) -> &'static str {
+            match t {
+                crate::ValType::I32 => "i32",
+                crate::ValType::I64 => "i64",
+                crate::ValType::F32 => "f32",
+                crate::ValType::F64 => "f64",
+                crate::ValType::FuncRef => "funcref",
+                crate::ValType::ExternRef => "externref",
+                crate::ValType::V128 => "v128",
+            }
+        }
+        let limits = |min: u32, max: Option<u32>| match max {
+            Some(max) => format!("{min} {max}"),
+            None => min.to_string(),
+        };
+        match self {
+            ExternType::Func(ty) => {
+                write!(f, "(func")?;
+                for (what, list) in [("param", &ty.params), ("result", &ty.results)] {
+                    if !list.is_empty() {
+                        let names: Vec<_> = list.iter().map(name).collect();
+                        write!(f, " ({what} {})", names.join(" "))?;
+                    }
+                }
+                write!(f, ")")
+            }
+            ExternType::Memory(ty) => write!(f, "(memory {})", limits(ty.min, ty.max)),
+            ExternType::Table(ty) => {
+                write!(f, "(table {} {})", limits(ty.min, ty.max), name(&ty.elem))
+            }
+            ExternType::Global(ty) if ty.mutable => write!(f, "(global (mut {}))", name(&ty.ty)),
+            ExternType::Global(ty) => write!(f, "(global {})", name(&ty.ty)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let info = self.inner.artifact.info();
+        f.debug_struct("Module")
+            .field("functions", &info.funcs.len())
+            .field("imports", &info.imports.len())
+            .field("exports", &info.exports.len())
+            .field("text_bytes", &self.inner.artifact.text_len())
+            .finish()
+    }
+}
+
+/// One import of a module: what it is called and what it must be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportRef<'a> {
+    /// The module name the import names.
+    pub module: &'a str,
+    /// The name within that module.
+    pub name: &'a str,
+    /// What is imported (a function by its type index).
+    pub kind: ImportKind,
+    /// What the import is in the module's index space of its kind.
+    pub index: u32,
+}
