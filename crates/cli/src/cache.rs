@@ -87,7 +87,7 @@ pub fn load(
             unsafe { Module::from_file_unverified(engine, path) }
         } else {
             let key = cache_args.key()?;
-            Module::from_file(engine, path, &key)
+            Module::from_artifact_file(engine, path, &key)
         };
         return opened.with_context(|| format!("opening {}", path.display()));
     }
@@ -124,9 +124,9 @@ pub struct ImageArgs {
     /// The largest memory image an artifact may hold (a `k`, `m` or `g` suffix for KiB, MiB,
     /// GiB; 0: none): a memory whose initial data spans more is initialised by copying its
     /// segments instead.
-    #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = ephem::units::parse_size_usize)]
     max_image_size: Option<usize>,
-    /// Compile stores without write marks: about 3 % faster compute, a slower reset of each
+    /// Compile stores without write marks: slightly faster compute, a slower reset of each
     /// instance's memory (it reads the memory, or asks the kernel, instead).
     #[arg(long)]
     no_write_marks: bool,
@@ -155,6 +155,17 @@ impl ImageArgs {
 
 /// `ephem compile IN -o OUT`.
 pub fn compile(args: CompileArgs) -> anyhow::Result<()> {
+    // The output's directory must exist: a mistyped path is an error, not a new directory
+    // (the cache's writer makes its own directories; this is not the cache).
+    if let Some(dir) = args.output.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.is_dir()
+    {
+        anyhow::bail!(
+            "writing {}: the directory {} does not exist",
+            args.output.display(),
+            dir.display()
+        );
+    }
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let compiler = args.image.apply(Compiler::new()?);
@@ -181,16 +192,16 @@ pub fn command(cmd: CacheCommand) -> anyhow::Result<()> {
         CacheCommand::Stats(args) => {
             let cache = args.cache()?;
             let s = cache.stats()?;
-            println!("directory: {}", cache.dir().display());
-            println!("entries: {}", s.entries);
-            println!("temporary files: {}", s.temps);
-            println!("bytes: {}", s.bytes);
-            println!("max_bytes: {}", s.max_bytes);
+            outln!("directory: {}", cache.dir().display())?;
+            outln!("entries: {}", s.entries)?;
+            outln!("temporary files: {}", s.temps)?;
+            outln!("bytes: {}", s.bytes)?;
+            outln!("max_bytes: {}", s.max_bytes)?;
         }
         CacheCommand::Clear(args) => {
             let cache = args.cache()?;
             let n = cache.clear()?;
-            println!("removed {n} entries from {}", cache.dir().display());
+            outln!("removed {n} entries from {}", cache.dir().display())?;
         }
     }
     Ok(())

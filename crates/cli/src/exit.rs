@@ -70,10 +70,20 @@ pub fn message(error: &anyhow::Error) -> String {
     out
 }
 
+/// Whether `error` is a write to a pipe whose reader is gone.
+fn closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Ends the process for `result`: the message on standard error and the code.
 pub fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(SUCCESS),
+        // Whoever read our output stopped reading (`| head`): nothing is wrong on our side.
+        Err(e) if closed_pipe(&e) => ExitCode::from(SUCCESS),
         // The guest chose to exit: its status, and nothing of ours on stderr.
         Err(e) if guest_exit(&e).is_some() => ExitCode::from(code(&e)),
         Err(e) => {

@@ -1,5 +1,14 @@
 //! The `ephem` command line.
 
+/// `println!` that returns a failed write instead of panicking: a reader that closed the pipe
+/// early (`ephem cache stats | head -1`) ends the command quietly (see `exit::finish`).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod cache;
 mod exit;
 mod run;
@@ -40,8 +49,28 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    exit::finish(dispatch(Cli::parse()))
+    exit::finish(dispatch(Cli::parse_from(with_default_command(
+        std::env::args_os(),
+    ))))
 }
+
+/// `ephem prog.wasm …` is `ephem run prog.wasm …`, as with `wasmtime`: a first argument that
+/// is neither a flag nor a command's name is a module to run.
+fn with_default_command(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let mut args: Vec<_> = args.into_iter().collect();
+    if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
+        let command = Cli::command();
+        let named = first == "help" || command.find_subcommand(first).is_some();
+        if !first.starts_with('-') && !named {
+            args.insert(1, "run".into());
+        }
+    }
+    args
+}
+
 
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -51,5 +80,37 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::serve(args),
         Command::Wast(args) => wast::run(args),
         Command::Bench(bench) => ephem_bench::run(bench),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_default_command;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        let list = list.iter().map(std::ffi::OsString::from);
+        with_default_command(list)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_module_as_first_argument_is_run() {
+        assert_eq!(
+            args(&["ephem", "hello.wasm", "x"]),
+            ["ephem", "run", "hello.wasm", "x"]
+        );
+        assert_eq!(
+            args(&["ephem", "run", "a.wasm"]),
+            ["ephem", "run", "a.wasm"]
+        );
+        assert_eq!(
+            args(&["ephem", "cache", "stats"]),
+            ["ephem", "cache", "stats"]
+        );
+        assert_eq!(args(&["ephem", "--help"]), ["ephem", "--help"]);
+        assert_eq!(args(&["ephem", "help"]), ["ephem", "help"]);
+        assert_eq!(args(&["ephem"]), ["ephem"]);
     }
 }

@@ -44,13 +44,13 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     fuel: Option<u64>,
     /// Wall-clock time per call at most (`500ms`, `2s`).
-    #[arg(long, value_name = "DURATION", value_parser = crate::run::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = ephem::units::parse_duration)]
     timeout: Option<std::time::Duration>,
     /// Linear memory per instance at most (`k`, `m`, `g` suffixes).
-    #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = ephem::units::parse_size_usize)]
     max_memory: Option<usize>,
     /// Largest module upload (`k`, `m`, `g` suffixes).
-    #[arg(long, value_name = "SIZE", value_parser = ephem_bench::load::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = ephem::units::parse_size_usize)]
     max_module: Option<usize>,
     /// Accepts modules importing what the server lacks: such functions trap when called,
     /// memories and tables are fresh per call.

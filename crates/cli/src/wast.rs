@@ -10,7 +10,7 @@ pub struct Args {
     /// .wast files, or directories whose .wast files are run (sorted by name).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// Print every failure (and skip) with its line.
+    /// Also print every skipped assertion with its line (failures always are).
     #[arg(long, short)]
     verbose: bool,
     /// Load each module into a code slot that just held another module.
@@ -60,24 +60,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &text,
             reuse,
         );
-        println!(
+        outln!(
             "{}: {} passed, {} failed, {} skipped",
             file.display(),
             outcome.passed,
             outcome.failed,
             outcome.skipped
-        );
-        if args.verbose {
-            for note in &outcome.notes {
-                println!("  {note}");
+        )?;
+        // Failures always say why; skips only when asked.
+        for note in &outcome.notes {
+            if args.verbose || !note.starts_with("skipped:") {
+                outln!("  {note}")?;
             }
         }
         total.add(&outcome);
     }
-    println!(
+    outln!(
         "spec: {} passed, {} failed, {} skipped",
-        total.passed, total.failed, total.skipped
-    );
+        total.passed,
+        total.failed,
+        total.skipped
+    )?;
     if total.failed > 0 {
         std::process::exit(1);
     }

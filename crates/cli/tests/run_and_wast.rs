@@ -262,9 +262,134 @@ fn wast_prints_a_line_per_file_and_the_totals() {
         lines[1].ends_with("b.wast: 0 passed, 1 failed, 0 skipped"),
         "{stdout}"
     );
-    assert_eq!(lines[2], "spec: 3 passed, 1 failed, 0 skipped");
+    // The failure says where and why, without `-v`.
+    assert!(
+        lines[2].starts_with("  ") && lines[2].contains("b.wast:1"),
+        "{stdout}"
+    );
+    assert_eq!(lines[3], "spec: 3 passed, 1 failed, 0 skipped");
     assert!(
         !out.status.success(),
         "a failing assertion fails the command"
     );
+}
+
+/// What a new user tried from a fresh clone, each fixed.
+mod first_steps {
+    use super::*;
+
+    #[test]
+    fn a_module_without_a_command_is_run() {
+        let out = ephem(&["examples/fib.wat", "--invoke", "fib", "10"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), "55\n");
+    }
+
+    #[test]
+    fn sizes_take_binary_units_and_a_bad_one_names_the_accepted_forms() {
+        for size in ["2MiB", "2m", "2097152", "64KiB"] {
+            let out = ephem(&[
+                "run",
+                "examples/fib.wat",
+                "--max-memory",
+                size,
+                "--invoke",
+                "fib",
+                "3",
+            ]);
+            assert!(
+                out.status.success(),
+                "{size}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let out = ephem(&["run", "examples/fib.wat", "--max-memory", "2MB"]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("MiB") && err.contains("KiB"), "{err}");
+        let out = ephem(&["run", "examples/fib.wat", "--timeout", "soon"]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("250ms"), "{err}");
+    }
+
+    #[test]
+    fn compile_refuses_an_output_directory_that_does_not_exist() {
+        let tmp = ephem_test_support::temp_dir();
+        let missing = tmp.path().join("missing");
+        let out_path = missing.join("x.ephem");
+        let out = ephem(&[
+            "compile",
+            "examples/fib.wat",
+            "-o",
+            out_path.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("does not exist"), "{err}");
+        assert!(!missing.exists(), "no directory was made");
+    }
+
+    #[test]
+    fn a_reader_that_stops_early_is_no_error() {
+        let cache = ephem_test_support::temp_dir();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ephem"))
+            .args(["cache", "stats"])
+            .env("EPHEM_CACHE_DIR", cache.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close our end before it writes: every write finds the pipe closed.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(out.status.code(), Some(0), "{err}");
+    }
+
+    #[test]
+    fn wast_failures_say_why_without_verbose() {
+        let tmp = ephem_test_support::temp_dir();
+        let file = module_file(
+            &tmp,
+            "f.wast",
+            r#"(module (func (export "one") (result i32) (i32.const 1)))
+               (assert_return (invoke "one") (i32.const 2))"#,
+        );
+        let out = ephem(&["wast", &file]);
+        assert_eq!(out.status.code(), Some(1));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("1 failed"), "{text}");
+        assert!(
+            text.contains("f.wast:2"),
+            "the failure's line and reason: {text}"
+        );
+    }
+
+    #[test]
+    fn zero_fuel_runs_nothing() {
+        let out = ephem(&[
+            "run",
+            "examples/fib.wat",
+            "--fuel",
+            "0",
+            "--print-fuel",
+            "--invoke",
+            "fib",
+            "10",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(134),
+            "it traps at entry, as wasmtime does"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("fuel consumed: 0"), "{err}");
+        assert!(out.stdout.is_empty());
+    }
 }

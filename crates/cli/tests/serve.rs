@@ -174,7 +174,7 @@ fn sigterm_finishes_the_requests_in_flight() {
     assert!(t.elapsed() < Duration::from_secs(10));
 }
 
-/// A line per request only with `--access-log`: it costs throughput (BENCHMARKS.md).
+/// A line per request only with `--access-log`: it costs throughput (BENCHMARKS.md, Serve).
 #[test]
 fn requests_are_logged_only_with_an_access_log() {
     for (flags, expected) in [(&[][..], false), (&["--access-log"][..], true)] {

@@ -7,7 +7,26 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+
+/// A size in a configuration file: a number of bytes, or a string in any form
+/// [`ephem::units::parse_size`] accepts.
+fn size<'de, D: Deserializer<'de>, T: TryFrom<u64>>(d: D) -> Result<T, D::Error> {
+    use serde::de::Error;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bytes(u64),
+        Text(String),
+    }
+    let bytes = match Raw::deserialize(d)
+        .map_err(|_| D::Error::custom(format!("expected {}", ephem::units::SIZE_FORMS)))?
+    {
+        Raw::Bytes(n) => n,
+        Raw::Text(s) => ephem::units::parse_size(&s).map_err(D::Error::custom)?,
+    };
+    T::try_from(bytes).map_err(|_| D::Error::custom(format!("{bytes} bytes is too large")))
+}
 
 /// Everything `ephem serve` is configured with. Every field has a default, so an empty file is
 /// a valid configuration.
@@ -39,7 +58,9 @@ pub struct Config {
     /// the artifact store, made on first use.
     pub artifact_key_file: Option<PathBuf>,
     /// Bound on the artifact store's size; least recently used artifacts go first (they are
-    /// compiled again from the kept module when next called).
+    /// compiled again from the kept module when next called). A size: a number of bytes or a
+    /// string such as `"1GiB"` (see `ephem::units`).
+    #[serde(deserialize_with = "size")]
     pub artifacts_max_bytes: u64,
     /// A file holding the bearer token that uploads and calls must present.
     pub token_file: Option<PathBuf>,
@@ -120,7 +141,8 @@ impl Config {
     }
 }
 
-/// What one call may take. Every field is a ceiling; see [`Limits::lowered`].
+/// What one call may take. Every field is a ceiling; see [`Limits::lowered`]. Sizes are a
+/// number of bytes or a string such as `"2MiB"` (see `ephem::units`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
@@ -130,13 +152,17 @@ pub struct Limits {
     pub timeout_ms: u64,
     /// Bytes of linear memory per instance: `memory.grow` past it returns -1, and a module
     /// whose initial memory is larger fails with a limit error.
+    #[serde(deserialize_with = "size")]
     pub max_memory: u64,
     /// Bytes of an uploaded module (larger: `413`).
+    #[serde(deserialize_with = "size")]
     pub max_module: usize,
     /// Bytes of a call's request body (arguments, or a command's stdin; larger: `413`).
+    #[serde(deserialize_with = "size")]
     pub max_input: usize,
     /// Bytes of a command's stdout kept (writes past it fail with `ENOSPC` in the guest);
     /// stderr keeps its first [`STDERR_BYTES`].
+    #[serde(deserialize_with = "size")]
     pub max_output: usize,
 }
 
@@ -209,6 +235,30 @@ mod tests {
         assert_eq!(c.limits.timeout_ms, Limits::default().timeout_ms);
         assert_eq!(c.queue(), 3);
         assert!(toml::from_str::<Config>("wrokers = 3\n").is_err());
+    }
+
+    #[test]
+    fn sizes_are_bytes_or_any_form_of_the_one_size_parser() {
+        let c: Config = toml::from_str(
+            "artifacts_max_bytes = \"1GiB\"\n[limits]\nmax_memory = \"2m\"\n\
+             max_module = \"64KiB\"\nmax_input = 1024\nmax_output = \"3MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.artifacts_max_bytes, 1 << 30);
+        assert_eq!(c.limits.max_memory, 2 << 20);
+        assert_eq!(c.limits.max_module, 64 << 10);
+        assert_eq!(c.limits.max_input, 1024);
+        assert_eq!(c.limits.max_output, 3 << 20);
+        let e = toml::from_str::<Config>("[limits]\nmax_memory = \"2MB\"\n").unwrap_err();
+        assert!(
+            e.to_string().contains("MiB"),
+            "the accepted forms are named: {e}"
+        );
+        let e = toml::from_str::<Config>("[limits]\nmax_memory = true\n").unwrap_err();
+        assert!(
+            e.to_string().contains("MiB"),
+            "the accepted forms are named: {e}"
+        );
     }
 
     /// The configuration the Kubernetes manifests ship is one the server accepts.

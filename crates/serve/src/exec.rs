@@ -300,7 +300,7 @@ impl Executor {
         };
         let mut store = Store::new(&self.engine, host);
         store.limiter(|h| &mut h.limits);
-        store.set_fuel(limits.fuel);
+        store.set_fuel(limits.fuel).unwrap();
         let tick = TICK.as_millis() as u64;
         store.set_epoch_deadline(limits.timeout_ms.div_ceil(tick) + 1);
         store
@@ -311,7 +311,7 @@ impl Executor {
 /// what JSON readers keep exactly), floats as numbers or `"nan"`, `"inf"`, `"-inf"`, a `v128`
 /// as a `0x` hexadecimal string, references as `null`.
 pub fn from_json(ty: ValType, v: &Value) -> Result<Val, CallError> {
-    let bad = || CallError::BadRequest(format!("`{v}` is not a {ty:?}"));
+    let bad = || CallError::BadRequest(format!("`{v}` is not a value of type {ty}"));
     let int = |bits: u32| -> Result<i128, CallError> {
         let n = match v {
             Value::Number(n) => n.as_i64().map(i128::from).or(n.as_u64().map(i128::from)),

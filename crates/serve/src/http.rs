@@ -17,7 +17,8 @@
 //! headers `x-ephem-exit-code`, `x-ephem-fuel-used`, `x-ephem-time-us` and `x-ephem-stderr`;
 //! a non-zero exit status is still `200`. Every error body is JSON: `{error, message}`, with
 //! `kind` for traps (`OutOfFuel`, `Interrupted`, `MemoryOutOfBounds`, …). Limits may be lowered
-//! per request with the query parameters `fuel`, `timeout_ms`, `max_memory` and `max_output`.
+//! per request with the query parameters `fuel`, `timeout_ms` (or `timeout`, a duration such as
+//! `250ms`), `max_memory` and `max_output` (sizes such as `1m` or `2MiB`; see `ephem::units`).
 //! A call the server has no room for is answered `503` (with `Retry-After`) before its body is
 //! read ([`Room`]).
 
@@ -285,7 +286,7 @@ async fn blocking<R: Send + 'static>(
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))
 }
 
-async fn upload(State(shared): App, wasm: Bytes) -> Result<Response, ApiError> {
+async fn upload(State(shared): App, Body(wasm): Body) -> Result<Response, ApiError> {
     let permit = shared.compiles.clone().acquire_owned().await;
     let s = shared.clone();
     let (id, found, created) = blocking(move || {
@@ -349,11 +350,18 @@ fn parse_query(raw: Option<&str>, command: bool) -> Result<CallQuery, ApiError> 
             v.parse::<u64>()
                 .map_err(|_| bad(format!("`{k}={v}`: expected a number")))
         };
+        let size = |v: &str| ephem::units::parse_size(v).map_err(|e| bad(format!("`{k}`: {e}")));
         match k.as_str() {
             "fuel" => q.limits.fuel = Some(number(&v)?),
             "timeout_ms" => q.limits.timeout_ms = Some(number(&v)?),
-            "max_memory" => q.limits.max_memory = Some(number(&v)?),
-            "max_output" => q.limits.max_output = Some(number(&v)? as usize),
+            "timeout" => {
+                let d = ephem::units::parse_duration(&v).map_err(|e| bad(format!("`{k}`: {e}")))?;
+                q.limits.timeout_ms = Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
+            }
+            "max_memory" => q.limits.max_memory = Some(size(&v)?),
+            "max_output" => {
+                q.limits.max_output = Some(usize::try_from(size(&v)?).unwrap_or(usize::MAX))
+            }
             "arg" if command => q.args.push(v),
             "input" if command => q.input = Some(v),
             "env" if command => match v.split_once('=') {
@@ -379,6 +387,29 @@ impl Workers {
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, ApiError> {
         on_worker(&self.0, f).await
+    }
+}
+
+/// A request's body. A body past its route's limit is refused with `413` and a JSON error, as
+/// every other error is (axum's own rejection is plain text).
+pub struct Body(pub Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Body, ApiError> {
+        match <Bytes as axum::extract::FromRequest<S>>::from_request(req, state).await {
+            Ok(bytes) => Ok(Body(bytes)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
+                e.status(),
+                "too_large",
+                format!(
+                    "the body is larger than this route's limit ({})",
+                    e.body_text()
+                ),
+            )),
+            Err(e) => Err(ApiError::new(e.status(), "bad_request", e.body_text())),
+        }
     }
 }
 
@@ -498,7 +529,7 @@ async fn invoke(
     Path((id, export)): Path<(String, String)>,
     RawQuery(query): RawQuery,
     _: Room,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     let query = parse_query(query.as_deref(), false)?;
     let args: Vec<Value> = if body.iter().all(u8::is_ascii_whitespace) {
@@ -534,7 +565,7 @@ async fn run(
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
     _: Room,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     let query = parse_query(query.as_deref(), true)?;
     let limits = shared.config.limits.lowered(&query.limits);

@@ -192,9 +192,11 @@ fn every_error_has_its_status_and_says_why() {
         body["message"].as_str().unwrap().contains("type mismatch"),
         "{body}"
     );
+    let (status, body) = upload(&c, base, vec![0; 8192]);
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(
-        upload(&c, base, vec![0; 8192]).0,
-        StatusCode::PAYLOAD_TOO_LARGE
+        body["error"], "too_large",
+        "413 is JSON as every other error: {body}"
     );
     let (status, body) = upload(&c, base, wasm(r#"(module (import "env" "f" (func)))"#));
     assert_eq!(status, StatusCode::BAD_REQUEST);
