@@ -1,6 +1,8 @@
 //! What the side-by-side binaries of this package share: the statistics their tables report,
 //! and the wasmtime side of the fresh-instance comparisons ([`wt`]).
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod wt;
 
 use std::time::Duration;

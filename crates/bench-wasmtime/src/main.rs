@@ -10,6 +10,8 @@
 //! The two runtimes take turns in blocks of the same random picks (see `main`). wasmtime's
 //! compiled files go to a directory of their own, beside ephem's cache.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use std::time::Duration;
 
 use anyhow::Context;

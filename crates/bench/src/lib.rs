@@ -15,6 +15,8 @@
 //! Current results and the commands that produced them are in BENCHMARKS.md; their history is in
 //! docs/bench-log/.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod chart;
 pub mod fresh;
 pub mod load;

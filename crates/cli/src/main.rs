@@ -1,5 +1,7 @@
 //! The `ephem` command line.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 /// `println!` that returns a failed write instead of panicking: a reader that closed the pipe
 /// early (`ephem cache stats | head -1`) ends the command quietly (see `exit::finish`).
 macro_rules! outln {
@@ -70,7 +72,6 @@ fn with_default_command(
     }
     args
 }
-
 
 fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {

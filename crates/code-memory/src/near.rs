@@ -1,6 +1,7 @@
 //! Slots a thread keeps in front of a pool's shared list, so that a thread that uses the same
 //! modules again takes their slots back without the pool's lock or a line another thread
-//! writes. The code pool keeps its code slots here, and the runtime its memory slots.
+//! writes. The code pool keeps its code slots here, the arena its mapped texts' places, and the
+//! runtime its memory slots.
 //!
 //! A [`Kept`] lives in a thread-local of its user (`thread_local!` statics cannot be generic).
 //! A pool is known by its address, which the entries' weak references keep from being reused;

@@ -5,8 +5,10 @@
 //! Cranelift IR (our own translator, `translate`), compiles the functions in parallel, and
 //! links them into one position-independent text with per-type entry trampolines and host
 //! adapters, laid out by calls (see `layout_order`). Intra-module calls are resolved here;
-//! everything that differs per process or per instance is reached through the instance
-//! context, so the text needs no relocation at load.
+//! everything that differs per instance is reached through the instance context. The only
+//! relocations left for load time are absolute addresses of the runtime's float library calls,
+//! which code for CPUs without SSE4.1 or FMA needs (the loader patches them; such a text is
+//! always copied, never mapped from its file).
 //! The result is an [`ephem_module::CompiledModule`], which the runtime loads without this crate.
 //!
 //! Fuel metering ([`Compiler::with_fuel`]) is compiled in only when asked for; bounds checks

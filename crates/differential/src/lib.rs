@@ -24,6 +24,8 @@
 //! features and that nothing panics; the mutants that are valid also run, metered, so that
 //! nothing they do crashes the host.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 use arbitrary::Unstructured;

@@ -1,35 +1,59 @@
-//! The steady-state fresh path for a small module makes no system call: once its artifact is
-//! open, loading its code into a `dual` slot (copied from the bytes read on open), instantiating
-//! in a new store (a pooled memory slot of the right size), calling and tearing down (dropping
-//! the store) all run under seccomp's
-//! strict mode, where any system call but read, write and exit kills the process. (Opening a
-//! file, mapping large texts or memory images, and discarding pages beyond a slot's resident
-//! part do make system calls; this is the part that must not.) Its own test binary: it forks.
+//! The steady-state fresh path for small modules makes no system call: once their artifacts are
+//! open, loading their code into a `dual` slot (copied from the bytes read on open),
+//! instantiating in a new store (a pooled memory slot of the right size, which keeps its image
+//! for the next instance of the same module), calling and tearing down (dropping the store,
+//! which resets the memory by its write marks) all run under seccomp's strict mode, where any
+//! system call but read, write and exit kills the process. (Opening a file, mapping large texts
+//! or an image into a slot the first time, and discarding pages beyond a slot's resident part
+//! do make system calls; this is the part that must not.) Its own test binary: it forks.
 
 use ephem::{Compiler, Engine, Instance, Module, Store};
 
-#[test]
-fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
-    // A memory within the slots' resident first pages (reset by zeroing in place, no madvise)
-    // and without an image (an image is mapped, and reset with a madvise).
-    let wat = r#"(module
-        (memory 1) (table 2 funcref) (elem (i32.const 0) $f $g) (global (mut i32) (i32.const 5))
-        (func $f (result i32) (i32.store (i32.const 100) (i32.const 40)) (i32.load (i32.const 100)))
-        (func $g (export "g") (result i32) (i32.add (call $f) (i32.const 2))))"#;
+/// Writes `wat`'s artifact (sealed with `key`) into `dir` and opens it.
+fn open(engine: &Engine, dir: &std::path::Path, name: &str, wat: &str) -> Module {
     let compiled = Compiler::new().unwrap().compile(wat.as_bytes()).unwrap();
-    let dir = ephem_test_support::temp_dir();
-    let path = dir.path().join("small.ephem");
+    let path = dir.join(name);
     let key = ephem::ArtifactKey::from_bytes([7; 32]);
     ephem_artifact::write_atomic(&path, &ephem_artifact::to_bytes(&compiled, &[0; 32], &key))
         .unwrap();
+    Module::from_artifact_file(engine, &path, &key).unwrap()
+}
+
+#[test]
+fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
+    // A memory within the slots' resident first pages, without an image.
+    let plain = r#"(module
+        (memory 1) (table 2 funcref) (elem (i32.const 0) $f $g) (global (mut i32) (i32.const 5))
+        (func $f (result i32) (i32.store (i32.const 100) (i32.const 40)) (i32.load (i32.const 100)))
+        (func $g (export "g") (result i32) (i32.add (call $f) (i32.const 2))))"#;
+    // A memory whose initial contents are an image mapped from the artifact, which the call
+    // reads and overwrites: the reset by write marks copies the written page back from the
+    // image in place, so the next instance sees the image again, without a system call.
+    let imaged = r#"(module
+        (memory 1) (data (i32.const 4096) "\28\00\00\00")
+        (func (export "g") (result i32)
+          (local $seen i32)
+          (local.set $seen (i32.load (i32.const 4096)))
+          (i32.store (i32.const 4096) (i32.const 99))
+          (i32.add (local.get $seen) (i32.const 2))))"#;
+    let dir = ephem_test_support::temp_dir();
     let engine = Engine::default();
-    let module = Module::from_artifact_file(&engine, &path, &key).unwrap();
+    let modules = [
+        open(&engine, dir.path(), "plain.ephem", plain),
+        open(&engine, dir.path(), "imaged.ephem", imaged),
+    ];
+    assert!(
+        modules[1].artifact().image(0).is_some(),
+        "the second module's memory starts from an image"
+    );
     drop(dir);
     let run = || -> bool {
-        let mut store = Store::new(&engine, ());
-        let instance = Instance::new(&mut store, &module, &[]).unwrap();
-        let g = instance.get_typed_func::<(), i32>(&mut store, "g").unwrap();
-        g.call(&mut store, ()).unwrap() == 42
+        modules.iter().all(|module| {
+            let mut store = Store::new(&engine, ());
+            let instance = Instance::new(&mut store, module, &[]).unwrap();
+            let g = instance.get_typed_func::<(), i32>(&mut store, "g").unwrap();
+            g.call(&mut store, ()).unwrap() == 42
+        })
     };
     // SAFETY: this test binary runs only this test; `run` does not unwind when it succeeds.
     unsafe { ephem_test_support::assert_no_system_call(run) };

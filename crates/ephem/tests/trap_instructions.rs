@@ -1,7 +1,8 @@
 //! Generated code's traps take no invalid-opcode exception on x86-64: a `ud2` costs a VM exit
 //! on KVM guests, so the compiler writes `hlt`s at its trap sites, which fault as SIGSEGV (see
-//! the compiler's `traps`). This test runs each kind of trap with SIGILL blocked on its
-//! thread: a `ud2` would then kill the process. Its own test binary, since that kills it.
+//! `rewrite_traps` in the compiler's `arch/x86_64.rs`). This test runs each kind of trap with
+//! SIGILL blocked on its thread: a `ud2` would then kill the process. Its own test binary,
+//! since that kills it.
 
 #![cfg(target_arch = "x86_64")]
 

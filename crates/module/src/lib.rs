@@ -6,11 +6,14 @@
 //! which loads one; it depends on neither, so a runtime-only build needs no compiler.
 //!
 //! # The calling convention
-//! Every wasm function takes the callee's instance context (`vmctx`) first, then its wasm
-//! parameters, and returns its wasm results (system calling convention of the host). The text
-//! also holds, per function type, an *entry trampoline* `fn(vmctx, callee, values: *mut ValRaw)`
-//! that the host calls (arguments in, results out through `values`), and a *host adapter* with
-//! the wasm signature that wasm calls to reach a host function (see [`HostFuncHeader`]).
+//! Every wasm function uses Cranelift's `tail` calling convention (so that `return_call` is a
+//! real tail call): it takes the callee's instance context (`vmctx`), then the caller's (null
+//! when the host calls), so that a host function knows which instance called it, then its wasm
+//! parameters, and returns its wasm results. The text also holds, per function type, an *entry
+//! trampoline* `fn(vmctx, callee, values: *mut ValRaw)` in the host's system calling
+//! convention, which the host calls (arguments in, results out through `values`), and a *host
+//! adapter* with the wasm signature that wasm calls to reach a host function (see
+//! [`HostFuncHeader`]).
 //!
 //! Metered code ([`ModuleInfo::metered`]) also passes the store's remaining fuel in the
 //! target's pinned register (x86_64: `r15`), which it never uses otherwise: set before every

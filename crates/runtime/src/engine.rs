@@ -1,4 +1,5 @@
-//! The engine: the code pool every module loads into, the pool of linear-memory slots, and the
+//! The engine: the code pool small texts load into (larger ones are mapped from their file into
+//! code-memory's process-wide arena), the pool of linear-memory slots, and the
 //! registry of canonical function type ids that `call_indirect` and import checks compare.
 
 use crate::shared::Shared;
@@ -12,8 +13,8 @@ use ephem_module::{ArchivedFuncType, FuncType};
 
 use crate::memory::{MemoryConfig, MemoryPool};
 
-/// How an engine loads code and makes memories. The defaults come from the benchmarks in
-/// BENCHMARKS.md.
+/// How an engine loads code and makes memories (part of a [`crate::Config`]). The defaults come
+/// from the benchmarks in BENCHMARKS.md.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// The code pool (strategy, slot sizes).
@@ -51,13 +52,11 @@ impl Default for EngineConfig {
 pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
 
 /// Default for [`EngineConfig::map_text_at`]: where mapping starts to beat reading into a code
-/// slot (`ephem bench thresholds`: equal within noise from 128 to 160 KiB; see BENCHMARKS.md).
+/// slot (`ephem bench thresholds`; BENCHMARKS.md, Copy or map).
 ///
 /// Opening an artifact never reads its text: a code slot usually still holds it, and one that
-/// does not reads it straight from the file into its write view. Reading it with the metadata,
-/// as opening once did, copied the whole text on every invocation (table-10000, whose text
-/// holds 40 KB of initial elements, was 24 % slower; 300 distinct small modules, whose slots
-/// rarely hold their text, 4 to 10 %).
+/// does not reads it straight from the file into its write view, so that no invocation copies
+/// a text it does not load (docs/bench-log/fresh-path-06-*.md).
 pub const DEFAULT_MAP_TEXT_AT: usize = 160 << 10;
 
 /// Shared by every module and instance made with it; cheap to clone and `Send + Sync`.
@@ -91,9 +90,9 @@ struct EngineInner {
 /// so that a module's archived types are looked up without building owned ones, and numbered
 /// from [`REGISTERED`].
 ///
-/// Hashed with foldhash's seeded hasher: with the standard SipHash, hashing was about a tenth
-/// of png's fresh path in a profile (foldhash: 0.3 µs less for png, 1 µs for quickjs's 105
-/// types), and the random per-process seed keeps crafted signatures from colliding on purpose.
+/// Hashed with foldhash's seeded hasher: every module load hashes its signatures, so the hasher
+/// is on the fresh path (SipHash showed in its profile), and the random per-process seed keeps
+/// crafted signatures from colliding on purpose.
 #[derive(Default)]
 struct Types {
     ids: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,

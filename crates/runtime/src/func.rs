@@ -531,9 +531,8 @@ impl Func {
         let ty = self.shared_ty(store.as_context().opaque());
         let (params, results) = (P::types(), R::types());
         if params != ty.params || results != ty.results {
-            return Err(Error::Usage(format!(
-                "function is {ty:?}, not {params:?} -> {results:?}"
-            )));
+            let asked = FuncType { params, results };
+            return Err(Error::Usage(format!("function is {}, not {asked}", *ty)));
         }
         Ok(crate::TypedFunc::new(*self))
     }

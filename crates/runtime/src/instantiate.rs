@@ -35,7 +35,10 @@ use crate::load::{ArtifactImage, load_code};
 use crate::memory::{Claim, LinearMemory};
 use crate::store::{StoreGlobal, StoreMemory, StoreOpaque, StoreTable};
 use crate::table::{LazyInit, TableData};
-use crate::{Error, Extern, Func, Global, ImportRef, Instance, Memory, Module, Table, Trap};
+use crate::{
+    Error, Extern, ExternType, Func, FuncType, Global, ImportRef, Instance, Memory, Module, Table,
+    Trap,
+};
 
 /// Where instantiation spent its time ([`Instance::new_timed`]).
 #[derive(Clone, Copy, Debug, Default)]
@@ -347,37 +350,64 @@ pub(crate) fn check_import(
     if owner != store.id {
         return Err(link_error(import, "it belongs to another store"));
     }
-    let mismatch = |expected: &dyn std::fmt::Debug, actual: &dyn std::fmt::Debug| {
-        link_error(import, &format!("expected {expected:?}, got {actual:?}"))
+    // Types as the text format writes them: `(func (param i32))`, `(memory 1 2)`.
+    let mismatch = |expected: ExternType, actual: ExternType| {
+        link_error(import, &format!("expected {expected}, got {actual}"))
     };
     match (&import.kind, ext) {
         (ImportKind::Func(t), Extern::Func(f)) => {
             if f.type_id(store) != m.type_ids[*t as usize] {
                 let expected = m.artifact.info().types[*t as usize].native();
-                return Err(mismatch(&expected, &f.shared_ty(store)));
+                let actual = FuncType::clone(&f.shared_ty(store));
+                return Err(mismatch(
+                    ExternType::Func(expected),
+                    ExternType::Func(actual),
+                ));
             }
         }
         (ImportKind::Memory(ty), Extern::Memory(_)) => {
             let actual = store.memories[index as usize].ty();
             if !limits_match(actual.min, actual.max, ty.min, ty.max) {
-                return Err(mismatch(ty, &actual));
+                return Err(mismatch(
+                    ExternType::Memory(*ty),
+                    ExternType::Memory(actual),
+                ));
             }
         }
         (ImportKind::Table(ty), Extern::Table(_)) => {
             let actual = store.tables[index as usize].ty();
             if actual.elem != ty.elem || !limits_match(actual.min, actual.max, ty.min, ty.max) {
-                return Err(mismatch(ty, &actual));
+                return Err(mismatch(ExternType::Table(*ty), ExternType::Table(actual)));
             }
         }
         (ImportKind::Global(ty), Extern::Global(_)) => {
             let actual = store.globals[index as usize].ty;
             if actual != *ty {
-                return Err(mismatch(ty, &actual));
+                return Err(mismatch(
+                    ExternType::Global(*ty),
+                    ExternType::Global(actual),
+                ));
             }
         }
-        (kind, ext) => return Err(mismatch(kind, ext)),
+        (_, ext) => {
+            let expected = module.import_type(import);
+            return Err(link_error(
+                import,
+                &format!("expected {expected}, got {}", ext_kind(ext)),
+            ));
+        }
     }
     Ok(())
+}
+
+/// What kind of thing `ext` is, for a message.
+fn ext_kind(ext: &Extern) -> &'static str {
+    match ext {
+        Extern::Func(_) => "a function",
+        Extern::Memory(_) => "a memory",
+        Extern::Table(_) => "a table",
+        Extern::Global(_) => "a global",
+    }
 }
 
 pub(crate) fn link_error(import: &ImportRef<'_>, why: &str) -> Error {

@@ -344,8 +344,9 @@ impl<T: 'static> Linker<T> {
                         let why = format!("expected {expected}, got {}", h.ty);
                         return Err(link_error(&import, &why));
                     }
-                    kind => {
-                        let why = format!("expected {kind:?}, got a host function {}", h.ty);
+                    _ => {
+                        let expected = module.import_type(&import);
+                        let why = format!("expected {expected}, got a host function {}", h.ty);
                         return Err(link_error(&import, &why));
                     }
                 }

@@ -2,8 +2,8 @@
 //! canonical type ids, and what it imports and exports.
 //!
 //! A [`Module`] is made from a file, or in memory from a freshly compiled module (the same
-//! format in a memory file), so there is one loading path (see `instance` for loading and
-//! instantiating it).
+//! format in a memory file), so there is one loading path: `load` loads its code, `instantiate`
+//! makes an instance of it.
 
 use std::sync::Arc;
 
@@ -222,38 +222,16 @@ pub enum ExternType {
 /// As the text format writes types: `(func (param i32) (result i64))`, `(memory 1 2)`.
 impl std::fmt::Display for ExternType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        fn name(t: &crate::ValType) -> &'static str {
-            match t {
-                crate::ValType::I32 => "i32",
-                crate::ValType::I64 => "i64",
-                crate::ValType::F32 => "f32",
-                crate::ValType::F64 => "f64",
-                crate::ValType::FuncRef => "funcref",
-                crate::ValType::ExternRef => "externref",
-                crate::ValType::V128 => "v128",
-            }
-        }
         let limits = |min: u32, max: Option<u32>| match max {
             Some(max) => format!("{min} {max}"),
             None => min.to_string(),
         };
         match self {
-            ExternType::Func(ty) => {
-                write!(f, "(func")?;
-                for (what, list) in [("param", &ty.params), ("result", &ty.results)] {
-                    if !list.is_empty() {
-                        let names: Vec<_> = list.iter().map(name).collect();
-                        write!(f, " ({what} {})", names.join(" "))?;
-                    }
-                }
-                write!(f, ")")
-            }
+            ExternType::Func(ty) => write!(f, "{ty}"),
             ExternType::Memory(ty) => write!(f, "(memory {})", limits(ty.min, ty.max)),
-            ExternType::Table(ty) => {
-                write!(f, "(table {} {})", limits(ty.min, ty.max), name(&ty.elem))
-            }
-            ExternType::Global(ty) if ty.mutable => write!(f, "(global (mut {}))", name(&ty.ty)),
-            ExternType::Global(ty) => write!(f, "(global {})", name(&ty.ty)),
+            ExternType::Table(ty) => write!(f, "(table {} {})", limits(ty.min, ty.max), ty.elem),
+            ExternType::Global(ty) if ty.mutable => write!(f, "(global (mut {}))", ty.ty),
+            ExternType::Global(ty) => write!(f, "(global {})", ty.ty),
         }
     }
 }

@@ -5,17 +5,21 @@ use std::process::Command;
 
 #[test]
 fn the_runtime_does_not_depend_on_the_compiler() {
+    assert_no_compiler_in(&["-p", "ephem-runtime"]);
+}
+
+/// The `ephem` crate without its default `cranelift` feature is the runtime alone, as wasmtime
+/// without its feature of that name: `Module::new` is absent, `deserialize_file` stays.
+#[test]
+fn ephem_without_cranelift_does_not_depend_on_the_compiler() {
+    assert_no_compiler_in(&["-p", "ephem", "--no-default-features"]);
+}
+
+fn assert_no_compiler_in(package: &[&str]) {
     let out = Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "-p",
-            "ephem-runtime",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "--offline",
-        ])
+        .arg("tree")
+        .args(package)
+        .args(["-e", "normal", "--prefix", "none", "--offline"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();

@@ -19,6 +19,8 @@
 //!
 //! Embedders mount [`Server::router`] in their own axum application, or run [`Server::run`].
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod exec;
 pub mod http;

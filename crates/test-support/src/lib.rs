@@ -2,6 +2,8 @@
 //! command that prints JSON lines, process-wide resource counters, and running code in a forked
 //! child under seccomp's strict mode. Not published; only tests depend on it.
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 use std::process::Command;
 
 pub use tempfile::TempDir;

@@ -42,6 +42,7 @@
 //! # }
 //! ```
 
+#![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 mod abi;

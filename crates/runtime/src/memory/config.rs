@@ -1,12 +1,11 @@
 //! [`MemoryConfig`]: how an engine pools and initialises linear memories. The defaults are what
-//! `ephem bench memory`, `ephem bench fresh` and `ephem bench thresholds` chose (see
-//! BENCHMARKS.md); nothing here runs per invocation but [`MemoryConfig::mapping`], which makes
-//! no system call.
+//! `ephem bench fresh` and `ephem bench thresholds` chose (see BENCHMARKS.md); nothing here runs
+//! per invocation but [`MemoryConfig::mapping`], which makes no system call.
 
 use super::image::{ImageSource, MappedImage};
 
-/// How instances' memories are pooled and initialised. The defaults come from
-/// `ephem bench memory` (see BENCHMARKS.md).
+/// How instances' memories are pooled and initialised. The defaults come from `ephem bench
+/// fresh` and `ephem bench thresholds` (see BENCHMARKS.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryConfig {
     /// Reset slots kept for reuse; more are unmapped when freed.

@@ -2,9 +2,7 @@
 //! text takes it back as it is; a load of any other text, or one whose writing was abandoned,
 //! never sees it.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use ephem_code_memory::{Acquired, CodePool, LoadedCode, PoolConfig, Strategy, TextId};
 
 fn config(strategy: Strategy, keep_texts: usize) -> PoolConfig {

@@ -1,15 +1,15 @@
 //! Every Rust example in the repository's `examples/` folder runs and checks its own results.
 
-#[path = "../../../examples/hello.rs"]
+#[path = "../../../../examples/hello.rs"]
 mod hello;
 
-#[path = "../../../examples/fresh.rs"]
+#[path = "../../../../examples/fresh.rs"]
 mod fresh;
 
-#[path = "../../../examples/threads.rs"]
+#[path = "../../../../examples/threads.rs"]
 mod threads;
 
-#[path = "../../../examples/wasi.rs"]
+#[path = "../../../../examples/wasi.rs"]
 mod wasi;
 
 #[test]

@@ -1,4 +1,4 @@
-//! Start functions run at compile time (the `ephem` crate's `snapshot`): an instance of a
+//! Start functions run at compile time (the runtime's `compile::snapshot`): an instance of a
 //! snapshotted module is indistinguishable from one whose start function ran at instantiation
 //! (memory, its size, globals, later calls, fuel to the unit), and a start function that could
 //! have another outcome (it calls an import, traps, runs too long, grows memory past the bound,

@@ -3,7 +3,7 @@
 use std::process::Command;
 
 fn ephem(args: &[&str]) -> std::process::Output {
-    // One cache for all runs of this binary (a test's own directory would go with the test).
+    // One cache for all runs of this file's tests (a test's own directory would go with the test).
     let cache = std::env::temp_dir().join(format!("ephem-cli-cache-{}", std::process::id()));
     Command::new(env!("CARGO_BIN_EXE_ephem"))
         .args(args)

@@ -7,9 +7,9 @@ use std::process::{Command, Stdio};
 
 /// The shell block that follows the README's marker comment.
 fn serve_example() -> Vec<String> {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../../README.md");
     let after = readme
-        .split("crates/cli/tests/readme.rs")
+        .split("crates/cli/tests/all/readme.rs")
         .nth(1)
         .expect("the README marks its serve example");
     let block = after

@@ -1,9 +1,7 @@
 //! Every strategy: published code runs and returns what was written, never stale code, under
 //! W^X; pool limits give their documented errors.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use ephem_code_memory::{CodePool, Error, PoolConfig, Strategy};
 
 fn small_config(strategy: Strategy) -> PoolConfig {
