@@ -318,15 +318,19 @@ fn take_imports(
         tables: Vec::with_capacity(info.tables.len()),
         globals: Vec::with_capacity(info.globals.len()),
     };
-    for (import, ext) in module.imports().zip(imports) {
-        if !checked {
+    let mut take = |ext: &Extern| match *ext {
+        Extern::Func(f) => taken.funcs.push(f),
+        Extern::Memory(Memory(s)) => taken.memories.push(StoreMemory(s.index)),
+        Extern::Table(Table(s)) => taken.tables.push(StoreTable(s.index)),
+        Extern::Global(Global(s)) => taken.globals.push(StoreGlobal(s.index)),
+    };
+    if checked {
+        // Checked ones need not even be read against the module's import list.
+        imports.iter().for_each(&mut take);
+    } else {
+        for (import, ext) in module.imports().zip(imports) {
             check_import(store, module, &import, ext)?;
-        }
-        match *ext {
-            Extern::Func(f) => taken.funcs.push(f),
-            Extern::Memory(Memory(s)) => taken.memories.push(StoreMemory(s.index)),
-            Extern::Table(Table(s)) => taken.tables.push(StoreTable(s.index)),
-            Extern::Global(Global(s)) => taken.globals.push(StoreGlobal(s.index)),
+            take(ext);
         }
     }
     Ok(taken)
