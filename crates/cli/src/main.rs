@@ -56,8 +56,9 @@ fn main() -> std::process::ExitCode {
     ))))
 }
 
-/// `ephem prog.wasm …` is `ephem run prog.wasm …`, as with `wasmtime`: a first argument that
-/// is neither a flag nor a command's name is a module to run.
+/// `ephem [RUN OPTIONS] prog.wasm …` is `ephem run …`, as with `wasmtime`: a first argument
+/// that is neither a command's name nor one of the top level's own flags (help, version) starts
+/// a run.
 fn with_default_command(
     args: impl IntoIterator<Item = std::ffi::OsString>,
 ) -> Vec<std::ffi::OsString> {
@@ -66,7 +67,8 @@ fn with_default_command(
     if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
         let command = Cli::command();
         let named = first == "help" || command.find_subcommand(first).is_some();
-        if !first.starts_with('-') && !named {
+        let top_level_flag = ["-h", "--help", "-V", "--version"].contains(&first);
+        if !named && !top_level_flag {
             args.insert(1, "run".into());
         }
     }
@@ -111,6 +113,11 @@ mod tests {
             ["ephem", "cache", "stats"]
         );
         assert_eq!(args(&["ephem", "--help"]), ["ephem", "--help"]);
+        assert_eq!(args(&["ephem", "-V"]), ["ephem", "-V"]);
+        assert_eq!(
+            args(&["ephem", "--dir", ".", "a.wasm"]),
+            ["ephem", "run", "--dir", ".", "a.wasm"]
+        );
         assert_eq!(args(&["ephem", "help"]), ["ephem", "help"]);
         assert_eq!(args(&["ephem"]), ["ephem"]);
     }

@@ -50,6 +50,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Loading::Normal
     };
     let mut total = Outcome::default();
+    // A reader that stopped reading does not stop the run: failures still fail the command.
+    let mut closed: Option<std::io::Error> = None;
+    let mut say = |line: std::fmt::Arguments<'_>| {
+        if closed.is_none()
+            && let Err(e) = outln!("{line}")
+        {
+            closed = Some(e);
+        }
+    };
     for file in &files {
         let text =
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -60,29 +69,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &text,
             reuse,
         );
-        outln!(
+        say(format_args!(
             "{}: {} passed, {} failed, {} skipped",
             file.display(),
             outcome.passed,
             outcome.failed,
             outcome.skipped
-        )?;
+        ));
         // Failures always say why; skips only when asked.
         for note in &outcome.notes {
             if args.verbose || !note.starts_with("skipped:") {
-                outln!("  {note}")?;
+                say(format_args!("  {note}"));
             }
         }
         total.add(&outcome);
     }
-    outln!(
+    say(format_args!(
         "spec: {} passed, {} failed, {} skipped",
-        total.passed,
-        total.failed,
-        total.skipped
-    )?;
+        total.passed, total.failed, total.skipped
+    ));
     if total.failed > 0 {
         std::process::exit(1);
     }
-    Ok(())
+    closed.map_or(Ok(()), |e| Err(e.into()))
 }

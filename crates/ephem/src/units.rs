@@ -75,7 +75,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .map(|n| n * unit)
         .filter(|&n| n > 0.0 && n.is_finite())
         .ok_or_else(bad)?;
-    Duration::try_from_secs_f64(seconds).map_err(|_| bad())
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(bad)
 }
 
 #[cfg(test)]
@@ -140,7 +143,17 @@ mod tests {
     #[test]
     fn bad_durations_are_refused_with_the_accepted_forms() {
         for text in [
-            "", "0", "0s", "-1s", "inf", "nan", "1e3", "2 weeks", "ms", "1d",
+            "",
+            "0",
+            "0s",
+            "-1s",
+            "inf",
+            "nan",
+            "1e3",
+            "2 weeks",
+            "ms",
+            "1d",
+            "0.0000000001s",
         ] {
             let e = parse_duration(text).unwrap_err();
             assert!(e.contains(DURATION_FORMS), "{text}: {e}");

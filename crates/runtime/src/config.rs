@@ -76,7 +76,9 @@ impl Config {
     }
 
     /// Whether compiled code meters fuel ([`Store::set_fuel`](crate::Store::set_fuel)); off
-    /// by default. Metered and unmetered modules do not mix in one store.
+    /// by default. Metered and unmetered modules do not mix in one store. Unlike wasmtime's, a
+    /// store's fuel is unlimited until `set_fuel`: a host that meters must give each store its
+    /// fuel.
     #[cfg(feature = "cranelift")]
     pub fn consume_fuel(&mut self, on: bool) -> &mut Config {
         self.compiler.fuel = on;
@@ -152,8 +154,9 @@ impl Config {
 
     /// The key [`Module::serialize`](crate::Module::serialize) seals artifacts with and
     /// [`Module::deserialize_file`](crate::Module::deserialize_file) verifies them by. Without
-    /// one, the engine uses the default compile cache's key (`Cache::default_dir()/key`, made on
-    /// first use), the one `ephem run` verifies artifacts by.
+    /// one, the engine uses the default compile cache's key (`Cache::default_dir()/key`), the
+    /// one `ephem run` verifies artifacts by: `serialize` makes it if it does not exist yet,
+    /// `deserialize_file` without it is an error. A fleet configures its own key.
     pub fn artifact_key(&mut self, key: ArtifactKey) -> &mut Config {
         self.artifact_key = Some(key);
         self

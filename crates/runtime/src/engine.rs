@@ -193,18 +193,30 @@ impl Engine {
 
     /// The key this engine seals and verifies serialised modules with: the configured one, else
     /// the default compile cache's (made on first use).
-    pub(crate) fn artifact_key(&self) -> Result<&ArtifactKey, crate::Error> {
+    ///
+    /// Sealing (`create`) makes the default cache's key if there is none yet, as the cache
+    /// itself does; verifying never does, since a key made then could verify nothing, and a
+    /// missing key says more than a seal that does not match.
+    pub(crate) fn artifact_key(&self, create: bool) -> Result<&ArtifactKey, crate::Error> {
         if let Some(key) = self.inner.artifact_key.get() {
             return Ok(key);
         }
-        let dir = ephem_artifact::Cache::default_dir().ok_or_else(|| {
-            crate::Error::from(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no artifact key: set one with Config::artifact_key, or $EPHEM_CACHE_DIR or \
-                 $HOME for the default compile cache's",
+        let no_key = |why: &str| {
+            crate::Error::Usage(format!(
+                "no artifact key: none was configured (Config::artifact_key) and {why}"
             ))
+        };
+        let dir = ephem_artifact::Cache::default_dir().ok_or_else(|| {
+            no_key("there is no default compile cache ($EPHEM_CACHE_DIR, $XDG_CACHE_HOME, $HOME)")
         })?;
-        let key = ArtifactKey::load_or_create(&dir.join("key"))?;
+        let path = dir.join("key");
+        let key = if create {
+            ArtifactKey::load_or_create(&path)?
+        } else if path.exists() {
+            ArtifactKey::from_file(&path)?
+        } else {
+            return Err(no_key(&format!("{} does not exist", path.display())));
+        };
         Ok(self.inner.artifact_key.get_or_init(|| key))
     }
 

@@ -136,7 +136,7 @@ impl Instance {
     }
 
     /// Every defined memory's bytes and every defined global's value, in module order: what a
-    /// start function left, for the compile-time snapshot (the `ephem` crate's `snapshot`).
+    /// start function left, for the compile-time snapshot (`compile::snapshot`).
     #[doc(hidden)]
     pub fn defined_state(&self, store: impl AsContext) -> DefinedState {
         let store = store.as_context();

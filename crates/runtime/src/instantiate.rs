@@ -532,7 +532,9 @@ unsafe fn initialise(
                 let (cost, needed) = (s.fuel_cost.to_native(), s.fuel_needed.to_native());
                 // SAFETY: the store's fuel cell; no wasm runs and nothing else borrows it.
                 let left = unsafe { &mut *store.fuel.get() };
-                if *left < 0 || (*left as u64) < needed {
+                // As a call into wasm with no fuel left, a run of the start function with none
+                // left would have trapped at once.
+                if *left <= 0 || (*left as u64) < needed {
                     // Where the run would have stopped; its store is left with nothing.
                     *left = -1;
                     return Err(Error::Trap(Trap::new(TrapKind::OutOfFuel)));

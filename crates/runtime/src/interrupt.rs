@@ -11,7 +11,7 @@
 //! A call that begins past its deadline is refused before it enters wasm.
 //!
 //! Why a signal rather than checks in the code: an epoch check at every loop header and
-//! function entry costs compute time in every module (BENCHMARKS.md, "What metering costs");
+//! function entry costs compute time in every module (BENCHMARKS.md, Metering);
 //! the signal costs nothing until a deadline passes, and every module is interruptible without
 //! being compiled for it.
 //!

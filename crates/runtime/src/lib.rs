@@ -2,7 +2,8 @@
 //! and turns faults in generated code into [`Trap`]s.
 //!
 //! It needs no compiler: it loads an [`Artifact`] (a file written by the compiler's side, or one
-//! made in memory from an [`ephem_module::CompiledModule`]). The embedder's view is wasmtime's:
+//! made in memory from an [`ephem_module::CompiledModule`]); the `cranelift` feature puts the
+//! compiler in front of it (`Module::new`, as wasmtime's feature of that name). The embedder's view is wasmtime's:
 //! an [`Engine`] (code pool, memory pool, type registry), a [`Module`] loaded into it, a
 //! [`Store`] that owns everything instances make (see `store` for why that makes funcrefs
 //! sound), [`Instance`]s made from a module and its imports ([`Extern`]s, resolved by name with
@@ -83,6 +84,9 @@ pub use trap::{FrameInfo, Trap};
 pub use typed::{HostReturn, IntoFunc, TypedFunc, WasmParams, WasmResults, WasmTy};
 
 use ephem_module::VmFuncRef;
+
+/// `Result` with ephem's [`Error`] by default, as `wasmtime::Result` (whose error is `anyhow`'s).
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Compile-time checks of the threading promises in the crate documentation.
 #[allow(dead_code)]

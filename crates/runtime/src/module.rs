@@ -77,7 +77,7 @@ impl Module {
             .map_err(|_| Error::Usage("artifact larger than the address space".into()))?;
         let mut bytes = vec![0; len];
         artifact.shared_file().read_exact_at(&mut bytes, 0)?;
-        ephem_artifact::format::reseal(&mut bytes, self.inner.engine.artifact_key()?);
+        ephem_artifact::format::reseal(&mut bytes, self.inner.engine.artifact_key(true)?);
         Ok(bytes)
     }
 
@@ -92,7 +92,7 @@ impl Module {
         engine: &Engine,
         path: impl AsRef<std::path::Path>,
     ) -> Result<Module, Error> {
-        Module::from_artifact_file(engine, path.as_ref(), engine.artifact_key()?)
+        Module::from_artifact_file(engine, path.as_ref(), engine.artifact_key(false)?)
     }
 
     /// Opens the artifact at `path` without checking its seal (its metadata is checked).

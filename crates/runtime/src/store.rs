@@ -420,10 +420,11 @@ impl StoreOpaque {
         self.fuel_enabled = true;
     }
 
-    /// Whether this store meters and has no fuel left: a call into wasm then runs nothing.
+    /// Whether this store runs metered code and has no fuel left: a call into wasm then runs
+    /// nothing.
     pub(crate) fn out_of_fuel(&self) -> bool {
         // SAFETY: no wasm runs while the store is borrowed; a plain read.
-        self.fuel_enabled && unsafe { *self.fuel.get() } <= 0
+        self.runs_metered() && unsafe { *self.fuel.get() } <= 0
     }
 
     pub(crate) fn get_fuel(&self) -> Result<u64, crate::Error> {

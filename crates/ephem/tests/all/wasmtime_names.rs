@@ -5,6 +5,14 @@
 use ephem as wasmtime;
 use wasmtime::{Caller, Config, Engine, Linker, Module, OptLevel, Store, TypedFunc};
 
+/// Calls `module`'s export `f`, wasmtime-style, with `wasmtime::Result`.
+fn call_f(engine: &Engine, module: &Module) -> wasmtime::Result<i32> {
+    let mut store = Store::new(engine, ());
+    let instance = Linker::new(engine).instantiate(&mut store, module)?;
+    let f = instance.get_typed_func::<(), i32>(&mut store, "f")?;
+    f.call(&mut store, ())
+}
+
 const WAT: &str = r#"(module
   (import "host" "double" (func $double (param i32) (result i32)))
   (memory (export "memory") 1)
@@ -73,6 +81,9 @@ fn unmetered_code_cannot_run_in_a_store_with_fuel() {
 fn bad_wasm_is_an_error_not_a_panic() {
     let engine = Engine::default();
     assert!(Module::new(&engine, b"\0asm\x01\0\0\0\x01").is_err());
+    // `from_binary` takes binaries only, as wasmtime's.
+    assert!(Module::from_binary(&engine, b"(module)").is_err());
+    assert!(Module::from_binary(&engine, &wat::parse_str("(module)").unwrap()).is_ok());
     assert!(Module::new(&engine, "(module (func (result i32)))").is_err());
     let missing = std::env::temp_dir().join("ephem-no-such-module.wasm");
     let e = Module::from_file(&engine, &missing).unwrap_err();
@@ -104,6 +115,19 @@ fn modules_serialize_and_deserialize_sealed() {
         .unwrap();
     let f = instance.get_typed_func::<(), i32>(&mut store, "f").unwrap();
     assert_eq!(f.call(&mut store, ()).unwrap(), 7);
+
+    // `Engine::precompile_module` writes the same kind of file without loading anything.
+    let precompiled = tmp.path().join("p.ephem");
+    std::fs::write(
+        &precompiled,
+        engine
+            .precompile_module(br#"(module (func (export "f") (result i32) (i32.const 8)))"#)
+            .unwrap(),
+    )
+    .unwrap();
+    // SAFETY: written above by an engine with the same key.
+    let loaded = unsafe { Module::deserialize_file(&engine, &precompiled) }.unwrap();
+    assert_eq!(call_f(&engine, &loaded).unwrap(), 8);
 
     // Another key does not verify it: deserializing checks the seal.
     let mut other = Config::new();

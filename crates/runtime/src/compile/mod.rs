@@ -67,8 +67,14 @@ impl Module {
         compile_with(engine.compiler()?, engine, bytes.as_ref())
     }
 
-    /// As [`Module::new`], for a wasm binary.
+    /// As [`Module::new`], for a wasm binary only (the text format is refused, as in
+    /// wasmtime).
     pub fn from_binary(engine: &Engine, bytes: &[u8]) -> Result<Module, Error> {
+        if !bytes.starts_with(b"\0asm") {
+            return Err(Error::compile(std::io::Error::other(
+                "not a wasm binary (it does not start with `\\0asm`)",
+            )));
+        }
         Module::new(engine, bytes)
     }
 
@@ -82,6 +88,22 @@ impl Module {
             ))
         })?;
         Module::new(engine, bytes)
+    }
+}
+
+impl Engine {
+    /// Compiles `bytes` (wasm or the text format) into a sealed artifact file's bytes, without
+    /// loading it: what [`Module::serialize`] of [`Module::new`]'s module would give, for
+    /// [`Module::deserialize_file`] or `ephem run` elsewhere (wasmtime's name for it).
+    pub fn precompile_module(&self, bytes: &[u8]) -> Result<Vec<u8>, Error> {
+        let compiler = self.compiler()?;
+        let compiled = precompile(compiler, bytes)?;
+        let source = Cache::source(&Cache::key(bytes, &compiler.fingerprint()));
+        Ok(ephem_artifact::to_bytes(
+            &compiled,
+            &source,
+            self.artifact_key(true)?,
+        ))
     }
 }
 
