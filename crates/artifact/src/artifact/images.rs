@@ -37,9 +37,9 @@ impl Artifact {
             .map(|e| (u64_at(e, 0), u64_at(e, 8))))
     }
 
-    /// Where data segment `data` (module index) is in [`ArchivedModuleInfo::datas`], if the
-    /// artifact keeps it: it does not keep the active segments its images hold, which
-    /// instantiation has applied and dropped.
+    /// Where data segment `data` (module index) is in the metadata's data segments
+    /// ([`ephem_module::ArchivedModuleInfo::datas`]), if the artifact keeps it: it does not keep
+    /// the active segments its images hold, which instantiation has applied and dropped.
     pub fn data_slot(&self, data: u32) -> Option<usize> {
         self.meta()
             .data_index
