@@ -82,7 +82,16 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Cache(cmd) => cache::command(cmd),
         Command::Serve(args) => serve::serve(args),
         Command::Wast(args) => wast::run(args),
-        Command::Bench(bench) => ephem_bench::run(bench),
+        Command::Bench(bench) => {
+            // The benchmarks print as they go, through `println!`, which panics on a closed
+            // pipe while Rust ignores SIGPIPE; they run no guest that writes to our stdout, so
+            // they may end as a Unix filter does when its reader stops (`ephem bench … | head`).
+            // SAFETY: setting a signal's disposition to its default, before any thread exists
+            // that could be handling it; no handler of ours is replaced (the runtime handles
+            // other signals only).
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            ephem_bench::run(bench)
+        }
     }
 }
 

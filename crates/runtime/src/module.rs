@@ -95,6 +95,18 @@ impl Module {
         Module::from_artifact_file(engine, path.as_ref(), engine.artifact_key(false)?)
     }
 
+    /// As [`Module::deserialize_file`], for the bytes themselves.
+    ///
+    /// # Safety
+    /// As for [`Module::deserialize_file`].
+    pub unsafe fn deserialize(engine: &Engine, bytes: impl AsRef<[u8]>) -> Result<Module, Error> {
+        let key = engine.artifact_key(false)?;
+        Ok(Module::from_artifact(
+            engine,
+            Artifact::from_bytes(bytes.as_ref(), key)?,
+        ))
+    }
+
     /// Opens the artifact at `path` without checking its seal (its metadata is checked).
     ///
     /// # Safety

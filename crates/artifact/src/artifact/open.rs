@@ -234,6 +234,16 @@ impl Artifact {
 
     /// Opens artifact bytes this process wrote, through a memory file (not checked: see the
     /// module documentation).
+    /// Opens artifact bytes held in memory (as `Module::serialize` gives them), checked as
+    /// [`Artifact::open`] checks a file: the seal with `key`, then the metadata.
+    pub fn from_bytes(bytes: &[u8], key: &ArtifactKey) -> Result<Artifact, Error> {
+        let fd = rustix::fs::memfd_create("ephem-artifact", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(std::io::Error::from)?;
+        let mut file = File::from(fd);
+        file.write_all(bytes)?;
+        Artifact::from_file(file, None, Some(Some(key)))
+    }
+
     pub(crate) fn in_memory(bytes: &[u8]) -> Result<Artifact, Error> {
         let fd = rustix::fs::memfd_create("ephem-artifact", rustix::fs::MemfdFlags::CLOEXEC)
             .map_err(std::io::Error::from)?;

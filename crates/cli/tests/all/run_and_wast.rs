@@ -353,6 +353,34 @@ mod first_steps {
     }
 
     #[test]
+    fn a_benchmark_whose_reader_stops_ends_as_a_filter_does() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ephem"))
+            .args([
+                "bench",
+                "fresh",
+                "--instantiate-only",
+                "--invocations",
+                "20",
+            ])
+            .arg("examples/fib.wat")
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+            "{:?}: {err}",
+            out.status
+        );
+    }
+
+    #[test]
     fn wast_failures_say_why_without_verbose() {
         let tmp = ephem_test_support::temp_dir();
         let file = module_file(

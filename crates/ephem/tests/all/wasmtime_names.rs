@@ -129,6 +129,17 @@ fn modules_serialize_and_deserialize_sealed() {
     let loaded = unsafe { Module::deserialize_file(&engine, &precompiled) }.unwrap();
     assert_eq!(call_f(&engine, &loaded).unwrap(), 8);
 
+    // From memory too; one changed byte is refused.
+    let bytes = module.serialize().unwrap();
+    // SAFETY: serialized above by this engine.
+    let from_memory = unsafe { Module::deserialize(&engine, &bytes) }.unwrap();
+    assert_eq!(call_f(&engine, &from_memory).unwrap(), 7);
+    let mut damaged = bytes.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    // SAFETY: expected to be refused before anything of it runs.
+    assert!(unsafe { Module::deserialize(&engine, &damaged) }.is_err());
+
     // Another key does not verify it: deserializing checks the seal.
     let mut other = Config::new();
     other.artifact_key(wasmtime::ArtifactKey::generate().unwrap());
