@@ -2,7 +2,6 @@
 //! server on a free port instead of 8080), so that the README cannot drift from what the server
 //! answers.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 /// The shell block that follows the README's marker comment.
@@ -41,25 +40,10 @@ fn the_readme_serve_example_answers_what_it_says() {
         "the example starts the server first: {lines:?}"
     );
     let data = ephem_test_support::temp_dir();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_ephem"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut logs = BufReader::new(server.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = logs
-            .next()
-            .expect("the server said where it listens")
-            .unwrap();
-        if let Some(at) = line.split("address=").nth(1) {
-            break at.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || logs.for_each(drop));
+    let (mut server, base) = crate::serve::serve(data.path(), &[]);
+    let addr = base.trim_start_matches("http://");
 
-    let script = lines[1..].join("\n").replace("localhost:8080", &addr);
+    let script = lines[1..].join("\n").replace("localhost:8080", addr);
     let out = Command::new("bash")
         .args(["-euo", "pipefail", "-c", &script])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))

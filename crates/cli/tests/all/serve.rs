@@ -16,7 +16,7 @@ const MODULE: &str = r#"(module
   (func (export "spin") (loop (br 0))))"#;
 
 /// Starts `ephem serve` on a free port; returns the process and its base URL.
-fn serve(data: &Path, extra: &[&str]) -> (Child, String) {
+pub(crate) fn serve(data: &Path, extra: &[&str]) -> (Child, String) {
     let (child, base, _logs) = serve_logged(data, extra);
     (child, base)
 }
