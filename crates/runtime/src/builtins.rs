@@ -63,6 +63,14 @@ use crate::arch::ephem_raise as raise;
 
 ephem_module::for_each_builtin!(builtin_table);
 
+/// The store of the call into wasm running on this thread: the one whose code calls a builtin.
+/// Taken from the call (see `signals::current_store`), not from the pointer the instance
+/// saved when it was made, so that references made from it come from the embedder's borrow of
+/// this call.
+fn running_store() -> *mut StoreOpaque {
+    crate::signals::current_store().cast()
+}
+
 /// Defines a builtin: `unsafe extern "C" fn $name(vmctx: *mut u8, $args) -> $ret`, whose body
 /// runs with `$i`, the calling instance, and `$store`, its store (see "Contract" in the module
 /// documentation).
@@ -71,12 +79,13 @@ macro_rules! builtin {
         $(#[$doc])*
         unsafe extern "C" fn $name(vmctx: *mut u8 $(, $arg: $ty)*) $(-> $ret)? {
             // SAFETY: generated code calls builtins only through its own vmctx's table, with
-            // that vmctx, while the instance's store runs the call: the instance and the store
-            // it points at are alive for this call, and nothing else holds a mutable reference
-            // to either while wasm runs (see "Contract" in the module documentation).
+            // that vmctx, while the instance's store runs the call: the instance is alive for
+            // this call, and the store is the running call's, whose pointer `invoke` derived
+            // from the embedder's exclusive borrow, suspended while wasm runs (see "Contract"
+            // in the module documentation).
             let ($i, $store): (&InstanceData, &StoreOpaque) = unsafe {
                 let i = InstanceData::from_vmctx(vmctx);
-                (i, &*i.store)
+                (i, &*running_store())
             };
             $body
         }
@@ -89,10 +98,11 @@ builtin! {
     fn memory_grow[i, store](mem: u32, delta: u32) -> u32 {
         let memory = i.memory(store, mem);
         let (current, bytes) = (memory.len(), delta as usize * PAGE as usize);
-        // SAFETY: the instance's store pointer was derived as `raw_store` derives it, and while
-        // wasm runs nothing but shared references to the store's opaque part is alive.
+        // SAFETY: the running call's store pointer was derived as `raw_store` derives it, and
+        // while wasm runs nothing but shared references to the store's opaque part is alive.
         let allowed = unsafe {
-            StoreOpaque::may_grow_by(i.store, Growing::Memory, current, bytes, memory.max_bytes())
+            let store = running_store();
+            StoreOpaque::may_grow_by(store, Growing::Memory, current, bytes, memory.max_bytes())
         };
         if !allowed {
             return u32::MAX;
@@ -174,10 +184,11 @@ builtin! {
     fn table_grow[i, store](table: u32, delta: u32, init: u64) -> u32 {
         let t = i.table(store, table);
         let current = t.len() as usize;
-        // SAFETY: the instance's store pointer was derived as `raw_store` derives it, and while
-        // wasm runs nothing but shared references to the store's opaque part is alive.
+        // SAFETY: the running call's store pointer was derived as `raw_store` derives it, and
+        // while wasm runs nothing but shared references to the store's opaque part is alive.
         let allowed = unsafe {
-            StoreOpaque::may_grow_by(i.store, Growing::Table, current, delta as usize, t.max_len())
+            let store = running_store();
+            StoreOpaque::may_grow_by(store, Growing::Table, current, delta as usize, t.max_len())
         };
         if !allowed {
             return u32::MAX;

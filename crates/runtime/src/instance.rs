@@ -52,8 +52,6 @@ pub(crate) struct InstanceData {
     pub(crate) code: LoadedCode,
     pub(crate) vmctx: VmCtx,
     pub(crate) handle: Instance,
-    /// The store that owns this instance, for builtins (its address is fixed).
-    pub(crate) store: *mut StoreOpaque,
     pub(crate) module: Module,
     /// Where the instance's memories, tables and globals are in the store, by their indices in
     /// the module (imported ones first).

@@ -255,7 +255,6 @@ pub(crate) unsafe fn instantiate(
         code,
         vmctx,
         handle,
-        store: store_ptr,
         module: module.clone(),
         memories,
         tables,
