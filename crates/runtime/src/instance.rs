@@ -18,7 +18,8 @@
 //!   imports: each instance has a vmctx and globals of its own, and its memories come reset
 //!   from the pool (see `memory`).
 
-use std::cell::RefCell;
+use std::cell::{RefCell, UnsafeCell};
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 use ephem_code_memory::LoadedCode;
@@ -63,8 +64,9 @@ pub(crate) struct InstanceData {
 }
 
 /// The vmctx bytes, 16-aligned, followed by the cells of the globals the instance defines
-/// (which the vmctx points at, as at imported ones).
-pub(crate) struct VmCtx(Box<[std::mem::MaybeUninit<ValRaw>]>);
+/// (which the vmctx points at, as at imported ones). Generated code, builtins and the
+/// instance's globals write it while it is shared, so every word is a cell.
+pub(crate) struct VmCtx(Box<[UnsafeCell<MaybeUninit<ValRaw>>]>);
 
 impl VmCtx {
     /// A vmctx of `size` bytes, the first `zeroed` of them zeros, and `globals` cells; the rest
@@ -72,25 +74,29 @@ impl VmCtx {
     /// it is made, so zeroing them would only cost time.
     pub(crate) fn new(size: u32, zeroed: u32, globals: usize) -> VmCtx {
         let words = (size as usize).div_ceil(16);
-        let mut words = Box::new_uninit_slice((words + globals).max(1));
+        let mut words: Box<[UnsafeCell<MaybeUninit<ValRaw>>]> = (0..(words + globals).max(1))
+            .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+            .collect();
         let zeroed = (zeroed as usize).div_ceil(16).min(words.len());
-        words[..zeroed].fill(std::mem::MaybeUninit::new(0));
+        for word in &mut words[..zeroed] {
+            *word.get_mut() = MaybeUninit::new(0);
+        }
         VmCtx(words)
     }
+    /// The vmctx's address, valid for reads and writes of its words (they are cells).
     pub(crate) fn ptr(&self) -> *mut u8 {
-        self.0.as_ptr() as *mut u8
+        UnsafeCell::raw_get(self.0.as_ptr()).cast()
     }
     /// The cell of defined global `k` (of the `globals` made with the vmctx of `size` bytes).
     pub(crate) fn global_cell(&self, size: u32, k: usize) -> *mut ValRaw {
         let at = (size as usize).div_ceil(16) + k;
-        assert!(at < self.0.len(), "a cell of this vmctx");
-        self.0.as_ptr().wrapping_add(at) as *mut ValRaw
+        self.0[at].get().cast()
     }
     /// # Safety
     /// `offset` must be a field of this vmctx of type `T` (per `VmOffsets`).
     pub(crate) unsafe fn write<T>(&self, offset: u32, value: T) {
-        // SAFETY: per the contract, in bounds and aligned; the vmctx is plain memory that only
-        // this instance's code and builtins access, on one thread.
+        // SAFETY: per the contract, in bounds and aligned; the words are cells, written only by
+        // this instance's code, its builtins and this, on one thread at a time.
         unsafe { self.ptr().add(offset as usize).cast::<T>().write(value) }
     }
 }
