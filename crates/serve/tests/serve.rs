@@ -276,6 +276,16 @@ fn limits_bound_every_call_and_a_request_cannot_raise_them() {
     assert_eq!(body["fuel_used"], Value::Null);
     let (_, body) = call("fuel=1000000000000", "spin");
     assert_eq!(body["kind"], "OutOfFuel", "{body}");
+    // No fuel runs nothing, not even a call that would cost little.
+    let (status, body) = call("fuel=0", "bomb");
+    assert_eq!(
+        (status, &body["kind"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("OutOfFuel")),
+        "{body}"
+    );
+    // Sizes in the query take units.
+    let (_, body) = call("max_memory=128KiB", "bomb");
+    assert_eq!(body["results"], json!([2]), "{body}");
     // A memory bomb gets the limit: memory.grow fails past 1 MiB (16 pages) and the guest goes on.
     let (status, body) = call("", "bomb");
     assert_eq!(
