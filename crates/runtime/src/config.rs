@@ -16,6 +16,9 @@ use crate::EngineConfig;
 #[derive(Clone, Default)]
 pub struct Config {
     pub(crate) engine: EngineConfig,
+    /// What was asked that this ephem cannot give (see [`Config::wasm_gc`] and friends):
+    /// [`Engine::new`](crate::Engine::new) refuses the configuration, naming them.
+    pub(crate) unsupported: Vec<&'static str>,
     pub(crate) artifact_key: Option<ArtifactKey>,
     #[cfg(feature = "cranelift")]
     pub(crate) compiler: CompilerConfig,
@@ -25,6 +28,7 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("Config");
         d.field("engine", &self.engine);
+        d.field("unsupported", &self.unsupported);
         // The key is a secret: say only whether there is one.
         d.field("artifact_key", &self.artifact_key.as_ref().map(|_| "set"));
         #[cfg(feature = "cranelift")]
@@ -149,6 +153,77 @@ impl Config {
     #[cfg(feature = "cranelift")]
     pub fn wasm_extended_const(&mut self, on: bool) -> &mut Config {
         self.compiler.proposals.extended_const = on;
+        self
+    }
+
+    /// WebAssembly 2.0's SIMD: always on; `false` is refused by `Engine::new`.
+    pub fn wasm_simd(&mut self, on: bool) -> &mut Config {
+        self.always_on("turning off SIMD (part of WebAssembly 2.0)", on)
+    }
+
+    /// Bulk memory operations: always on; `false` is refused by `Engine::new`.
+    pub fn wasm_bulk_memory(&mut self, on: bool) -> &mut Config {
+        self.always_on("turning off bulk memory (part of WebAssembly 2.0)", on)
+    }
+
+    /// Reference types: always on; `false` is refused by `Engine::new`.
+    pub fn wasm_reference_types(&mut self, on: bool) -> &mut Config {
+        self.always_on("turning off reference types (part of WebAssembly 2.0)", on)
+    }
+
+    /// Multiple results: always on; `false` is refused by `Engine::new`.
+    pub fn wasm_multi_value(&mut self, on: bool) -> &mut Config {
+        self.always_on("turning off multi-value (part of WebAssembly 2.0)", on)
+    }
+
+    /// Typed function references: not yet supported; `true` is refused by `Engine::new`.
+    pub fn wasm_function_references(&mut self, on: bool) -> &mut Config {
+        self.not_yet("function references", on)
+    }
+
+    /// Exception handling: not yet supported; `true` is refused by `Engine::new`.
+    pub fn wasm_exceptions(&mut self, on: bool) -> &mut Config {
+        self.not_yet("exception handling", on)
+    }
+
+    /// Garbage-collected types: not yet supported; `true` is refused by `Engine::new`.
+    pub fn wasm_gc(&mut self, on: bool) -> &mut Config {
+        self.not_yet("garbage collection", on)
+    }
+
+    /// 64-bit memories: not yet supported; `true` is refused by `Engine::new`.
+    pub fn wasm_memory64(&mut self, on: bool) -> &mut Config {
+        self.not_yet("64-bit memories", on)
+    }
+
+    /// Shared memories and atomics: not yet supported; `true` is refused by `Engine::new`.
+    pub fn wasm_threads(&mut self, on: bool) -> &mut Config {
+        self.not_yet("threads", on)
+    }
+
+    /// The component model: not yet supported; `true` is refused by `Engine::new`.
+    pub fn wasm_component_model(&mut self, on: bool) -> &mut Config {
+        self.not_yet("the component model", on)
+    }
+
+    /// A feature ephem always has: asking to turn it off is refused (a host that needs it off
+    /// would otherwise run modules it meant to refuse); asking for it again takes the refusal
+    /// back.
+    fn always_on(&mut self, what: &'static str, on: bool) -> &mut Config {
+        self.unsupported.retain(|&w| w != what);
+        if !on {
+            self.unsupported.push(what);
+        }
+        self
+    }
+
+    /// A feature ephem does not have yet: asking for it is refused (a host that relies on it
+    /// would otherwise fail later, module by module); turning it off again takes that back.
+    fn not_yet(&mut self, what: &'static str, on: bool) -> &mut Config {
+        self.unsupported.retain(|&w| w != what);
+        if on {
+            self.unsupported.push(what);
+        }
         self
     }
 

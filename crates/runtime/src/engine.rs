@@ -167,10 +167,17 @@ impl Engine {
     fn build(config: crate::Config) -> Result<Engine, crate::Error> {
         let crate::Config {
             engine: config,
+            unsupported,
             artifact_key,
             #[cfg(feature = "cranelift")]
             compiler,
         } = config;
+        if !unsupported.is_empty() {
+            return Err(crate::Error::Usage(format!(
+                "this ephem does not support {}",
+                unsupported.join(", ")
+            )));
+        }
         Ok(Engine {
             inner: Shared::new(EngineInner {
                 id: {

@@ -151,3 +151,25 @@ fn modules_serialize_and_deserialize_sealed() {
         "a file sealed with another key is refused"
     );
 }
+
+#[test]
+fn features_are_named_as_wasmtime_names_them_and_what_ephem_lacks_is_refused() {
+    let mut config = Config::new();
+    config
+        .wasm_simd(true)
+        .wasm_bulk_memory(true)
+        .wasm_reference_types(true)
+        .wasm_multi_value(true)
+        .wasm_gc(false)
+        .wasm_exceptions(false);
+    assert!(Engine::new(&config).is_ok());
+    config.wasm_gc(true).wasm_simd(false);
+    let e = Engine::new(&config).unwrap_err().to_string();
+    assert!(
+        e.contains("garbage collection") && e.contains("SIMD"),
+        "both refusals are named: {e}"
+    );
+    // Asking again the other way takes each back.
+    config.wasm_gc(false).wasm_simd(true);
+    assert!(Engine::new(&config).is_ok());
+}
