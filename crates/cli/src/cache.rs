@@ -169,11 +169,8 @@ pub fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
     let compiler = args.image.apply(Compiler::new()?);
-    let compiled = ephem::precompile(&compiler, &bytes)
+    let sealed = ephem::precompile_sealed(&compiler, &bytes, &args.cache.key()?)
         .with_context(|| format!("compiling {}", args.input.display()))?;
-    // The cache's key for this wasm, so that the artifact is also a valid entry for it.
-    let source = Cache::source(&Cache::key(&bytes, &compiler.fingerprint()));
-    let sealed = ephem_artifact::to_bytes(&compiled, &source, &args.cache.key()?);
     ephem_artifact::write_atomic(&args.output, &sealed)
         .with_context(|| format!("writing {}", args.output.display()))?;
     Ok(())

@@ -56,7 +56,7 @@ mod trap;
 mod typed;
 
 #[cfg(feature = "cranelift")]
-pub use compile::{compile_cached, compile_with, precompile};
+pub use compile::{compile_cached, compile_with, precompile, precompile_sealed};
 pub use config::{Config, OptLevel};
 pub use context::{AsContext, AsContextMut, StoreContext, StoreContextMut};
 pub use engine::{DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_WASM_STACK, Engine, EngineConfig, EpochTicker};

@@ -237,19 +237,11 @@ impl Artifact {
     /// Opens artifact bytes held in memory (as `Module::serialize` gives them), checked as
     /// [`Artifact::open`] checks a file: the seal with `key`, then the metadata.
     pub fn from_bytes(bytes: &[u8], key: &ArtifactKey) -> Result<Artifact, Error> {
-        let fd = rustix::fs::memfd_create("ephem-artifact", rustix::fs::MemfdFlags::CLOEXEC)
-            .map_err(std::io::Error::from)?;
-        let mut file = File::from(fd);
-        file.write_all(bytes)?;
-        Artifact::from_file(file, None, Some(Some(key)))
+        Artifact::from_file(memory_file(bytes)?, None, Some(Some(key)))
     }
 
     pub(crate) fn in_memory(bytes: &[u8]) -> Result<Artifact, Error> {
-        let fd = rustix::fs::memfd_create("ephem-artifact", rustix::fs::MemfdFlags::CLOEXEC)
-            .map_err(std::io::Error::from)?;
-        let mut file = File::from(fd);
-        file.write_all(bytes)?;
-        Artifact::from_file(file, None, None)
+        Artifact::from_file(memory_file(bytes)?, None, None)
     }
 
     /// Opens the artifact in `file`. `check`: `None` for bytes this process wrote (nothing is
@@ -394,4 +386,13 @@ impl Artifact {
         }
         Ok(artifact)
     }
+}
+
+/// An anonymous memory file holding `bytes`, to open as an artifact.
+fn memory_file(bytes: &[u8]) -> Result<File, Error> {
+    let fd = rustix::fs::memfd_create("ephem-artifact", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(std::io::Error::from)?;
+    let mut file = File::from(fd);
+    file.write_all(bytes)?;
+    Ok(file)
 }

@@ -15,7 +15,7 @@ use ephem_compiler::Compiler;
 use ephem_module::CompiledModule;
 
 use crate::config::{CompilerConfig, OptLevel};
-use crate::{Cache, Engine, Error, Module, Outcome};
+use crate::{ArtifactKey, Cache, Engine, Error, Module, Outcome};
 
 /// The engine's compiler, built on first use (a runtime-only user of the engine never pays
 /// for one).
@@ -96,14 +96,7 @@ impl Engine {
     /// loading it: what [`Module::serialize`] of [`Module::new`]'s module would give, for
     /// [`Module::deserialize_file`] or `ephem run` elsewhere (wasmtime's name for it).
     pub fn precompile_module(&self, bytes: &[u8]) -> Result<Vec<u8>, Error> {
-        let compiler = self.compiler()?;
-        let compiled = precompile(compiler, bytes)?;
-        let source = Cache::source(&Cache::key(bytes, &compiler.fingerprint()));
-        Ok(ephem_artifact::to_bytes(
-            &compiled,
-            &source,
-            self.artifact_key(true)?,
-        ))
+        precompile_sealed(self.compiler()?, bytes, self.artifact_key(true)?)
     }
 }
 
@@ -122,6 +115,18 @@ pub fn precompile(compiler: &Compiler, bytes: &[u8]) -> Result<CompiledModule, E
     }
     let wasm = wat::parse_bytes(bytes).map_err(Error::compile)?;
     Ok(snapshot::apply(compiled, &wasm))
+}
+
+/// As [`precompile`], written as an artifact file's bytes sealed with `key`. The artifact
+/// records the compile cache's key for `bytes`, so the file is also a valid cache entry for it.
+pub fn precompile_sealed(
+    compiler: &Compiler,
+    bytes: &[u8],
+    key: &ArtifactKey,
+) -> Result<Vec<u8>, Error> {
+    let compiled = precompile(compiler, bytes)?;
+    let source = Cache::source(&Cache::key(bytes, &compiler.fingerprint()));
+    Ok(ephem_artifact::to_bytes(&compiled, &source, key))
 }
 
 /// The module for `wasm`, through `cache`: opened if cached, else compiled and stored. The
