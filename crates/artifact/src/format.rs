@@ -30,6 +30,7 @@
 //! are mapped or copied into linear memory.
 
 use ephem_module::{
+    FuncType,
     CompiledModule, ConstExpr, ImportKind, ModuleInfo, Placement, Reloc, SegmentMode, Target,
 };
 use rkyv::{Archive, Serialize};
@@ -186,6 +187,26 @@ pub(crate) fn small_ids(info: &ModuleInfo) -> Vec<u32> {
         .collect()
 }
 
+/// What identifies each of `types` in every module: a digest of its key, in which a concrete
+/// type names an earlier type by that type's digest and itself by a mark (a type names no
+/// later one: see `ModuleInfo::check`). Empty when no type names another, the usual case.
+fn type_digests(types: &[FuncType]) -> Vec<[u8; 32]> {
+    if types.iter().all(|t| t.concrete().next().is_none()) {
+        return Vec::new();
+    }
+    let mut digests: Vec<[u8; 32]> = Vec::with_capacity(types.len());
+    let mut key = Vec::new();
+    for (i, ty) in types.iter().enumerate() {
+        ty.key(&mut key, &mut |t, out| match digests.get(t as usize) {
+            Some(d) => out.extend_from_slice(d),
+            None if t as usize == i => out.extend_from_slice(&[0xff; 32]),
+            None => out.extend_from_slice(&t.to_le_bytes()),
+        });
+        digests.push(*blake3::hash(&key).as_bytes());
+    }
+    digests
+}
+
 /// A digest of `info`'s imports: every import's module, name, kind and type (a function's by
 /// value, not by index), in order. Two modules with the same digest have the same imports, so
 /// whatever a linker resolved for one holds for the other. A BLAKE3 hash, 256 bits: the
@@ -193,6 +214,12 @@ pub(crate) fn small_ids(info: &ModuleInfo) -> Vec<u32> {
 pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
     let mut bytes = Vec::new();
+    let digests = type_digests(&info.types);
+    // A concrete type by its digest: what it is, not where it is in this module.
+    let mut concrete = |t: u32, out: &mut Vec<u8>| match digests.get(t as usize) {
+        Some(d) => out.extend_from_slice(d),
+        None => out.extend_from_slice(&t.to_le_bytes()),
+    };
     for import in &info.imports {
         for name in [&import.module, &import.name] {
             h.update(&(name.len() as u64).to_le_bytes());
@@ -204,12 +231,12 @@ pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
             ImportKind::Func(t) => {
                 // (A type that is not there, which only a forged module has, hashes as none.)
                 if let Some(ty) = info.types.get(*t as usize) {
-                    ty.key(&mut bytes);
+                    ty.key(&mut bytes, &mut concrete);
                 }
                 0
             }
             ImportKind::Table(t) => {
-                bytes.push(t.elem as u8);
+                t.elem.key(&mut bytes, &mut concrete);
                 limits(&mut bytes, t.min, t.max);
                 1
             }
@@ -218,7 +245,8 @@ pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
                 2
             }
             ImportKind::Global(g) => {
-                bytes.extend([g.ty as u8, g.mutable as u8]);
+                g.ty.key(&mut bytes, &mut concrete);
+                bytes.push(g.mutable as u8);
                 3
             }
         };

@@ -134,7 +134,7 @@ fn parse_arg(ty: ValType, s: &str) -> Result<Val, Usage> {
             }
             .map_err(|_| bad("a v128 (a 128-bit number, 0x for hexadecimal)"))?,
         ),
-        ValType::FuncRef | ValType::ExternRef => {
+        ValType::Ref(_) => {
             return Err(Usage(
                 "reference arguments cannot be given on the command line".into(),
             ));

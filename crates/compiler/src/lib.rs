@@ -94,6 +94,9 @@ pub struct Proposals {
     pub multi_memory: bool,
     /// Relaxed SIMD, in its deterministic profile (see the translator's `simd::relaxed`).
     pub relaxed_simd: bool,
+    /// Typed function references: `call_ref`, `return_call_ref`, non-nullable references,
+    /// `br_on_null`, tables with initialisers.
+    pub function_references: bool,
 }
 
 impl Proposals {
@@ -103,6 +106,7 @@ impl Proposals {
         extended_const: true,
         multi_memory: true,
         relaxed_simd: true,
+        function_references: true,
     };
     /// None: exactly WebAssembly 2.0.
     pub const NONE: Proposals = Proposals {
@@ -110,6 +114,7 @@ impl Proposals {
         extended_const: false,
         multi_memory: false,
         relaxed_simd: false,
+        function_references: false,
     };
 }
 

@@ -16,6 +16,10 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
         (proposals.extended_const, WasmFeatures::EXTENDED_CONST),
         (proposals.multi_memory, WasmFeatures::MULTI_MEMORY),
         (proposals.relaxed_simd, WasmFeatures::RELAXED_SIMD),
+        (
+            proposals.function_references,
+            WasmFeatures::FUNCTION_REFERENCES,
+        ),
     ] {
         features.set(feature, on);
     }
@@ -40,13 +44,22 @@ pub fn val_type(ty: wasmparser::ValType) -> Result<ValType, CompileError> {
 }
 
 fn ref_type(r: wasmparser::RefType) -> Result<ValType, CompileError> {
-    if r.is_func_ref() {
-        Ok(ValType::FuncRef)
-    } else if r.is_extern_ref() {
-        Ok(ValType::ExternRef)
-    } else {
-        Err(CompileError::Unsupported(format!("reference type {r:?}")))
-    }
+    use wasmparser::{AbstractHeapType as A, HeapType as H, UnpackedIndex};
+    let heap = match r.heap_type() {
+        H::Abstract { shared: false, ty } => match ty {
+            A::Func => HeapType::Func,
+            A::Extern => HeapType::Extern,
+            A::NoFunc => HeapType::NoFunc,
+            A::NoExtern => HeapType::NoExtern,
+            _ => return Err(CompileError::Unsupported(format!("reference type {r:?}"))),
+        },
+        H::Concrete(UnpackedIndex::Module(i)) => HeapType::Concrete(i),
+        _ => return Err(CompileError::Unsupported(format!("reference type {r:?}"))),
+    };
+    Ok(ValType::Ref(RefType {
+        nullable: r.is_nullable(),
+        heap,
+    }))
 }
 
 fn table_type(t: wasmparser::TableType) -> Result<TableType, CompileError> {
@@ -206,10 +219,12 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
             Payload::TableSection(reader) => {
                 for table in reader {
                     let table = table?;
-                    if !matches!(table.init, wasmparser::TableInit::RefNull) {
-                        return Err(CompileError::Unsupported("table initialisers".into()));
-                    }
+                    let init = match table.init {
+                        wasmparser::TableInit::RefNull => ConstExpr::RefNull,
+                        wasmparser::TableInit::Expr(e) => const_expr(&e, &mut info.extended)?,
+                    };
                     info.tables.push(table_type(table.ty)?);
+                    info.table_inits.push(init);
                 }
             }
             Payload::MemorySection(reader) => {
@@ -262,7 +277,10 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                     };
                     let (ty, items) = match elem.items {
                         ElementItems::Functions(funcs) => (
-                            ValType::FuncRef,
+                            ValType::Ref(RefType {
+                                nullable: false,
+                                heap: HeapType::Func,
+                            }),
                             funcs
                                 .into_iter()
                                 .map(|f| f.map(ConstExpr::RefFunc))

@@ -60,7 +60,7 @@ pub fn ir_type(ty: ValType) -> Type {
         ValType::I64 => I64,
         ValType::F32 => F32,
         ValType::F64 => F64,
-        ValType::FuncRef | ValType::ExternRef => I64,
+        ValType::Ref(_) => I64,
         ValType::V128 => I8X16,
     }
 }
@@ -258,7 +258,7 @@ pub fn translate(
 fn zero(b: &mut FunctionBuilder<'_>, t: ValType) -> Value {
     match t {
         ValType::I32 => b.ins().iconst(I32, 0),
-        ValType::I64 | ValType::FuncRef | ValType::ExternRef => b.ins().iconst(I64, 0),
+        ValType::I64 | ValType::Ref(_) => b.ins().iconst(I64, 0),
         ValType::F32 => b.ins().f32const(Ieee32::with_bits(0)),
         ValType::F64 => b.ins().f64const(Ieee64::with_bits(0)),
         ValType::V128 => {

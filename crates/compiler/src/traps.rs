@@ -17,6 +17,7 @@ pub mod code {
     pub const TABLE_OUT_OF_BOUNDS: TrapCode = TrapCode::unwrap_user(6);
     pub const INTERRUPTED: TrapCode = TrapCode::unwrap_user(7);
     pub const OUT_OF_FUEL: TrapCode = TrapCode::unwrap_user(8);
+    pub const NULL_REFERENCE: TrapCode = TrapCode::unwrap_user(9);
 }
 
 /// The kind of trap `trap` raises; `None` for a code generated code never uses.
@@ -34,6 +35,7 @@ pub fn kind(trap: TrapCode) -> Option<TrapKind> {
         code::TABLE_OUT_OF_BOUNDS => TrapKind::TableOutOfBounds,
         code::INTERRUPTED => TrapKind::Interrupted,
         code::OUT_OF_FUEL => TrapKind::OutOfFuel,
+        code::NULL_REFERENCE => TrapKind::NullReference,
         _ => return None,
     })
 }

@@ -8,7 +8,10 @@
 //! the machine code: only the artifact's key vouches for that. (`names` is not checked: an
 //! artifact keeps names in a section of their own, which it checks itself.)
 
-use crate::{ConstExpr, ConstOp, EntityIndex, ImportKind, ModuleInfo, SegmentMode, ValType};
+use crate::{
+    ConstExpr, ConstOp, EntityIndex, HeapType, ImportKind, ModuleInfo, RefType, SegmentMode,
+    ValType,
+};
 
 /// The largest memory, in pages (4 GiB).
 const MAX_PAGES: u32 = 65536;
@@ -24,6 +27,22 @@ impl ModuleInfo {
                 "function {f} has type {} of {types}",
                 self.funcs[f]
             ));
+        }
+        // A concrete type names a type before it or itself (each type is a recursion group of
+        // its own), and every other type that names one exists.
+        for (i, ty) in self.types.iter().enumerate() {
+            if let Some(c) = ty.concrete().find(|&c| c as usize > i) {
+                return Err(format!("type {i} names type {c}, after it"));
+            }
+        }
+        let concrete_ok = |t: ValType| t.concrete().is_none_or(|c| (c as usize) < types);
+        let value_types = (self.tables.iter().map(|t| t.elem))
+            .chain(self.globals.iter().map(|g| g.ty))
+            .chain(self.elems.iter().map(|e| e.ty));
+        for t in value_types {
+            if !concrete_ok(t) {
+                return Err(format!("{t:?} names a type that is not there"));
+            }
         }
         let imported = [
             self.imported_funcs as usize,
@@ -83,12 +102,18 @@ impl ModuleInfo {
                     .extended
                     .get(i as usize)
                     .is_some_and(|ops| self.extended_type(ops) == Some(want)),
-                ConstExpr::RefNull => want.is_ref(),
-                ConstExpr::RefFunc(f) => want == ValType::FuncRef && (f as usize) < funcs,
+                ConstExpr::RefNull => matches!(want, ValType::Ref(r) if r.nullable),
+                ConstExpr::RefFunc(f) => self.funcs.get(f as usize).is_some_and(|&t| {
+                    let ty = RefType {
+                        nullable: false,
+                        heap: HeapType::Concrete(t),
+                    };
+                    ValType::Ref(ty).matches(want)
+                }),
                 // Initialisers read imported globals only (WebAssembly 2.0), which exist
                 // before any defined one is initialised.
                 ConstExpr::GlobalGet(g) => {
-                    g < self.imported_globals && self.globals[g as usize].ty == want
+                    g < self.imported_globals && self.globals[g as usize].ty.matches(want)
                 }
             };
             if ok {
@@ -103,6 +128,14 @@ impl ModuleInfo {
         }
         for (init, g) in self.global_inits.iter().zip(&self.globals[imported[3]..]) {
             const_type(init, g.ty)?;
+        }
+
+        let defined_tables = self.tables.len() - self.imported_tables as usize;
+        if self.table_inits.len() != defined_tables {
+            return Err("one initialiser per defined table is wanted".into());
+        }
+        for (init, t) in self.table_inits.iter().zip(&self.tables[imported[1]..]) {
+            const_type(init, t.elem)?;
         }
 
         for e in &self.exports {
@@ -137,7 +170,7 @@ impl ModuleInfo {
             }
             if let SegmentMode::Active { index, offset } = &seg.mode {
                 let table = self.tables.get(*index as usize);
-                if table.is_none_or(|t| t.elem != seg.ty) {
+                if table.is_none_or(|t| !seg.ty.matches(t.elem)) {
                     return Err(format!("element segment {i} does not fit table {index}"));
                 }
                 const_type(offset, ValType::I32)?;

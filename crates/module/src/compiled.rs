@@ -38,11 +38,13 @@ pub enum TrapKind {
     Interrupted,
     /// The store's fuel ran out (see `VmOffsets::FUEL`).
     OutOfFuel,
+    /// `call_ref`, `return_call_ref` or `ref.as_non_null` of null.
+    NullReference,
 }
 
 impl TrapKind {
     /// Every kind, in the order of their stable codes ([`TrapKind::code`]).
-    pub const ALL: [TrapKind; 13] = [
+    pub const ALL: [TrapKind; 14] = [
         TrapKind::Unreachable,
         TrapKind::MemoryOutOfBounds,
         TrapKind::TableOutOfBounds,
@@ -56,6 +58,7 @@ impl TrapKind {
         TrapKind::HostError,
         TrapKind::Interrupted,
         TrapKind::OutOfFuel,
+        TrapKind::NullReference,
     ];
 
     /// A number for this kind that stays the same across builds (used in artifact files).
@@ -83,6 +86,7 @@ impl TrapKind {
             TrapKind::HostError => "host function error",
             TrapKind::Interrupted => "interrupted: the deadline passed",
             TrapKind::OutOfFuel => "all fuel consumed",
+            TrapKind::NullReference => "null reference",
         }
     }
 }

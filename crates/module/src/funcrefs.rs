@@ -99,7 +99,11 @@ impl FuncrefLayout {
 /// segment fills it.
 fn lazy_table(info: &ModuleInfo, table: u32) -> Option<(LazyTable, Vec<usize>)> {
     let ty = &info.tables[table as usize];
-    if ty.elem != ValType::FuncRef {
+    // Only `funcref` tables: an artifact's check of a lazy table's elements then needs no
+    // types. (A table with an initialiser other than null starts full: it is not lazy.)
+    let init = (table.checked_sub(info.imported_tables))
+        .and_then(|t| info.table_inits.get(t as usize));
+    if ty.elem != ValType::FUNCREF || init.is_some_and(|i| *i != ConstExpr::RefNull) {
         return None;
     }
     let mut elements = Vec::new();
@@ -168,7 +172,7 @@ mod tests {
                 index: table,
                 offset,
             },
-            ty: ValType::FuncRef,
+            ty: ValType::FUNCREF,
             items: items
                 .iter()
                 .map(|i| i.map_or(ConstExpr::RefNull, ConstExpr::RefFunc))
@@ -179,7 +183,7 @@ mod tests {
     #[test]
     fn constant_segments_in_bounds_make_a_lazy_table_applied_in_order() {
         let info = module(
-            &[(10, ValType::FuncRef)],
+            &[(10, ValType::FUNCREF)],
             vec![
                 active(0, ConstExpr::I32(2), &[Some(1), Some(2), Some(3)]),
                 active(0, ConstExpr::I32(3), &[None, Some(5)]),
@@ -212,7 +216,7 @@ mod tests {
                 ..active(0, ConstExpr::I32(0), &[])
             },
         ] {
-            let info = module(&[(10, ValType::FuncRef)], vec![seg]);
+            let info = module(&[(10, ValType::FUNCREF)], vec![seg]);
             let layout = FuncrefLayout::of(&info);
             assert!(layout.tables.is_empty() && layout.covered == [false]);
         }
@@ -221,7 +225,7 @@ mod tests {
     #[test]
     fn exported_functions_stay_eager_and_imported_ones_keep_their_index() {
         let mut info = module(
-            &[(4, ValType::FuncRef)],
+            &[(4, ValType::FUNCREF)],
             vec![active(0, ConstExpr::I32(0), &[Some(0), Some(3), Some(4)])],
         );
         info.imported_funcs = 1;

@@ -104,6 +104,9 @@ pub struct ModuleInfo {
     /// Type index of every function, imported ones first.
     pub funcs: Vec<u32>,
     pub tables: Vec<TableType>,
+    /// What every element of each defined table (after the imported ones) starts as:
+    /// `RefNull`, or the table's initialiser (WebAssembly 3.0's typed tables).
+    pub table_inits: Vec<ConstExpr>,
     pub memories: Vec<MemoryType>,
     pub globals: Vec<GlobalType>,
     /// Initialisers of the defined globals (after the imported ones).
@@ -173,6 +176,7 @@ impl ModuleInfo {
             .flat_map(|(_, e)| &e.items);
         let mut funcs: Vec<u32> = refs
             .chain(&self.global_inits)
+            .chain(&self.table_inits)
             .filter_map(|e| match e {
                 ConstExpr::RefFunc(f) => Some(*f),
                 _ => None,

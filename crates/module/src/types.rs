@@ -19,28 +19,191 @@ pub enum ValType {
     F32,
     /// 64-bit IEEE float.
     F64,
-    /// Reference to a function, or null.
-    FuncRef,
-    /// Reference to a host value, or null.
-    ExternRef,
     /// 128-bit vector (fixed-width SIMD).
     V128,
+    /// A reference.
+    Ref(RefType),
+}
+
+/// A reference type: what it refers to, and whether it may be null.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub struct RefType {
+    /// Whether null is a value of this type.
+    pub nullable: bool,
+    /// What a non-null value refers to.
+    pub heap: HeapType,
+}
+
+/// What a reference refers to. Function references form one hierarchy (`nofunc` below every
+/// concrete function type, each below `func`), host references another (`noextern` below
+/// `extern`).
+///
+/// `Concrete` names a function type by index: in a module's own description, the index of one
+/// of its types; in a type an engine hands out (`Engine::func_type`, an export's type), the
+/// engine's canonical type id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub enum HeapType {
+    /// Any function.
+    Func,
+    /// Any host value.
+    Extern,
+    /// No function (only null is a value).
+    NoFunc,
+    /// No host value (only null is a value).
+    NoExtern,
+    /// A function of one type.
+    Concrete(u32),
+}
+
+impl HeapType {
+    /// Whether values of this heap type are functions (the function hierarchy).
+    pub fn is_func(self) -> bool {
+        !matches!(self, HeapType::Extern | HeapType::NoExtern)
+    }
+
+    /// Whether `self` is a subtype of `other`, where `Concrete` indices of both are in one
+    /// index space and equal types have equal indices (canonical ids, or one module's types).
+    pub fn matches(self, other: HeapType) -> bool {
+        use HeapType::*;
+        match (self, other) {
+            (a, b) if a == b => true,
+            (NoFunc, Concrete(_) | Func) | (Concrete(_), Func) => true,
+            (NoExtern, Extern) => true,
+            _ => false,
+        }
+    }
+
+    /// This heap type with a concrete index mapped by `f`.
+    pub fn map(self, f: impl FnOnce(u32) -> u32) -> HeapType {
+        match self {
+            HeapType::Concrete(i) => HeapType::Concrete(f(i)),
+            other => other,
+        }
+    }
+}
+
+impl RefType {
+    /// `funcref`: any function, or null.
+    pub const FUNCREF: RefType = RefType {
+        nullable: true,
+        heap: HeapType::Func,
+    };
+    /// `externref`: any host value, or null.
+    pub const EXTERNREF: RefType = RefType {
+        nullable: true,
+        heap: HeapType::Extern,
+    };
+
+    /// See [`HeapType::matches`]; a nullable type is never below a non-nullable one.
+    pub fn matches(self, other: RefType) -> bool {
+        (!self.nullable || other.nullable) && self.heap.matches(other.heap)
+    }
 }
 
 impl ValType {
-    /// Every value type, in declaration order.
-    pub const ALL: [ValType; 7] = [
+    /// `funcref`.
+    pub const FUNCREF: ValType = ValType::Ref(RefType::FUNCREF);
+    /// `externref`.
+    pub const EXTERNREF: ValType = ValType::Ref(RefType::EXTERNREF);
+
+    /// The value types of WebAssembly 2.0, in the order of their [`small_id`] digits.
+    pub const SMALL: [ValType; 7] = [
         ValType::I32,
         ValType::I64,
         ValType::F32,
         ValType::F64,
-        ValType::FuncRef,
-        ValType::ExternRef,
+        ValType::FUNCREF,
+        ValType::EXTERNREF,
         ValType::V128,
     ];
 
     pub fn is_ref(self) -> bool {
-        matches!(self, ValType::FuncRef | ValType::ExternRef)
+        matches!(self, ValType::Ref(_))
+    }
+
+    /// The reference type, if this is one.
+    pub fn as_ref(self) -> Option<RefType> {
+        match self {
+            ValType::Ref(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a reference to a function (of any function type), possibly null:
+    /// represented as a pointer to a `VmFuncRef`, 0 for null.
+    pub fn is_func_ref(self) -> bool {
+        matches!(self, ValType::Ref(r) if r.heap.is_func())
+    }
+
+    /// Whether this is a reference to a host value, possibly null.
+    pub fn is_extern_ref(self) -> bool {
+        matches!(self, ValType::Ref(r) if !r.heap.is_func())
+    }
+
+    /// Whether a value of this type is a zero-initialised default (a non-nullable reference
+    /// has none).
+    pub fn defaultable(self) -> bool {
+        !matches!(self, ValType::Ref(r) if !r.nullable)
+    }
+
+    /// Whether `self` is a subtype of `other` (see [`HeapType::matches`] for the indices).
+    pub fn matches(self, other: ValType) -> bool {
+        match (self, other) {
+            (ValType::Ref(a), ValType::Ref(b)) => a.matches(b),
+            (a, b) => a == b,
+        }
+    }
+
+    /// This type with a concrete index mapped by `f`.
+    pub fn map_concrete(self, f: impl FnOnce(u32) -> u32) -> ValType {
+        match self {
+            ValType::Ref(r) => ValType::Ref(RefType {
+                nullable: r.nullable,
+                heap: r.heap.map(f),
+            }),
+            other => other,
+        }
+    }
+
+    /// The concrete type index this type names, if it names one.
+    pub fn concrete(self) -> Option<u32> {
+        match self {
+            ValType::Ref(RefType {
+                heap: HeapType::Concrete(i),
+                ..
+            }) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// The digit of this type in a [`small_id`], if it has one.
+    fn small_digit(self) -> Option<u32> {
+        (ValType::SMALL.iter())
+            .position(|&t| t == self)
+            .map(|i| i as u32 + 1)
+    }
+
+    /// Appends the bytes that identify this type within a signature key, with `concrete`
+    /// writing what identifies a concrete type index.
+    pub fn key(self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
+        if let Some(d) = self.small_digit() {
+            out.push(d as u8);
+            return;
+        }
+        let ValType::Ref(r) = self else {
+            unreachable!("every type but references has a digit")
+        };
+        out.push(8 + r.nullable as u8);
+        match r.heap {
+            HeapType::Func => out.push(0),
+            HeapType::Extern => out.push(1),
+            HeapType::NoFunc => out.push(2),
+            HeapType::NoExtern => out.push(3),
+            HeapType::Concrete(i) => {
+                out.push(4);
+                concrete(i, out);
+            }
+        }
     }
 }
 
@@ -51,23 +214,41 @@ impl ArchivedValType {
             ArchivedValType::I64 => ValType::I64,
             ArchivedValType::F32 => ValType::F32,
             ArchivedValType::F64 => ValType::F64,
-            ArchivedValType::FuncRef => ValType::FuncRef,
-            ArchivedValType::ExternRef => ValType::ExternRef,
             ArchivedValType::V128 => ValType::V128,
+            ArchivedValType::Ref(r) => ValType::Ref(r.native()),
+        }
+    }
+}
+
+impl ArchivedRefType {
+    pub fn native(&self) -> RefType {
+        RefType {
+            nullable: self.nullable,
+            heap: match self.heap {
+                ArchivedHeapType::Func => HeapType::Func,
+                ArchivedHeapType::Extern => HeapType::Extern,
+                ArchivedHeapType::NoFunc => HeapType::NoFunc,
+                ArchivedHeapType::NoExtern => HeapType::NoExtern,
+                ArchivedHeapType::Concrete(i) => HeapType::Concrete(i.to_native()),
+            },
         }
     }
 }
 
 /// Writes the bytes that identify a signature (equal for equal signatures, native or archived):
-/// the parameter count, then one byte per parameter and result type.
+/// the parameter count, then each parameter and result type, a concrete type index as
+/// `concrete` writes it.
 fn signature_key(
     params: impl ExactSizeIterator<Item = ValType>,
     results: impl Iterator<Item = ValType>,
     out: &mut Vec<u8>,
+    concrete: &mut dyn FnMut(u32, &mut Vec<u8>),
 ) {
     out.clear();
     out.extend_from_slice(&(params.len() as u32).to_le_bytes());
-    out.extend(params.chain(results).map(|t| t as u8));
+    for t in params.chain(results) {
+        t.key(out, concrete);
+    }
 }
 
 /// Signatures with at most this many parameters and results together have a [`small_id`].
@@ -85,10 +266,13 @@ pub fn small_id(
     if params.len() + results.len() > SMALL_SIGNATURE {
         return None;
     }
-    let digit = |t: ValType| t as u32 + 1;
     let mut id = 0;
     let mut shift = 0;
-    for d in params.map(digit).chain([0]).chain(results.map(digit)) {
+    for t in params.map(Some).chain([None]).chain(results.map(Some)) {
+        let d = match t {
+            Some(t) => t.small_digit()?,
+            None => 0,
+        };
         id |= d << shift;
         shift += 3;
     }
@@ -103,8 +287,8 @@ pub fn from_small_id(mut id: u32) -> Option<FuncType> {
         match id & 7 {
             0 if !in_results => in_results = true,
             0 => return None,
-            d if in_results => ty.results.push(ValType::ALL[d as usize - 1]),
-            d => ty.params.push(ValType::ALL[d as usize - 1]),
+            d if in_results => ty.results.push(ValType::SMALL[d as usize - 1]),
+            d => ty.params.push(ValType::SMALL[d as usize - 1]),
         }
         id >>= 3;
     }
@@ -118,12 +302,27 @@ impl FuncType {
     }
 
     /// See [`ArchivedFuncType::key`].
-    pub fn key(&self, out: &mut Vec<u8>) {
+    pub fn key(&self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
         signature_key(
             self.params.iter().copied(),
             self.results.iter().copied(),
             out,
+            concrete,
         )
+    }
+
+    /// The concrete type indices this signature names.
+    pub fn concrete(&self) -> impl Iterator<Item = u32> + '_ {
+        (self.params.iter().chain(&self.results)).filter_map(|t| t.concrete())
+    }
+
+    /// This signature with every concrete type index mapped by `f`.
+    pub fn map_concrete(&self, mut f: impl FnMut(u32) -> u32) -> FuncType {
+        let mut map = |t: &ValType| t.map_concrete(&mut f);
+        FuncType {
+            params: self.params.iter().map(&mut map).collect(),
+            results: self.results.iter().map(&mut map).collect(),
+        }
     }
 }
 
@@ -136,12 +335,15 @@ impl ArchivedFuncType {
         )
     }
 
-    /// Bytes that identify this signature, equal to [`FuncType::key`] of the native one.
-    pub fn key(&self, out: &mut Vec<u8>) {
+    /// Bytes that identify this signature, equal to [`FuncType::key`] of the native one;
+    /// `concrete` writes what identifies a concrete type index (for a key valid beyond one
+    /// module, something that identifies that type in every module).
+    pub fn key(&self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
         signature_key(
             self.params.iter().map(ArchivedValType::native),
             self.results.iter().map(ArchivedValType::native),
             out,
+            concrete,
         )
     }
 
@@ -165,7 +367,7 @@ pub struct FuncType {
 /// A table's element type and limits (in elements).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct TableType {
-    /// `FuncRef` or `ExternRef`.
+    /// A reference type (`ValType::Ref`).
     pub elem: ValType,
     /// Initial size.
     pub min: u32,
@@ -278,9 +480,30 @@ impl std::fmt::Display for ValType {
             ValType::F32 => "f32",
             ValType::F64 => "f64",
             ValType::V128 => "v128",
-            ValType::FuncRef => "funcref",
-            ValType::ExternRef => "externref",
+            ValType::Ref(r) => return write!(f, "{r}"),
         })
+    }
+}
+
+/// As the text format writes it: `funcref`, `(ref null $3)`.
+impl std::fmt::Display for RefType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.nullable, self.heap) {
+            (true, HeapType::Func) => return f.write_str("funcref"),
+            (true, HeapType::Extern) => return f.write_str("externref"),
+            (true, HeapType::NoFunc) => return f.write_str("nullfuncref"),
+            (true, HeapType::NoExtern) => return f.write_str("nullexternref"),
+            _ => {}
+        }
+        f.write_str(if self.nullable { "(ref null " } else { "(ref " })?;
+        match self.heap {
+            HeapType::Func => f.write_str("func")?,
+            HeapType::Extern => f.write_str("extern")?,
+            HeapType::NoFunc => f.write_str("nofunc")?,
+            HeapType::NoExtern => f.write_str("noextern")?,
+            HeapType::Concrete(i) => write!(f, "${i}")?,
+        }
+        f.write_str(")")
     }
 }
 
@@ -308,7 +531,7 @@ mod tests {
     /// Every signature of up to 4 types: its small id decodes back to it, and no two share one.
     #[test]
     fn small_ids_are_distinct_and_decode() {
-        let all = ValType::ALL;
+        let all = ValType::SMALL;
         let mut seqs: Vec<Vec<ValType>> = vec![vec![]];
         for _ in 0..4 {
             let longer: Vec<Vec<ValType>> = seqs

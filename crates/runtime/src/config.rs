@@ -149,6 +149,14 @@ impl Config {
         self
     }
 
+    /// Whether typed function references are accepted: `call_ref`, non-nullable references,
+    /// `br_on_null`, tables with initialisers (default: yes).
+    #[cfg(feature = "cranelift")]
+    pub fn wasm_function_references(&mut self, on: bool) -> &mut Config {
+        self.compiler.proposals.function_references = on;
+        self
+    }
+
     /// Whether constant expressions may use integer arithmetic (default: yes).
     #[cfg(feature = "cranelift")]
     pub fn wasm_extended_const(&mut self, on: bool) -> &mut Config {
@@ -176,10 +184,6 @@ impl Config {
         self.always_on("turning off multi-value (part of WebAssembly 2.0)", on)
     }
 
-    /// Typed function references: not yet supported; `true` is refused by `Engine::new`.
-    pub fn wasm_function_references(&mut self, on: bool) -> &mut Config {
-        self.not_yet("function references", on)
-    }
 
     /// Exception handling: not yet supported; `true` is refused by `Engine::new`.
     pub fn wasm_exceptions(&mut self, on: bool) -> &mut Config {

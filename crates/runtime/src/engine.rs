@@ -140,12 +140,13 @@ impl std::ops::Deref for TypeRef {
 const REGISTERED: u32 = 1 << 30;
 
 impl Types {
-    fn id(&mut self, key: &[u8], ty: impl FnOnce() -> FuncType) -> u32 {
+    /// The id of the type with `key`, registering it as `ty(id)` makes it if it is new.
+    fn id(&mut self, key: &[u8], ty: impl FnOnce(u32) -> FuncType) -> u32 {
         if let Some(&id) = self.ids.get(key) {
             return id;
         }
         let id = REGISTERED + self.list.len() as u32;
-        self.list.push(Arc::new(ty()));
+        self.list.push(Arc::new(ty(id)));
         self.ids.insert(key.into(), id);
         id
     }
@@ -319,14 +320,19 @@ impl Engine {
     }
 
     /// The canonical id of `ty`, the same for equal types across all modules of this engine.
+    /// A concrete type in `ty` is a canonical id of this engine (as in the types it hands
+    /// out).
     pub fn type_id(&self, ty: &FuncType) -> u32 {
         if let Some(id) = ty.small_id() {
             return id;
         }
         let mut key = Vec::new();
-        ty.key(&mut key);
+        ty.key(&mut key, &mut |c, out| {
+            out.push(0);
+            out.extend_from_slice(&c.to_le_bytes());
+        });
         let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
-        reg.id(&key, || ty.clone())
+        reg.id(&key, |_| ty.clone())
     }
 
     /// The canonical ids of the types of `artifact`'s module: only types without a small id
@@ -346,17 +352,29 @@ impl Engine {
     ) -> Vec<u32> {
         let mut key = Vec::new();
         let mut reg = None;
-        (types.iter().zip(small))
-            .map(|(ty, small)| {
-                small.unwrap_or_else(|| {
-                    ty.key(&mut key);
-                    reg.get_or_insert_with(|| {
-                        self.inner.types.lock().unwrap_or_else(|e| e.into_inner())
-                    })
-                    .id(&key, || ty.native())
+        let mut ids: Vec<u32> = Vec::with_capacity(types.len());
+        for (ty, small) in types.iter().zip(small) {
+            let id = small.unwrap_or_else(|| {
+                // A concrete type names an earlier type by its id (as `type_id` does), or
+                // this type itself by a mark: a type names no later one (`ModuleInfo::check`).
+                ty.key(&mut key, &mut |c, out| match ids.get(c as usize) {
+                    Some(id) => {
+                        out.push(0);
+                        out.extend_from_slice(&id.to_le_bytes());
+                    }
+                    None => out.push(1),
+                });
+                let reg = reg.get_or_insert_with(|| {
+                    self.inner.types.lock().unwrap_or_else(|e| e.into_inner())
+                });
+                reg.id(&key, |own| {
+                    ty.native()
+                        .map_concrete(|c| ids.get(c as usize).copied().unwrap_or(own))
                 })
-            })
-            .collect()
+            });
+            ids.push(id);
+        }
+        ids
     }
 
     /// The type with canonical id `id`.

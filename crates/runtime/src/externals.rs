@@ -298,9 +298,9 @@ impl Table {
 
 /// A table element's raw form, checked against the element type and the store.
 fn element(store: &StoreOpaque, elem: ValType, value: Val) -> Result<usize, Error> {
-    if value.ty() != elem {
+    if !value.fits(store, elem) {
         return Err(Error::Usage(format!(
-            "a {:?} cannot go into a table of {elem:?}",
+            "a {:?} cannot go into a table of {elem}",
             value.ty()
         )));
     }
@@ -315,9 +315,9 @@ impl Global {
     /// A new global of type `ty` in `store`, holding `value`.
     pub fn new(mut store: impl AsContextMut, ty: GlobalType, value: Val) -> Result<Global, Error> {
         let mut ctx = store.as_context_mut();
-        if value.ty() != ty.ty {
+        if !value.fits(ctx.opaque(), ty.ty) {
             return Err(Error::Usage(format!(
-                "a {:?} cannot initialise a global of {:?}",
+                "a {:?} cannot initialise a global of {}",
                 value.ty(),
                 ty.ty
             )));
@@ -345,9 +345,9 @@ impl Global {
         if !ty.mutable {
             return Err(Error::Usage("the global is immutable".into()));
         }
-        if value.ty() != ty.ty {
+        if !value.fits(ctx.opaque(), ty.ty) {
             return Err(Error::Usage(format!(
-                "a {:?} cannot go into a global of {:?}",
+                "a {:?} cannot go into a global of {}",
                 value.ty(),
                 ty.ty
             )));

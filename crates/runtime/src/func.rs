@@ -24,7 +24,7 @@ use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use ephem_module::{FuncType, HostFuncHeader, TrapKind, ValRaw, ValType, VmFuncRef};
+use ephem_module::{FuncType, HeapType, HostFuncHeader, TrapKind, ValRaw, ValType, VmFuncRef};
 
 use crate::context::{AsContext, AsContextMut, StoreContextMut};
 use crate::engine::TypeRef;
@@ -71,22 +71,40 @@ impl Val {
             Val::I64(_) => ValType::I64,
             Val::F32(_) => ValType::F32,
             Val::F64(_) => ValType::F64,
-            Val::FuncRef(_) => ValType::FuncRef,
-            Val::ExternRef(_) => ValType::ExternRef,
+            Val::FuncRef(_) => ValType::FUNCREF,
+            Val::ExternRef(_) => ValType::EXTERNREF,
             Val::V128(_) => ValType::V128,
         }
     }
 
-    /// The zero (or null) value of `ty`.
+    /// The zero (or null) value of `ty` (null for a non-nullable reference, which has no
+    /// default: a placeholder to overwrite).
     pub fn default_for(ty: ValType) -> Val {
         match ty {
             ValType::I32 => Val::I32(0),
             ValType::I64 => Val::I64(0),
             ValType::F32 => Val::F32(0),
             ValType::F64 => Val::F64(0),
-            ValType::FuncRef => Val::FuncRef(None),
-            ValType::ExternRef => Val::ExternRef(None),
             ValType::V128 => Val::V128(0),
+            t if t.is_func_ref() => Val::FuncRef(None),
+            _ => Val::ExternRef(None),
+        }
+    }
+
+    /// Whether this value is one of type `ty`, whose concrete types are canonical ids of the
+    /// engine of `store`. A function must be of a type below a concrete one: a reference of
+    /// another type would let `call_ref` call it with the wrong signature.
+    pub(crate) fn fits(&self, store: &StoreOpaque, ty: ValType) -> bool {
+        let ValType::Ref(r) = ty else {
+            return self.ty() == ty;
+        };
+        match (self, r.heap) {
+            (Val::FuncRef(None), h) if h.is_func() => r.nullable,
+            (Val::ExternRef(None), h) if !h.is_func() => r.nullable,
+            (Val::FuncRef(Some(_)), HeapType::Func) => true,
+            (Val::FuncRef(Some(f)), HeapType::Concrete(id)) => Func::type_id(*f, store) == id,
+            (Val::ExternRef(Some(_)), HeapType::Extern) => true,
+            _ => false,
         }
     }
 
@@ -108,9 +126,9 @@ impl Val {
             ValType::I64 => Val::I64(raw as u64 as i64),
             ValType::F32 => Val::F32(raw as u32),
             ValType::F64 => Val::F64(raw as u64),
-            ValType::FuncRef => Val::FuncRef(Func::from_raw(store, raw as usize)),
-            ValType::ExternRef => Val::ExternRef(ExternRef::from_raw(raw)),
             ValType::V128 => Val::V128(raw),
+            t if t.is_func_ref() => Val::FuncRef(Func::from_raw(store, raw as usize)),
+            _ => Val::ExternRef(ExternRef::from_raw(raw)),
         }
     }
 
@@ -201,7 +219,7 @@ impl HostFunc {
                 &mut results,
             )?;
             for ((slot, v), &t) in values.iter_mut().zip(&results).zip(&result_types) {
-                if v.ty() != t {
+                if !v.fits(&inner.opaque, t) {
                     return Err(format!(
                         "host function returned a value of type {} where its type says {t}",
                         v.ty()
@@ -461,8 +479,11 @@ impl Func {
         // SAFETY: a store pointer derived from the exclusive borrow above, used only for the
         // duration of this call.
         let ty = self.shared_ty(unsafe { &*store });
-        let types: Vec<ValType> = params.iter().map(Val::ty).collect();
-        if types != ty.params {
+        let fits = params.len() == ty.params.len()
+            // SAFETY: as above; a shared reference for the check only.
+            && (params.iter().zip(&ty.params)).all(|(v, &t)| v.fits(unsafe { &*store }, t));
+        if !fits {
+            let types: Vec<ValType> = params.iter().map(Val::ty).collect();
             let list = |l: &[ValType]| {
                 let names: Vec<String> = l.iter().map(ValType::to_string).collect();
                 format!("[{}]", names.join(" "))

@@ -158,7 +158,7 @@ pub(crate) unsafe fn instantiate(
     }
     lap(|t| &mut t.memories);
     for ty in &info.tables[info.imported_tables.to_native() as usize..] {
-        let ty = native(ty);
+        let ty = m.canonical_table(native(ty));
         // SAFETY: per the contract; no mutable reference to the store is alive.
         unsafe { StoreOpaque::admit_table(store_ptr, ty)? };
         let table = TableData::new(ty, 0)?;
@@ -227,7 +227,9 @@ pub(crate) unsafe fn instantiate(
     }
     // Globals: imported ones first; initialisers may read them and take funcrefs.
     for (k, init) in info.global_inits.iter().enumerate() {
-        let ty = native(&info.globals[info.imported_globals.to_native() as usize + k]);
+        let ty = m.canonical_global(native(
+            &info.globals[info.imported_globals.to_native() as usize + k],
+        ));
         let value = match init.native() {
             ConstExpr::I32(v) => v as u32 as ValRaw,
             ConstExpr::I64(v) => v as u64 as ValRaw,
@@ -248,6 +250,17 @@ pub(crate) unsafe fn instantiate(
     for (i, &g) in globals.iter().enumerate() {
         // SAFETY: the global pointer field `i` of this vmctx, per this module's `VmOffsets`.
         unsafe { vmctx.write(o.global(i as u32), g.of(store).vm()) };
+    }
+    // Tables with an initialiser (typed tables) start full of it.
+    let defined_tables = &tables[info.imported_tables.to_native() as usize..];
+    for (init, table) in info.table_inits.iter().zip(defined_tables) {
+        let value = match init.native() {
+            ConstExpr::RefNull => continue,
+            ConstExpr::RefFunc(f) => funcref_at(f),
+            ConstExpr::GlobalGet(g) => globals[g as usize].of(store).get() as usize,
+            other => unreachable!("checked: a table initialiser is a reference, not {other:?}"),
+        };
+        table.of(store).fill_all(value);
     }
 
     let handle = Instance(store.next_instance());
@@ -379,13 +392,20 @@ pub(crate) fn check_import(
         }
         (ImportKind::Table(ty), Extern::Table(_)) => {
             let actual = store.tables[index as usize].ty();
+            // (Tables are mutable: the element type must be the same, not a subtype.)
             if actual.elem != ty.elem || !limits_match(actual.min, actual.max, ty.min, ty.max) {
                 return Err(mismatch(ExternType::Table(*ty), ExternType::Table(actual)));
             }
         }
         (ImportKind::Global(ty), Extern::Global(_)) => {
             let actual = store.globals[index as usize].ty;
-            if actual != *ty {
+            // A mutable global is written both ways: its type must be the same. One that
+            // cannot change may be of a subtype.
+            let fits = match ty.mutable {
+                true => actual == *ty,
+                false => !actual.mutable && actual.ty.matches(ty.ty),
+            };
+            if !fits {
                 return Err(mismatch(
                     ExternType::Global(*ty),
                     ExternType::Global(actual),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ephem_artifact::{Artifact, ArtifactKey};
 use ephem_module::{CompiledModule, EntityIndex, ImportKind, VmFuncRef, VmOffsets, native};
 
-use crate::{Engine, Error, FuncType, GlobalType, MemoryType, TableType};
+use crate::{Engine, Error, FuncType, GlobalType, MemoryType, TableType, ValType};
 
 /// A compiled module ready to instantiate. Cheap to clone.
 #[derive(Clone)]
@@ -45,6 +45,34 @@ impl ModuleInner {
             trampoline: text.wrapping_add(trampoline as usize),
             type_id: self.type_ids[ty as usize],
         }
+    }
+
+    /// `ty` as the engine and the host see it: a concrete type as its canonical id, not this
+    /// module's index.
+    pub(crate) fn canonical(&self, ty: ValType) -> ValType {
+        ty.map_concrete(|i| self.type_ids[i as usize])
+    }
+
+    /// A table type of this module as the engine sees it (see [`ModuleInner::canonical`]).
+    pub(crate) fn canonical_table(&self, ty: TableType) -> TableType {
+        TableType {
+            elem: self.canonical(ty.elem),
+            ..ty
+        }
+    }
+
+    /// A global type of this module as the engine sees it (see [`ModuleInner::canonical`]).
+    pub(crate) fn canonical_global(&self, ty: GlobalType) -> GlobalType {
+        GlobalType {
+            ty: self.canonical(ty.ty),
+            ..ty
+        }
+    }
+
+    /// Function type `t` of this module as the engine sees it (see
+    /// [`ModuleInner::canonical`]).
+    fn canonical_func(&self, t: u32) -> FuncType {
+        self.engine.func_type(self.type_ids[t as usize])
     }
 }
 
@@ -157,7 +185,11 @@ impl Module {
         // Imports come first in each index space: count them per kind.
         let mut counts = [0u32; 4];
         self.inner.artifact.info().imports.iter().map(move |i| {
-            let kind: ImportKind = native(&i.kind);
+            let kind = match native(&i.kind) {
+                ImportKind::Table(t) => ImportKind::Table(self.inner.canonical_table(t)),
+                ImportKind::Global(g) => ImportKind::Global(self.inner.canonical_global(g)),
+                other => other,
+            };
             let count = &mut counts[match kind {
                 ImportKind::Func(_) => 0,
                 ImportKind::Memory(_) => 1,
@@ -178,16 +210,21 @@ impl Module {
 impl Module {
     /// The module's exports, in order.
     pub fn exports(&self) -> impl Iterator<Item = ExportRef<'_>> {
-        let info = self.inner.artifact.info();
+        let m = &*self.inner;
+        let info = m.artifact.info();
         info.exports.iter().map(move |e| ExportRef {
             name: e.name.as_str(),
             ty: match native(&e.index) {
-                EntityIndex::Func(i) => ExternType::Func(
-                    info.types[info.funcs[i as usize].to_native() as usize].native(),
-                ),
+                EntityIndex::Func(i) => {
+                    ExternType::Func(m.canonical_func(info.funcs[i as usize].to_native()))
+                }
                 EntityIndex::Memory(i) => ExternType::Memory(native(&info.memories[i as usize])),
-                EntityIndex::Table(i) => ExternType::Table(native(&info.tables[i as usize])),
-                EntityIndex::Global(i) => ExternType::Global(native(&info.globals[i as usize])),
+                EntityIndex::Table(i) => {
+                    ExternType::Table(m.canonical_table(native(&info.tables[i as usize])))
+                }
+                EntityIndex::Global(i) => {
+                    ExternType::Global(m.canonical_global(native(&info.globals[i as usize])))
+                }
             },
         })
     }
@@ -195,9 +232,7 @@ impl Module {
     /// The type of import `import` (a function's by value, not by index).
     pub fn import_type(&self, import: &ImportRef<'_>) -> ExternType {
         match import.kind {
-            ImportKind::Func(t) => {
-                ExternType::Func(self.inner.artifact.info().types[t as usize].native())
-            }
+            ImportKind::Func(t) => ExternType::Func(self.inner.canonical_func(t)),
             ImportKind::Memory(ty) => ExternType::Memory(ty),
             ImportKind::Table(ty) => ExternType::Table(ty),
             ImportKind::Global(ty) => ExternType::Global(ty),

@@ -20,7 +20,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::ops::Range;
 
-use ephem_module::{TableType, ValType, VmOffsets, VmTable};
+use ephem_module::{TableType, VmOffsets, VmTable};
 
 /// Most elements a table may grow to (a resource limit).
 pub const MAX_ELEMENTS: u32 = 10_000_000;
@@ -103,14 +103,19 @@ impl TableData {
             lazy: Cell::new(None),
             written: Cell::new(Written::new(ty.min)),
         };
+        table.sync(ty.min);
+        table.fill_all(init);
+        Ok(table)
+    }
+
+    /// Sets every element to `init` (a table's initialiser, before anything reads it).
+    pub(crate) fn fill_all(&self, init: usize) {
         // Null stays "never written" (0), so that a lazy table's initial contents show through.
         if init != 0 {
-            let init = table.tag(init);
-            // SAFETY: the table was just made; nothing else refers to its elements.
-            unsafe { table.write(0..ty.min as usize) }.fill(init);
+            let init = self.tag(init);
+            // SAFETY: single-threaded; no other reference to the elements is alive.
+            unsafe { self.write(0..self.len() as usize) }.fill(init);
         }
-        table.sync(ty.min);
-        Ok(table)
     }
 
     /// Publishes the (possibly moved) elements and the table's length, `len`.
@@ -210,7 +215,7 @@ impl TableData {
     }
 
     fn holds_funcrefs(&self) -> bool {
-        self.ty.elem == ValType::FuncRef
+        self.ty.elem.is_func_ref()
     }
 
     /// `v` as stored.

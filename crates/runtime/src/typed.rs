@@ -56,13 +56,13 @@ wasm_ty!(f64, ValType::F64, |x| x.to_bits() as ValRaw, |r| {
 });
 wasm_ty!(
     Option<ExternRef>,
-    ValType::ExternRef,
+    ValType::EXTERNREF,
     |x| x.map_or(0, |r| r.0 as ValRaw + 1),
     |r| ExternRef::from_raw(r)
 );
 
 impl WasmTy for Option<Func> {
-    const TY: ValType = ValType::FuncRef;
+    const TY: ValType = ValType::FUNCREF;
     fn into_raw(self, store: &StoreOpaque) -> Result<ValRaw, Error> {
         Ok(self.map_or(Ok(0), |f| f.to_raw(store))? as ValRaw)
     }

@@ -350,9 +350,9 @@ pub fn from_json(ty: ValType, v: &Value) -> Result<Val, CallError> {
                 .ok_or_else(bad)?;
             Val::V128(u128::from_str_radix(hex, 16).map_err(|_| bad())?)
         }
-        ValType::FuncRef if v.is_null() => Val::FuncRef(None),
-        ValType::ExternRef if v.is_null() => Val::ExternRef(None),
-        ValType::FuncRef | ValType::ExternRef => return Err(bad()),
+        // Only null can be given, and only where the type admits it.
+        ValType::Ref(r) if v.is_null() && r.nullable => Val::default_for(ty),
+        ValType::Ref(_) => return Err(bad()),
     })
 }
 
@@ -410,7 +410,7 @@ mod tests {
             (ValType::I64, Value::from("x")),
             (ValType::F64, Value::Bool(true)),
             (ValType::V128, Value::from(3)),
-            (ValType::FuncRef, Value::from(0)),
+            (ValType::FUNCREF, Value::from(0)),
         ] {
             assert!(from_json(t, &v).is_err(), "{t:?} {v}");
         }

@@ -175,7 +175,7 @@ impl Artifact {
             let ty = info.tables.get(table as usize);
             let fits = ty.is_some_and(|ty| {
                 table >= info.imported_tables.to_native()
-                    && matches!(ty.elem, ephem_module::ArchivedValType::FuncRef)
+                    && ty.elem.native() == ephem_module::ValType::FUNCREF
                     && len <= ty.min.to_native()
             });
             let elements = words(t.at.to_native(), len).ok_or_else(|| bad("outside the text"))?;

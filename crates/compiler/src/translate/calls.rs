@@ -1,5 +1,5 @@
-//! Calls of wasm functions: direct, through an import's funcref, and `call_indirect`, each
-//! also as a tail call (`return_call*`).
+//! Calls of wasm functions: direct, through an import's funcref, `call_indirect` and
+//! `call_ref`, each also as a tail call (`return_call*`).
 //!
 //! A call passes the callee's vmctx and then this instance's, as the caller (see
 //! [`wasm_signature`]). A defined function is called directly, by a relocation the linker
@@ -118,6 +118,26 @@ impl Translator<'_, '_> {
         self.call_code(sig, code_ptr, callee_vmctx, args, tail);
     }
 
+    /// A `call_ref` (with `tail`, a `return_call_ref`) of type `type_index`: the reference on
+    /// the stack is a function of that type (validation proves it), or null, which traps.
+    fn call_ref(&mut self, type_index: u32, tail: bool) {
+        self.spill_fuel();
+        let funcref = self.pop();
+        self.b.ins().trapz(funcref, code::NULL_REFERENCE);
+        let code_ptr = self
+            .b
+            .ins()
+            .load(I64, trusted(), funcref, VmOffsets::FUNCREF_CODE as i32);
+        let callee_vmctx =
+            self.b
+                .ins()
+                .load(I64, trusted(), funcref, VmOffsets::FUNCREF_VMCTX as i32);
+        let ty = self.env.info.types[type_index as usize].clone();
+        let sig = self.b.import_signature(wasm_signature(&ty));
+        let args = self.take(ty.params.len());
+        self.call_code(sig, code_ptr, callee_vmctx, args, tail);
+    }
+
     /// Translates `op` if it is a call; `false` if it is not.
     pub(super) fn call_op(&mut self, op: &Operator<'_>) -> bool {
         use Operator as O;
@@ -132,6 +152,8 @@ impl Translator<'_, '_> {
                 type_index,
                 table_index,
             } => self.call_indirect(type_index, table_index, true),
+            O::CallRef { type_index } => self.call_ref(type_index, false),
+            O::ReturnCallRef { type_index } => self.call_ref(type_index, true),
             _ => return false,
         }
         true

@@ -257,6 +257,28 @@ impl Translator<'_, '_> {
                 self.b.ins().brif(cond, target, &args(&values), cont, &[]);
                 self.b.switch_to_block(cont);
             }
+            // A reference: null branches and drops it, anything else stays and falls through.
+            O::BrOnNull { relative_depth } => {
+                let r = self.pop();
+                let frame = &self.frames[self.frames.len() - 1 - relative_depth as usize];
+                let (target, n) = frame.target();
+                let values = self.top(n);
+                let cont = self.b.create_block();
+                self.b.ins().brif(r, cont, &[], target, &args(&values));
+                self.b.switch_to_block(cont);
+                self.push(r);
+            }
+            // A reference: anything but null branches with it, null is dropped.
+            O::BrOnNonNull { relative_depth } => {
+                let frame = &self.frames[self.frames.len() - 1 - relative_depth as usize];
+                let (target, n) = frame.target();
+                let values = self.top(n);
+                let r = *values.last().expect("validated: the reference is a branch value");
+                let cont = self.b.create_block();
+                self.b.ins().brif(r, target, &args(&values), cont, &[]);
+                self.b.switch_to_block(cont);
+                self.pop();
+            }
             O::BrTable { ref targets } => {
                 let index = self.pop();
                 let default = targets.default();

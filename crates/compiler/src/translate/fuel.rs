@@ -94,6 +94,8 @@ impl Translator<'_, '_> {
                 | O::End
                 | O::Br { .. }
                 | O::BrIf { .. }
+                | O::BrOnNull { .. }
+                | O::BrOnNonNull { .. }
                 | O::BrTable { .. }
                 | O::Return
         )

@@ -1,4 +1,5 @@
-//! Tables and references: `table.*`, `elem.drop`, `ref.null`, `ref.is_null` and `ref.func`.
+//! Tables and references: `table.*`, `elem.drop`, `ref.null`, `ref.is_null`, `ref.as_non_null`
+//! and `ref.func`.
 //!
 //! A table is a `VmTable` the vmctx points at: a length and an element buffer, checked against
 //! the length on every access. Funcref elements are stored tagged (see `ephem_module::vmctx`):
@@ -11,7 +12,7 @@
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I64};
 use cranelift_codegen::ir::{InstBuilder, TrapCode, Value};
-use ephem_module::{Builtin, ValType, VmOffsets};
+use ephem_module::{Builtin, VmOffsets};
 use wasmparser::Operator;
 
 use super::{Translator, trusted};
@@ -47,7 +48,7 @@ impl Translator<'_, '_> {
 
     /// Whether `table` holds funcrefs (stored tagged: see `ephem_module::vmctx`).
     fn holds_funcrefs(&self, table: u32) -> bool {
-        self.env.info.tables[table as usize].elem == ValType::FuncRef
+        self.env.info.tables[table as usize].elem.is_func_ref()
     }
 
     /// The funcref in element `index` of funcref table `table`, at `slot`: untagged, and made
@@ -155,6 +156,10 @@ impl Translator<'_, '_> {
                 self.push(v);
             }
             O::RefIsNull => self.eqz(),
+            O::RefAsNonNull => {
+                let r = *self.stack.last().expect("validated");
+                self.b.ins().trapz(r, code::NULL_REFERENCE);
+            }
             O::RefFunc { function_index } => {
                 let imported = self.env.info.imported_funcs;
                 let layout = self.env.layout;

@@ -134,7 +134,7 @@ fn a_table_of_another_store_is_refused() {
     let mut one = Store::new(&engine, ());
     let mut two = Store::new(&engine, ());
     let ty = TableType {
-        elem: ValType::FuncRef,
+        elem: ValType::FUNCREF,
         min: 1,
         max: None,
     };

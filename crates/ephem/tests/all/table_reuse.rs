@@ -88,7 +88,7 @@ fn write(engine: &Engine, writer: &Module, how: &str) {
         }
         "host_new" => {
             let ty = TableType {
-                elem: ValType::ExternRef,
+                elem: ValType::EXTERNREF,
                 min: 100,
                 max: None,
             };

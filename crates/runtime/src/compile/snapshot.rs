@@ -75,7 +75,7 @@ pub(crate) fn apply(compiled: CompiledModule, wasm: &[u8]) -> CompiledModule {
 fn holds_references(globals: &[GlobalType]) -> bool {
     globals
         .iter()
-        .any(|g| g.mutable && matches!(g.ty, ValType::FuncRef | ValType::ExternRef))
+        .any(|g| g.mutable && g.ty.is_ref())
 }
 
 /// Whether no function of `wasm` changes a table or a segment's state (see the module
@@ -270,7 +270,7 @@ fn with_state(
             ValType::F64 => ConstExpr::F64(raw as u64),
             ValType::V128 => ConstExpr::V128(raw),
             // Refused before the run.
-            ValType::FuncRef | ValType::ExternRef => unreachable!("no mutable reference globals"),
+            ValType::Ref(_) => unreachable!("no mutable reference globals"),
         };
     }
     info.snapshot = Some(snapshot);
