@@ -226,3 +226,81 @@ impl ModuleInfo {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FuncType, GlobalType, TableType};
+
+    fn typed(nullable: bool, t: u32) -> ValType {
+        ValType::Ref(RefType {
+            nullable,
+            heap: HeapType::Concrete(t),
+        })
+    }
+
+    /// Two function types (`[i32] -> []` and `[] -> []`) and a function of each.
+    fn base() -> ModuleInfo {
+        ModuleInfo {
+            types: vec![
+                FuncType {
+                    params: vec![ValType::I32],
+                    results: vec![],
+                },
+                FuncType::default(),
+            ],
+            funcs: vec![0, 1],
+            ..ModuleInfo::default()
+        }
+    }
+
+    fn with_global(ty: ValType, init: ConstExpr) -> ModuleInfo {
+        ModuleInfo {
+            globals: vec![GlobalType { ty, mutable: false }],
+            global_inits: vec![init],
+            ..base()
+        }
+    }
+
+    #[test]
+    fn typed_references_are_checked_against_the_functions_they_hold() {
+        assert_eq!(base().check(), Ok(()));
+        assert_eq!(with_global(typed(false, 0), ConstExpr::RefFunc(0)).check(), Ok(()));
+        assert_eq!(with_global(ValType::FUNCREF, ConstExpr::RefFunc(1)).check(), Ok(()));
+        assert_eq!(with_global(typed(true, 1), ConstExpr::RefNull).check(), Ok(()));
+        // A function of the other type, null where none may be, a type that is not there.
+        for (ty, init) in [
+            (typed(false, 0), ConstExpr::RefFunc(1)),
+            (typed(false, 0), ConstExpr::RefNull),
+            (typed(true, 2), ConstExpr::RefNull),
+            (ValType::EXTERNREF, ConstExpr::RefFunc(0)),
+        ] {
+            assert!(with_global(ty, init).check().is_err(), "{ty} = {init:?}");
+        }
+    }
+
+    #[test]
+    fn a_type_names_no_later_type_and_tables_start_as_their_type_allows() {
+        let mut info = base();
+        info.types[0].params = vec![typed(false, 1)];
+        assert!(info.check().is_err());
+        info.types[0].params = vec![typed(false, 0)];
+        assert_eq!(info.check(), Ok(()));
+
+        let table = |elem, init| ModuleInfo {
+            tables: vec![TableType {
+                elem,
+                min: 1,
+                max: None,
+            }],
+            table_inits: vec![init],
+            ..base()
+        };
+        assert_eq!(table(typed(false, 1), ConstExpr::RefFunc(1)).check(), Ok(()));
+        assert!(table(typed(false, 1), ConstExpr::RefFunc(0)).check().is_err());
+        assert!(table(typed(false, 1), ConstExpr::RefNull).check().is_err());
+        let mut missing = table(ValType::FUNCREF, ConstExpr::RefNull);
+        missing.table_inits.clear();
+        assert!(missing.check().is_err());
+    }
+}

@@ -178,9 +178,16 @@ impl ValType {
 
     /// The digit of this type in a [`small_id`], if it has one.
     fn small_digit(self) -> Option<u32> {
-        (ValType::SMALL.iter())
-            .position(|&t| t == self)
-            .map(|i| i as u32 + 1)
+        Some(match self {
+            ValType::I32 => 1,
+            ValType::I64 => 2,
+            ValType::F32 => 3,
+            ValType::F64 => 4,
+            ValType::FUNCREF => 5,
+            ValType::EXTERNREF => 6,
+            ValType::V128 => 7,
+            ValType::Ref(_) => return None,
+        })
     }
 
     /// Appends the bytes that identify this type within a signature key, with `concrete`
@@ -559,6 +566,18 @@ mod tests {
             results: vec![ValType::I64],
         };
         assert_eq!(wide.small_id(), None);
+        for (i, t) in ValType::SMALL.iter().enumerate() {
+            assert_eq!(t.small_digit(), Some(i as u32 + 1));
+        }
+        // Other references have none: their signatures are registered.
+        let typed = FuncType {
+            params: vec![ValType::Ref(RefType {
+                nullable: false,
+                heap: HeapType::Func,
+            })],
+            results: vec![],
+        };
+        assert_eq!(typed.small_id(), None);
         // Two separators: not an id.
         assert!(from_small_id(1 | 1 << 6 | 1 << 12).is_none());
     }

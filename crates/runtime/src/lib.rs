@@ -64,7 +64,9 @@ pub use ephem_artifact::{Artifact, ArtifactKey, Cache, Outcome};
 pub use ephem_code_memory::{PoolConfig, Strategy};
 #[cfg(feature = "cranelift")]
 pub use ephem_compiler::{CompileError, Compiler, Proposals};
-pub use ephem_module::{FuncType, GlobalType, MemoryType, TableType, TrapKind, ValType};
+pub use ephem_module::{
+    FuncType, GlobalType, HeapType, MemoryType, RefType, TableType, TrapKind, ValType,
+};
 pub use error::{Error, ErrorKind};
 pub use externals::{Extern, Global, Memory, Table};
 pub use func::{Caller, ExternRef, Func, HostError, Val};

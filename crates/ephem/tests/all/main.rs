@@ -20,5 +20,6 @@ mod simd;
 mod snapshot;
 mod spec;
 mod table_reuse;
+mod typed_refs;
 mod w_xor_x;
 mod wasmtime_names;
