@@ -30,8 +30,8 @@
 //! are mapped or copied into linear memory.
 
 use ephem_module::{
-    FuncType,
-    CompiledModule, ConstExpr, ImportKind, ModuleInfo, Placement, Reloc, SegmentMode, Target,
+    CompiledModule, ConstExpr, FuncType, ImportKind, ModuleInfo, Placement, Reloc, SegmentMode,
+    Target,
 };
 use rkyv::{Archive, Serialize};
 

@@ -23,7 +23,7 @@ use ephem_bench_wasmtime::{geomean, median, ms};
 #[derive(Parser)]
 #[command(about = "WASI programs on ephem and on wasmtime: execution and compile time")]
 struct Args {
-    /// Directories of programs (`*.wasm`, each with its inputs beside it).
+    /// Directories of programs (`*.wasm` or `*.wat`, each with its inputs beside it).
     #[arg(required = true)]
     dirs: Vec<PathBuf>,
     /// Runs per program and engine (the median is reported).
@@ -230,7 +230,7 @@ fn programs(dirs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, PathBuf, String)>>
             std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
         for e in entries {
             let path = e?.path();
-            if path.extension().is_some_and(|x| x == "wasm") {
+            if path.extension().is_some_and(|x| x == "wasm" || x == "wat") {
                 let name = path
                     .file_stem()
                     .unwrap_or_default()
@@ -292,7 +292,7 @@ fn main() -> anyhow::Result<()> {
     }
     let mut means: Vec<Means> = modes.iter().map(|_| Means::default()).collect();
     for (dir, path, name) in programs(&args.dirs)? {
-        let wasm = std::fs::read(&path)?;
+        let wasm = wat::parse_file(&path).with_context(|| format!("reading {}", path.display()))?;
         let mut pairs = Vec::new();
         for &code in &modes {
             let ours = match EphemProgram::new(&wasm, &dir, &name, code) {

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 mod arch;
+mod growth;
 mod parse;
 mod trampolines;
 mod translate;
@@ -319,6 +320,10 @@ impl Compiler {
         parsed.info.checks_bounds = self.bounds_checks;
         let layout = ephem_module::FuncrefLayout::of(&parsed.info);
         let offsets = VmOffsets::new(&parsed.info, layout.slots(parsed.info.imported_funcs));
+        let growth = match self.bounds_checks {
+            true => growth::Growth::of(&parsed.info, &parsed.bodies)?,
+            false => growth::Growth::any(),
+        };
         let env = translate::Env {
             info: &parsed.info,
             offsets: &offsets,
@@ -327,6 +332,7 @@ impl Compiler {
             frontend: self.isa().frontend_config(),
             fuel_costs: self.fuel.map(|(_, costs)| costs),
             raise_checks: arch.raises_failed_checks(),
+            growth: &growth,
         };
 
         // Units: defined functions, then an entry trampoline and a host adapter per type.

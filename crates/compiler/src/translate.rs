@@ -96,6 +96,8 @@ pub struct Env<'a> {
     /// Whether to mark bounds checks so that failed ones may raise their trap without a signal
     /// (see [`Raised`]): where the target's `Arch` writes the code that does it.
     pub raise_checks: bool,
+    /// Which calls may grow a memory, after which lengths are read again.
+    pub growth: &'a crate::growth::Growth,
 }
 
 fn trusted() -> MemFlagsData {
@@ -137,6 +139,10 @@ struct Translator<'a, 'b> {
     /// Bounds checks marked so far for [`Raised`], numbered from 0; `None` where checks are
     /// not marked (a target the compiler has no raising code for).
     raised_checks: Option<u32>,
+    /// Values that `ref.func` made, with their function: `call_ref` of one is a direct call.
+    known_funcs: Vec<(Value, u32)>,
+    /// Every load of a length (see [`bounds::drop_unread_lengths`]).
+    length_loads: Vec<Value>,
 }
 
 /// What a block has done so far that later instructions of it may rely on: every instruction
@@ -231,6 +237,8 @@ pub fn translate(
         regions: None,
         lengths: Vec::new(),
         raised_checks: env.raise_checks.then_some(0),
+        known_funcs: Vec::new(),
+        length_loads: Vec::new(),
     };
     if env.info.checks_bounds {
         t.start_bounds_checks();
@@ -251,7 +259,9 @@ pub fn translate(
     let raised = (t.raised_checks)
         .filter(|&checks| checks > 0)
         .map(|checks| Raised { checks });
+    let length_loads = std::mem::take(&mut t.length_loads);
     t.b.finalize(env.frontend);
+    bounds::drop_unread_lengths(func_ir, &length_loads);
     Ok(raised)
 }
 

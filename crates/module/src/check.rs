@@ -265,9 +265,18 @@ mod tests {
     #[test]
     fn typed_references_are_checked_against_the_functions_they_hold() {
         assert_eq!(base().check(), Ok(()));
-        assert_eq!(with_global(typed(false, 0), ConstExpr::RefFunc(0)).check(), Ok(()));
-        assert_eq!(with_global(ValType::FUNCREF, ConstExpr::RefFunc(1)).check(), Ok(()));
-        assert_eq!(with_global(typed(true, 1), ConstExpr::RefNull).check(), Ok(()));
+        assert_eq!(
+            with_global(typed(false, 0), ConstExpr::RefFunc(0)).check(),
+            Ok(())
+        );
+        assert_eq!(
+            with_global(ValType::FUNCREF, ConstExpr::RefFunc(1)).check(),
+            Ok(())
+        );
+        assert_eq!(
+            with_global(typed(true, 1), ConstExpr::RefNull).check(),
+            Ok(())
+        );
         // A function of the other type, null where none may be, a type that is not there.
         for (ty, init) in [
             (typed(false, 0), ConstExpr::RefFunc(1)),
@@ -296,8 +305,15 @@ mod tests {
             table_inits: vec![init],
             ..base()
         };
-        assert_eq!(table(typed(false, 1), ConstExpr::RefFunc(1)).check(), Ok(()));
-        assert!(table(typed(false, 1), ConstExpr::RefFunc(0)).check().is_err());
+        assert_eq!(
+            table(typed(false, 1), ConstExpr::RefFunc(1)).check(),
+            Ok(())
+        );
+        assert!(
+            table(typed(false, 1), ConstExpr::RefFunc(0))
+                .check()
+                .is_err()
+        );
         assert!(table(typed(false, 1), ConstExpr::RefNull).check().is_err());
         let mut missing = table(ValType::FUNCREF, ConstExpr::RefNull);
         missing.table_inits.clear();

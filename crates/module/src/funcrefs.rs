@@ -101,8 +101,8 @@ fn lazy_table(info: &ModuleInfo, table: u32) -> Option<(LazyTable, Vec<usize>)> 
     let ty = &info.tables[table as usize];
     // Only `funcref` tables: an artifact's check of a lazy table's elements then needs no
     // types. (A table with an initialiser other than null starts full: it is not lazy.)
-    let init = (table.checked_sub(info.imported_tables))
-        .and_then(|t| info.table_inits.get(t as usize));
+    let init =
+        (table.checked_sub(info.imported_tables)).and_then(|t| info.table_inits.get(t as usize));
     if ty.elem != ValType::FUNCREF || init.is_some_and(|i| *i != ConstExpr::RefNull) {
         return None;
     }

@@ -184,7 +184,6 @@ impl Config {
         self.always_on("turning off multi-value (part of WebAssembly 2.0)", on)
     }
 
-
     /// Exception handling: not yet supported; `true` is refused by `Engine::new`.
     pub fn wasm_exceptions(&mut self, on: bool) -> &mut Config {
         self.not_yet("exception handling", on)

@@ -27,7 +27,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ephem_module::ImportKind;
+use ephem_module::{ImportKind, ValType};
 
 use crate::context::{AsContext, AsContextMut, raw_store};
 use crate::func::HostFunc;
@@ -558,8 +558,16 @@ unsafe fn fresh(
     module: &Module,
     import: &ImportRef<'_>,
 ) -> Result<Extern, Error> {
+    let no_default = |ty: ValType| {
+        Err(link_error(
+            import,
+            &format!("a fresh one would need a value of {ty}, which has no default"),
+        ))
+    };
     Ok(match &import.kind {
         ImportKind::Func(_) => unreachable!("functions are never fresh"),
+        ImportKind::Table(ty) if !ty.elem.defaultable() => return no_default(ty.elem),
+        ImportKind::Global(ty) if !ty.ty.defaultable() => return no_default(ty.ty),
         ImportKind::Memory(ty) => {
             // SAFETY: per the contract.
             unsafe { StoreOpaque::admit_memory(store, *ty)? };

@@ -80,11 +80,13 @@ impl Translator<'_, '_> {
         self.reload_lengths();
     }
 
-    /// Loads each memory's length into its variable (at entry and after calls).
+    /// Loads each memory's length into its variable (at entry, and after calls that may grow
+    /// a memory: see `crate::growth`).
     pub(super) fn reload_lengths(&mut self) {
         for memory in 0..self.lengths.len() {
             let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory as u32));
             let length = (self.b.ins()).load(I64, trusted(), def, VmOffsets::MEMORY_LENGTH as i32);
+            self.length_loads.push(length);
             self.b.def_var(self.lengths[memory], length);
         }
     }
@@ -150,5 +152,26 @@ impl Translator<'_, '_> {
             constant,
             widenable: true,
         });
+    }
+}
+
+/// Removes the loads of lengths in `loads` that nothing reads (a function without memory
+/// accesses, a reload after a call that no check follows): Cranelift keeps a load that is not
+/// read-only, read or not. Run on the finished function, whose values are all in place.
+pub(super) fn drop_unread_lengths(func: &mut ir::Function, loads: &[Value]) {
+    if loads.is_empty() {
+        return;
+    }
+    let mut read = std::collections::HashSet::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            read.extend((func.dfg.inst_values(inst)).map(|v| func.dfg.resolve_aliases(v)));
+        }
+    }
+    for &length in loads {
+        if !read.contains(&length) {
+            let inst = func.dfg.value_def(length).unwrap_inst();
+            func.layout.remove_inst(inst);
+        }
     }
 }

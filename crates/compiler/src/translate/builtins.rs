@@ -4,13 +4,13 @@
 //!
 //! A builtin is called through the vmctx's table of builtin addresses with the native calling
 //! convention and the vmctx first. It may charge fuel per byte or element, so metered code
-//! writes its fuel to the store before the call and reads it back after; it may grow a memory,
-//! so code that checks bounds reloads the lengths after it. A builtin that can trap returns a
+//! writes its fuel to the store before the call and reads it back after; `memory.grow` may grow a
+//! memory, so code that checks bounds reloads the lengths after it (no other builtin does). A builtin that can trap returns a
 //! flag instead of unwinding, and the code traps on it ([`Translator::checked_builtin`]).
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I64};
-use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, TrapCode, Value};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, MemFlagsData, Signature, TrapCode, Value};
 use ephem_module::{Builtin, BuiltinType, VmOffsets};
 
 use super::Translator;
@@ -22,7 +22,9 @@ impl Translator<'_, '_> {
     pub(super) fn builtin(&mut self, which: Builtin, args: &[Value]) -> Option<Value> {
         let result = self.call_builtin(which, args);
         self.fuel_from_store();
-        self.reload_lengths();
+        if which == Builtin::MemoryGrow {
+            self.reload_lengths();
+        }
         result
     }
 
@@ -41,8 +43,11 @@ impl Translator<'_, '_> {
             .extend(params.iter().map(|&t| AbiParam::new(ty(t))));
         sig.returns.extend(ret.map(|t| AbiParam::new(ty(t))));
         let sig = self.b.import_signature(sig);
-        let table = self.load_ptr(self.vmctx, VmOffsets::BUILTINS);
-        let fnptr = self.load_ptr(table, which as u32 * 8);
+        // Read-only, but not hoisted: a builtin is mostly called from a cold block, and the
+        // address hoisted out of a loop would take a register (or a stack slot) through it.
+        let flags = MemFlagsData::trusted().with_readonly();
+        let table = (self.b.ins()).load(I64, flags, self.vmctx, VmOffsets::BUILTINS as i32);
+        let fnptr = (self.b.ins()).load(I64, flags, table, which as i32 * 8);
         let mut all = vec![self.vmctx];
         all.extend_from_slice(args);
         // Bulk operations charge fuel per byte or element from the store's count.

@@ -50,7 +50,8 @@ impl Translator<'_, '_> {
                 self.unreachable_now();
             } else {
                 let call = self.b.ins().call(callee, &all);
-                self.returned(call);
+                let may_grow = self.env.growth.may_grow(func);
+                self.returned(call, may_grow);
             }
         }
     }
@@ -72,16 +73,19 @@ impl Translator<'_, '_> {
             self.unreachable_now();
         } else {
             let call = self.b.ins().call_indirect(sig, code, &all);
-            self.returned(call);
+            self.returned(call, true);
         }
     }
 
-    /// After a call returned: its results on the stack, the deadline and the fuel anew.
-    pub(super) fn returned(&mut self, call: ir::Inst) {
+    /// After a call returned: its results on the stack, the fuel anew, and the memories'
+    /// lengths if the callee `may_grow` one (see `crate::growth`).
+    pub(super) fn returned(&mut self, call: ir::Inst, may_grow: bool) {
         let results = self.b.inst_results(call).to_vec();
         self.stack.extend(results);
         self.reload_fuel();
-        self.reload_lengths();
+        if may_grow {
+            self.reload_lengths();
+        }
     }
 
     /// A `call_indirect` (with `tail`, a `return_call_indirect`) of type `type_index` through
@@ -119,10 +123,16 @@ impl Translator<'_, '_> {
     }
 
     /// A `call_ref` (with `tail`, a `return_call_ref`) of type `type_index`: the reference on
-    /// the stack is a function of that type (validation proves it), or null, which traps.
+    /// the stack is a function of that type (validation proves it), or null, which traps; a
+    /// direct call where the reference is known.
     fn call_ref(&mut self, type_index: u32, tail: bool) {
-        self.spill_fuel();
         let funcref = self.pop();
+        // A reference `ref.func` made (an SSA value is the same wherever it is used): the
+        // function is known, and not null.
+        if let Some(&(_, func)) = self.known_funcs.iter().find(|(v, _)| *v == funcref) {
+            return self.call(func, tail);
+        }
+        self.spill_fuel();
         self.b.ins().trapz(funcref, code::NULL_REFERENCE);
         let code_ptr = self
             .b

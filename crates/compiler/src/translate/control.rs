@@ -273,7 +273,9 @@ impl Translator<'_, '_> {
                 let frame = &self.frames[self.frames.len() - 1 - relative_depth as usize];
                 let (target, n) = frame.target();
                 let values = self.top(n);
-                let r = *values.last().expect("validated: the reference is a branch value");
+                let r = *values
+                    .last()
+                    .expect("validated: the reference is a branch value");
                 let cont = self.b.create_block();
                 self.b.ins().brif(r, target, &args(&values), cont, &[]);
                 self.b.switch_to_block(cont);

@@ -177,6 +177,7 @@ impl Translator<'_, '_> {
                         .ins()
                         .iadd_imm_u(self.vmctx, self.env.offsets.funcref(slot) as i64)
                 };
+                self.known_funcs.push((v, function_index));
                 self.push(v);
             }
             _ => return Ok(false),

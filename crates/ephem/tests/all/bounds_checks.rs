@@ -306,3 +306,79 @@ fn shared_checks_trap_where_separate_ones_would() {
         out
     );
 }
+
+/// A function keeps a memory's length in a register across calls of functions that cannot grow
+/// a memory (see the compiler's `growth`), and reads it again after any call that can: one
+/// that grows it two direct calls down, through a tail call, or by a host function. Run in a
+/// slot left grown, where only the comparison catches an access past the length.
+#[test]
+fn lengths_are_read_again_after_calls_that_may_grow_and_kept_across_the_others() {
+    let engine = one_slot_engine();
+    let wat = r#"(module
+        (import "host" "grow" (func $host_grow))
+        (memory (export "mem") 1 3)
+        (func $leaf (param i32) (result i32) (i32.add (local.get 0) (i32.const 1)))
+        (func $grow_one (drop (memory.grow (i32.const 1))))
+        (func $middle (call $grow_one))
+        (func $tail (return_call $middle))
+        (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0)))
+        (func (export "poke") (param i32 i32) (i32.store8 (local.get 0) (local.get 1)))
+        ;; Bytes at..at+n-1, a call of $leaf before each.
+        (func (export "loop_calling_leaf") (param $at i32) (param $n i32) (result i32)
+          (local $i i32) (local $sum i32)
+          (loop $l
+            (local.set $sum (call $leaf (local.get $sum)))
+            (local.set $sum (i32.add (local.get $sum)
+              (i32.load8_u (i32.add (local.get $at) (local.get $i)))))
+            (br_if $l (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 1)))
+              (local.get $n))))
+          (local.get $sum))
+        (func (export "deep") (param i32) (result i32)
+          (drop (i32.load (local.get 0))) (call $middle) (i32.load offset=65536 (local.get 0)))
+        (func (export "tail") (param i32) (result i32)
+          (drop (i32.load (local.get 0))) (call $tail) (i32.load offset=65536 (local.get 0)))
+        (func (export "host") (param i32) (result i32)
+          (drop (i32.load (local.get 0))) (call $host_grow)
+          (i32.load offset=65536 (local.get 0))))"#;
+    let module = Module::new(&engine, wat).unwrap();
+    let host_grow = |store: &mut Store<()>| {
+        ephem::Func::wrap(store, |mut caller: ephem::Caller<'_, ()>| {
+            let Some(ephem::Extern::Memory(m)) = caller.get_export("mem") else {
+                panic!("the memory is exported");
+            };
+            m.grow(&mut caller, 1).unwrap();
+        })
+    };
+    let fresh = || {
+        let mut store = Store::new(&engine, ());
+        let grow = host_grow(&mut store);
+        let instance = Instance::new(&mut store, &module, &[grow.into()]).unwrap();
+        // Leave the slot grown: three pages written, then given back at one.
+        call::<i32, i32>(&mut store, &instance, "grow", 2).unwrap();
+        for at in [65536, 3 * 65536 - 1] {
+            call::<(i32, i32), ()>(&mut store, &instance, "poke", (at, 0x5e)).unwrap();
+        }
+        drop(store);
+        let mut store = Store::new(&engine, ());
+        let grow = host_grow(&mut store);
+        let instance = Instance::new(&mut store, &module, &[grow.into()]).unwrap();
+        (store, instance)
+    };
+    // Growth below the call, however deep, is seen: the second load ends in the new page.
+    for name in ["deep", "tail", "host"] {
+        let (mut store, instance) = fresh();
+        let last = call::<i32, i32>(&mut store, &instance, name, 65536 - 4);
+        assert_eq!(last.unwrap(), 0, "{name}");
+    }
+    // Across calls that cannot grow, the kept length still bounds every iteration: the last
+    // byte of the memory at the last iteration, one past it at the last and at the first.
+    let kind = |r: Result<i32, ephem::Error>| r.unwrap_err().trap().map(|t| t.kind);
+    let out = Some(TrapKind::MemoryOutOfBounds);
+    let (mut store, instance) = fresh();
+    let sum = call::<(i32, i32), i32>(&mut store, &instance, "loop_calling_leaf", (65536 - 8, 8));
+    assert_eq!(sum.unwrap(), 8);
+    for (at, n) in [(65536 - 7, 8), (65536, 8), (65536, 1)] {
+        let r = call::<(i32, i32), i32>(&mut store, &instance, "loop_calling_leaf", (at, n));
+        assert_eq!(kind(r), out, "{at} {n}");
+    }
+}

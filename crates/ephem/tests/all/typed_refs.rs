@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use ephem::{
-    Config, Engine, Error, ExternType, Func, FuncType, Global, HeapType,
-    Linker, Module, RefType, Store, TrapKind, Val, ValType,
+    Config, Engine, Error, ExternType, Func, FuncType, Global, HeapType, Linker, Module, RefType,
+    Store, TrapKind, Val, ValType,
 };
 
 const TYPED: &str = r#"(module
@@ -99,7 +99,11 @@ fn null_references_trap_as_null_references_and_the_store_runs_on() {
     let r = call(&mut store, as_non_null, &[Val::FuncRef(None)]);
     assert_eq!(trap_kind(r), Some(TrapKind::NullReference));
     let double = instance.get_func(&mut store, "double").unwrap();
-    let r = call(&mut store, apply, &[Val::FuncRef(Some(double)), Val::I32(3)]);
+    let r = call(
+        &mut store,
+        apply,
+        &[Val::FuncRef(Some(double)), Val::I32(3)],
+    );
     assert_eq!(r.unwrap(), 6);
 }
 
@@ -261,12 +265,7 @@ fn equal_types_in_two_modules_are_one_type_whatever_their_indices() {
     let a = Module::new(&engine, wat("")).unwrap();
     // The same types at other indices.
     let b = Module::new(&engine, wat("(type (func)) (type (func (param f32)))")).unwrap();
-    let ty = |m: &Module, name: &str| {
-        m.exports()
-            .find(|e| e.name == name)
-            .map(|e| e.ty)
-            .unwrap()
-    };
+    let ty = |m: &Module, name: &str| m.exports().find(|e| e.name == name).map(|e| e.ty).unwrap();
     for name in ["f", "g"] {
         assert_eq!(ty(&a, name), ty(&b, name), "{name}");
     }

@@ -73,9 +73,7 @@ pub(crate) fn apply(compiled: CompiledModule, wasm: &[u8]) -> CompiledModule {
 }
 
 fn holds_references(globals: &[GlobalType]) -> bool {
-    globals
-        .iter()
-        .any(|g| g.mutable && g.ty.is_ref())
+    globals.iter().any(|g| g.mutable && g.ty.is_ref())
 }
 
 /// Whether no function of `wasm` changes a table or a segment's state (see the module

@@ -1,0 +1,21 @@
+(module
+  (import "bench" "start" (func $start))
+  (import "bench" "end" (func $end))
+  (type $step (func (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  ;; Two functions of one type, so that an indirect call cannot be guessed.
+  (func $mix (type $step) (i32.add (i32.mul (local.get 0) (i32.const 31)) (local.get 1)))
+  (func $xor (type $step) (i32.xor (i32.rotl (local.get 0) (i32.const 5)) (local.get 1)))
+  (table $t 2 funcref)
+  (elem (table $t) (i32.const 0) func $mix $xor)
+  (global $which (mut i32) (i32.const 0))
+  (global $target (mut (ref null $step)) (ref.null $step))
+  (elem declare func $mix $xor)
+  (func (export "_start") (local $i i32) (local $acc i32)
+    (global.set $target (ref.func $mix))
+    (call $start)
+    (loop $l
+      (local.set $acc (call $mix (local.get $acc) (local.get $i)))
+      (br_if $l (i32.ne (local.tee $i (i32.add (local.get $i) (i32.const 1))) (i32.const 50000000))))
+    (call $end)
+    (i32.store (i32.const 0) (local.get $acc))))
