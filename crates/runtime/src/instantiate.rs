@@ -373,7 +373,7 @@ pub(crate) fn check_import(
     match (&import.kind, ext) {
         (ImportKind::Func(t), Extern::Func(f)) => {
             if f.type_id(store) != m.type_ids[*t as usize] {
-                let expected = m.artifact.info().types[*t as usize].native();
+                let expected = m.canonical_func(*t);
                 let actual = FuncType::clone(&f.shared_ty(store));
                 return Err(mismatch(
                     ExternType::Func(expected),

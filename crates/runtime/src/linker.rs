@@ -239,7 +239,7 @@ impl<T: 'static> Linker<T> {
             }
             let def = match import.kind {
                 ImportKind::Func(t) => {
-                    let ty = module.artifact().info().types[t as usize].native();
+                    let ty = module.inner.canonical_func(t);
                     let what = format!("`{}`.`{}`", import.module, import.name);
                     let stub = HostFunc::dynamic::<T>(&self.engine, ty, move |_, _, _| {
                         Err(format!("unprovided import {what} was called").into())
@@ -340,7 +340,7 @@ impl<T: 'static> Linker<T> {
                 match &import.kind {
                     ImportKind::Func(t) if h.type_id == module.type_id(*t) => {}
                     ImportKind::Func(t) => {
-                        let expected = module.artifact().info().types[*t as usize].native();
+                        let expected = module.inner.canonical_func(*t);
                         let why = format!("expected {expected}, got {}", h.ty);
                         return Err(link_error(&import, &why));
                     }

@@ -307,3 +307,37 @@ fn function_references_can_be_turned_off() {
     let err = Module::new(&engine, TYPED).err().expect("refused");
     assert!(err.to_string().contains("function references"), "{err}");
 }
+
+#[test]
+fn unknown_typed_imports_are_stubbed_in_the_engines_terms_and_none_is_made_without_a_default() {
+    let engine = Engine::default();
+    let module = Module::new(
+        &engine,
+        r#"(module
+          (type $unary (func (param i32) (result i32)))
+          (import "host" "apply" (func $apply (param (ref $unary)) (result i32)))
+          (import "host" "maybe" (global (ref null $unary)))
+          (func (export "run") (result i32) (i32.const 5)))"#,
+    )
+    .unwrap();
+    let mut store = Store::new(&engine, ());
+    let mut linker = Linker::new(&engine);
+    linker.define_unknown_imports_as_traps(&module).unwrap();
+    let instance = linker.instantiate(&mut store, &module).unwrap();
+    let run = instance.get_func(&mut store, "run").unwrap();
+    assert_eq!(call(&mut store, run, &[]).unwrap(), 5);
+
+    // A global of a non-nullable type has no zero to start from.
+    let strict = Module::new(
+        &engine,
+        r#"(module
+          (type $unary (func (param i32) (result i32)))
+          (import "host" "fixed" (global (ref $unary))))"#,
+    )
+    .unwrap();
+    let mut linker = Linker::new(&engine);
+    linker.define_unknown_imports_as_traps(&strict).unwrap();
+    let err = linker.instantiate(&mut store, &strict).err().unwrap();
+    assert!(matches!(err, Error::Link(_)), "{err}");
+    assert!(err.to_string().contains("no default"), "{err}");
+}
