@@ -46,8 +46,10 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// `Meta::imports_digest`; 20: stores set write marks before the memory's base,
 /// `ephem_module::MARK_SHIFT`; 21: the text is laid out by calls, the function table sorted by
 /// offset; 22: `unreachable` calls the `Raise` builtin; 23: `ModuleInfo::checks_bounds`; 24:
-/// failed checks find `Raise` in the entry frame, `ephem_module::ENTRY_FRAME_RAISE`).
-pub const FORMAT_VERSION: u32 = 24;
+/// failed checks find `Raise` in the entry frame, `ephem_module::ENTRY_FRAME_RAISE`; 25: reference
+/// types `ValType::Ref`, `ModuleInfo::table_inits`, `TrapKind::NullReference`; lengths kept
+/// across calls that cannot grow a memory).
+pub const FORMAT_VERSION: u32 = 25;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
