@@ -31,7 +31,7 @@
 
 use ephem_module::{
     CompiledModule, ConstExpr, FuncType, ImportKind, ModuleInfo, Placement, Reloc, SegmentMode,
-    Target,
+    Target, ValType,
 };
 use rkyv::{Archive, Serialize};
 
@@ -189,13 +189,24 @@ pub(crate) fn small_ids(info: &ModuleInfo) -> Vec<u32> {
         .collect()
 }
 
-/// What identifies each of `types` in every module: a digest of its key, in which a concrete
-/// type names an earlier type by that type's digest and itself by a mark (a type names no
-/// later one: see `ModuleInfo::check`). Empty when no type names another, the usual case.
-fn type_digests(types: &[FuncType]) -> Vec<[u8; 32]> {
-    if types.iter().all(|t| t.concrete().next().is_none()) {
+/// What identifies each of `info`'s types in every module: a digest of its key, in which a
+/// concrete type names an earlier type by that type's digest and itself by a mark (a type names
+/// no later one: see `ModuleInfo::check`). Empty when no import names a concrete type, directly
+/// or through its function type: the usual case, where nothing needs them.
+fn type_digests(info: &ModuleInfo) -> Vec<[u8; 32]> {
+    let concrete = |t: &ValType| t.concrete().is_some();
+    let named = info.imports.iter().any(|i| match &i.kind {
+        ImportKind::Func(t) => {
+            (info.types.get(*t as usize)).is_some_and(|t| t.concrete().next().is_some())
+        }
+        ImportKind::Table(t) => concrete(&t.elem),
+        ImportKind::Global(g) => concrete(&g.ty),
+        ImportKind::Memory(_) => false,
+    });
+    if !named {
         return Vec::new();
     }
+    let types: &[FuncType] = &info.types;
     let mut digests: Vec<[u8; 32]> = Vec::with_capacity(types.len());
     let mut key = Vec::new();
     for (i, ty) in types.iter().enumerate() {
@@ -216,7 +227,7 @@ fn type_digests(types: &[FuncType]) -> Vec<[u8; 32]> {
 pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
     let mut bytes = Vec::new();
-    let digests = type_digests(&info.types);
+    let digests = type_digests(info);
     // A concrete type by its digest: what it is, not where it is in this module.
     let mut concrete = |t: u32, out: &mut Vec<u8>| match digests.get(t as usize) {
         Some(d) => out.extend_from_slice(d),
@@ -566,4 +577,54 @@ pub fn seal(file: &[u8], key: &ArtifactKey) -> [u8; 32] {
 pub fn reseal(file: &mut [u8], key: &ArtifactKey) {
     let sum = seal(file, key);
     file[off::SEAL..off::SEAL + 32].copy_from_slice(&sum);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ephem_module::{GlobalType, HeapType, Import, RefType};
+
+    /// A module importing a global of concrete type 0, where type 0 is `ty`.
+    fn importing(ty: FuncType) -> ModuleInfo {
+        let g = GlobalType {
+            ty: ValType::Ref(RefType {
+                nullable: true,
+                heap: HeapType::Concrete(0),
+            }),
+            mutable: false,
+        };
+        ModuleInfo {
+            types: vec![ty],
+            imports: vec![Import {
+                module: "m".into(),
+                name: "g".into(),
+                kind: ImportKind::Global(g),
+            }],
+            globals: vec![g],
+            imported_globals: 1,
+            ..ModuleInfo::default()
+        }
+    }
+
+    /// Imports of one name but of concrete types that differ have different digests; of equal
+    /// types at different indices, the same.
+    #[test]
+    fn digests_tell_concrete_types_by_what_they_are() {
+        let unary = FuncType {
+            params: vec![ValType::I32],
+            results: vec![],
+        };
+        let a = imports_digest(&importing(FuncType::default()));
+        let b = imports_digest(&importing(unary.clone()));
+        assert_ne!(a, b);
+        let mut shifted = importing(unary);
+        shifted.types.insert(0, FuncType::default());
+        if let ImportKind::Global(g) = &mut shifted.imports[0].kind {
+            g.ty = ValType::Ref(RefType {
+                nullable: true,
+                heap: HeapType::Concrete(1),
+            });
+        }
+        assert_eq!(imports_digest(&shifted), b);
+    }
 }

@@ -7,9 +7,9 @@
 //! stderr into memory, checked against `NAME.stdout.expected` where there is one, so that both
 //! engines are known to have done the work). Runs alternate between the engines. Both compile
 //! with their default settings (Cranelift, optimised for speed); wasmtime with its default
-//! engine configuration and its own WASI (`wasmtime-wasi`). With several `--metering` modes or
-//! `--bounds-checks on,off`, every combination of a program runs in the same round-robin, so
-//! their overheads share the machine's state.
+//! engine configuration and its own WASI (`wasmtime-wasi`). With several `--metering` modes,
+//! `--bounds-checks on,off` or `--write-marks on,off`, every combination of a program runs in the
+//! same round-robin, so their overheads share the machine's state.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -41,6 +41,10 @@ struct Args {
     /// same either way).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
     bounds_checks: Vec<BoundsChecks>,
+    /// Whether ephem's stores set write marks (`on,off`: both, side by side; wasmtime runs the
+    /// same either way).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "on")]
+    write_marks: Vec<WriteMarks>,
 }
 
 /// What a run's host functions record.
@@ -269,11 +273,17 @@ fn main() -> anyhow::Result<()> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
-    let modes = codes(&args.metering, &[WriteMarks::On], &args.bounds_checks);
-    // Code without checks is marked, as `bench fresh` marks it: checks are the default.
-    let name_of = |code: &Code| match code.bounds_checks {
-        true => code.metering.name().to_owned(),
-        false => format!("{},no checks", code.metering.name()),
+    let modes = codes(&args.metering, &args.write_marks, &args.bounds_checks);
+    // Code without checks or marks is named so, as `bench fresh` names it: both are defaults.
+    let name_of = |code: &Code| {
+        let mut name = code.metering.name().to_owned();
+        if !code.bounds_checks {
+            name.push_str(",no checks");
+        }
+        if !code.write_marks {
+            name.push_str(",no marks");
+        }
+        name
     };
     if !args.json {
         println!(
@@ -363,6 +373,7 @@ fn main() -> anyhow::Result<()> {
                     serde_json::json!({"program": label,
                         "metering": p.code.metering.name(),
                         "bounds_checks": p.code.bounds_checks,
+                        "write_marks": p.code.write_marks,
                         "ephem_exec_ns": e.as_nanos() as u64,
                         "wasmtime_exec_ns": w.as_nanos() as u64, "exec_ratio": exec,
                         "ephem_over_first_mode": eo, "wasmtime_over_first_mode": wo,
@@ -401,7 +412,8 @@ fn main() -> anyhow::Result<()> {
             println!(
                 "{}",
                 serde_json::json!({"metering": code.metering.name(),
-                    "bounds_checks": code.bounds_checks, "geomean_exec_ratio": ge,
+                    "bounds_checks": code.bounds_checks, "write_marks": code.write_marks,
+                    "geomean_exec_ratio": ge,
                     "geomean_compile_ratio": gc, "geomean_ephem_over_first_mode": eo,
                     "geomean_wasmtime_over_first_mode": wo})
             );

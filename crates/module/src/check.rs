@@ -35,6 +35,9 @@ impl ModuleInfo {
                 return Err(format!("type {i} names type {c}, after it"));
             }
         }
+        // Types compare as WebAssembly compares them: a module may declare one type twice.
+        let reps = self.representatives();
+        let canon = |t: ValType| t.map_concrete(|c| reps[c as usize]);
         let concrete_ok = |t: ValType| t.concrete().is_none_or(|c| (c as usize) < types);
         let value_types = (self.tables.iter().map(|t| t.elem))
             .chain(self.globals.iter().map(|g| g.ty))
@@ -106,14 +109,15 @@ impl ModuleInfo {
                 ConstExpr::RefFunc(f) => self.funcs.get(f as usize).is_some_and(|&t| {
                     let ty = RefType {
                         nullable: false,
-                        heap: HeapType::Concrete(t),
+                        heap: HeapType::Concrete(reps[t as usize]),
                     };
-                    ValType::Ref(ty).matches(want)
+                    ValType::Ref(ty).matches(canon(want))
                 }),
                 // Initialisers read imported globals only (WebAssembly 2.0), which exist
                 // before any defined one is initialised.
                 ConstExpr::GlobalGet(g) => {
-                    g < self.imported_globals && self.globals[g as usize].ty.matches(want)
+                    g < self.imported_globals
+                        && canon(self.globals[g as usize].ty).matches(canon(want))
                 }
             };
             if ok {
@@ -170,7 +174,7 @@ impl ModuleInfo {
             }
             if let SegmentMode::Active { index, offset } = &seg.mode {
                 let table = self.tables.get(*index as usize);
-                if table.is_none_or(|t| !seg.ty.matches(t.elem)) {
+                if table.is_none_or(|t| !canon(seg.ty).matches(canon(t.elem))) {
                     return Err(format!("element segment {i} does not fit table {index}"));
                 }
                 const_type(offset, ValType::I32)?;
@@ -191,6 +195,36 @@ impl ModuleInfo {
             }
         }
         Ok(())
+    }
+
+    /// For each type, the index of the first type equal to it: two declarations of one
+    /// signature are one type, and so are two that name equal types. Each type names only
+    /// earlier ones or itself (checked before this is asked).
+    fn representatives(&self) -> Vec<u32> {
+        let concrete = |t: &ValType| t.concrete().is_some();
+        let any_concrete = self.types.iter().any(|t| t.concrete().next().is_some())
+            || self.tables.iter().any(|t| concrete(&t.elem))
+            || self.globals.iter().any(|g| concrete(&g.ty))
+            || self.elems.iter().any(|e| concrete(&e.ty));
+        if !any_concrete {
+            // Nothing compares types by index (a function reference of no concrete type
+            // matches `funcref` whatever its type): no keys to make.
+            return (0..self.types.len() as u32).collect();
+        }
+        let mut reps: Vec<u32> = Vec::with_capacity(self.types.len());
+        let mut first = std::collections::HashMap::new();
+        let mut key = Vec::new();
+        for (i, ty) in self.types.iter().enumerate() {
+            ty.key(&mut key, &mut |c, out| match reps.get(c as usize) {
+                Some(r) => {
+                    out.push(0);
+                    out.extend_from_slice(&r.to_le_bytes());
+                }
+                None => out.push(1),
+            });
+            reps.push(*first.entry(key.clone()).or_insert(i as u32));
+        }
+        reps
     }
 
     /// The type an extended constant expression leaves, if it is a well-typed program that
@@ -286,6 +320,39 @@ mod tests {
         ] {
             assert!(with_global(ty, init).check().is_err(), "{ty} = {init:?}");
         }
+    }
+
+    #[test]
+    fn a_type_declared_twice_is_one_type() {
+        // Types 1 and 2 are both `[] -> []`; type 3 names type 1, type 4 names type 2.
+        let mut info = base();
+        info.types.push(FuncType::default());
+        for t in [1, 2] {
+            info.types.push(FuncType {
+                params: vec![typed(false, t)],
+                results: vec![],
+            });
+        }
+        info.funcs.push(3);
+        let global = |info: &ModuleInfo, ty, init| ModuleInfo {
+            globals: vec![GlobalType { ty, mutable: false }],
+            global_inits: vec![init],
+            ..info.clone()
+        };
+        // Function 1 is of type 1, function 2 of type 3.
+        assert_eq!(
+            global(&info, typed(false, 2), ConstExpr::RefFunc(1)).check(),
+            Ok(())
+        );
+        assert_eq!(
+            global(&info, typed(false, 4), ConstExpr::RefFunc(2)).check(),
+            Ok(())
+        );
+        assert!(
+            global(&info, typed(false, 0), ConstExpr::RefFunc(1))
+                .check()
+                .is_err()
+        );
     }
 
     #[test]

@@ -377,9 +377,16 @@ impl Engine {
         ids
     }
 
-    /// The type with canonical id `id`.
-    pub fn func_type(&self, id: u32) -> FuncType {
-        self.shared_func_type(id).into_owned()
+    /// The type with canonical id `id` (as a concrete reference type of this engine names it),
+    /// if this engine gave that id.
+    pub fn func_type(&self, id: u32) -> Option<FuncType> {
+        match id.checked_sub(REGISTERED) {
+            Some(i) => {
+                let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+                types.list.get(i as usize).map(|t| FuncType::clone(t))
+            }
+            None => ephem_module::from_small_id(id),
+        }
     }
 
     /// The type with canonical id `id`, shared, or decoded when it is small.

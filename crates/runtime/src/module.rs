@@ -72,7 +72,7 @@ impl ModuleInner {
     /// Function type `t` of this module as the engine sees it (see
     /// [`ModuleInner::canonical`]).
     pub(crate) fn canonical_func(&self, t: u32) -> FuncType {
-        self.engine.func_type(self.type_ids[t as usize])
+        (self.engine.shared_func_type(self.type_ids[t as usize])).into_owned()
     }
 }
 

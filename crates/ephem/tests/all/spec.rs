@@ -28,9 +28,18 @@ const PROPOSALS: [(Proposal, usize); 5] = [
 /// left out whole (every other file of `wasm-v3` runs, every assertion). A file that starts to
 /// pass is an error here, so that it joins the suite.
 const V3_NOT_YET: [(&str, &str); 9] = [
-    ("data.wast", "global.get of a defined global in a constant (GC)"),
-    ("elem.wast", "global.get of a defined global in a constant (GC)"),
-    ("global.wast", "global.get of a defined global in a constant (GC)"),
+    (
+        "data.wast",
+        "global.get of a defined global in a constant (GC)",
+    ),
+    (
+        "elem.wast",
+        "global.get of a defined global in a constant (GC)",
+    ),
+    (
+        "global.wast",
+        "global.get of a defined global in a constant (GC)",
+    ),
     ("imports.wast", "tags (exception handling)"),
     ("instance.wast", "tags (exception handling)"),
     ("ref_null.wast", "the any and none heap types (GC)"),
@@ -76,7 +85,8 @@ fn the_wasm_v3_files_left_out_still_need_what_they_are_left_out_for() {
     let compiler = new_compiler();
     for file in spec(SpecVersion::V3) {
         if let Some((_, why)) = V3_NOT_YET.iter().find(|(n, _)| file.name().ends_with(n)) {
-            let outcome = ephem::wast::run(&compiler, &engine, file.name(), file.raw(), Loading::Normal);
+            let outcome =
+                ephem::wast::run(&compiler, &engine, file.name(), file.raw(), Loading::Normal);
             assert!(outcome.failed > 0, "{} passes now ({why})", file.name());
         }
     }

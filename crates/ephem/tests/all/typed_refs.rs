@@ -131,7 +131,8 @@ fn the_host_cannot_pass_a_function_of_another_type_or_null_where_wasm_expects_a_
         }) => id,
         other => panic!("the global's type is {other}"),
     };
-    assert_eq!(engine.func_type(unary), double.ty(&store));
+    assert_eq!(engine.func_type(unary), Some(double.ty(&store)));
+    assert_eq!(engine.func_type(u32::MAX), None);
     assert!(g.set(&mut store, wrong).is_err());
     assert!(Global::new(&mut store, ty, wrong).is_err());
     g.set(&mut store, Val::FuncRef(None)).unwrap();
@@ -304,7 +305,9 @@ fn function_references_can_be_turned_off() {
     let mut config = Config::new();
     config.wasm_function_references(false);
     let engine = Engine::new(&config).unwrap();
-    let err = Module::new(&engine, TYPED).err().expect("refused");
+    let Err(err) = Module::new(&engine, TYPED) else {
+        panic!("a module with call_ref was accepted without function references");
+    };
     assert!(err.to_string().contains("function references"), "{err}");
 }
 
@@ -340,4 +343,34 @@ fn unknown_typed_imports_are_stubbed_in_the_engines_terms_and_none_is_made_witho
     let err = linker.instantiate(&mut store, &strict).err().unwrap();
     assert!(matches!(err, Error::Link(_)), "{err}");
     assert!(err.to_string().contains("no default"), "{err}");
+}
+
+/// A module may declare one type twice: the two are one type, in the compiler's module, in the
+/// artifact's checked metadata and after a round trip through a sealed file.
+#[test]
+fn a_type_declared_twice_is_one_type_through_an_artifact() {
+    let mut config = Config::new();
+    config.artifact_key(ephem::ArtifactKey::generate().unwrap());
+    let engine = Engine::new(&config).unwrap();
+    let wat = r#"(module
+      (type $a (func (result i32)))
+      (type $b (func (result i32)))
+      (func $f (type $a) (i32.const 9))
+      (elem declare func $f)
+      (global $g (ref $b) (ref.func $f))
+      (table $t 1 (ref null $b) (ref.func $f))
+      (func (export "run") (result i32)
+        (i32.add (call_ref $b (global.get $g)) (call_ref $a (table.get $t (i32.const 0))))))"#;
+    let module = Module::new(&engine, wat).unwrap();
+    let bytes = module.serialize().unwrap();
+    // SAFETY: bytes this engine's key sealed, just now.
+    let reopened = unsafe { Module::deserialize(&engine, &bytes) }.unwrap();
+    for module in [module, reopened] {
+        let mut store = Store::new(&engine, ());
+        let instance = Linker::new(&engine)
+            .instantiate(&mut store, &module)
+            .unwrap();
+        let run = instance.get_func(&mut store, "run").unwrap();
+        assert_eq!(call(&mut store, run, &[]).unwrap(), 18);
+    }
 }
