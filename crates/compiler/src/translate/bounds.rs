@@ -19,6 +19,7 @@
 //! Within a block, checks are shared: see [`Translator::check_bounds`].
 
 use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::entity::EntityRef;
 use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::{self, InstBuilder, TrapCode, Value};
 use ephem_module::VmOffsets;
@@ -162,14 +163,20 @@ pub(super) fn drop_unread_lengths(func: &mut ir::Function, loads: &[Value]) {
     if loads.is_empty() {
         return;
     }
-    let mut read = std::collections::HashSet::new();
+    // One flag per value of the function, set for the loads, cleared when something reads one.
+    let mut unread = vec![false; func.dfg.num_values()];
+    for &v in loads {
+        unread[v.index()] = true;
+    }
     for block in func.layout.blocks() {
         for inst in func.layout.block_insts(block) {
-            read.extend((func.dfg.inst_values(inst)).map(|v| func.dfg.resolve_aliases(v)));
+            for v in func.dfg.inst_values(inst) {
+                unread[func.dfg.resolve_aliases(v).index()] = false;
+            }
         }
     }
     for &length in loads {
-        if !read.contains(&length) {
+        if unread[length.index()] {
             let inst = func.dfg.value_def(length).unwrap_inst();
             func.layout.remove_inst(inst);
         }
