@@ -18,8 +18,8 @@
 //!
 //! Within a block, checks are shared: see [`Translator::check_bounds`].
 
-use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::entity::EntityRef;
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::I64;
 use cranelift_codegen::ir::{self, InstBuilder, TrapCode, Value};
 use ephem_module::VmOffsets;

@@ -10,11 +10,11 @@
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I64};
-use cranelift_codegen::ir::{self, InstBuilder, Value};
+use cranelift_codegen::ir::{self, InstBuilder, MemFlagsData, Value};
 use ephem_module::VmOffsets;
 use wasmparser::Operator;
 
-use super::{Translator, readonly, trusted, wasm_signature};
+use super::{Translator, trusted, wasm_signature};
 use crate::traps::code;
 
 impl Translator<'_, '_> {
@@ -100,9 +100,11 @@ impl Translator<'_, '_> {
             .b
             .ins()
             .load(I32, trusted(), funcref, VmOffsets::FUNCREF_TYPE_ID as i32);
+        // Read where it is compared, not hoisted: a loop of indirect calls keeps its own values
+        // in the registers that survive the calls, and an L1 load costs less than a spill.
         let expected = self.b.ins().load(
             I32,
-            readonly(),
+            MemFlagsData::trusted().with_readonly(),
             self.vmctx,
             self.env.offsets.type_id(type_index) as i32,
         );
