@@ -4,10 +4,13 @@
 //!
 //! Each program runs as wasmtime's Sightglass runner runs it: its directory preopened as `.`,
 //! its name as its only argument, a fresh instance and WASI context per run (stdout and
-//! stderr into memory, checked against `NAME.stdout.expected` where there is one, so that both
-//! engines are known to have done the work). Runs alternate between the engines. Both compile
-//! with their default settings (Cranelift, optimised for speed); wasmtime with its default
-//! engine configuration and its own WASI (`wasmtime-wasi`). With several `--metering` modes,
+//! stderr into memory, stdout checked against `NAME.stdout.expected` or
+//! `default.stdout.expected` where there is one, so that both engines are known to have done
+//! the work). A program that fails in either engine (does not compile, traps, prints something
+//! else) is reported as failed, with why, and the others still run; the means are over those
+//! that ran, and the command fails at the end if any did not. Runs alternate between the
+//! engines. Both compile with their default settings (Cranelift, optimised for speed); wasmtime
+//! with its default engine configuration and its own WASI (`wasmtime-wasi`). With several `--metering` modes,
 //! `--bounds-checks on,off` or `--write-marks on,off`, every combination of a program runs in the
 //! same round-robin, so their overheads share the machine's state.
 
@@ -268,6 +271,54 @@ struct Means {
     wasmtime_overhead: Vec<f64>,
 }
 
+/// Compiles `path` in every mode on both engines and runs each `runs` times, round-robin over
+/// engines and modes so that drift on the machine hits all alike; every run's output must be
+/// the expected one where there is one (`NAME.stdout.expected`, or `default.stdout.expected`).
+fn run_program(
+    path: &Path,
+    dir: &Path,
+    name: &str,
+    modes: &[Code],
+    runs: usize,
+) -> anyhow::Result<Vec<Pair>> {
+    let wasm = wat::parse_file(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut pairs = Vec::new();
+    for &code in modes {
+        let ours = EphemProgram::new(&wasm, dir, name, code).context("ephem")?;
+        let theirs = WasmtimeProgram::new(&wasm, dir, name, code.metering).context("wasmtime")?;
+        pairs.push(Pair {
+            code,
+            ours,
+            theirs,
+            ephem_runs: Vec::new(),
+            wasmtime_runs: Vec::new(),
+        });
+    }
+    let expected = [
+        format!("{name}.stdout.expected"),
+        "default.stdout.expected".into(),
+    ]
+    .iter()
+    .find_map(|f| std::fs::read(dir.join(f)).ok());
+    for _ in 0..runs {
+        for p in &mut pairs {
+            let (t, out) = p.ours.run().context("ephem")?;
+            let (u, theirs) = p.theirs.run().context("wasmtime")?;
+            if let Some(expected) = &expected {
+                if &out != expected {
+                    bail!("ephem's output differs from the expected output");
+                }
+                if &theirs != expected {
+                    bail!("wasmtime's output differs from the expected output");
+                }
+            }
+            p.ephem_runs.push(t);
+            p.wasmtime_runs.push(u);
+        }
+    }
+    Ok(pairs)
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.runs == 0 {
@@ -301,47 +352,25 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let mut means: Vec<Means> = modes.iter().map(|_| Means::default()).collect();
+    let mut failed = Vec::new();
     for (dir, path, name) in programs(&args.dirs)? {
-        let wasm = wat::parse_file(&path).with_context(|| format!("reading {}", path.display()))?;
-        let mut pairs = Vec::new();
-        for &code in &modes {
-            let ours = match EphemProgram::new(&wasm, &dir, &name, code) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("skipped {}: {e:#}", path.display());
-                    break;
+        let label = label(&dir, &name);
+        // A program that cannot run in either engine is reported, and the others still run.
+        let pairs = match run_program(&path, &dir, &name, &modes, args.runs) {
+            Ok(pairs) => pairs,
+            Err(e) => {
+                if args.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"program": label, "error": format!("{e:#}")})
+                    );
+                } else {
+                    println!("{label:<22} FAILED: {e:#}");
                 }
-            };
-            let theirs = WasmtimeProgram::new(&wasm, &dir, &name, code.metering)?;
-            pairs.push(Pair {
-                code,
-                ours,
-                theirs,
-                ephem_runs: Vec::new(),
-                wasmtime_runs: Vec::new(),
-            });
-        }
-        if pairs.len() < modes.len() {
-            continue;
-        }
-        let expected = std::fs::read(dir.join(format!("{name}.stdout.expected"))).ok();
-        // Round-robin over engines and modes, so that drift on the machine hits all alike.
-        for _ in 0..args.runs {
-            for p in &mut pairs {
-                let (t, out) = p.ours.run().with_context(|| format!("ephem: {name}"))?;
-                let (u, theirs) = p
-                    .theirs
-                    .run()
-                    .with_context(|| format!("wasmtime: {name}"))?;
-                if let Some(expected) = &expected
-                    && (&out != expected || &theirs != expected)
-                {
-                    bail!("{name}: output differs from {name}.stdout.expected");
-                }
-                p.ephem_runs.push(t);
-                p.wasmtime_runs.push(u);
+                failed.push(label);
+                continue;
             }
-        }
+        };
         let medians: Vec<(Duration, Duration)> = pairs
             .iter()
             .map(|p| {
@@ -352,7 +381,6 @@ fn main() -> anyhow::Result<()> {
             })
             .collect();
         let (e0, w0) = medians[0];
-        let label = label(&dir, &name);
         for ((p, &(e, w)), m) in pairs.iter().zip(&medians).zip(&mut means) {
             let exec = e.as_secs_f64() / w.as_secs_f64();
             let compile = p.ours.compile.as_secs_f64() / p.theirs.compile.as_secs_f64();
@@ -404,7 +432,8 @@ fn main() -> anyhow::Result<()> {
     }
     for (code, m) in modes.iter().zip(&means) {
         if m.exec.is_empty() {
-            bail!("no program ran long enough to compare");
+            eprintln!("no program ran long enough to compare");
+            break;
         }
         let (ge, gc) = (geomean(&m.exec), geomean(&m.compile));
         let (eo, wo) = (geomean(&m.ephem_overhead), geomean(&m.wasmtime_overhead));
@@ -424,6 +453,14 @@ fn main() -> anyhow::Result<()> {
                 name_of(code)
             );
         }
+    }
+    // The means are over the programs that ran; the run fails if any did not.
+    if !failed.is_empty() {
+        bail!(
+            "{} of the programs failed: {}",
+            failed.len(),
+            failed.join(", ")
+        );
     }
     Ok(())
 }
