@@ -333,6 +333,33 @@ fn lengths_are_read_again_after_calls_that_may_grow_and_kept_across_the_others()
             (br_if $l (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 1)))
               (local.get $n))))
           (local.get $sum))
+        ;; Each iteration reads the byte at at + i, then grows the memory by a page (a call
+        ;; two calls down): the length read before the loop would be stale after the first.
+        (func (export "loop_growing") (param $at i32) (param $n i32) (result i32)
+          (local $i i32) (local $sum i32)
+          (loop $l
+            (local.set $sum (i32.add (local.get $sum)
+              (i32.load8_u (i32.add (local.get $at) (i32.mul (local.get $i) (i32.const 65536))))))
+            (call $middle)
+            (br_if $l (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 1)))
+              (local.get $n))))
+          (local.get $sum))
+        ;; An inner loop that cannot grow, in an outer one that grows between its runs: the
+        ;; inner loop's length is read again before each run.
+        (func (export "inner_after_growth") (param $at i32) (result i32)
+          (local $round i32) (local $i i32) (local $sum i32)
+          (loop $outer
+            (local.set $i (i32.const 0))
+            (loop $inner
+              (local.set $sum (i32.add (local.get $sum) (i32.load8_u
+                (i32.add (i32.add (local.get $at) (i32.mul (local.get $round) (i32.const 65536)))
+                  (local.get $i)))))
+              (br_if $inner (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 1)))
+                (i32.const 4))))
+            (call $grow_one)
+            (br_if $outer (i32.lt_u (local.tee $round (i32.add (local.get $round) (i32.const 1)))
+              (i32.const 2))))
+          (local.get $sum))
         (func (export "deep") (param i32) (result i32)
           (drop (i32.load (local.get 0))) (call $middle) (i32.load offset=65536 (local.get 0)))
         (func (export "tail") (param i32) (result i32)
@@ -369,6 +396,26 @@ fn lengths_are_read_again_after_calls_that_may_grow_and_kept_across_the_others()
         let (mut store, instance) = fresh();
         let last = call::<i32, i32>(&mut store, &instance, name, 65536 - 4);
         assert_eq!(last.unwrap(), 0, "{name}");
+    }
+    // A loop that grows sees each page it grew into, and traps one byte past the last.
+    // (The memory's maximum is three pages: the fourth iteration reads past them.)
+    for (at, n, ok) in [
+        (65535, 2, true),
+        (65535, 3, true),
+        (65535, 4, false),
+        (65536, 1, false),
+    ] {
+        let (mut store, instance) = fresh();
+        let r = call::<(i32, i32), i32>(&mut store, &instance, "loop_growing", (at, n));
+        assert_eq!(r.is_ok(), ok, "{at} {n}: {r:?}");
+    }
+    // The inner loop's second run reads the page the outer loop grew (at + 65536 + i), past
+    // the length before it; its first run traps at its last iteration when at is 65536 - 3,
+    // and at its first when at is 65536.
+    for (at, ok) in [(65536 - 4, true), (65536 - 3, false), (65536, false)] {
+        let (mut store, instance) = fresh();
+        let r = call::<i32, i32>(&mut store, &instance, "inner_after_growth", at);
+        assert_eq!(r.is_ok(), ok, "{at}: {r:?}");
     }
     // Across calls that cannot grow, the kept length still bounds every iteration: the last
     // byte of the memory at the last iteration, one past it at the last and at the first.
