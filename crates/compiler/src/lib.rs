@@ -98,6 +98,8 @@ pub struct Proposals {
     /// Typed function references: `call_ref`, `return_call_ref`, non-nullable references,
     /// `br_on_null`, tables with initialisers.
     pub function_references: bool,
+    /// 128-bit addition and subtraction of `i64` pairs, and 64 × 64 → 128-bit products.
+    pub wide_arithmetic: bool,
 }
 
 impl Proposals {
@@ -108,6 +110,7 @@ impl Proposals {
         multi_memory: true,
         relaxed_simd: true,
         function_references: true,
+        wide_arithmetic: true,
     };
     /// None: exactly WebAssembly 2.0.
     pub const NONE: Proposals = Proposals {
@@ -116,6 +119,7 @@ impl Proposals {
         multi_memory: false,
         relaxed_simd: false,
         function_references: false,
+        wide_arithmetic: false,
     };
 }
 

