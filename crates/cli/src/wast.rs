@@ -18,8 +18,38 @@ pub struct Args {
     reuse_slots: bool,
     /// Accept exactly WebAssembly 2.0, none of the 3.0 proposals ephem implements (the
     /// `wasm-v2` suite expects some such modules to be refused).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "without")]
     wasm2_only: bool,
+    /// Turn these proposals off (comma-separated): a proposal's own suite may predate another
+    /// (`proposals/function-references` expects multi-memory's encodings to be malformed:
+    /// `--without multi-memory`).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    without: Vec<Proposal>,
+}
+
+/// The WebAssembly 3.0 proposals ephem implements, as the suite's directories name them.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Proposal {
+    TailCall,
+    ExtendedConst,
+    MultiMemory,
+    RelaxedSimd,
+    FunctionReferences,
+    WideArithmetic,
+}
+
+impl Proposal {
+    fn turn_off(self, p: &mut ephem::Proposals) {
+        let on = match self {
+            Proposal::TailCall => &mut p.tail_call,
+            Proposal::ExtendedConst => &mut p.extended_const,
+            Proposal::MultiMemory => &mut p.multi_memory,
+            Proposal::RelaxedSimd => &mut p.relaxed_simd,
+            Proposal::FunctionReferences => &mut p.function_references,
+            Proposal::WideArithmetic => &mut p.wide_arithmetic,
+        };
+        *on = false;
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -38,11 +68,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let engine = ephem::Engine::default();
-    let proposals = if args.wasm2_only {
+    let mut proposals = if args.wasm2_only {
         ephem::Proposals::NONE
     } else {
         ephem::Proposals::ALL
     };
+    for p in &args.without {
+        p.turn_off(&mut proposals);
+    }
     let compiler = ephem::Compiler::new()?.with_proposals(proposals);
     let reuse = if args.reuse_slots {
         Loading::AfterOther

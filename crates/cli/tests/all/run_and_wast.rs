@@ -380,6 +380,31 @@ mod first_steps {
         );
     }
 
+    /// `--without` turns a proposal off: a memory index written as a long LEB128 zero is then
+    /// malformed, as suites that predate multi-memory expect (with it, it is memory 0).
+    #[test]
+    fn wast_without_a_proposal_refuses_what_it_adds() {
+        let tmp = ephem_test_support::temp_dir();
+        let file = module_file(
+            &tmp,
+            "m.wast",
+            r#"(assert_malformed (module binary
+                 "\00asm" "\01\00\00\00"
+                 "\01\04\01\60\00\00" "\03\02\01\00" "\05\03\01\00\00"
+                 "\0a\0a\01\08\00\41\00\40\80\00\1a\0b") "zero byte expected")"#,
+        );
+        let with = ephem(&["wast", &file]);
+        assert_eq!(
+            with.status.code(),
+            Some(1),
+            "multi-memory reads the index as 0"
+        );
+        let without = ephem(&["wast", "--without", "multi-memory", &file]);
+        let text = String::from_utf8_lossy(&without.stdout);
+        assert!(without.status.success(), "{text}");
+        assert!(text.contains("1 passed, 0 failed"), "{text}");
+    }
+
     #[test]
     fn wast_failures_say_why_without_verbose() {
         let tmp = ephem_test_support::temp_dir();
