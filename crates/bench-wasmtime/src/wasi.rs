@@ -365,7 +365,9 @@ fn main() -> anyhow::Result<()> {
                         serde_json::json!({"program": label, "error": format!("{e:#}")})
                     );
                 } else {
-                    println!("{label:<22} FAILED: {e:#}");
+                    // One line in the table (a trap's backtrace follows its first line).
+                    let why = format!("{e:#}");
+                    println!("{label:<22} FAILED: {}", why.lines().next().unwrap_or(""));
                 }
                 failed.push(label);
                 continue;
