@@ -215,13 +215,7 @@ impl ModuleInfo {
         let mut first = std::collections::HashMap::new();
         let mut key = Vec::new();
         for (i, ty) in self.types.iter().enumerate() {
-            ty.key(&mut key, &mut |c, out| match reps.get(c as usize) {
-                Some(r) => {
-                    out.push(0);
-                    out.extend_from_slice(&r.to_le_bytes());
-                }
-                None => out.push(1),
-            });
+            ty.key(&mut key, &mut crate::concrete_by_id(&reps));
             reps.push(*first.entry(key.clone()).or_insert(i as u32));
         }
         reps

@@ -242,6 +242,23 @@ impl ArchivedRefType {
     }
 }
 
+/// For [`FuncType::key`]: a concrete type named by the id in `ids` of the type it names, or by
+/// a mark when it names the type being keyed (which `ids` does not hold yet). A type names
+/// only earlier ones or itself, so `ids` holds every other one it can name. The engine keys its
+/// canonical types so, with canonical ids; `ModuleInfo::check` a module's, with indices.
+pub fn concrete_by_id(ids: &[u32]) -> impl FnMut(u32, &mut Vec<u8>) + '_ {
+    |c, out| match ids.get(c as usize) {
+        Some(&id) => id_key(id, out),
+        None => out.push(1),
+    }
+}
+
+/// Writes what identifies a concrete type known by `id` (see [`concrete_by_id`]).
+pub fn id_key(id: u32, out: &mut Vec<u8>) {
+    out.push(0);
+    out.extend_from_slice(&id.to_le_bytes());
+}
+
 /// Writes the bytes that identify a signature (equal for equal signatures, native or archived):
 /// the parameter count, then each parameter and result type, a concrete type index as
 /// `concrete` writes it.

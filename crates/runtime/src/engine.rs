@@ -327,10 +327,7 @@ impl Engine {
             return id;
         }
         let mut key = Vec::new();
-        ty.key(&mut key, &mut |c, out| {
-            out.push(0);
-            out.extend_from_slice(&c.to_le_bytes());
-        });
+        ty.key(&mut key, &mut ephem_module::id_key);
         let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
         reg.id(&key, |_| ty.clone())
     }
@@ -355,15 +352,9 @@ impl Engine {
         let mut ids: Vec<u32> = Vec::with_capacity(types.len());
         for (ty, small) in types.iter().zip(small) {
             let id = small.unwrap_or_else(|| {
-                // A concrete type names an earlier type by its id (as `type_id` does), or
-                // this type itself by a mark: a type names no later one (`ModuleInfo::check`).
-                ty.key(&mut key, &mut |c, out| match ids.get(c as usize) {
-                    Some(id) => {
-                        out.push(0);
-                        out.extend_from_slice(&id.to_le_bytes());
-                    }
-                    None => out.push(1),
-                });
+                // Keyed as `type_id` keys a host's type (a type names no later one:
+                // `ModuleInfo::check`).
+                ty.key(&mut key, &mut ephem_module::concrete_by_id(&ids));
                 let reg = reg.get_or_insert_with(|| {
                     self.inner.types.lock().unwrap_or_else(|e| e.into_inner())
                 });

@@ -230,19 +230,8 @@ pub(crate) unsafe fn instantiate(
         let ty = m.canonical_global(native(
             &info.globals[info.imported_globals.to_native() as usize + k],
         ));
-        let value = match init.native() {
-            ConstExpr::I32(v) => v as u32 as ValRaw,
-            ConstExpr::I64(v) => v as u64 as ValRaw,
-            ConstExpr::F32(v) => v as ValRaw,
-            ConstExpr::F64(v) => v as ValRaw,
-            ConstExpr::V128(v) => v,
-            ConstExpr::GlobalGet(g) => globals[g as usize].of(store).get(),
-            ConstExpr::RefNull => 0,
-            ConstExpr::RefFunc(f) => funcref_at(f) as ValRaw,
-            ConstExpr::Extended(i) => {
-                extended(info, i, |g| globals[g as usize].of(store).get() as u64)
-            }
-        };
+        let global = |g: u32| globals[g as usize].of(store).get();
+        let value = const_value(info, init.native(), global, funcref_at);
         // SAFETY: a cell of this instance's vmctx, which the store keeps as long as the global.
         let global = unsafe { GlobalData::in_vmctx(ty, vmctx.global_cell(o.size, k), value) };
         globals.push(StoreGlobal(store.push_global(global).index));
@@ -254,13 +243,9 @@ pub(crate) unsafe fn instantiate(
     // Tables with an initialiser (typed tables) start full of it.
     let defined_tables = &tables[info.imported_tables.to_native() as usize..];
     for (init, table) in info.table_inits.iter().zip(defined_tables) {
-        let value = match init.native() {
-            ConstExpr::RefNull => continue,
-            ConstExpr::RefFunc(f) => funcref_at(f),
-            ConstExpr::GlobalGet(g) => globals[g as usize].of(store).get() as usize,
-            other => unreachable!("checked: a table initialiser is a reference, not {other:?}"),
-        };
-        table.of(store).fill_all(value);
+        let global = |g: u32| globals[g as usize].of(store).get();
+        let value = const_value(info, init.native(), global, funcref_at);
+        table.of(store).fill_all(value as usize);
     }
 
     let handle = Instance(store.next_instance());
@@ -295,6 +280,27 @@ pub(crate) unsafe fn instantiate(
     let start = unsafe { initialise(store_ptr, handle, claims) };
     lap(|t| &mut t.initialise);
     start.map(|()| handle)
+}
+
+/// The value of constant expression `init` (a global's or a table's initialiser), with
+/// `global` reading a global of the instance and `funcref_at` giving a function's funcref.
+fn const_value(
+    info: &ephem_module::ArchivedModuleInfo,
+    init: ConstExpr,
+    global: impl Fn(u32) -> ValRaw,
+    funcref_at: impl Fn(u32) -> usize,
+) -> ValRaw {
+    match init {
+        ConstExpr::I32(v) => v as u32 as ValRaw,
+        ConstExpr::I64(v) => v as u64 as ValRaw,
+        ConstExpr::F32(v) => v as ValRaw,
+        ConstExpr::F64(v) => v as ValRaw,
+        ConstExpr::V128(v) => v,
+        ConstExpr::GlobalGet(g) => global(g),
+        ConstExpr::RefNull => 0,
+        ConstExpr::RefFunc(f) => funcref_at(f) as ValRaw,
+        ConstExpr::Extended(i) => extended(info, i, |g| global(g) as u64),
+    }
 }
 
 /// What an instance starts from: its imported functions, and the store indices of its

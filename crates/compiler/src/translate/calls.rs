@@ -110,6 +110,12 @@ impl Translator<'_, '_> {
         );
         let mismatch = self.b.ins().icmp(IntCC::NotEqual, actual, expected);
         self.b.ins().trapnz(mismatch, code::BAD_SIGNATURE);
+        self.call_funcref(funcref, type_index, tail);
+    }
+
+    /// Calls the function `funcref` (not null, of type `type_index`) with the arguments on the
+    /// stack; with `tail`, as a tail call.
+    fn call_funcref(&mut self, funcref: Value, type_index: u32, tail: bool) {
         let code_ptr = self
             .b
             .ins()
@@ -136,18 +142,7 @@ impl Translator<'_, '_> {
         }
         self.spill_fuel();
         self.b.ins().trapz(funcref, code::NULL_REFERENCE);
-        let code_ptr = self
-            .b
-            .ins()
-            .load(I64, trusted(), funcref, VmOffsets::FUNCREF_CODE as i32);
-        let callee_vmctx =
-            self.b
-                .ins()
-                .load(I64, trusted(), funcref, VmOffsets::FUNCREF_VMCTX as i32);
-        let ty = self.env.info.types[type_index as usize].clone();
-        let sig = self.b.import_signature(wasm_signature(&ty));
-        let args = self.take(ty.params.len());
-        self.call_code(sig, code_ptr, callee_vmctx, args, tail);
+        self.call_funcref(funcref, type_index, tail);
     }
 
     /// Translates `op` if it is a call; `false` if it is not.
