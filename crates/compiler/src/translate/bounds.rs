@@ -4,9 +4,11 @@
 //! Each access is compared with its memory's current length, so that a memory only such code
 //! reaches can grow into, and be reset over, pages that stay open: growing and tearing down
 //! then need no system call and no TLB flush. The length lives in a variable per memory,
-//! loaded at entry and after every call (only calls change it), so that a loop without calls
-//! keeps it in a register; and linear memory and the write marks are separate alias regions
-//! ([`Regions`]), since checked accesses stay within the memory.
+//! loaded at entry and after every call that may grow a memory (only calls do; which ones may
+//! is `crate::growth`'s), so that a loop calling nothing that grows keeps it in a register;
+//! loads of it that nothing reads are removed ([`drop_unread_lengths`]). Linear memory and the
+//! write marks are separate alias regions ([`Regions`]), since checked accesses stay within
+//! the memory.
 //!
 //! A check is a conditional trap (`trapnz`), the cheapest form in compute: a branch to a block
 //! that raises the trap, or a conditional move of the address to one that faults, costs more

@@ -4,9 +4,11 @@
 //! A call passes the callee's vmctx and then this instance's, as the caller (see
 //! [`wasm_signature`]). A defined function is called directly, by a relocation the linker
 //! resolves; an imported one through its funcref in the vmctx; `call_indirect` through a
-//! table element, after checking that it is not null and has the expected type id. Metered
-//! code puts its fuel in the pinned register before the call; after it, the fuel and the
-//! memories' lengths are read again, since the callee may have changed them.
+//! table element, after checking that it is not null and has the expected type id; `call_ref`
+//! through the reference, after checking that it is not null (validation proves its type), or
+//! directly where `ref.func` made it. Metered code puts its fuel in the pinned register before
+//! the call; after it, the fuel is read again, and the memories' lengths too where the callee
+//! may have grown one (`crate::growth`).
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I64};
