@@ -48,8 +48,9 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// offset; 22: `unreachable` calls the `Raise` builtin; 23: `ModuleInfo::checks_bounds`; 24:
 /// failed checks find `Raise` in the entry frame, `ephem_module::ENTRY_FRAME_RAISE`; 25: reference
 /// types `ValType::Ref`, `ModuleInfo::table_inits`, `TrapKind::NullReference`; lengths kept
-/// across calls that cannot grow a memory).
-pub const FORMAT_VERSION: u32 = 25;
+/// across calls that cannot grow a memory; 26: exception handling, `ModuleInfo::tags`, the vmctx's
+/// tags, `Meta::call_sites`).
+pub const FORMAT_VERSION: u32 = 26;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -177,6 +178,9 @@ pub(crate) struct Meta {
     /// What identifies the imports (see [`imports_digest`]): a linker resolves a list of
     /// imports it has resolved before without looking up a name.
     pub imports_digest: [u8; 32],
+    /// The calls inside `try_table`s, by return address (see `ephem_module::CallSite`): what
+    /// the runtime's unwinder reads. Empty for a module without exception handlers.
+    pub call_sites: Vec<ephem_module::CallSite>,
 }
 
 /// The small id recorded for a type without one (see `Meta::small_ids`).
@@ -196,7 +200,7 @@ pub(crate) fn small_ids(info: &ModuleInfo) -> Vec<u32> {
 fn type_digests(info: &ModuleInfo) -> Vec<[u8; 32]> {
     let concrete = |t: &ValType| t.concrete().is_some();
     let named = info.imports.iter().any(|i| match &i.kind {
-        ImportKind::Func(t) => {
+        ImportKind::Func(t) | ImportKind::Tag(t) => {
             (info.types.get(*t as usize)).is_some_and(|t| t.concrete().next().is_some())
         }
         ImportKind::Table(t) => concrete(&t.elem),
@@ -261,6 +265,12 @@ pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
                 g.ty.key(&mut bytes, &mut concrete);
                 bytes.push(g.mutable as u8);
                 3
+            }
+            ImportKind::Tag(t) => {
+                if let Some(ty) = info.types.get(*t as usize) {
+                    ty.key(&mut bytes, &mut concrete);
+                }
+                4
             }
         };
         h.update(&[tag]);
@@ -478,6 +488,7 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
         data_index,
         small_ids,
         imports_digest,
+        call_sites: compiled.call_sites.clone(),
     };
     let meta_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&meta).expect("metadata always encodes");
 

@@ -150,6 +150,7 @@ fn show(v: &Val) -> String {
         Val::F64(b) => f64::from_bits(*b).to_string(),
         Val::FuncRef(f) => if f.is_some() { "funcref" } else { "null" }.to_owned(),
         Val::ExternRef(r) => r.map_or("null".to_owned(), |r| format!("externref {}", r.0)),
+        Val::ExnRef(e) => if e.is_some() { "exnref" } else { "null" }.to_owned(),
         Val::V128(v) => format!("{v:#034x}"),
     }
 }

@@ -36,6 +36,7 @@ enum Proposal {
     RelaxedSimd,
     FunctionReferences,
     WideArithmetic,
+    Exceptions,
 }
 
 impl Proposal {
@@ -47,6 +48,7 @@ impl Proposal {
             Proposal::RelaxedSimd => &mut p.relaxed_simd,
             Proposal::FunctionReferences => &mut p.function_references,
             Proposal::WideArithmetic => &mut p.wide_arithmetic,
+            Proposal::Exceptions => &mut p.exceptions,
         };
         *on = false;
     }

@@ -100,6 +100,9 @@ pub struct Proposals {
     pub function_references: bool,
     /// 128-bit addition and subtraction of `i64` pairs, and 64 × 64 → 128-bit products.
     pub wide_arithmetic: bool,
+    /// Exception handling: tags, `throw`, `throw_ref`, `try_table`, `exnref` (the standard
+    /// form; the legacy `try`/`catch`/`delegate` is not accepted).
+    pub exceptions: bool,
 }
 
 impl Proposals {
@@ -111,6 +114,7 @@ impl Proposals {
         relaxed_simd: true,
         function_references: true,
         wide_arithmetic: true,
+        exceptions: true,
     };
     /// None: exactly WebAssembly 2.0.
     pub const NONE: Proposals = Proposals {
@@ -120,6 +124,7 @@ impl Proposals {
         relaxed_simd: false,
         function_references: false,
         wide_arithmetic: false,
+        exceptions: false,
     };
 }
 
@@ -449,6 +454,7 @@ impl Compiler {
             })?;
             traps.push((t.offset, kind));
         }
+        let call_sites = call_sites(&code.buffer)?;
         let mut bytes = code.code_buffer().to_vec();
         arch.rewrite_traps(&mut bytes, &traps);
         let raise_call = raised.and_then(|raised| {
@@ -462,8 +468,59 @@ impl Compiler {
             libcalls,
             traps,
             raise_call,
+            call_sites,
         })
     }
+}
+
+/// The calls of a function that have exception handlers, as the runtime's unwinder reads them
+/// (offsets within the function; see `translate/exceptions.rs`).
+fn call_sites(
+    buffer: &cranelift_codegen::MachBufferFinalized<cranelift_codegen::Final>,
+) -> Result<Vec<ephem_module::CallSite>, CompileError> {
+    use cranelift_codegen::{ExceptionContextLoc, FinalizedMachExceptionHandler as H};
+    let mut sites = Vec::new();
+    for site in buffer.call_sites() {
+        let [H::Context(context), handlers @ ..] = site.exception_handlers else {
+            // Only `try_call`s have handlers, and each of their tables starts with the vmctx.
+            if site.exception_handlers.is_empty() {
+                continue;
+            }
+            return Err(CompileError::Codegen(
+                "an exception table without context".into(),
+            ));
+        };
+        let (ExceptionContextLoc::SPOffset(vmctx_at), Some(frame_offset)) =
+            (*context, site.frame_offset)
+        else {
+            return Err(CompileError::Codegen(format!(
+                "a call site without a frame offset or with its context in {context:?}"
+            )));
+        };
+        let catches = handlers
+            .iter()
+            .map(|h| match *h {
+                H::Tag(tag, target) => {
+                    let (tag, by_ref) = translate::decode_clause_tag(tag.as_u32());
+                    Ok(ephem_module::Catch {
+                        tag,
+                        by_ref,
+                        target,
+                    })
+                }
+                ref other => Err(CompileError::Codegen(format!(
+                    "an exception handler {other:?}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?;
+        sites.push(ephem_module::CallSite {
+            ret: site.ret_addr,
+            frame_offset,
+            vmctx_at,
+            catches,
+        });
+    }
+    Ok(sites)
 }
 
 struct Compiled {
@@ -475,6 +532,8 @@ struct Compiled {
     /// The reference of the call that failed checks make (offset in this code, addend; see
     /// [`Arch::raise_failed_checks`]), to point at the text's [`Arch::raise_stub`].
     raise_call: Option<(u32, i64)>,
+    /// The calls with exception handlers (offsets in this code).
+    call_sites: Vec<ephem_module::CallSite>,
 }
 
 /// Lays the units out in one text and resolves the calls between functions.
@@ -495,6 +554,7 @@ fn link(
     }
     let mut traps = Vec::new();
     let mut relocs = Vec::new();
+    let mut call_sites = Vec::new();
     for (unit, &start) in units.iter().zip(&offsets) {
         relocs.extend(unit.libcalls.iter().map(|r| ModuleReloc {
             offset: start + r.offset,
@@ -510,6 +570,18 @@ fn link(
             )?;
         }
         traps.extend(unit.traps.iter().map(|&(at, kind)| (start + at, kind)));
+        call_sites.extend(unit.call_sites.iter().map(|site| {
+            ephem_module::CallSite {
+                ret: start + site.ret,
+                catches: (site.catches.iter())
+                    .map(|c| ephem_module::Catch {
+                        target: start + c.target,
+                        ..*c
+                    })
+                    .collect(),
+                ..site.clone()
+            }
+        }));
     }
     let raise_calls: Vec<(u32, i64)> = (units.iter().zip(&offsets))
         .filter_map(|(unit, &start)| {
@@ -534,6 +606,7 @@ fn link(
         }
     }
     traps.sort_by_key(|t| t.0);
+    call_sites.sort_by_key(|s: &ephem_module::CallSite| s.ret);
     let funcs = (0..defined)
         .map(|i| FuncLoc {
             offset: offsets[i],
@@ -549,6 +622,7 @@ fn link(
         trampolines: offsets[defined..defined + types].to_vec(),
         host_adapters: offsets[defined + types..].to_vec(),
         traps,
+        call_sites,
         data,
         max_image_bytes: 0,
     })

@@ -21,6 +21,7 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
             WasmFeatures::FUNCTION_REFERENCES,
         ),
         (proposals.wide_arithmetic, WasmFeatures::WIDE_ARITHMETIC),
+        (proposals.exceptions, WasmFeatures::EXCEPTIONS),
     ] {
         features.set(feature, on);
     }
@@ -52,6 +53,8 @@ fn ref_type(r: wasmparser::RefType) -> Result<ValType, CompileError> {
             A::Extern => HeapType::Extern,
             A::NoFunc => HeapType::NoFunc,
             A::NoExtern => HeapType::NoExtern,
+            A::Exn => HeapType::Exn,
+            A::NoExn => HeapType::NoExn,
             _ => return Err(CompileError::Unsupported(format!("reference type {r:?}"))),
         },
         H::Concrete(UnpackedIndex::Module(i)) => HeapType::Concrete(i),
@@ -201,8 +204,10 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                             info.imported_globals += 1;
                             ImportKind::Global(g)
                         }
-                        TypeRef::Tag(_) => {
-                            return Err(CompileError::Unsupported("exception tags".into()));
+                        TypeRef::Tag(t) => {
+                            info.tags.push(t.func_type_idx);
+                            info.imported_tags += 1;
+                            ImportKind::Tag(t.func_type_idx)
                         }
                     };
                     info.imports.push(Import {
@@ -251,14 +256,17 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                         ExternalKind::Table => EntityIndex::Table(export.index),
                         ExternalKind::Memory => EntityIndex::Memory(export.index),
                         ExternalKind::Global => EntityIndex::Global(export.index),
-                        ExternalKind::Tag => {
-                            return Err(CompileError::Unsupported("exception tags".into()));
-                        }
+                        ExternalKind::Tag => EntityIndex::Tag(export.index),
                     };
                     info.exports.push(Export {
                         name: export.name.to_owned(),
                         index,
                     });
+                }
+            }
+            Payload::TagSection(reader) => {
+                for tag in reader {
+                    info.tags.push(tag?.func_type_idx);
                 }
             }
             Payload::StartSection { func, .. } => info.start = Some(func),

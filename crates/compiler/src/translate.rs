@@ -43,6 +43,7 @@ mod bounds;
 mod builtins;
 mod calls;
 mod control;
+mod exceptions;
 mod fuel;
 mod marks;
 mod memory;
@@ -52,6 +53,7 @@ mod tables;
 
 use bounds::{Check, Regions};
 use control::Frame;
+pub use exceptions::decode_clause_tag;
 
 /// Cranelift type of a wasm value type (references are pointers).
 pub fn ir_type(ty: ValType) -> Type {
@@ -143,6 +145,9 @@ struct Translator<'a, 'b> {
     known_funcs: Vec<(Value, u32)>,
     /// Every load of a length (see [`bounds::drop_unread_lengths`]).
     length_loads: Vec<Value>,
+    /// The `catch` clauses of each `try_table` the translation is inside, outermost first:
+    /// calls become `try_call`s while there are any (see `exceptions.rs`).
+    catches: Vec<Vec<exceptions::Clause>>,
 }
 
 /// What a block has done so far that later instructions of it may rely on: every instruction
@@ -239,6 +244,7 @@ pub fn translate(
         raised_checks: env.raise_checks.then_some(0),
         known_funcs: Vec::new(),
         length_loads: Vec::new(),
+        catches: Vec::new(),
     };
     if env.info.checks_bounds {
         t.start_bounds_checks();
@@ -388,6 +394,7 @@ impl Translator<'_, '_> {
             ref other => {
                 let translated = self.control_op(other)?
                     || self.call_op(other)
+                    || self.exception_op(other)?
                     || self.memory_op(other)
                     || self.table_op(other)?
                     || self.numeric_op(other)

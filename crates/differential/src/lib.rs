@@ -45,6 +45,8 @@ pub enum Value {
     Func,
     /// A non-null host reference (never made by the plans, which pass only nulls).
     Extern,
+    /// A non-null exception reference.
+    Exn,
 }
 
 impl PartialEq for Value {
@@ -707,7 +709,7 @@ impl Side for Ephem {
                 Extern::Global(g) => state.globals.push((name, ephem_value(&g.get(&*store)))),
                 Extern::Memory(m) => state.memories.push((name, m.data(&*store).to_vec())),
                 Extern::Table(t) => state.tables.push((name, t.size(&*store))),
-                Extern::Func(_) => {}
+                Extern::Func(_) | Extern::Tag(_) => {}
             }
         }
         state
@@ -724,6 +726,7 @@ fn ephem_value(v: &ephem::Val) -> Value {
         Val::V128(x) => Value::V128(x),
         Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::Func),
         Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::Extern),
+        Val::ExnRef(e) => e.map_or(Value::Null, |_| Value::Exn),
     }
 }
 

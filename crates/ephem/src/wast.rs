@@ -354,6 +354,15 @@ impl<'c> Runner<'c> {
                 }
                 Err(e) => bail!("expected trap `{message}`, got error: {e}"),
             },
+            WastDirective::AssertException { exec, .. } => match self.execute(exec)? {
+                Ok(v) => bail!("expected an exception, got {v:?}"),
+                Err(Error::Exception(_)) => {
+                    // The store keeps it until taken: take it, as a host would.
+                    self.store.take_pending_exception();
+                    Ok(Step::Passed)
+                }
+                Err(e) => bail!("expected an exception, got error: {e}"),
+            },
             WastDirective::AssertExhaustion { call, message, .. } => match self.invoke(&call)? {
                 Err(Error::Trap(t)) if t.kind == TrapKind::StackOverflow => Ok(Step::Passed),
                 other => bail!("expected `{message}`, got {other:?}"),
@@ -387,10 +396,20 @@ impl<'c> Runner<'c> {
                 "custom-section assertions are not part of WebAssembly 2.0",
             )),
             _ => Ok(Step::Skipped(
-                "directive outside WebAssembly 2.0 (threads, exceptions, stack switching)",
+                "directive outside what ephem runs (threads, stack switching)",
             )),
         }
     }
+}
+
+fn heap_is_exn(h: &HeapType<'_>) -> bool {
+    matches!(
+        h,
+        HeapType::Abstract {
+            ty: AbstractHeapType::Exn | AbstractHeapType::NoExn,
+            ..
+        }
+    )
 }
 
 fn heap_is_extern(h: &HeapType<'_>) -> bool {
@@ -413,6 +432,7 @@ fn arg(a: &WastArg<'_>) -> anyhow::Result<Val> {
         WastArgCore::F32(v) => Val::F32(v.bits),
         WastArgCore::F64(v) => Val::F64(v.bits),
         WastArgCore::RefNull(h) if heap_is_extern(h) => Val::ExternRef(None),
+        WastArgCore::RefNull(h) if heap_is_exn(h) => Val::ExnRef(None),
         WastArgCore::RefNull(_) => Val::FuncRef(None),
         WastArgCore::RefExtern(n) => Val::ExternRef(Some(ExternRef(*n))),
         WastArgCore::V128(v) => Val::V128(u128::from_le_bytes(v.to_le_bytes())),
@@ -442,9 +462,10 @@ fn matches(actual: &Val, expected: &WastRetCore<'_>) -> bool {
         (Val::I64(a), WastRetCore::I64(e)) => a == e,
         (Val::F32(a), WastRetCore::F32(p)) => f32_matches(*a, p),
         (Val::F64(a), WastRetCore::F64(p)) => f64_matches(*a, p),
-        (Val::FuncRef(None), WastRetCore::RefNull(h)) => {
-            h.as_ref().is_none_or(|h| !heap_is_extern(h))
-        }
+        (Val::FuncRef(None), WastRetCore::RefNull(h)) => h
+            .as_ref()
+            .is_none_or(|h| !heap_is_extern(h) && !heap_is_exn(h)),
+        (Val::ExnRef(None), WastRetCore::RefNull(h)) => h.as_ref().is_none_or(heap_is_exn),
         (Val::ExternRef(None), WastRetCore::RefNull(h)) => h.as_ref().is_none_or(heap_is_extern),
         (Val::ExternRef(Some(a)), WastRetCore::RefExtern(e)) => e.is_none_or(|e| e == a.0),
         (Val::FuncRef(Some(_)), WastRetCore::RefFunc(_)) => true,

@@ -47,29 +47,41 @@ impl ModuleInfo {
                 return Err(format!("{t:?} names a type that is not there"));
             }
         }
+        // A tag's type says what its exceptions carry: no results.
+        let tag_ok = |&t: &u32| {
+            self.types
+                .get(t as usize)
+                .is_some_and(|t| t.results.is_empty())
+        };
+        if let Some(tag) = self.tags.iter().position(|t| !tag_ok(t)) {
+            return Err(format!("tag {tag} has a type that is not a tag's"));
+        }
         let imported = [
             self.imported_funcs as usize,
             self.imported_tables as usize,
             self.imported_memories as usize,
             self.imported_globals as usize,
+            self.imported_tags as usize,
         ];
         let defined = [
             funcs,
             self.tables.len(),
             self.memories.len(),
             self.globals.len(),
+            self.tags.len(),
         ];
         if imported.iter().zip(&defined).any(|(i, d)| i > d) {
             return Err("more imports than entities".into());
         }
         // Imports come first in each index space, in order, with the declared types.
-        let mut seen = [0usize; 4];
+        let mut seen = [0usize; 5];
         for import in &self.imports {
             let (space, matches) = match &import.kind {
                 ImportKind::Func(t) => (0, self.funcs.get(seen[0]) == Some(t)),
                 ImportKind::Table(t) => (1, self.tables.get(seen[1]) == Some(t)),
                 ImportKind::Memory(t) => (2, self.memories.get(seen[2]) == Some(t)),
                 ImportKind::Global(t) => (3, self.globals.get(seen[3]) == Some(t)),
+                ImportKind::Tag(t) => (4, self.tags.get(seen[4]) == Some(t)),
             };
             if !matches {
                 return Err(format!(
@@ -148,6 +160,7 @@ impl ModuleInfo {
                 EntityIndex::Table(i) => (i, self.tables.len()),
                 EntityIndex::Memory(i) => (i, self.memories.len()),
                 EntityIndex::Global(i) => (i, self.globals.len()),
+                EntityIndex::Tag(i) => (i, self.tags.len()),
             };
             if index as usize >= len {
                 return Err(format!(

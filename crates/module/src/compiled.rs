@@ -153,11 +153,42 @@ pub struct CompiledModule {
     pub host_adapters: Vec<u32>,
     /// Trapping instructions (text offset, kind), sorted by offset.
     pub traps: Vec<(u32, TrapKind)>,
+    /// The calls inside `try_table`s, sorted by return address: where an exception thrown
+    /// below them may be caught.
+    pub call_sites: Vec<CallSite>,
     /// Bytes of all data segments.
     pub data: Vec<u8>,
     /// The largest memory image the artifact may hold (a memory whose image would be larger
     /// gets its segments copied at instantiation); 0: no images.
     pub max_image_bytes: u64,
+}
+
+/// A call inside a `try_table` (or several): what the runtime's unwinder needs to find and
+/// enter a handler when an exception reaches the call's frame. Every frame keeps a frame
+/// pointer, so the frame is found by its return address; the handler runs with the stack
+/// pointer the call had and the exception's record in the first return register.
+#[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct CallSite {
+    /// The call's return address (text offset).
+    pub ret: u32,
+    /// Bytes from the frame pointer down to the stack pointer at the call.
+    pub frame_offset: u32,
+    /// Where the calling instance's vmctx is at the call: bytes above the stack pointer. A
+    /// tag's identity is the instance's (see [`crate::VmTag`]).
+    pub vmctx_at: u32,
+    /// The handlers, innermost first; the first that matches is taken.
+    pub catches: Vec<Catch>,
+}
+
+/// One `catch` clause of a [`CallSite`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct Catch {
+    /// The tag it catches (module index), or `None` for every exception (`catch_all`).
+    pub tag: Option<u32>,
+    /// Whether the handler keeps the exception as an `exnref` (`catch_ref`, `catch_all_ref`).
+    pub by_ref: bool,
+    /// Where the handler's code starts (text offset).
+    pub target: u32,
 }
 
 /// The default bound on one memory image in an artifact.

@@ -22,6 +22,9 @@ pub enum ImportKind {
     Memory(MemoryType),
     /// A global of this type.
     Global(GlobalType),
+    /// An exception tag whose parameters are those of the module's function type at this
+    /// index (its results are empty).
+    Tag(u32),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -38,6 +41,7 @@ pub enum EntityIndex {
     Table(u32),
     Memory(u32),
     Global(u32),
+    Tag(u32),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
@@ -109,6 +113,9 @@ pub struct ModuleInfo {
     pub table_inits: Vec<ConstExpr>,
     pub memories: Vec<MemoryType>,
     pub globals: Vec<GlobalType>,
+    /// Type index of every exception tag, imported ones first: a function type whose
+    /// parameters are what an exception of the tag carries.
+    pub tags: Vec<u32>,
     /// Initialisers of the defined globals (after the imported ones).
     pub global_inits: Vec<ConstExpr>,
     pub exports: Vec<Export>,
@@ -121,6 +128,7 @@ pub struct ModuleInfo {
     pub imported_tables: u32,
     pub imported_memories: u32,
     pub imported_globals: u32,
+    pub imported_tags: u32,
     /// Function names from the name section, by ascending function index (for backtraces).
     pub names: Vec<FuncName>,
     /// Whether the code charges fuel (see `VmOffsets::FUEL`).
@@ -196,6 +204,10 @@ impl ModuleInfo {
     pub fn func_type(&self, func: u32) -> &FuncType {
         &self.types[self.funcs[func as usize] as usize]
     }
+    /// The function type of tag `tag`: its parameters are what an exception carries.
+    pub fn tag_type(&self, tag: u32) -> &FuncType {
+        &self.types[self.tags[tag as usize] as usize]
+    }
     pub fn defined_funcs(&self) -> usize {
         self.funcs.len() - self.imported_funcs as usize
     }
@@ -205,6 +217,9 @@ impl ModuleInfo {
 impl ArchivedModuleInfo {
     pub fn func_type(&self, func: u32) -> &ArchivedFuncType {
         &self.types[self.funcs[func as usize].to_native() as usize]
+    }
+    pub fn tag_type(&self, tag: u32) -> &ArchivedFuncType {
+        &self.types[self.tags[tag as usize].to_native() as usize]
     }
     pub fn defined_funcs(&self) -> usize {
         self.funcs.len() - self.imported_funcs.to_native() as usize

@@ -36,7 +36,7 @@ pub struct RefType {
 
 /// What a reference refers to. Function references form one hierarchy (`nofunc` below every
 /// concrete function type, each below `func`), host references another (`noextern` below
-/// `extern`).
+/// `extern`), exceptions a third (`noexn` below `exn`).
 ///
 /// `Concrete` names a function type by index: in a module's own description, the index of one
 /// of its types; in a type an engine hands out (`Engine::func_type`, an export's type), the
@@ -53,12 +53,24 @@ pub enum HeapType {
     NoExtern,
     /// A function of one type.
     Concrete(u32),
+    /// Any exception (`exnref`).
+    Exn,
+    /// No exception (only null is a value).
+    NoExn,
 }
 
 impl HeapType {
     /// Whether values of this heap type are functions (the function hierarchy).
     pub fn is_func(self) -> bool {
-        !matches!(self, HeapType::Extern | HeapType::NoExtern)
+        matches!(
+            self,
+            HeapType::Func | HeapType::NoFunc | HeapType::Concrete(_)
+        )
+    }
+
+    /// Whether values of this heap type are exceptions (the exception hierarchy).
+    pub fn is_exn(self) -> bool {
+        matches!(self, HeapType::Exn | HeapType::NoExn)
     }
 
     /// Whether `self` is a subtype of `other`, where `Concrete` indices of both are in one
@@ -68,7 +80,7 @@ impl HeapType {
         match (self, other) {
             (a, b) if a == b => true,
             (NoFunc, Concrete(_) | Func) | (Concrete(_), Func) => true,
-            (NoExtern, Extern) => true,
+            (NoExtern, Extern) | (NoExn, Exn) => true,
             _ => false,
         }
     }
@@ -93,6 +105,11 @@ impl RefType {
         nullable: true,
         heap: HeapType::Extern,
     };
+    /// `exnref`: any exception, or null.
+    pub const EXNREF: RefType = RefType {
+        nullable: true,
+        heap: HeapType::Exn,
+    };
 
     /// See [`HeapType::matches`]; a nullable type is never below a non-nullable one.
     pub fn matches(self, other: RefType) -> bool {
@@ -105,6 +122,8 @@ impl ValType {
     pub const FUNCREF: ValType = ValType::Ref(RefType::FUNCREF);
     /// `externref`.
     pub const EXTERNREF: ValType = ValType::Ref(RefType::EXTERNREF);
+    /// `exnref`.
+    pub const EXNREF: ValType = ValType::Ref(RefType::EXNREF);
 
     /// The value types of WebAssembly 2.0, in the order of their [`small_id`] digits.
     pub const SMALL: [ValType; 7] = [
@@ -137,7 +156,13 @@ impl ValType {
 
     /// Whether this is a reference to a host value, possibly null.
     pub fn is_extern_ref(self) -> bool {
-        matches!(self, ValType::Ref(r) if !r.heap.is_func())
+        matches!(self, ValType::Ref(r) if !r.heap.is_func() && !r.heap.is_exn())
+    }
+
+    /// Whether this is a reference to an exception, possibly null: represented as a pointer
+    /// to its store's record of it (see [`crate::VmOffsets::EXN_VALUES`]), 0 for null.
+    pub fn is_exn_ref(self) -> bool {
+        matches!(self, ValType::Ref(r) if r.heap.is_exn())
     }
 
     /// Whether a value of this type is a zero-initialised default (a non-nullable reference
@@ -210,6 +235,8 @@ impl ValType {
                 out.push(4);
                 concrete(i, out);
             }
+            HeapType::Exn => out.push(5),
+            HeapType::NoExn => out.push(6),
         }
     }
 }
@@ -237,6 +264,8 @@ impl ArchivedRefType {
                 ArchivedHeapType::NoFunc => HeapType::NoFunc,
                 ArchivedHeapType::NoExtern => HeapType::NoExtern,
                 ArchivedHeapType::Concrete(i) => HeapType::Concrete(i.to_native()),
+                ArchivedHeapType::Exn => HeapType::Exn,
+                ArchivedHeapType::NoExn => HeapType::NoExn,
             },
         }
     }
@@ -517,6 +546,8 @@ impl std::fmt::Display for RefType {
             (true, HeapType::Extern) => return f.write_str("externref"),
             (true, HeapType::NoFunc) => return f.write_str("nullfuncref"),
             (true, HeapType::NoExtern) => return f.write_str("nullexternref"),
+            (true, HeapType::Exn) => return f.write_str("exnref"),
+            (true, HeapType::NoExn) => return f.write_str("nullexnref"),
             _ => {}
         }
         f.write_str(if self.nullable { "(ref null " } else { "(ref " })?;
@@ -526,6 +557,8 @@ impl std::fmt::Display for RefType {
             HeapType::NoFunc => f.write_str("nofunc")?,
             HeapType::NoExtern => f.write_str("noextern")?,
             HeapType::Concrete(i) => write!(f, "${i}")?,
+            HeapType::Exn => f.write_str("exn")?,
+            HeapType::NoExn => f.write_str("noexn")?,
         }
         f.write_str(")")
     }

@@ -10,6 +10,7 @@
 //! tables      *mut VmTable                  (elements pointer and length; may move on grow)
 //! globals     *mut ValRaw                   (16 bytes each, owned by the global)
 //! type ids    u32 per type, engine-wide canonical ids for signature checks
+//! tags        *const VmTag per tag            (its identity: the store's record of the tag)
 //! funcrefs    VmFuncRef per imported function, then per eager defined one, then per lazy one
 //!             (see [`FuncrefLayout`](crate::FuncrefLayout)); a lazy slot holds garbage until
 //!             it is first needed, and is then written (always with the same value)
@@ -61,6 +62,17 @@ pub const MARK_HEAD: usize = 128;
 /// Bytes of marks before a memory's base: enough for every page the invariant above can name
 /// (`(2^32 - 1 + 2^32 - 1) >> 12`), so a mark is never out of bounds whatever the store.
 pub const MARKS_BEFORE: usize = 1 << (33 - MARK_SHIFT);
+
+/// An exception tag, as its store keeps it: its address is its identity (two instances of a
+/// module define distinct tags; an imported tag is the exporter's).
+#[repr(C)]
+#[derive(Debug)]
+pub struct VmTag {
+    /// Engine-wide canonical id of the tag's function type.
+    pub type_id: u32,
+    /// The tag's index among its store's tags.
+    pub index: u32,
+}
 
 /// A linear memory's current size, shared by every instance that imports the memory.
 #[repr(C)]
@@ -142,6 +154,11 @@ macro_rules! for_each_builtin {
             /// (kind): never returns; ends the call into wasm with a trap of that kind
             /// (`TrapKind::code`) without a signal
             Raise raise(kind: i32);
+            /// (tag, values): never returns; throws a new exception of the tag with the tag's
+            /// parameters, each in a 16-byte slot at `values`
+            Throw throw(tag: i32, values: i64);
+            /// (exn): never returns; throws the exception again, or traps `NullReference`
+            ThrowRef throw_ref(exn: i64);
         }
     };
 }
@@ -199,6 +216,7 @@ pub struct VmOffsets {
     pub tables: u32,
     pub globals: u32,
     pub type_ids: u32,
+    pub tags: u32,
     pub funcrefs: u32,
     pub size: u32,
 }
@@ -215,6 +233,7 @@ macro_rules! counts {
             i.tables.len(),
             i.globals.len(),
             i.types.len(),
+            i.tags.len(),
             $funcref_slots,
         ]
         .map(|n| n as u32)
@@ -238,6 +257,10 @@ impl VmOffsets {
     pub const TABLE_CODE_WROTE: u32 = 12;
     /// The bit set in a written funcref table element (see the module documentation).
     pub const FUNCREF_WRITTEN: u64 = 1;
+    /// Where an exception's record (what an `exnref` points at) keeps its tag (a
+    /// `*const VmTag`) and its values (16 bytes each, in the tag's parameter order).
+    pub const EXN_TAG: u32 = 0;
+    pub const EXN_VALUES: u32 = 16;
 
     /// The layout for `info` with `slots` funcref slots ([`crate::FuncrefLayout::slots`]).
     pub fn new(info: &ModuleInfo, slots: u32) -> VmOffsets {
@@ -249,23 +272,25 @@ impl VmOffsets {
         VmOffsets::from_counts(counts!(info, slots as usize))
     }
 
-    /// The layout for a module with these numbers of memories, tables, globals, types and
-    /// funcref slots.
+    /// The layout for a module with these numbers of memories, tables, globals, types, tags
+    /// and funcref slots.
     fn from_counts(
         [
             memory_count,
             table_count,
             global_count,
             type_count,
+            tag_count,
             func_count,
-        ]: [u32; 5],
+        ]: [u32; 6],
     ) -> VmOffsets {
         let memories = 32;
         let memory_defs = memories + PTR * memory_count;
         let tables = memory_defs + PTR * memory_count;
         let globals = tables + PTR * table_count;
         let type_ids = globals + PTR * global_count;
-        let funcrefs = (type_ids + 4 * type_count).next_multiple_of(16);
+        let tags = (type_ids + 4 * type_count).next_multiple_of(8);
+        let funcrefs = (tags + PTR * tag_count).next_multiple_of(16);
         let size = funcrefs + Self::FUNCREF_SIZE * func_count;
         VmOffsets {
             memories,
@@ -273,6 +298,7 @@ impl VmOffsets {
             tables,
             globals,
             type_ids,
+            tags,
             funcrefs,
             size,
         }
@@ -292,6 +318,9 @@ impl VmOffsets {
     }
     pub fn type_id(&self, i: u32) -> u32 {
         self.type_ids + 4 * i
+    }
+    pub fn tag(&self, i: u32) -> u32 {
+        self.tags + PTR * i
     }
     /// The funcref in `slot` (see [`crate::FuncrefLayout`]).
     pub fn funcref(&self, slot: u32) -> u32 {

@@ -11,7 +11,8 @@
 //! when metered code's store cannot pay the operation's fuel, and 3 when the call is past its
 //! deadline (a signal cannot stop host code: see `interrupt`). The table below is built from
 //! the same list, so a function whose signature disagrees with its entry does not compile.
-//! `Raise` is `arch::ephem_raise`, which never returns (see `signals::raise_trap`).
+//! `Raise` is `arch::ephem_raise`, which never returns (see `signals::raise_trap`); nor do
+//! `Throw` and `ThrowRef`, `arch::ephem_throw` and `arch::ephem_throw_ref` (see `exceptions`).
 //!
 //! # Contract
 //! Generated code calls a builtin only through the table of its own vmctx, passing that vmctx,
@@ -60,6 +61,8 @@ macro_rules! builtin_table {
 }
 
 use crate::arch::ephem_raise as raise;
+use crate::arch::ephem_throw as throw;
+use crate::arch::ephem_throw_ref as throw_ref;
 
 ephem_module::for_each_builtin!(builtin_table);
 

@@ -192,9 +192,12 @@ impl Config {
         self.always_on("turning off multi-value (part of WebAssembly 2.0)", on)
     }
 
-    /// Exception handling: not yet supported; `true` is refused by `Engine::new`.
+    /// Whether exception handling is accepted: tags, `throw`, `throw_ref`, `try_table`,
+    /// `exnref` (default: yes). The legacy form (`try`, `catch`, `delegate`, `rethrow`) is not.
+    #[cfg(feature = "cranelift")]
     pub fn wasm_exceptions(&mut self, on: bool) -> &mut Config {
-        self.not_yet("exception handling", on)
+        self.compiler.proposals.exceptions = on;
+        self
     }
 
     /// Garbage-collected types: not yet supported; `true` is refused by `Engine::new`.

@@ -20,6 +20,10 @@ pub enum Error {
     /// Wasm execution trapped.
     #[error("{0}")]
     Trap(Trap),
+    /// A wasm exception reached the host uncaught; the store holds it
+    /// (`Store::take_pending_exception`).
+    #[error("{0}")]
+    Exception(crate::ThrownException),
     /// A compiled artifact could not be written, read or used.
     #[error(transparent)]
     Artifact(#[from] ephem_artifact::Error),
@@ -46,6 +50,8 @@ pub enum ErrorKind {
     Link,
     /// See [`Error::Trap`].
     Trap,
+    /// See [`Error::Exception`].
+    Exception,
     /// See [`Error::Artifact`].
     Artifact,
     /// See [`Error::Limit`] and [`Error::CodeMemory`].
@@ -63,6 +69,7 @@ impl Error {
             Error::Compile(_) => ErrorKind::Compile,
             Error::Link(_) => ErrorKind::Link,
             Error::Trap(_) => ErrorKind::Trap,
+            Error::Exception(_) => ErrorKind::Exception,
             Error::Artifact(_) => ErrorKind::Artifact,
             Error::Limit(_) | Error::CodeMemory(_) => ErrorKind::Limit,
             Error::Io(_) => ErrorKind::Io,

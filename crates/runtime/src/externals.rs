@@ -22,6 +22,8 @@ pub enum Extern {
     Table(Table),
     /// A global.
     Global(Global),
+    /// An exception tag.
+    Tag(crate::Tag),
 }
 
 impl Extern {
@@ -53,6 +55,13 @@ impl Extern {
             _ => None,
         }
     }
+    /// The tag, if this is one.
+    pub fn into_tag(self) -> Option<crate::Tag> {
+        match self {
+            Extern::Tag(t) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 impl From<Func> for Extern {
@@ -73,6 +82,11 @@ impl From<Table> for Extern {
 impl From<Global> for Extern {
     fn from(g: Global) -> Extern {
         Extern::Global(g)
+    }
+}
+impl From<crate::Tag> for Extern {
+    fn from(t: crate::Tag) -> Extern {
+        Extern::Tag(t)
     }
 }
 

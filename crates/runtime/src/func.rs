@@ -46,6 +46,8 @@ pub enum Val {
     FuncRef(Option<Func>),
     /// A host reference, or null.
     ExternRef(Option<ExternRef>),
+    /// An exception, or null.
+    ExnRef(Option<crate::ExnRef>),
     /// A `v128`, as its bits (lane 0 in the low bits).
     V128(u128),
 }
@@ -73,6 +75,7 @@ impl Val {
             Val::F64(_) => ValType::F64,
             Val::FuncRef(_) => ValType::FUNCREF,
             Val::ExternRef(_) => ValType::EXTERNREF,
+            Val::ExnRef(_) => ValType::EXNREF,
             Val::V128(_) => ValType::V128,
         }
     }
@@ -87,6 +90,7 @@ impl Val {
             ValType::F64 => Val::F64(0),
             ValType::V128 => Val::V128(0),
             t if t.is_func_ref() => Val::FuncRef(None),
+            t if t.is_exn_ref() => Val::ExnRef(None),
             _ => Val::ExternRef(None),
         }
     }
@@ -100,7 +104,9 @@ impl Val {
         };
         match (self, r.heap) {
             (Val::FuncRef(None), h) if h.is_func() => r.nullable,
-            (Val::ExternRef(None), h) if !h.is_func() => r.nullable,
+            (Val::ExternRef(None), h) if !h.is_func() && !h.is_exn() => r.nullable,
+            (Val::ExnRef(None), h) if h.is_exn() => r.nullable,
+            (Val::ExnRef(Some(e)), HeapType::Exn) => e.0.store == store.id,
             (Val::FuncRef(Some(_)), HeapType::Func) => true,
             (Val::FuncRef(Some(f)), HeapType::Concrete(id)) => Func::type_id(*f, store) == id,
             (Val::ExternRef(Some(_)), HeapType::Extern) => true,
@@ -116,6 +122,7 @@ impl Val {
             Val::F64(v) => v as ValRaw,
             Val::FuncRef(f) => f.map_or(Ok(0), |f| f.to_raw(store))? as ValRaw,
             Val::ExternRef(r) => r.map_or(0, |r| r.0 as ValRaw + 1),
+            Val::ExnRef(e) => e.map_or(0, |e| e.to_raw(store)),
             Val::V128(v) => v,
         })
     }
@@ -128,6 +135,7 @@ impl Val {
             ValType::F64 => Val::F64(raw as u64),
             ValType::V128 => Val::V128(raw),
             t if t.is_func_ref() => Val::FuncRef(Func::from_raw(store, raw as usize)),
+            t if t.is_exn_ref() => Val::ExnRef(crate::ExnRef::from_raw(store, raw)),
             _ => Val::ExternRef(ExternRef::from_raw(raw)),
         }
     }
@@ -269,6 +277,14 @@ pub(crate) unsafe extern "C" fn host_call(
         true => crate::interrupt::INTERRUPT,
         false => 0,
     };
+    // A host function that throws: the exception goes on from its adapter's frame.
+    // SAFETY: the store running this call; no reference into it is live here.
+    if let Some(record) = unsafe { (*store).thrown_by_host() } {
+        // SAFETY: the fuel cell again, which the host function has finished with.
+        let fuel = fuel.map_or(pinned, |c| unsafe { *c });
+        // SAFETY: as for `raise_from_host` below: the stub's frame, nothing to drop.
+        unsafe { crate::exceptions::unwind(record, fp, fuel) }
+    }
     // SAFETY: `fp` is `ephem_host_call`'s, called by an adapter inside a call into wasm; this
     // frame holds nothing to drop (a failure is in the store), nor do the stub's and the
     // generated frames above it.
@@ -603,6 +619,17 @@ pub(crate) unsafe fn invoke(
         )
     };
     let Err(site) = outcome else { return Ok(()) };
+    if site.thrown {
+        // SAFETY: wasm has returned; nothing else references the store now.
+        unsafe {
+            if let Some(fuel) = site.pinned
+                && (*store).runs_metered()
+            {
+                *(*store).fuel.get() = fuel;
+            }
+        }
+        return Err(Error::Exception(crate::ThrownException));
+    }
     // SAFETY: wasm has returned; nothing else references the store now.
     let failure = unsafe {
         // A signal stopped metered code: its fuel was in the pinned register.
@@ -664,6 +691,13 @@ impl<T> Caller<'_, T> {
     /// See [`crate::Store::get_fuel`].
     pub fn get_fuel(&self) -> Result<u64, Error> {
         self.store.get_fuel()
+    }
+
+    /// Makes `exn` the store's pending exception, and returns the error that throws it into
+    /// the calling wasm when this host function returns it: `return Err(caller.throw(exn).into())`.
+    pub fn throw(&mut self, exn: crate::ExnRef) -> crate::ThrownException {
+        self.store.opaque().set_pending_exception(exn);
+        crate::ThrownException
     }
 
     /// The export `name` of the calling instance (`None` when the host called, or when the

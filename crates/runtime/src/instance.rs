@@ -59,6 +59,8 @@ pub(crate) struct InstanceData {
     pub(crate) memories: Vec<StoreMemory>,
     pub(crate) tables: Vec<StoreTable>,
     pub(crate) globals: Vec<StoreGlobal>,
+    /// The store's indices of the instance's tags (see `exceptions`).
+    pub(crate) tags: Vec<u32>,
     pub(crate) dropped_datas: RefCell<Vec<bool>>,
     pub(crate) dropped_elems: RefCell<Vec<bool>>,
 }
@@ -294,6 +296,7 @@ impl InstanceData {
             EntityIndex::Memory(i) => Extern::Memory(Memory(stored(self.memories[i as usize].0))),
             EntityIndex::Table(i) => Extern::Table(Table(stored(self.tables[i as usize].0))),
             EntityIndex::Global(i) => Extern::Global(Global(stored(self.globals[i as usize].0))),
+            EntityIndex::Tag(i) => Extern::Tag(crate::Tag(stored(self.tags[i as usize]))),
         }
     }
 

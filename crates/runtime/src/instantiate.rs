@@ -94,6 +94,7 @@ pub(crate) unsafe fn instantiate(
         mut memories,
         mut tables,
         mut globals,
+        mut tags,
     } = {
         // SAFETY: per the contract; a shared reference that ends with the checks.
         let store = unsafe { &*store_ptr };
@@ -200,6 +201,13 @@ pub(crate) unsafe fn instantiate(
         for (i, id) in m.type_ids.iter().enumerate() {
             vmctx.write(o.type_id(i as u32), *id);
         }
+        // Tags: imported ones are the exporter's, defined ones new (see `exceptions`).
+        for &t in &info.tags[info.imported_tags.to_native() as usize..] {
+            tags.push(store.push_tag(m.type_ids[t.to_native() as usize]).index);
+        }
+        for (i, &tag) in tags.iter().enumerate() {
+            vmctx.write(o.tag(i as u32), store.tag_ptr(tag));
+        }
         let trampolines = artifact.trampolines();
         for (i, f) in funcs.iter().enumerate() {
             let ty = info.funcs[i].to_native() as usize;
@@ -257,6 +265,7 @@ pub(crate) unsafe fn instantiate(
         memories,
         tables,
         globals,
+        tags,
         dropped_datas: RefCell::new(vec![false; info.datas.len()]),
         dropped_elems: RefCell::new(vec![false; info.elems.len()]),
     });
@@ -310,6 +319,7 @@ struct Entities {
     memories: Vec<StoreMemory>,
     tables: Vec<StoreTable>,
     globals: Vec<StoreGlobal>,
+    tags: Vec<u32>,
 }
 
 /// Sorts `imports` by kind, checking each first unless it was checked before.
@@ -335,12 +345,14 @@ fn take_imports(
         memories: Vec::with_capacity(info.memories.len()),
         tables: Vec::with_capacity(info.tables.len()),
         globals: Vec::with_capacity(info.globals.len()),
+        tags: Vec::new(),
     };
     let mut take = |ext: &Extern| match *ext {
         Extern::Func(f) => taken.funcs.push(f),
         Extern::Memory(Memory(s)) => taken.memories.push(StoreMemory(s.index)),
         Extern::Table(Table(s)) => taken.tables.push(StoreTable(s.index)),
         Extern::Global(Global(s)) => taken.globals.push(StoreGlobal(s.index)),
+        Extern::Tag(crate::Tag(s)) => taken.tags.push(s.index),
     };
     if checked {
         // Checked ones need not even be read against the module's import list.
@@ -365,9 +377,10 @@ pub(crate) fn check_import(
     let m = &*module.inner;
     let (owner, index) = match *ext {
         Extern::Func(f) => (f.store_id(), 0),
-        Extern::Memory(Memory(s)) | Extern::Table(Table(s)) | Extern::Global(Global(s)) => {
-            (s.store, s.index)
-        }
+        Extern::Memory(Memory(s))
+        | Extern::Table(Table(s))
+        | Extern::Global(Global(s))
+        | Extern::Tag(crate::Tag(s)) => (s.store, s.index),
     };
     if owner != store.id {
         return Err(link_error(import, "it belongs to another store"));
@@ -418,6 +431,14 @@ pub(crate) fn check_import(
                 ));
             }
         }
+        (ImportKind::Tag(t), Extern::Tag(tag)) => {
+            // Exceptions flow both ways through a tag: its type must be the same.
+            if tag.vm(store).type_id != m.type_ids[*t as usize] {
+                let expected = ExternType::Tag(crate::TagType::new(m.canonical_func(*t)));
+                let actual = ExternType::Tag(crate::TagType::new(tag.func_type(store)));
+                return Err(mismatch(expected, actual));
+            }
+        }
         (_, ext) => {
             let expected = module.import_type(import);
             return Err(link_error(
@@ -436,6 +457,7 @@ fn ext_kind(ext: &Extern) -> &'static str {
         Extern::Memory(_) => "a memory",
         Extern::Table(_) => "a table",
         Extern::Global(_) => "a global",
+        Extern::Tag(_) => "a tag",
     }
 }
 

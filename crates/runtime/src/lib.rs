@@ -33,6 +33,7 @@ mod config;
 mod context;
 mod engine;
 mod error;
+mod exceptions;
 mod externals;
 mod func;
 mod global;
@@ -68,6 +69,7 @@ pub use ephem_module::{
     FuncType, GlobalType, HeapType, MemoryType, RefType, TableType, TrapKind, ValType,
 };
 pub use error::{Error, ErrorKind};
+pub use exceptions::{ExnRef, Tag, TagType, ThrownException};
 pub use externals::{Extern, Global, Memory, Table};
 pub use func::{Caller, ExternRef, Func, HostError, Val};
 #[doc(hidden)]

@@ -589,5 +589,10 @@ unsafe fn fresh(
             // SAFETY: per the contract.
             Extern::Global(Global(unsafe { &mut *store }.push_global(global)))
         }
+        ImportKind::Tag(t) => {
+            let type_id = module.type_id(*t);
+            // SAFETY: per the contract.
+            Extern::Tag(crate::Tag(unsafe { &mut *store }.push_tag(type_id)))
+        }
     })
 }

@@ -183,7 +183,7 @@ impl Module {
     /// The module's imports, in order.
     pub fn imports(&self) -> impl Iterator<Item = ImportRef<'_>> {
         // Imports come first in each index space: count them per kind.
-        let mut counts = [0u32; 4];
+        let mut counts = [0u32; 5];
         self.inner.artifact.info().imports.iter().map(move |i| {
             let kind = match native(&i.kind) {
                 ImportKind::Table(t) => ImportKind::Table(self.inner.canonical_table(t)),
@@ -195,6 +195,7 @@ impl Module {
                 ImportKind::Memory(_) => 1,
                 ImportKind::Table(_) => 2,
                 ImportKind::Global(_) => 3,
+                ImportKind::Tag(_) => 4,
             }];
             *count += 1;
             ImportRef {
@@ -225,6 +226,9 @@ impl Module {
                 EntityIndex::Global(i) => {
                     ExternType::Global(m.canonical_global(native(&info.globals[i as usize])))
                 }
+                EntityIndex::Tag(i) => ExternType::Tag(crate::TagType::new(
+                    m.canonical_func(info.tags[i as usize].to_native()),
+                )),
             },
         })
     }
@@ -236,6 +240,9 @@ impl Module {
             ImportKind::Memory(ty) => ExternType::Memory(ty),
             ImportKind::Table(ty) => ExternType::Table(ty),
             ImportKind::Global(ty) => ExternType::Global(ty),
+            ImportKind::Tag(t) => {
+                ExternType::Tag(crate::TagType::new(self.inner.canonical_func(t)))
+            }
         }
     }
 
@@ -264,6 +271,8 @@ pub enum ExternType {
     Table(TableType),
     /// A global of this type.
     Global(GlobalType),
+    /// An exception tag of this type.
+    Tag(crate::TagType),
 }
 
 /// As the text format writes types: `(func (param i32) (result i64))`, `(memory 1 2)`.
@@ -279,6 +288,7 @@ impl std::fmt::Display for ExternType {
             ExternType::Table(ty) => write!(f, "(table {} {})", limits(ty.min, ty.max), ty.elem),
             ExternType::Global(ty) if ty.mutable => write!(f, "(global (mut {}))", ty.ty),
             ExternType::Global(ty) => write!(f, "(global {})", ty.ty),
+            ExternType::Tag(ty) => write!(f, "{ty}"),
         }
     }
 }

@@ -70,6 +70,8 @@ pub struct TrapSite {
     pub pinned: Option<i64>,
     /// The kind of a trap generated code raised without a signal (see [`raise_trap`]).
     pub raised: Option<ephem_module::TrapKind>,
+    /// Set when no trap but an uncaught exception ended the call (see [`raise_thrown`]).
+    pub thrown: bool,
 }
 
 /// One host-to-wasm call in progress on this thread.
@@ -431,6 +433,31 @@ pub(crate) unsafe extern "C" fn raise_trap(
     };
     // SAFETY: per the contract; the site is the call (its return address less one), in the
     // function that raised.
+    unsafe { unwind_from_stub(fp, 1, site) }
+}
+
+/// The stack pointer the entry stub of the innermost call into wasm on this thread saved:
+/// every wasm frame of the call lies below it.
+pub(crate) fn entry_sp() -> usize {
+    let state = CURRENT.with(Cell::get);
+    // SAFETY: only called inside a call into wasm, whose CallState is alive on this stack.
+    unsafe { (*state).saved_sp }
+}
+
+/// Ends the innermost call into wasm on this thread because an exception reached it uncaught
+/// (the store holds it as pending), from the stub whose frame is at `fp`; `pinned` is metered
+/// code's fuel.
+///
+/// # Safety
+/// As for [`raise_trap`]: `fp` is a stub's frame called by published code inside a call into
+/// wasm on this thread, whose frames have nothing to drop.
+pub(crate) unsafe fn raise_thrown(fp: usize, pinned: i64) -> ! {
+    let site = TrapSite {
+        thrown: true,
+        pinned: Some(pinned),
+        ..TrapSite::default()
+    };
+    // SAFETY: per the contract.
     unsafe { unwind_from_stub(fp, 1, site) }
 }
 

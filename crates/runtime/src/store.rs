@@ -180,6 +180,8 @@ pub struct StoreOpaque {
     metered: Option<bool>,
     /// `ask_limiter` for this store's data type, once a limiter is set.
     pub(crate) limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
+    /// Tags and exceptions (see `exceptions`).
+    pub(crate) exceptions: crate::exceptions::Exceptions,
 }
 
 /// A store's vectors, empty: a dropped store's are kept per thread for the next store, since a
@@ -303,6 +305,7 @@ impl<T> Store<T> {
                         fuel_enabled: false,
                         metered: None,
                         limiter: None,
+                        exceptions: Default::default(),
                     }
                 },
                 data,
@@ -351,6 +354,13 @@ impl<T> Store<T> {
     /// The fuel left; an error of kind `Usage` if the store was never given fuel.
     pub fn get_fuel(&self) -> Result<u64, crate::Error> {
         self.inner.opaque.get_fuel()
+    }
+
+    /// The exception that ended the last call into wasm uncaught (the call's error is
+    /// [`crate::ThrownException`]), taken: `None` once taken, or if there was none.
+    pub fn take_pending_exception(&mut self) -> Option<crate::ExnRef> {
+        let opaque = &self.inner.opaque;
+        opaque.exceptions.take_pending(opaque)
     }
 
     /// The embedder's data.

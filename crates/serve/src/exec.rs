@@ -376,6 +376,7 @@ pub fn to_json(v: &Val) -> Value {
         Val::V128(n) => Value::from(format!("{n:#034x}")),
         Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::from("funcref")),
         Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::from("externref")),
+        Val::ExnRef(e) => e.map_or(Value::Null, |_| Value::from("exnref")),
     }
 }
 

@@ -126,6 +126,46 @@ impl Artifact {
             }
             last = Some(at);
         }
+        self.check_call_sites()
+    }
+
+    /// The calls with exception handlers: sorted by return address, each in a function with
+    /// its handlers, its frame a sane size holding the vmctx it names, its tags the module's.
+    /// (The unwinder sets the stack pointer and jumps by these: only the seal vouches that the
+    /// code agrees, but nothing here may send it outside the function or its frame.)
+    fn check_call_sites(&self) -> Result<(), Error> {
+        /// The largest frame a call site may claim (Cranelift's frames are far smaller).
+        const MAX_FRAME: u32 = 1 << 24;
+        let tags = self.info().tags.len() as u32;
+        let mut last = None;
+        for site in self.meta().call_sites.iter() {
+            let (ret, frame) = (site.ret.to_native(), site.frame_offset.to_native());
+            let func = ret
+                .checked_sub(1)
+                .and_then(|at| self.func_at(at))
+                .map(|(f, _)| f);
+            let in_func = |at: u32| self.func_at(at).map(|(f, _)| f) == func;
+            let sound = func.is_some()
+                && last.is_none_or(|l| l < ret)
+                && frame.is_multiple_of(8)
+                && frame <= MAX_FRAME
+                && site
+                    .vmctx_at
+                    .to_native()
+                    .checked_add(8)
+                    .is_some_and(|end| end <= frame)
+                && (site.catches.iter()).all(|c| {
+                    in_func(c.target.to_native())
+                        && c.tag.as_ref().is_none_or(|t| t.to_native() < tags)
+                });
+            if !sound {
+                return Err(damaged(
+                    "the exception handlers are not sorted, lie outside their function or \
+                     frame, or name unknown tags",
+                ));
+            }
+            last = Some(ret);
+        }
         Ok(())
     }
 

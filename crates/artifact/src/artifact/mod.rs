@@ -302,6 +302,15 @@ impl Artifact {
         &self.meta().imports_digest
     }
 
+    /// The call with exception handlers whose return address is text offset `ret`, if any.
+    pub fn call_site(&self, ret: u32) -> Option<&ephem_module::ArchivedCallSite> {
+        let sites = &self.meta().call_sites;
+        let i = sites
+            .binary_search_by_key(&ret, |s| s.ret.to_native())
+            .ok()?;
+        Some(&sites[i])
+    }
+
     /// Length of the machine code.
     pub fn text_len(&self) -> usize {
         self.section_len(Section::Text)

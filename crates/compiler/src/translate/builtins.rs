@@ -11,6 +11,7 @@
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I64};
 use cranelift_codegen::ir::{AbiParam, InstBuilder, MemFlagsData, Signature, TrapCode, Value};
+use cranelift_codegen::isa::CallConv;
 use ephem_module::{Builtin, BuiltinType, VmOffsets};
 
 use super::Translator;
@@ -37,7 +38,17 @@ impl Translator<'_, '_> {
         };
         let (params, ret) = which.signature();
         debug_assert_eq!(params.len(), args.len(), "{which:?}");
-        let mut sig = Signature::new(self.env.call_conv);
+        let throws = matches!(which, Builtin::Throw | Builtin::ThrowRef);
+        // A throw is called with the `tail` convention, whose arguments go where the native
+        // one's do (x86-64): an exception reaching a `try_call` of it then leaves no register
+        // for the unwinder to restore (Cranelift assumes every one clobbered, as for calls of
+        // wasm functions), where the native convention would expect the callee-saved ones.
+        let conv = if throws {
+            CallConv::Tail
+        } else {
+            self.env.call_conv
+        };
+        let mut sig = Signature::new(conv);
         sig.params.push(AbiParam::new(I64));
         sig.params
             .extend(params.iter().map(|&t| AbiParam::new(ty(t))));
@@ -52,6 +63,11 @@ impl Translator<'_, '_> {
         all.extend_from_slice(args);
         // Bulk operations charge fuel per byte or element from the store's count.
         self.fuel_to_store();
+        if throws {
+            // The one builtin call a `try_table` of this function may catch.
+            self.call_inst(super::calls::Callee::Indirect(sig, fnptr), &all);
+            return None;
+        }
         let call = self.b.ins().call_indirect(sig, fnptr, &all);
         self.b.inst_results(call).first().copied()
     }

@@ -19,6 +19,13 @@ use wasmparser::Operator;
 use super::{Translator, trusted, wasm_signature};
 use crate::traps::code;
 
+/// What a call calls: a function of the text, or code at an address.
+#[derive(Clone, Copy)]
+pub(super) enum Callee {
+    Direct(ir::FuncRef),
+    Indirect(ir::SigRef, Value),
+}
+
 impl Translator<'_, '_> {
     /// A call of function `func`; with `tail`, a `return_call` (the frame is replaced).
     fn call(&mut self, func: u32, tail: bool) {
@@ -51,9 +58,9 @@ impl Translator<'_, '_> {
                 self.b.ins().return_call(callee, &all);
                 self.unreachable_now();
             } else {
-                let call = self.b.ins().call(callee, &all);
+                let results = self.call_inst(Callee::Direct(callee), &all);
                 let may_grow = self.env.growth.may_grow(func);
-                self.returned(call, may_grow);
+                self.returned(results, may_grow);
             }
         }
     }
@@ -74,15 +81,38 @@ impl Translator<'_, '_> {
             self.b.ins().return_call_indirect(sig, code, &all);
             self.unreachable_now();
         } else {
-            let call = self.b.ins().call_indirect(sig, code, &all);
-            self.returned(call, true);
+            let results = self.call_inst(Callee::Indirect(sig, code), &all);
+            self.returned(results, true);
         }
     }
 
-    /// After a call returned: its results on the stack, the fuel anew, and the memories'
+    /// Emits a call of `callee` with `args` and returns its results: a plain call, or inside a
+    /// `try_table` a `try_call` whose exception table lists the enclosing handlers (see
+    /// `exceptions.rs`), after which translation continues in the block the call returns to.
+    pub(super) fn call_inst(&mut self, callee: Callee, args: &[Value]) -> Vec<Value> {
+        if self.catches.is_empty() {
+            let call = match callee {
+                Callee::Direct(f) => self.b.ins().call(f, args),
+                Callee::Indirect(sig, code) => self.b.ins().call_indirect(sig, code, args),
+            };
+            return self.b.inst_results(call).to_vec();
+        }
+        let sig = match callee {
+            Callee::Direct(f) => self.b.func.dfg.ext_funcs[f].signature,
+            Callee::Indirect(sig, _) => sig,
+        };
+        let (table, cont) = self.exception_table(sig);
+        match callee {
+            Callee::Direct(f) => self.b.ins().try_call(f, args, table),
+            Callee::Indirect(_, code) => self.b.ins().try_call_indirect(code, args, table),
+        };
+        self.b.switch_to_block(cont);
+        self.b.block_params(cont).to_vec()
+    }
+
+    /// After a call returned: its `results` on the stack, the fuel anew, and the memories'
     /// lengths if the callee `may_grow` one (see `crate::growth`).
-    pub(super) fn returned(&mut self, call: ir::Inst, may_grow: bool) {
-        let results = self.b.inst_results(call).to_vec();
+    pub(super) fn returned(&mut self, results: Vec<Value>, may_grow: bool) {
         self.stack.extend(results);
         self.reload_fuel();
         if may_grow {

@@ -18,8 +18,10 @@ use crate::traps::code;
 
 /// What opened a frame.
 #[derive(Debug)]
-enum Kind {
+pub(super) enum Kind {
     Block,
+    /// A `try_table`: a block whose calls its clauses catch (see `exceptions.rs`).
+    TryTable,
     Loop(ir::Block),
     If {
         else_block: ir::Block,
@@ -61,12 +63,15 @@ impl Frame {
     }
 }
 
-fn args(values: &[Value]) -> Vec<BlockArg> {
+pub(super) fn args(values: &[Value]) -> Vec<BlockArg> {
     values.iter().map(|&v| BlockArg::Value(v)).collect()
 }
 
 impl Translator<'_, '_> {
-    fn block_arity(&self, bt: BlockType) -> Result<(Vec<ValType>, Vec<ValType>), CompileError> {
+    pub(super) fn block_arity(
+        &self,
+        bt: BlockType,
+    ) -> Result<(Vec<ValType>, Vec<ValType>), CompileError> {
         Ok(match bt {
             BlockType::Empty => (vec![], vec![]),
             BlockType::Type(t) => (vec![], vec![crate::parse::val_type(t)?]),
@@ -77,7 +82,30 @@ impl Translator<'_, '_> {
         })
     }
 
-    fn new_block(&mut self, types: &[ValType]) -> ir::Block {
+    /// Opens a frame of `kind` whose end is `next`.
+    pub(super) fn push_frame(
+        &mut self,
+        kind: Kind,
+        next: ir::Block,
+        params: usize,
+        results: usize,
+        height: usize,
+    ) {
+        self.frames.push(Frame {
+            kind,
+            next,
+            params,
+            results,
+            height,
+        });
+    }
+
+    /// Where a branch to label `depth` goes, and how many values it takes.
+    pub(super) fn label_target(&self, depth: u32) -> (ir::Block, usize) {
+        self.frames[self.frames.len() - 1 - depth as usize].target()
+    }
+
+    pub(super) fn new_block(&mut self, types: &[ValType]) -> ir::Block {
         let block = self.b.create_block();
         for &t in types {
             self.b.append_block_param(block, ir_type(t));
@@ -86,7 +114,7 @@ impl Translator<'_, '_> {
     }
 
     /// Enters `block` (which the caller already branched to) with its parameters as the stack top.
-    fn enter(&mut self, block: ir::Block, height: usize) {
+    pub(super) fn enter(&mut self, block: ir::Block, height: usize) {
         self.b.switch_to_block(block);
         self.stack.truncate(height);
         let params = self.b.block_params(block).to_vec();
@@ -96,9 +124,10 @@ impl Translator<'_, '_> {
     /// Operators in unreachable code: only nesting matters, until the current frame ends.
     pub(super) fn dead_op(&mut self, op: Operator<'_>) -> Result<(), CompileError> {
         match op {
-            Operator::Block { .. } | Operator::Loop { .. } | Operator::If { .. } => {
-                self.dead_depth += 1
-            }
+            Operator::Block { .. }
+            | Operator::Loop { .. }
+            | Operator::If { .. }
+            | Operator::TryTable { .. } => self.dead_depth += 1,
             Operator::Else if self.dead_depth == 0 => self.else_()?,
             Operator::End if self.dead_depth == 0 => self.end(),
             Operator::End => self.dead_depth -= 1,
@@ -138,6 +167,9 @@ impl Translator<'_, '_> {
 
     fn end(&mut self) {
         let frame = self.frames.pop().expect("validated");
+        if let Kind::TryTable = frame.kind {
+            self.catches.pop();
+        }
         if self.reachable {
             let values = self.top(frame.results);
             self.b.ins().jump(frame.next, &args(&values));

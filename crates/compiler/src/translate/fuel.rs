@@ -88,6 +88,7 @@ impl Translator<'_, '_> {
         matches!(
             op,
             O::Block { .. }
+                | O::TryTable { .. }
                 | O::Loop { .. }
                 | O::If { .. }
                 | O::Else

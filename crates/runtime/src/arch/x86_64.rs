@@ -19,6 +19,11 @@
 //! at `ephem_module::ENTRY_FRAME_RAISE` from its frame pointer, where a failed bounds check
 //! finds it by following frame pointers (see `raise_failed_checks` in the compiler's `arch`).
 //!
+//! Exceptions are thrown through `ephem_throw` and `ephem_throw_ref` the same way (they pass
+//! their frame pointer and `r15` to the unwinder, `exceptions::unwind`), and enter a handler
+//! through `ephem_resume`, which sets the stack and frame pointers, `rax` (the exception) and
+//! `r15` (metered code's fuel) and jumps.
+//!
 //! Every stub keeps the System V calling convention towards Rust and generated code alike,
 //! and keeps a frame pointer, so that the handler and the unwinding stubs can follow the chain
 //! of wasm frames; none allocates or makes a system call.
@@ -91,8 +96,36 @@ std::arch::global_asm!(
     "mov rcx, r15",
     "call {raise_trap}",
     "ud2",
+    ".globl ephem_throw",
+    ".type ephem_throw,@function",
+    "ephem_throw:",
+    "push rbp",
+    "mov rbp, rsp",
+    "mov rcx, rbp",
+    "mov r8, r15",
+    "call {throw_new}",
+    "ud2",
+    ".globl ephem_throw_ref",
+    ".type ephem_throw_ref,@function",
+    "ephem_throw_ref:",
+    "push rbp",
+    "mov rbp, rsp",
+    "mov rdx, rbp",
+    "mov rcx, r15",
+    "call {throw_ref}",
+    "ud2",
+    ".globl ephem_resume",
+    ".type ephem_resume,@function",
+    "ephem_resume:",
+    "mov rsp, rdi",
+    "mov rbp, rsi",
+    "mov rax, rcx",
+    "mov r15, r8",
+    "jmp rdx",
     host_call = sym crate::func::host_call,
     raise_trap = sym crate::signals::raise_trap,
+    throw_new = sym crate::exceptions::throw_new,
+    throw_ref = sym crate::exceptions::throw_ref,
 );
 
 unsafe extern "C" {
@@ -114,6 +147,23 @@ unsafe extern "C" {
     /// The `Raise` builtin: `signals::raise_trap` with this frame's pointer and the pinned
     /// register as third and fourth arguments. Never returns.
     pub fn ephem_raise(vmctx: *mut u8, kind: u32);
+    /// The `Throw` builtin: `exceptions::throw_new` with this frame's pointer and the pinned
+    /// register as fourth and fifth arguments. Generated code calls it with its `tail`
+    /// convention, whose first arguments are where the native one's are. Never returns.
+    pub fn ephem_throw(vmctx: *mut u8, tag: u32, values: u64);
+    /// The `ThrowRef` builtin: `exceptions::throw_ref` with this frame's pointer and the
+    /// pinned register as third and fourth arguments, called as `ephem_throw` is.
+    pub fn ephem_throw_ref(vmctx: *mut u8, exn: u64);
+    /// Enters an exception handler at `pc` with stack pointer `sp`, frame pointer `fp`, the
+    /// exception's record in the first return register and `fuel` in the pinned register:
+    /// where a `try_call` lands, every other register counts as clobbered.
+    pub fn ephem_resume(
+        sp: usize,
+        fp: usize,
+        pc: usize,
+        record: *mut ephem_module::ValRaw,
+        fuel: i64,
+    ) -> !;
 }
 
 /// The faulting instruction's address.
