@@ -132,12 +132,14 @@ impl Proposals {
 pub type FuelCosts = fn(&Operator<'_>) -> u32;
 
 /// The default fuel costs: 1 per operator, 0 for those that only structure control flow or do
-/// nothing (`nop`, `drop`, `block`, `loop`, `else`, `end`, `unreachable`, `return`). Bulk
+/// nothing (`nop`, `drop`, `block`, `loop`, `try_table`, `else`, `end`, `unreachable`,
+/// `return`). Bulk
 /// memory and table operations also cost 1 per byte or element they touch, charged when they run.
 pub fn default_fuel_cost(op: &Operator<'_>) -> u32 {
     use wasmparser::Operator as O;
     match op {
         O::Nop | O::Drop | O::Block { .. } | O::Loop { .. } | O::Else | O::End => 0,
+        O::TryTable { .. } => 0,
         O::Unreachable | O::Return => 0,
         _ => 1,
     }

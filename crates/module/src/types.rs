@@ -349,6 +349,17 @@ pub fn from_small_id(mut id: u32) -> Option<FuncType> {
 }
 
 impl FuncType {
+    /// The signature taking `params` and returning `results`.
+    pub fn new(
+        params: impl IntoIterator<Item = ValType>,
+        results: impl IntoIterator<Item = ValType>,
+    ) -> FuncType {
+        FuncType {
+            params: params.into_iter().collect(),
+            results: results.into_iter().collect(),
+        }
+    }
+
     /// See [`small_id`].
     pub fn small_id(&self) -> Option<u32> {
         small_id(self.params.iter().copied(), self.results.iter().copied())

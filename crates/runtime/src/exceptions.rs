@@ -24,6 +24,9 @@
 //! exception and the host gets [`ThrownException`] (as in wasmtime). A host function throws by
 //! returning that error with a pending exception set ([`crate::Caller::throw`]).
 //!
+//! A handler is entered only while the call is within its deadline: a signal that lands in
+//! the unwinder does nothing, so the unwinder checks, as a host function's return does.
+//!
 //! Traps are not exceptions: nothing here catches them.
 
 use std::cell::{Cell, RefCell};
@@ -403,6 +406,12 @@ pub(crate) unsafe fn unwind(record: *mut ValRaw, fp: usize, fuel: i64) -> ! {
                     exceptions.expose(record);
                 } else if !h.exposed {
                     exceptions.spare.set(Some(h.index));
+                }
+                // Back into wasm past the deadline: the call ends here, as after a host
+                // function (a signal that landed in the unwinder did nothing).
+                if crate::signals::interrupt_due() {
+                    // SAFETY: per the contract: a stub's frame, nothing to drop.
+                    unsafe { crate::signals::raise_from_host(fp, crate::interrupt::INTERRUPT) }
                 }
                 let pc = code_start + c.target.to_native() as usize;
                 // SAFETY: the handler's stack and frame pointers are those of its function's

@@ -395,9 +395,10 @@ fn record_callers(site: &mut TrapSite, sp: usize, mut fp: usize, top: usize) {
 /// trap landing.
 ///
 /// # Safety
-/// `fp` must be the frame pointer of `ephem_host_call` as a host adapter called it, inside a
-/// call into wasm on this thread, and every frame between here and that call's entry stub
-/// must be free of destructors still to run.
+/// `fp` must be the frame pointer of `ephem_host_call` as a host adapter called it (or of a
+/// throw stub, `arch::ephem_throw`, as generated code called it), inside a call into wasm on
+/// this thread, and every frame between here and that call's entry stub must be free of
+/// destructors still to run.
 pub unsafe fn raise_from_host(fp: usize, signal: libc::c_int) -> ! {
     let site = TrapSite {
         signal,

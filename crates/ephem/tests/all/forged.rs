@@ -506,3 +506,94 @@ fn forged_lazy_funcref_data_is_refused() {
         assert!(e.to_string().contains("lazy funcrefs"), "{what}: {e}");
     }
 }
+
+/// Exception handlers tell the unwinder where to set the stack pointer and jump: each forgery
+/// of them, and of tags, is refused at open, and the intact module catches.
+#[test]
+fn forged_exception_handlers_and_tags_are_refused() {
+    const THROWS: &str = r#"(module
+      (tag $e (export "e") (param i32))
+      (func $throw (param i32) (throw $e (local.get 0)))
+      (func (export "run") (result i32)
+        (block $h (result i32)
+          (try_table (catch $e $h) (call $throw (i32.const 41)))
+          (i32.const 0))
+        (i32.add (i32.const 1))))"#;
+    let good = || Compiler::new().unwrap().compile(THROWS.as_bytes()).unwrap();
+    let open = |c: &CompiledModule| {
+        open_bytes("throws.ephem", &ephem_artifact::to_bytes(c, &[0; 32], &KEY))
+    };
+    let intact = good();
+    assert_eq!(intact.call_sites.len(), 1, "one call in a try_table");
+    let engine = Engine::default();
+    let module = Module::from_artifact(&engine, open(&intact).unwrap());
+    let mut store = Store::new(&engine, ());
+    let instance = Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    let run = instance
+        .get_typed_func::<(), i32>(&mut store, "run")
+        .unwrap();
+    assert_eq!(run.call(&mut store, ()).unwrap(), 42);
+
+    type Edit = Box<dyn Fn(&mut CompiledModule)>;
+    let site = |edit: fn(&mut ephem_module::CallSite)| {
+        Box::new(move |c: &mut CompiledModule| edit(&mut c.call_sites[0])) as Edit
+    };
+    let forgeries: Vec<(&str, Edit)> = vec![
+        (
+            "handler outside the text",
+            site(|s| s.catches[0].target = u32::MAX - 4),
+        ),
+        (
+            "handler in another function",
+            site(|s| s.catches[0].target = 0),
+        ),
+        ("call site outside the text", site(|s| s.ret = u32::MAX)),
+        (
+            "a tag that is not there",
+            site(|s| s.catches[0].tag = Some(7)),
+        ),
+        ("an unaligned frame", site(|s| s.frame_offset += 4)),
+        ("a huge frame", site(|s| s.frame_offset = 1 << 30)),
+        (
+            "the vmctx outside the frame",
+            site(|s| s.vmctx_at = s.frame_offset),
+        ),
+        (
+            "call sites out of order",
+            Box::new(|c| c.call_sites.push(c.call_sites[0].clone())),
+        ),
+        (
+            "a tag of a type that is not there",
+            Box::new(|c| c.info.tags[0] = 99),
+        ),
+        (
+            "a tag type with results",
+            Box::new(|c| {
+                c.info
+                    .types
+                    .push(ephem_module::FuncType::new([], [ValType::I32]));
+                c.info.tags[0] = c.info.types.len() as u32 - 1;
+            }),
+        ),
+        (
+            "export of a tag that is not there",
+            Box::new(|c| {
+                c.info.exports.push(Export {
+                    name: "forged".into(),
+                    index: EntityIndex::Tag(3),
+                })
+            }),
+        ),
+    ];
+    for (what, edit) in forgeries {
+        let mut c = good();
+        edit(&mut c);
+        match open(&c) {
+            Err(ephem_artifact::Error::Damaged(_)) => {}
+            Err(e) => panic!("{what}: refused, but not as damage: {e}"),
+            Ok(_) => panic!("{what}: opened"),
+        }
+    }
+}

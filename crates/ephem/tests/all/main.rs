@@ -10,6 +10,7 @@ mod edge_4gib;
 mod embedding;
 mod engine;
 mod examples;
+mod exceptions;
 mod forged;
 mod fuel;
 mod hostile;
