@@ -84,6 +84,8 @@ pub enum Type {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Trap {
     Wasm(ephem::TrapKind),
+    /// An exception no handler caught.
+    Exception,
     /// An instantiation error that is not a trap, say.
     Other(String),
 }
@@ -251,7 +253,7 @@ pub fn config() -> wasm_smith::Config {
         saturating_float_to_int_enabled: true,
         sign_extension_ops_enabled: true,
         gc_enabled: false,
-        exceptions_enabled: false,
+        exceptions_enabled: true,
         memory64_enabled: false,
         threads_enabled: false,
         custom_page_sizes_enabled: false,
@@ -731,6 +733,9 @@ fn ephem_value(v: &ephem::Val) -> Value {
 }
 
 fn ephem_trap(e: &ephem::Error) -> Trap {
+    if let ephem::Error::Exception(_) = e {
+        return Trap::Exception;
+    }
     match e.trap().map(|t| t.kind) {
         Some(ephem::TrapKind::UndefinedElement) => Trap::Wasm(ephem::TrapKind::TableOutOfBounds),
         Some(kind) => Trap::Wasm(kind),

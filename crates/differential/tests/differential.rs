@@ -15,11 +15,21 @@ const SEEDS: std::ops::Range<u64> = 0..500;
 fn ephem_agrees_with_wasmtime_on_generated_modules() {
     let ephem = Ephem::new().unwrap();
     let wasmtime = wasmtime_observer::Wasmtime::new().unwrap();
-    let (mut calls, mut modules, mut wide) = (0, 0, 0);
+    let (mut calls, mut modules, mut wide, mut exceptions) = (0, 0, 0, 0);
     let mut differences = Vec::new();
     for seed in SEEDS {
         let wasm = generate(seed).unwrap();
-        wide += wide_arithmetic(&wasm);
+        wide += count(&wasm, |op| {
+            use wasmparser::Operator as O;
+            matches!(
+                op,
+                O::I64Add128 | O::I64Sub128 | O::I64MulWideS | O::I64MulWideU
+            )
+        });
+        exceptions += count(&wasm, |op| {
+            use wasmparser::Operator as O;
+            matches!(op, O::TryTable { .. } | O::Throw { .. } | O::ThrowRef)
+        });
         let plan = plan(&wasm, seed);
         match run_case(&wasm, &plan, &ephem, &wasmtime) {
             Verdict::Agree { calls: n, .. } => {
@@ -31,25 +41,27 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
         }
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
-    println!("{modules} modules, {calls} calls compared");
+    println!(
+        "{modules} modules, {calls} calls compared; {wide} wide-arithmetic and {exceptions} exception operators"
+    );
     // Guards against a slice that stopped calling anything, or lost a proposal.
     assert!(calls > 4_000, "only {calls} calls compared");
     assert!(wide > 50, "only {wide} wide-arithmetic operators generated");
+    assert!(
+        exceptions > 50,
+        "only {exceptions} exception operators generated"
+    );
 }
 
-/// How many wide-arithmetic operators `wasm` has.
-fn wide_arithmetic(wasm: &[u8]) -> usize {
-    use wasmparser::{Operator as O, Parser, Payload};
+/// How many operators of `wasm` are `which`.
+fn count(wasm: &[u8], which: impl Fn(&wasmparser::Operator<'_>) -> bool) -> usize {
+    use wasmparser::{Parser, Payload};
     let mut n = 0;
     for payload in Parser::new(0).parse_all(wasm).flatten() {
         if let Payload::CodeSectionEntry(body) = payload {
             let mut ops = body.get_operators_reader().unwrap();
             while !ops.eof() {
-                let op = ops.read().unwrap();
-                n += matches!(
-                    op,
-                    O::I64Add128 | O::I64Sub128 | O::I64MulWideS | O::I64MulWideU
-                ) as usize;
+                n += which(&ops.read().unwrap()) as usize;
             }
         }
     }

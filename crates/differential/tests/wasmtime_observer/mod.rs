@@ -47,6 +47,7 @@ impl Wasmtime {
             .wasm_multi_memory(true)
             .wasm_extended_const(true)
             .wasm_wide_arithmetic(true)
+            .wasm_exceptions(true)
             .max_wasm_stack(MAX_WASM_STACK)
             .consume_fuel(fuel.is_some());
         Ok(Wasmtime {
@@ -75,6 +76,7 @@ impl Wasmtime {
                         .ok_or_else(|| anyhow::anyhow!("no default for {ty:?}"))?;
                     wasmtime::Global::new(&mut *store, ty, zero)?.into()
                 }
+                ExternType::Tag(ty) => wasmtime::Tag::new(&mut *store, &ty)?.into(),
                 other => anyhow::bail!("cannot stub {other:?}"),
             };
             linker.define(&mut *store, import.module(), import.name(), stub)?;
@@ -89,6 +91,9 @@ fn trap(e: &wasmtime::Error) -> Trap {
     if e.downcast_ref::<Unprovided>().is_some() {
         return Trap::Wasm(K::HostError);
     }
+    if e.downcast_ref::<wasmtime::ThrownException>().is_some() {
+        return Trap::Exception;
+    }
     let kind = match e.downcast_ref::<T>() {
         Some(T::UnreachableCodeReached) => K::Unreachable,
         Some(T::MemoryOutOfBounds) => K::MemoryOutOfBounds,
@@ -100,6 +105,7 @@ fn trap(e: &wasmtime::Error) -> Trap {
         Some(T::BadConversionToInteger) => K::BadConversionToInteger,
         Some(T::StackOverflow) => K::StackOverflow,
         Some(T::OutOfFuel) => K::OutOfFuel,
+        Some(T::NullReference) => K::NullReference,
         _ => return Trap::Other(format!("{e:#}")),
     };
     Trap::Wasm(kind)
@@ -114,6 +120,7 @@ fn value(v: &Val) -> Value {
         Val::V128(x) => Value::V128(x.as_u128()),
         Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::Func),
         Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::Extern),
+        Val::ExnRef(e) => e.map_or(Value::Null, |_| Value::Exn),
         _ => Value::Null,
     }
 }
