@@ -40,11 +40,14 @@ pub enum TrapKind {
     OutOfFuel,
     /// `call_ref`, `return_call_ref` or `ref.as_non_null` of null.
     NullReference,
+    /// A `throw` past the bound on the exceptions a store holds (see the runtime's
+    /// `EngineConfig::max_exception_bytes`).
+    TooManyExceptions,
 }
 
 impl TrapKind {
     /// Every kind, in the order of their stable codes ([`TrapKind::code`]).
-    pub const ALL: [TrapKind; 14] = [
+    pub const ALL: [TrapKind; 15] = [
         TrapKind::Unreachable,
         TrapKind::MemoryOutOfBounds,
         TrapKind::TableOutOfBounds,
@@ -59,6 +62,7 @@ impl TrapKind {
         TrapKind::Interrupted,
         TrapKind::OutOfFuel,
         TrapKind::NullReference,
+        TrapKind::TooManyExceptions,
     ];
 
     /// A number for this kind that stays the same across builds (used in artifact files).
@@ -87,6 +91,7 @@ impl TrapKind {
             TrapKind::Interrupted => "interrupted: the deadline passed",
             TrapKind::OutOfFuel => "all fuel consumed",
             TrapKind::NullReference => "null reference",
+            TrapKind::TooManyExceptions => "too many exceptions held at once",
         }
     }
 }

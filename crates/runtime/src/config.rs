@@ -104,6 +104,13 @@ impl Config {
         self
     }
 
+    /// How many bytes of exceptions a store may hold at once (see
+    /// [`EngineConfig::max_exception_bytes`]).
+    pub fn max_exception_bytes(&mut self, bytes: usize) -> &mut Config {
+        self.engine.max_exception_bytes = Some(bytes);
+        self
+    }
+
     /// Cranelift's optimisation level for modules this engine compiles.
     #[cfg(feature = "cranelift")]
     pub fn cranelift_opt_level(&mut self, level: OptLevel) -> &mut Config {

@@ -34,6 +34,12 @@ pub struct EngineConfig {
     /// [`DEFAULT_MAX_WASM_STACK`]); deeper recursion traps with `StackOverflow`. On a thread
     /// with less stack, what the thread has, less a reserve for the host.
     pub max_wasm_stack: Option<usize>,
+    /// How many bytes of exceptions a store may hold at once (default:
+    /// [`DEFAULT_MAX_EXCEPTION_BYTES`]): a `throw` past it traps with `TooManyExceptions`. An
+    /// exception lives until its store is dropped unless nothing can name it any more (see the
+    /// runtime's `exceptions`), so a guest that keeps throwing would otherwise take memory
+    /// without bound.
+    pub max_exception_bytes: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -44,9 +50,13 @@ impl Default for EngineConfig {
             reuse_texts: true,
             memory: MemoryConfig::default(),
             max_wasm_stack: None,
+            max_exception_bytes: None,
         }
     }
 }
+
+/// Default for [`EngineConfig::max_exception_bytes`]: a million exceptions of one value each.
+pub const DEFAULT_MAX_EXCEPTION_BYTES: usize = 32 << 20;
 
 /// Default for [`EngineConfig::max_wasm_stack`].
 pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
@@ -71,6 +81,7 @@ struct EngineInner {
     /// Different for every engine of the process, and never 0 (see [`Engine::id`]).
     id: u64,
     max_wasm_stack: usize,
+    max_exception_bytes: usize,
     /// The epoch, which stores' deadlines count (see `interrupt`).
     epoch: AtomicU64,
     pool: CodePool,
@@ -186,6 +197,8 @@ impl Engine {
                     NEXT.fetch_add(1, Ordering::Relaxed)
                 },
                 max_wasm_stack: config.max_wasm_stack.unwrap_or(DEFAULT_MAX_WASM_STACK),
+                max_exception_bytes: (config.max_exception_bytes)
+                    .unwrap_or(DEFAULT_MAX_EXCEPTION_BYTES),
                 epoch: AtomicU64::new(0),
                 pool: CodePool::new(config.code)?,
                 memories: Arc::new(MemoryPool::new(config.memory)),
@@ -237,6 +250,12 @@ impl Engine {
     /// How much stack wasm may use (see [`EngineConfig::max_wasm_stack`]).
     pub fn max_wasm_stack(&self) -> usize {
         self.inner.max_wasm_stack
+    }
+
+    /// How many bytes of exceptions a store may hold (see
+    /// [`EngineConfig::max_exception_bytes`]).
+    pub fn max_exception_bytes(&self) -> usize {
+        self.inner.max_exception_bytes
     }
 
     /// Advances the epoch by one tick: every running guest whose store's deadline this reaches

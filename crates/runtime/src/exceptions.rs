@@ -8,7 +8,10 @@
 //! (`VmOffsets::EXN_VALUES`), which is what an `exnref` points at and what a landing block
 //! reads. Records live until their store is dropped, except one caught by a handler that
 //! keeps no reference to it (`catch`, `catch_all`) while nothing else can name it: its record
-//! is taken for the next exception, so a loop that throws and catches allocates once.
+//! is taken for the next exception, so a loop that throws and catches allocates once. What
+//! the records take is bounded per store (`EngineConfig::max_exception_bytes`): a `throw` past
+//! it traps with `TooManyExceptions`, so a guest that keeps exceptions cannot take the host's
+//! memory. (A collector that frees what no frame, global or table names is GC's work.)
 //!
 //! # Unwinding
 //! `throw` and `throw_ref` are builtins that never return (`arch::ephem_throw`,
@@ -133,7 +136,12 @@ impl ExnRef {
         let raw = (fields.iter())
             .map(|v| v.to_raw(store))
             .collect::<Result<Vec<_>, _>>()?;
-        let record = store.exceptions.alloc(tag.vm(store), &raw);
+        let limit = store.engine.max_exception_bytes();
+        let record = (store.exceptions.alloc(tag.vm(store), &raw, limit)).ok_or_else(|| {
+            Error::Limit(format!(
+                "the store holds {limit} bytes of exceptions (EngineConfig::max_exception_bytes)"
+            ))
+        })?;
         store.exceptions.expose(record);
         Ok(ExnRef::of(store, record))
     }
@@ -213,6 +221,8 @@ pub(crate) struct Exceptions {
     spare: Cell<Option<u32>>,
     /// The exception that ended the last call into wasm, for the host to take.
     pub(crate) pending: Cell<Option<u32>>,
+    /// The bytes the records take (see `EngineConfig::max_exception_bytes`).
+    bytes: Cell<usize>,
 }
 
 /// What a record's header word holds.
@@ -244,18 +254,33 @@ impl Exceptions {
     }
 
     /// A record for a new exception of `tag` with `values`: the spare one if it is large
-    /// enough, else a new one.
-    pub(crate) fn alloc(&self, tag: *const VmTag, values: &[ValRaw]) -> *mut ValRaw {
+    /// enough, else a new one; `None` when a new one would take the records past `limit`
+    /// bytes.
+    pub(crate) fn alloc(
+        &self,
+        tag: *const VmTag,
+        values: &[ValRaw],
+        limit: usize,
+    ) -> Option<*mut ValRaw> {
         let mut records = self.records.borrow_mut();
         let reuse = (self.spare.take()).filter(|&i| records[i as usize].len() > values.len());
-        let index = reuse.unwrap_or_else(|| {
-            records.push(vec![0; values.len() + 1].into_boxed_slice());
-            records.len() as u32 - 1
-        });
+        let index = match reuse {
+            Some(index) => index,
+            None => {
+                let bytes = size_of::<ValRaw>() * (values.len() + 1);
+                let total = self.bytes.get() + bytes;
+                if total > limit {
+                    return None;
+                }
+                self.bytes.set(total);
+                records.push(vec![0; values.len() + 1].into_boxed_slice());
+                records.len() as u32 - 1
+            }
+        };
         let record = &mut records[index as usize];
         record[0] = tag as usize as ValRaw | (index as ValRaw) << 64;
         record[1..=values.len()].copy_from_slice(values);
-        record.as_mut_ptr()
+        Some(record.as_mut_ptr())
     }
 
     /// Marks `record` as one that something can name (an `exnref`, the host), so that it is
@@ -334,9 +359,14 @@ pub(crate) unsafe extern "C" fn throw_new(
         let tag_ptr = *vmctx
             .add(m.offsets.tag(tag) as usize)
             .cast::<*const VmTag>();
-        store
-            .exceptions
-            .alloc(tag_ptr, std::slice::from_raw_parts(values, n))
+        let values = std::slice::from_raw_parts(values, n);
+        let limit = store.engine.max_exception_bytes();
+        store.exceptions.alloc(tag_ptr, values, limit)
+    };
+    let Some(record) = record else {
+        let kind = ephem_module::TrapKind::TooManyExceptions.code();
+        // SAFETY: per the contract, as `raise_trap`'s (a stub called by generated code).
+        unsafe { crate::signals::raise_trap(vmctx, kind, fp, pinned) }
     };
     // SAFETY: per the contract.
     unsafe { unwind(record, fp, pinned) }

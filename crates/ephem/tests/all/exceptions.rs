@@ -363,3 +363,52 @@ fn exceptions_can_be_turned_off() {
     let engine = Engine::new(&config).unwrap();
     assert!(Module::new(&engine, THROWER).is_err());
 }
+
+/// A guest that keeps every exception it catches (as `exnref`s, which nothing frees before its
+/// store is dropped) meets the store's bound as a trap, not the host's memory running out; a
+/// guest that keeps none reuses one record however many it throws.
+#[test]
+fn the_exceptions_a_store_holds_are_bounded() {
+    let mut config = ephem::Config::new();
+    config.max_exception_bytes(64 << 10);
+    let engine = Engine::new(&config).unwrap();
+    let module = Module::new(
+        &engine,
+        r#"(module
+          (tag $e (param i32))
+          (func (export "keep") (param i32) (result i32)
+            (loop $l
+              (block $h (result i32 exnref)
+                (try_table (catch_ref $e $h) (throw $e (local.get 0)))
+                (unreachable))
+              (drop) (drop)
+              (br_if $l (local.tee 0 (i32.sub (local.get 0) (i32.const 1)))))
+            (i32.const 0))
+          (func (export "churn") (param i32) (result i32)
+            (loop $l
+              (block $h (result i32)
+                (try_table (catch $e $h) (throw $e (local.get 0)))
+                (unreachable))
+              (drop)
+              (br_if $l (local.tee 0 (i32.sub (local.get 0) (i32.const 1)))))
+            (i32.const 0)))"#,
+    )
+    .unwrap();
+    let mut store = Store::new(&engine, ());
+    let i = Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    // 32 bytes a record: 2 048 fit.
+    assert_eq!(call_i32(&mut store, i, "keep", 2000).unwrap(), 0);
+    let e = call_i32(&mut store, i, "keep", 100).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::TooManyExceptions, "{e}");
+    let tag = Tag::new(&mut store, &TagType::new(FuncType::new([], []))).unwrap();
+    let e = ExnRef::new(&mut store, &tag, &[]).unwrap_err();
+    assert_eq!(e.kind(), ephem::ErrorKind::Limit);
+
+    let mut store = Store::new(&engine, ());
+    let i = Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    assert_eq!(call_i32(&mut store, i, "churn", 1_000_000).unwrap(), 0);
+}
