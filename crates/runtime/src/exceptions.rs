@@ -101,7 +101,7 @@ impl Tag {
     /// The tag's record, which instances point at.
     pub(crate) fn vm(self, store: &StoreOpaque) -> &VmTag {
         store.check(self.0.store);
-        &store.exceptions.tags[self.0.index as usize]
+        &store.exceptions().tags[self.0.index as usize]
     }
 
     /// The tag of `store` whose record is at `tag`.
@@ -137,12 +137,12 @@ impl ExnRef {
             .map(|v| v.to_raw(store))
             .collect::<Result<Vec<_>, _>>()?;
         let limit = store.engine.max_exception_bytes();
-        let record = (store.exceptions.alloc(tag.vm(store), &raw, limit)).ok_or_else(|| {
+        let record = (store.exceptions().alloc(tag.vm(store), &raw, limit)).ok_or_else(|| {
             Error::Limit(format!(
                 "the store holds {limit} bytes of exceptions (EngineConfig::max_exception_bytes)"
             ))
         })?;
-        store.exceptions.expose(record);
+        store.exceptions().expose(record);
         Ok(ExnRef::of(store, record))
     }
 
@@ -169,7 +169,7 @@ impl ExnRef {
     /// The record in `store`.
     fn record(self, store: &StoreOpaque) -> *mut ValRaw {
         store.check(self.0.store);
-        store.exceptions.records.borrow_mut()[self.0.index as usize].as_mut_ptr()
+        store.exceptions().records.borrow_mut()[self.0.index as usize].as_mut_ptr()
     }
 
     /// The exception whose record (as generated code holds it) is `record`.
@@ -183,7 +183,7 @@ impl ExnRef {
     /// The record as generated code holds it.
     pub(crate) fn to_raw(self, store: &StoreOpaque) -> ValRaw {
         let record = self.record(store);
-        store.exceptions.expose(record);
+        store.exceptions().expose(record);
         record as usize as ValRaw
     }
 
@@ -301,10 +301,21 @@ impl Exceptions {
 }
 
 impl StoreOpaque {
+    /// The store's tags and exceptions, made on first use: a store whose modules use neither
+    /// carries a pointer for them, no more.
+    pub(crate) fn exceptions(&self) -> &Exceptions {
+        self.exceptions.get_or_init(Box::default)
+    }
+
+    fn exceptions_mut(&mut self) -> &mut Exceptions {
+        self.exceptions();
+        self.exceptions.get_mut().expect("made above")
+    }
+
     /// Makes `exn` the pending exception (see [`ThrownException`]).
     pub(crate) fn set_pending_exception(&self, exn: ExnRef) {
         self.check(exn.0.store);
-        self.exceptions.pending.set(Some(exn.0.index));
+        self.exceptions().pending.set(Some(exn.0.index));
     }
 
     /// The record of the exception a failed host function throws: the pending one, when the
@@ -316,13 +327,13 @@ impl StoreOpaque {
         if !thrown {
             return None;
         }
-        let index = self.exceptions.pending.take()?;
+        let index = self.exceptions.get()?.pending.take()?;
         self.host_failure = None;
-        Some(self.exceptions.records.borrow_mut()[index as usize].as_mut_ptr())
+        Some(self.exceptions().records.borrow_mut()[index as usize].as_mut_ptr())
     }
 
     pub(crate) fn push_tag(&mut self, type_id: u32) -> Stored {
-        let (index, _) = self.exceptions.push_tag(type_id);
+        let (index, _) = self.exceptions_mut().push_tag(type_id);
         Stored {
             store: self.id,
             index,
@@ -331,7 +342,7 @@ impl StoreOpaque {
 
     /// The record of tag `index` of this store, as vmctxs hold it.
     pub(crate) fn tag_ptr(&self, index: u32) -> *const VmTag {
-        &*self.exceptions.tags[index as usize]
+        &*self.exceptions().tags[index as usize]
     }
 }
 
@@ -361,7 +372,7 @@ pub(crate) unsafe extern "C" fn throw_new(
             .cast::<*const VmTag>();
         let values = std::slice::from_raw_parts(values, n);
         let limit = store.engine.max_exception_bytes();
-        store.exceptions.alloc(tag_ptr, values, limit)
+        store.exceptions().alloc(tag_ptr, values, limit)
     };
     let Some(record) = record else {
         let kind = ephem_module::TrapKind::TooManyExceptions.code();
@@ -430,7 +441,7 @@ pub(crate) unsafe fn unwind(record: *mut ValRaw, fp: usize, fuel: i64) -> ! {
                     continue;
                 }
                 // SAFETY: the running store, shared as builtins share it.
-                let exceptions = unsafe { &(*store).exceptions };
+                let exceptions = unsafe { (*store).exceptions() };
                 let h = header(record);
                 if c.by_ref {
                     exceptions.expose(record);
@@ -457,7 +468,7 @@ pub(crate) unsafe fn unwind(record: *mut ValRaw, fp: usize, fuel: i64) -> ! {
     }
     // Uncaught: the call into wasm ends, and the host finds the exception in the store.
     // SAFETY: the running store, shared as builtins share it.
-    let exceptions = unsafe { &(*store).exceptions };
+    let exceptions = unsafe { (*store).exceptions() };
     exceptions.expose(record);
     exceptions.pending.set(Some(header(record).index));
     // SAFETY: per the contract.

@@ -180,8 +180,8 @@ pub struct StoreOpaque {
     metered: Option<bool>,
     /// `ask_limiter` for this store's data type, once a limiter is set.
     pub(crate) limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
-    /// Tags and exceptions (see `exceptions`).
-    pub(crate) exceptions: crate::exceptions::Exceptions,
+    /// Tags and exceptions (see `exceptions`), made on first use (`StoreOpaque::exceptions`).
+    pub(crate) exceptions: std::cell::OnceCell<Box<crate::exceptions::Exceptions>>,
 }
 
 /// A store's vectors, empty: a dropped store's are kept per thread for the next store, since a
@@ -360,7 +360,7 @@ impl<T> Store<T> {
     /// [`crate::ThrownException`]), taken: `None` once taken, or if there was none.
     pub fn take_pending_exception(&mut self) -> Option<crate::ExnRef> {
         let opaque = &self.inner.opaque;
-        opaque.exceptions.take_pending(opaque)
+        opaque.exceptions().take_pending(opaque)
     }
 
     /// The embedder's data.
