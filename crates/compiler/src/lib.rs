@@ -100,9 +100,12 @@ pub struct Proposals {
     pub function_references: bool,
     /// 128-bit addition and subtraction of `i64` pairs, and 64 × 64 → 128-bit products.
     pub wide_arithmetic: bool,
-    /// Exception handling: tags, `throw`, `throw_ref`, `try_table`, `exnref` (the standard
-    /// form; the legacy `try`/`catch`/`delegate` is not accepted).
+    /// Exception handling: tags, `throw`, `throw_ref`, `try_table`, `exnref`.
     pub exceptions: bool,
+    /// Exception handling in its legacy form: `try`, `catch`, `catch_all`, `delegate`,
+    /// `rethrow` (what clang emits by default, and Emscripten's older builds; wasmtime does
+    /// not run it).
+    pub legacy_exceptions: bool,
 }
 
 impl Proposals {
@@ -115,6 +118,7 @@ impl Proposals {
         function_references: true,
         wide_arithmetic: true,
         exceptions: true,
+        legacy_exceptions: true,
     };
     /// None: exactly WebAssembly 2.0.
     pub const NONE: Proposals = Proposals {
@@ -125,6 +129,7 @@ impl Proposals {
         function_references: false,
         wide_arithmetic: false,
         exceptions: false,
+        legacy_exceptions: false,
     };
 }
 
@@ -132,14 +137,15 @@ impl Proposals {
 pub type FuelCosts = fn(&Operator<'_>) -> u32;
 
 /// The default fuel costs: 1 per operator, 0 for those that only structure control flow or do
-/// nothing (`nop`, `drop`, `block`, `loop`, `try_table`, `else`, `end`, `unreachable`,
-/// `return`). Bulk
+/// nothing (`nop`, `drop`, `block`, `loop`, `try_table`, `try`, `catch`, `catch_all`,
+/// `delegate`, `else`, `end`, `unreachable`, `return`). Bulk
 /// memory and table operations also cost 1 per byte or element they touch, charged when they run.
 pub fn default_fuel_cost(op: &Operator<'_>) -> u32 {
     use wasmparser::Operator as O;
     match op {
         O::Nop | O::Drop | O::Block { .. } | O::Loop { .. } | O::Else | O::End => 0,
-        O::TryTable { .. } => 0,
+        O::TryTable { .. } | O::Try { .. } | O::Catch { .. } | O::CatchAll => 0,
+        O::Delegate { .. } => 0,
         O::Unreachable | O::Return => 0,
         _ => 1,
     }

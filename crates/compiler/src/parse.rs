@@ -22,6 +22,7 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
         ),
         (proposals.wide_arithmetic, WasmFeatures::WIDE_ARITHMETIC),
         (proposals.exceptions, WasmFeatures::EXCEPTIONS),
+        (proposals.legacy_exceptions, WasmFeatures::LEGACY_EXCEPTIONS),
     ] {
         features.set(feature, on);
     }

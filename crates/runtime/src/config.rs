@@ -200,10 +200,19 @@ impl Config {
     }
 
     /// Whether exception handling is accepted: tags, `throw`, `throw_ref`, `try_table`,
-    /// `exnref` (default: yes). The legacy form (`try`, `catch`, `delegate`, `rethrow`) is not.
+    /// `exnref` (default: yes).
     #[cfg(feature = "cranelift")]
     pub fn wasm_exceptions(&mut self, on: bool) -> &mut Config {
         self.compiler.proposals.exceptions = on;
+        self
+    }
+
+    /// Whether exception handling's legacy form is accepted: `try`, `catch`, `catch_all`,
+    /// `rethrow`, `delegate` (default: yes). clang emits it unless given `-mllvm
+    /// -wasm-use-legacy-eh=false`, and so do older Emscripten builds; wasmtime refuses it.
+    #[cfg(feature = "cranelift")]
+    pub fn wasm_legacy_exceptions(&mut self, on: bool) -> &mut Config {
+        self.compiler.proposals.legacy_exceptions = on;
         self
     }
 

@@ -60,7 +60,10 @@ mod typed;
 pub use compile::{compile_cached, compile_with, precompile, precompile_sealed};
 pub use config::{Config, OptLevel};
 pub use context::{AsContext, AsContextMut, StoreContext, StoreContextMut};
-pub use engine::{DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_WASM_STACK, Engine, EngineConfig, EpochTicker};
+pub use engine::{
+    DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_EXCEPTION_BYTES, DEFAULT_MAX_WASM_STACK, Engine, EngineConfig,
+    EpochTicker,
+};
 pub use ephem_artifact::{Artifact, ArtifactKey, Cache, Outcome};
 pub use ephem_code_memory::{PoolConfig, Strategy};
 #[cfg(feature = "cranelift")]

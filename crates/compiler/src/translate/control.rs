@@ -22,6 +22,14 @@ pub(super) enum Kind {
     Block,
     /// A `try_table`: a block whose calls its clauses catch (see `exceptions.rs`).
     TryTable,
+    /// A legacy `try` (see `exceptions.rs`): its dispatch block, which takes the exception, its
+    /// `catch` bodies so far (tag, or `None` for `catch_all`, and the body's first block), and
+    /// in a `catch` body the exception it caught.
+    LegacyTry {
+        dispatch: ir::Block,
+        catches: Vec<(Option<u32>, ir::Block)>,
+        exn: Option<Value>,
+    },
     Loop(ir::Block),
     If {
         else_block: ir::Block,
@@ -33,13 +41,16 @@ pub(super) enum Kind {
 /// A `block`, `loop` or `if` being translated, or the function body.
 #[derive(Debug)]
 pub(super) struct Frame {
-    kind: Kind,
+    pub(super) kind: Kind,
     /// The block after the frame's end, which takes its results.
-    next: ir::Block,
+    pub(super) next: ir::Block,
     params: usize,
-    results: usize,
+    pub(super) results: usize,
     /// Operand stack height below the frame's parameters.
-    height: usize,
+    pub(super) height: usize,
+    /// How many scopes of handlers are in effect inside the frame (see `exceptions.rs`): the
+    /// handlers an exception delegated to its label meets.
+    pub(super) scopes: usize,
 }
 
 impl Frame {
@@ -51,6 +62,7 @@ impl Frame {
             params: 0,
             results,
             height: 0,
+            scopes: 0,
         }
     }
 
@@ -91,12 +103,14 @@ impl Translator<'_, '_> {
         results: usize,
         height: usize,
     ) {
+        let scopes = self.catches.len();
         self.frames.push(Frame {
             kind,
             next,
             params,
             results,
             height,
+            scopes,
         });
     }
 
@@ -127,7 +141,16 @@ impl Translator<'_, '_> {
             Operator::Block { .. }
             | Operator::Loop { .. }
             | Operator::If { .. }
-            | Operator::TryTable { .. } => self.dead_depth += 1,
+            | Operator::TryTable { .. }
+            | Operator::Try { .. } => self.dead_depth += 1,
+            Operator::Catch { tag_index } if self.dead_depth == 0 => {
+                self.legacy_catch(Some(tag_index))
+            }
+            Operator::CatchAll if self.dead_depth == 0 => self.legacy_catch(None),
+            Operator::Delegate { relative_depth } if self.dead_depth == 0 => {
+                self.delegate(relative_depth)
+            }
+            Operator::Delegate { .. } => self.dead_depth -= 1,
             Operator::Else if self.dead_depth == 0 => self.else_()?,
             Operator::End if self.dead_depth == 0 => self.end(),
             Operator::End => self.dead_depth -= 1,
@@ -173,6 +196,14 @@ impl Translator<'_, '_> {
         if self.reachable {
             let values = self.top(frame.results);
             self.b.ins().jump(frame.next, &args(&values));
+        }
+        if let Kind::LegacyTry {
+            dispatch,
+            catches,
+            exn,
+        } = &frame.kind
+        {
+            self.end_legacy_try(*dispatch, catches, exn.is_some());
         }
         if let Kind::If {
             else_block,
@@ -227,13 +258,8 @@ impl Translator<'_, '_> {
             O::Block { blockty } => {
                 let (params, results) = self.block_arity(blockty)?;
                 let next = self.new_block(&results);
-                self.frames.push(Frame {
-                    kind: Kind::Block,
-                    next,
-                    params: params.len(),
-                    results: results.len(),
-                    height: self.stack.len() - params.len(),
-                });
+                let height = self.stack.len() - params.len();
+                self.push_frame(Kind::Block, next, params.len(), results.len(), height);
             }
             O::Loop { blockty } => {
                 let (params, results) = self.block_arity(blockty)?;
@@ -244,13 +270,13 @@ impl Translator<'_, '_> {
                 self.b.ins().jump(header, &args(&values));
                 self.enter(header, height);
                 self.fuel_check();
-                self.frames.push(Frame {
-                    kind: Kind::Loop(header),
+                self.push_frame(
+                    Kind::Loop(header),
                     next,
-                    params: params.len(),
-                    results: results.len(),
+                    params.len(),
+                    results.len(),
                     height,
-                });
+                );
             }
             O::If { blockty } => {
                 let cond = self.pop();
@@ -262,17 +288,13 @@ impl Translator<'_, '_> {
                 let if_params = self.top(params.len());
                 self.b.ins().brif(cond, then_block, &[], else_block, &[]);
                 self.b.switch_to_block(then_block);
-                self.frames.push(Frame {
-                    kind: Kind::If {
-                        else_block,
-                        params: if_params,
-                        has_else: false,
-                    },
-                    next,
-                    params: params.len(),
-                    results: results.len(),
-                    height: self.stack.len() - params.len(),
-                });
+                let height = self.stack.len() - params.len();
+                let kind = Kind::If {
+                    else_block,
+                    params: if_params,
+                    has_else: false,
+                };
+                self.push_frame(kind, next, params.len(), results.len(), height);
             }
             O::Else => self.else_()?,
             O::End => self.end(),

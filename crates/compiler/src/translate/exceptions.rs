@@ -1,4 +1,5 @@
-//! Exception handling: `try_table`, `throw` and `throw_ref`.
+//! Exception handling: `try_table`, `throw` and `throw_ref`, and the legacy `try`, `catch`,
+//! `catch_all`, `rethrow` and `delegate`.
 //!
 //! Inside a `try_table`, every call that can throw (a wasm or host function, the `Throw` and
 //! `ThrowRef` builtins) is a Cranelift `try_call` whose exception table lists the `catch`
@@ -16,7 +17,18 @@
 //! the pinned register (where the unwinder puts the store's) and the memories' lengths
 //! again. The clause's tag is written into Cranelift's table as an [`ExceptionTag`] number
 //! (see [`clause_tag`]), which the linker decodes back into an `ephem_module::Catch`.
+//!
+//! The legacy form names its `catch` clauses after the body they guard, and lets a `catch`
+//! body throw again what it caught (`rethrow`) or a body hand its exceptions to the handlers
+//! at an outer label (`delegate`). So a legacy `try` is one scope of one clause that catches
+//! everything (keeping the exception) into a dispatch block, written when the try ends: it
+//! compares the exception's tag with each `catch` clause's in order (tags by identity, as the
+//! unwinder does), enters the first body that matches with the tag's values (the body keeps
+//! the exception for `rethrow`), and else throws it again among the handlers around the try.
+//! A `delegate`'s dispatch throws it again among the handlers in effect at its label (each
+//! frame's `scopes`). Both forms nest in each other.
 
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I64};
 use cranelift_codegen::ir::{
     self, BlockArg, ExceptionTableData, ExceptionTableItem, ExceptionTag, InstBuilder,
@@ -120,19 +132,11 @@ impl Translator<'_, '_> {
         let exn = self.b.append_block_param(landing, I64);
         self.b.set_cold_block(landing);
         self.b.switch_to_block(landing);
-        // Frames were abandoned: the fuel is the store's, the lengths what they are now.
-        self.reload_fuel();
-        if self.env.info.checks_bounds {
-            self.reload_lengths();
-        }
-        let mut values = Vec::new();
-        if let Some(tag) = tag {
-            let ty = self.env.info.tag_type(tag).clone();
-            for (i, &t) in ty.params.iter().enumerate() {
-                let at = ephem_module::VmOffsets::EXN_VALUES + 16 * i as u32;
-                values.push(self.b.ins().load(ir_type(t), trusted(), exn, at as i32));
-            }
-        }
+        self.landed();
+        let mut values = match tag {
+            Some(tag) => self.payload(tag, exn),
+            None => Vec::new(),
+        };
         if by_ref {
             values.push(exn);
         }
@@ -165,9 +169,178 @@ impl Translator<'_, '_> {
     /// `throw_ref`: the `ThrowRef` builtin throws the exception again (or traps on null).
     fn throw_ref(&mut self) {
         let exn = self.pop();
+        self.throw_again(exn);
+        self.unreachable_now();
+    }
+
+    /// The first instructions of a block that an exception enters: frames were abandoned, so
+    /// the fuel is the store's (in the pinned register) and the lengths what they are now.
+    fn landed(&mut self) {
+        self.reload_fuel();
+        if self.env.info.checks_bounds {
+            self.reload_lengths();
+        }
+    }
+
+    /// Runs `f` with only the outermost `scopes` scopes of handlers in effect.
+    fn with_scopes(&mut self, scopes: usize, f: impl FnOnce(&mut Self)) {
+        let inner = self.catches.split_off(scopes.min(self.catches.len()));
+        f(self);
+        self.catches.extend(inner);
+    }
+
+    /// Throws `exn` again (the `ThrowRef` builtin), with the handlers in effect.
+    fn throw_again(&mut self, exn: ir::Value) {
         self.call_builtin(Builtin::ThrowRef, &[exn]);
         self.b.ins().trap(code::UNREACHABLE);
+    }
+
+    /// Legacy `try`: a block whose calls are caught by one clause that takes every exception to
+    /// the try's dispatch block, written at its end, when its `catch` clauses are known
+    /// ([`Translator::end_legacy_try`]), or at its `delegate`.
+    fn legacy_try(&mut self, blockty: BlockType) -> Result<(), CompileError> {
+        let (params, results) = self.block_arity(blockty)?;
+        let body = self.new_block(&params);
+        let height = self.stack.len() - params.len();
+        let values = self.top(params.len());
+        self.b.ins().jump(body, &super::control::args(&values));
+        let dispatch = self.b.create_block();
+        self.b.append_block_param(dispatch, I64);
+        self.b.set_cold_block(dispatch);
+        // By reference: a `catch` body may rethrow it, or a `delegate` throw it on.
+        self.catches.push(vec![Clause {
+            tag: clause_tag(None, true),
+            landing: dispatch,
+        }]);
+        let next = self.new_block(&results);
+        self.enter(body, height);
+        let kind = Kind::LegacyTry {
+            dispatch,
+            catches: Vec::new(),
+            exn: None,
+        };
+        self.push_frame(kind, next, params.len(), results.len(), height);
+        Ok(())
+    }
+
+    /// Legacy `catch` (`tag`) or `catch_all` (`None`): ends the try's body or its previous
+    /// `catch` body, and begins this one, which takes the tag's values and keeps the exception
+    /// for `rethrow`.
+    pub(super) fn legacy_catch(&mut self, tag: Option<u32>) {
+        let frame = self.frames.last().expect("validated");
+        let (next, height, results) = (frame.next, frame.height, frame.results);
+        let in_body = matches!(frame.kind, Kind::LegacyTry { exn: None, .. });
+        if in_body {
+            // The try's own clause covers its body only.
+            self.catches.pop();
+            self.frames.last_mut().expect("validated").scopes -= 1;
+        }
+        if self.reachable {
+            let values = self.top(results);
+            self.b.ins().jump(next, &super::control::args(&values));
+        }
+        let params = tag.map_or(Vec::new(), |t| self.env.info.tag_type(t).params.clone());
+        let body = self.new_block(&params);
+        let exn = self.b.append_block_param(body, I64);
+        let frame = self.frames.last_mut().expect("validated");
+        let Kind::LegacyTry {
+            catches, exn: kept, ..
+        } = &mut frame.kind
+        else {
+            unreachable!("validated: catch outside try")
+        };
+        catches.push((tag, body));
+        *kept = Some(exn);
+        self.b.switch_to_block(body);
+        self.stack.truncate(height);
+        let values = self.b.block_params(body)[..params.len()].to_vec();
+        self.stack.extend(values);
+        self.reachable = true;
+    }
+
+    /// The end of a legacy `try` (its frame already popped, its last body ended): writes its
+    /// dispatch block, which compares the exception's tag with each `catch` clause's in order
+    /// and enters the first body that matches, or throws the exception on to the handlers
+    /// outside the try. `caught`: whether it had a `catch` body (else its clause is still in
+    /// effect).
+    pub(super) fn end_legacy_try(
+        &mut self,
+        dispatch: ir::Block,
+        catches: &[(Option<u32>, ir::Block)],
+        caught: bool,
+    ) {
+        if !caught {
+            self.catches.pop();
+        }
+        self.b.switch_to_block(dispatch);
+        self.landed();
+        let exn = self.b.block_params(dispatch)[0];
+        let tag = self
+            .b
+            .ins()
+            .load(I64, trusted(), exn, ephem_module::VmOffsets::EXN_TAG as i32);
+        for &(catch, body) in catches {
+            let Some(t) = catch else {
+                self.b.ins().jump(body, &[BlockArg::Value(exn)]);
+                return;
+            };
+            let want = self.load_ptr(self.vmctx, self.env.offsets.tag(t));
+            let matched = self.b.create_block();
+            let other = self.b.create_block();
+            let hit = self.b.ins().icmp(IntCC::Equal, tag, want);
+            self.b.ins().brif(hit, matched, &[], other, &[]);
+            self.b.switch_to_block(matched);
+            let mut values = self.payload(t, exn);
+            values.push(exn);
+            self.b.ins().jump(body, &super::control::args(&values));
+            self.b.switch_to_block(other);
+        }
+        self.throw_again(exn);
+    }
+
+    /// Legacy `delegate`: ends the try, whose exceptions go on to the handlers in effect at
+    /// label `depth` (counted outside the try).
+    pub(super) fn delegate(&mut self, depth: u32) {
+        let frame = self.frames.pop().expect("validated");
+        let Kind::LegacyTry { dispatch, .. } = frame.kind else {
+            unreachable!("validated: delegate outside try")
+        };
+        self.catches.pop();
+        if self.reachable {
+            let values = self.top(frame.results);
+            self.b
+                .ins()
+                .jump(frame.next, &super::control::args(&values));
+        }
+        let scopes = (self.frames.len().checked_sub(1 + depth as usize))
+            .map_or(0, |i| self.frames[i].scopes);
+        self.b.switch_to_block(dispatch);
+        self.landed();
+        let exn = self.b.block_params(dispatch)[0];
+        self.with_scopes(scopes, |t| t.throw_again(exn));
+        self.enter(frame.next, frame.height);
+        self.reachable = true;
+    }
+
+    /// Legacy `rethrow`: throws again the exception the `catch` body at label `depth` caught.
+    fn rethrow(&mut self, depth: u32) {
+        let frame = &self.frames[self.frames.len() - 1 - depth as usize];
+        let Kind::LegacyTry { exn: Some(exn), .. } = frame.kind else {
+            unreachable!("validated: rethrow outside catch")
+        };
+        self.throw_again(exn);
         self.unreachable_now();
+    }
+
+    /// The values of tag `tag` that the exception at `exn` carries.
+    fn payload(&mut self, tag: u32, exn: ir::Value) -> Vec<ir::Value> {
+        let ty = self.env.info.tag_type(tag).clone();
+        (ty.params.iter().enumerate())
+            .map(|(i, &t)| {
+                let at = ephem_module::VmOffsets::EXN_VALUES + 16 * i as u32;
+                self.b.ins().load(ir_type(t), trusted(), exn, at as i32)
+            })
+            .collect()
     }
 
     /// Translates `op` if it is an exception-handling operator; `false` if it is not.
@@ -180,6 +353,11 @@ impl Translator<'_, '_> {
             O::TryTable { try_table } => self.try_table(try_table.ty, &try_table.catches)?,
             O::Throw { tag_index } => self.throw(*tag_index),
             O::ThrowRef => self.throw_ref(),
+            O::Try { blockty } => self.legacy_try(*blockty)?,
+            O::Catch { tag_index } => self.legacy_catch(Some(*tag_index)),
+            O::CatchAll => self.legacy_catch(None),
+            O::Delegate { relative_depth } => self.delegate(*relative_depth),
+            O::Rethrow { relative_depth } => self.rethrow(*relative_depth),
             _ => return Ok(false),
         }
         Ok(true)

@@ -89,6 +89,10 @@ impl Translator<'_, '_> {
             op,
             O::Block { .. }
                 | O::TryTable { .. }
+                | O::Try { .. }
+                | O::Catch { .. }
+                | O::CatchAll
+                | O::Delegate { .. }
                 | O::Loop { .. }
                 | O::If { .. }
                 | O::Else

@@ -412,3 +412,186 @@ fn the_exceptions_a_store_holds_are_bounded() {
         .unwrap();
     assert_eq!(call_i32(&mut store, i, "churn", 1_000_000).unwrap(), 0);
 }
+
+/// The legacy form (`try`, `catch`, `catch_all`, `rethrow`, `delegate`), which clang emits by
+/// default: each case's answer is what the legacy proposal's semantics give, worked out by
+/// hand in its comment.
+const LEGACY: &str = r#"(module
+  (tag $a (export "a") (param i32))
+  (tag $b (export "b"))
+  (func $throw_a (param i32) (throw $a (local.get 0)))
+  (func $throw_b (throw $b))
+  ;; $a(7) → 107 by `catch $a`; $b → 200 by `catch_all`.
+  (func (export "catch") (param i32) (result i32)
+    try (result i32)
+      local.get 0
+      if
+        (call $throw_a (i32.const 7))
+      else
+        call $throw_b
+      end
+      i32.const 0
+    catch $a
+      (i32.add (i32.const 100))
+    catch_all
+      i32.const 200
+    end)
+  ;; The inner try catches only $a: $b goes on to the outer one → 5.
+  (func (export "outer") (result i32)
+    try (result i32)
+      try (result i32)
+        call $throw_b
+        i32.const 0
+      catch $a
+      end
+    catch $b
+      i32.const 5
+    end)
+  ;; Caught, then rethrown to the outer try → 3 + 10.
+  (func (export "rethrow") (result i32)
+    try (result i32)
+      try (result i32)
+        (call $throw_a (i32.const 3))
+        i32.const 0
+      catch $a
+        drop
+        rethrow 0
+      end
+    catch $a
+      (i32.add (i32.const 10))
+    end)
+  ;; Inside the catch of $b, `rethrow 1` throws again the $a that the enclosing catch caught
+  ;; → 1 + 20.
+  (func (export "rethrow_outer") (result i32)
+    try (result i32)
+      try (result i32)
+        (call $throw_a (i32.const 1))
+        i32.const 0
+      catch $a
+        drop
+        try (result i32)
+          call $throw_b
+          i32.const 0
+        catch $b
+          rethrow 1
+        end
+      end
+    catch $a
+      (i32.add (i32.const 20))
+    catch $b
+      i32.const 99
+    end)
+  ;; Delegated to $outer: the middle try's catch is skipped → 4 + 30.
+  (func (export "delegate") (result i32)
+    try $outer (result i32)
+      try (result i32)
+        try (result i32)
+          (call $throw_a (i32.const 4))
+          i32.const 0
+        delegate $outer
+      catch $a
+        drop
+        i32.const -1
+      end
+    catch $a
+      (i32.add (i32.const 30))
+    end)
+  ;; Delegated to the function's label: to the caller, whose try catches it → 6 + 40.
+  (func $delegates_out (result i32)
+    try (result i32)
+      (call $throw_a (i32.const 6))
+      i32.const 0
+    delegate 0)
+  (func (export "delegate_caller") (result i32)
+    try (result i32)
+      call $delegates_out
+    catch $a
+      (i32.add (i32.const 40))
+    end)
+  ;; Delegated to a block inside a try's body: that try's handlers → 8 + 50.
+  (func (export "delegate_block") (result i32)
+    try (result i32)
+      block $blk (result i32)
+        try (result i32)
+          (call $throw_a (i32.const 8))
+          i32.const 0
+        delegate $blk
+      end
+    catch $a
+      (i32.add (i32.const 50))
+    end)
+  ;; A legacy try that does not catch $a, inside a try_table that does → 9.
+  (func (export "mixed") (result i32)
+    (block $h (result i32)
+      (try_table (result i32) (catch $a $h)
+        try (result i32)
+          (call $throw_a (i32.const 9))
+          i32.const 0
+        catch $b
+          i32.const -2
+        end)))
+  ;; Thrown and caught in one function → 11.
+  (func (export "local") (result i32)
+    try (result i32)
+      (throw $a (i32.const 11))
+    catch $a
+    end)
+  ;; Caught by catch_all and rethrown to the host.
+  (func (export "uncaught")
+    try
+      call $throw_b
+    catch_all
+      rethrow 0
+    end))"#;
+
+#[test]
+fn the_legacy_form_catches_rethrows_and_delegates_as_its_proposal_says() {
+    let engine = Engine::default();
+    legacy_cases(&engine, Module::new(&engine, LEGACY).unwrap(), false);
+    // Metered: the same answers, and the fuel flows through the dispatch blocks.
+    let metered = Compiler::new().unwrap().with_fuel();
+    let module = ephem::compile_with(&metered, &engine, LEGACY.as_bytes()).unwrap();
+    legacy_cases(&engine, module, true);
+
+    // Off, the legacy form is refused (and the standard one still accepted).
+    let mut config = ephem::Config::new();
+    config.wasm_legacy_exceptions(false);
+    let engine = Engine::new(&config).unwrap();
+    assert!(Module::new(&engine, LEGACY).is_err());
+    assert!(Module::new(&engine, THROWER).is_ok());
+}
+
+fn legacy_cases(engine: &Engine, module: Module, metered: bool) {
+    let mut store = Store::new(engine, ());
+    if metered {
+        store.set_fuel(1_000_000).unwrap();
+    }
+    let i = Linker::new(engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    assert_eq!(call_i32(&mut store, i, "catch", 1).unwrap(), 107);
+    assert_eq!(call_i32(&mut store, i, "catch", 0).unwrap(), 200);
+    let nullary = |store: &mut Store<()>, name: &str| {
+        let f = i.get_typed_func::<(), i32>(&mut *store, name).unwrap();
+        f.call(store, ())
+    };
+    assert_eq!(nullary(&mut store, "outer").unwrap(), 5);
+    assert_eq!(nullary(&mut store, "rethrow").unwrap(), 13);
+    assert_eq!(nullary(&mut store, "rethrow_outer").unwrap(), 21);
+    assert_eq!(nullary(&mut store, "delegate").unwrap(), 34);
+    assert_eq!(nullary(&mut store, "delegate_caller").unwrap(), 46);
+    assert_eq!(nullary(&mut store, "delegate_block").unwrap(), 58);
+    assert_eq!(nullary(&mut store, "mixed").unwrap(), 9);
+    assert_eq!(nullary(&mut store, "local").unwrap(), 11);
+    let uncaught = i.get_func(&mut store, "uncaught").unwrap();
+    let e = uncaught.call(&mut store, &[], &mut []).unwrap_err();
+    assert!(matches!(e, Error::Exception(_)), "{e}");
+    let b = i
+        .get_export(&mut store, "b")
+        .and_then(Extern::into_tag)
+        .unwrap();
+    assert_eq!(store.take_pending_exception().unwrap().tag(&store), b);
+    if metered {
+        assert!(store.get_fuel().unwrap() < 1_000_000);
+    }
+}
