@@ -41,6 +41,9 @@ pub enum CallError {
         kind: ephem::TrapKind,
         message: String,
     },
+    /// A wasm exception reached the call uncaught.
+    #[error("{0}")]
+    Exception(String),
     /// A resource limit stopped instantiation (memory, tables).
     #[error("{0}")]
     Limit(String),
@@ -65,6 +68,7 @@ impl From<Error> for CallError {
                 kind: t.kind,
                 message: t.to_string(),
             },
+            e @ Error::Exception(_) => CallError::Exception(e.to_string()),
             Error::Link(m) => CallError::BadRequest(format!("link error: {m}")),
             Error::Usage(m) => CallError::BadRequest(m),
             e @ (Error::Limit(_) | Error::CodeMemory(_)) => CallError::Limit(e.to_string()),

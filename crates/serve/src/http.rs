@@ -137,6 +137,9 @@ impl From<CallError> for ApiError {
                 body: json!({"error": "trap", "kind": format!("{kind:?}"), "message": message}),
                 retry_after: false,
             },
+            CallError::Exception(m) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "exception", m)
+            }
             CallError::Limit(m) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "limit", m),
             CallError::Internal(m) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", m)

@@ -120,6 +120,8 @@ const MODULE: &str = r#"(module
   (func (export "add") (param i32 i32) (result i32) (i32.add (local.get 0) (local.get 1)))
   (func (export "div") (param i32 i32) (result i32) (i32.div_s (local.get 0) (local.get 1)))
   (func (export "spin") (loop (br 0)))
+  (tag $oops (param i32))
+  (func (export "throws") (param i32) (throw $oops (local.get 0)))
   (func $recurse (export "recurse") (call $recurse))
   ;; Grows memory a page at a time until it cannot; returns the pages it ended with.
   (func (export "bomb") (result i32)
@@ -232,6 +234,13 @@ fn every_error_has_its_status_and_says_why() {
     assert_eq!(
         (status, &body["kind"]),
         (StatusCode::UNPROCESSABLE_ENTITY, &json!("StackOverflow"))
+    );
+    // An exception no handler caught is the guest's fault, as a trap is.
+    let (status, body) = invoke(&c, base, &id, "throws", json!([7]));
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("exception")),
+        "{body}"
     );
     let r = c
         .post(format!("{base}/modules/{id}/invoke/add?speed=fast"))
