@@ -229,11 +229,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let (None, Some(start)) = (&args.invoke, command) {
         let ran = start.call(&mut store, &[], &mut []);
         print_fuel(&store)?;
-        return Ok(ran?);
+        return uncaught(&mut store, ran);
     }
     // A reactor is initialised before its export is called.
     if let Some(init) = instance.get_func(&mut store, "_initialize") {
-        init.call(&mut store, &[], &mut [])?;
+        let ran = init.call(&mut store, &[], &mut []);
+        uncaught(&mut store, ran)?;
     }
     let name = match &args.invoke {
         Some(name) => name.clone(),
@@ -263,11 +264,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
     let called = func.call(&mut store, &vals, &mut results);
     print_fuel(&store)?;
-    called?;
+    uncaught(&mut store, called)?;
     for v in &results {
         outln!("{}", show(v))?;
     }
     Ok(())
+}
+
+/// `ran`, with what an exception no handler caught carried said in the error.
+fn uncaught<T>(store: &mut ephem::Store<T>, ran: Result<(), ephem::Error>) -> anyhow::Result<()> {
+    match ran {
+        Err(e @ ephem::Error::Exception(_)) => {
+            let exn = store.take_pending_exception();
+            let values = exn.map_or_else(Vec::new, |x| x.fields(&*store));
+            let values: Vec<String> = values.iter().map(show).collect();
+            let what = format!("uncaught wasm exception carrying ({})", values.join(", "));
+            Err(anyhow::Error::new(e).context(what))
+        }
+        ran => Ok(ran?),
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,24 @@ fn run_prints_results_one_per_line() {
 }
 
 #[test]
+fn run_says_what_an_uncaught_exception_carried_and_exits_1() {
+    let tmp = ephem_test_support::temp_dir();
+    let file = &module_file(
+        &tmp,
+        "throws.wat",
+        r#"(module (tag $e (param i32 f64))
+             (func (export "f") (throw $e (i32.const 5) (f64.const 1.5))))"#,
+    );
+    let out = ephem(&["run", file, "--invoke", "f"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("uncaught wasm exception carrying (5, 1.5)"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn run_reports_traps_and_bad_arguments() {
     let tmp = ephem_test_support::temp_dir();
     let file = &module_file(
