@@ -15,7 +15,7 @@ use crate::store::{StoreInner, StoreOpaque};
 use crate::{Caller, Engine, Error, ExternRef, Func};
 
 /// A Rust type that is a WebAssembly value type: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`,
-/// `Option<Func>` (funcref) and `Option<ExternRef>` (externref).
+/// `Option<Func>` (funcref), `Option<ExternRef>` (externref) and `Option<ExnRef>` (exnref).
 pub trait WasmTy: Sized + Send + 'static {
     /// The wasm type.
     const TY: ValType;
@@ -68,6 +68,22 @@ impl WasmTy for Option<Func> {
     }
     fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Self {
         Func::from_raw(store, raw as usize)
+    }
+}
+
+impl WasmTy for Option<crate::ExnRef> {
+    const TY: ValType = ValType::EXNREF;
+    fn into_raw(self, store: &StoreOpaque) -> Result<ValRaw, Error> {
+        match self {
+            Some(e) if e.0.store != store.id => Err(Error::Usage(
+                "an exception of another store was passed to wasm".into(),
+            )),
+            Some(e) => Ok(e.to_raw(store)),
+            None => Ok(0),
+        }
+    }
+    fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Self {
+        crate::ExnRef::from_raw(store, raw)
     }
 }
 
