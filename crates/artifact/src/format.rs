@@ -49,7 +49,7 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// failed checks find `Raise` in the entry frame, `ephem_module::ENTRY_FRAME_RAISE`; 25: reference
 /// types `ValType::Ref`, `ModuleInfo::table_inits`, `TrapKind::NullReference`; lengths kept
 /// across calls that cannot grow a memory; 26: exception handling, `ModuleInfo::tags`, the vmctx's
-/// tags, `Meta::call_sites`).
+/// tags, `Meta::call_sites`; `ModuleInfo::rec_groups`, whose types have no small id).
 pub const FORMAT_VERSION: u32 = 26;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -186,22 +186,30 @@ pub(crate) struct Meta {
 /// The small id recorded for a type without one (see `Meta::small_ids`).
 pub(crate) const NOT_SMALL: u32 = u32::MAX;
 
-/// The small ids of `info`'s types (see [`Meta::small_ids`]).
+/// The small ids of `info`'s types (see [`Meta::small_ids`]); a type of a recursion group of
+/// more than one type has none (it is not identified by its structure alone).
 pub(crate) fn small_ids(info: &ModuleInfo) -> Vec<u32> {
-    (info.types.iter())
-        .map(|t| t.small_id().unwrap_or(NOT_SMALL))
+    (info.types.iter().enumerate())
+        .map(
+            |(i, t)| match ephem_module::group_of(&info.rec_groups, i as u32) {
+                Some(_) => NOT_SMALL,
+                None => t.small_id().unwrap_or(NOT_SMALL),
+            },
+        )
         .collect()
 }
 
-/// What identifies each of `info`'s types in every module: a digest of its key, in which a
-/// concrete type names an earlier type by that type's digest and itself by a mark (a type names
-/// no later one: see `ModuleInfo::check`). Empty when no import names a concrete type, directly
-/// or through its function type: the usual case, where nothing needs them.
+/// What identifies each of `info`'s types in every module: a digest of its key
+/// (`ephem_module::type_key`), in which a type before it (or before its recursion group) is
+/// named by that type's digest. Empty when no import names a concrete type, directly or
+/// through its function type, nor a type of a recursion group: the usual case, where nothing
+/// needs them.
 fn type_digests(info: &ModuleInfo) -> Vec<[u8; 32]> {
     let concrete = |t: &ValType| t.concrete().is_some();
     let named = info.imports.iter().any(|i| match &i.kind {
         ImportKind::Func(t) | ImportKind::Tag(t) => {
             (info.types.get(*t as usize)).is_some_and(|t| t.concrete().next().is_some())
+                || ephem_module::group_of(&info.rec_groups, *t).is_some()
         }
         ImportKind::Table(t) => concrete(&t.elem),
         ImportKind::Global(g) => concrete(&g.ty),
@@ -213,12 +221,13 @@ fn type_digests(info: &ModuleInfo) -> Vec<[u8; 32]> {
     let types: &[FuncType] = &info.types;
     let mut digests: Vec<[u8; 32]> = Vec::with_capacity(types.len());
     let mut key = Vec::new();
-    for (i, ty) in types.iter().enumerate() {
-        ty.key(&mut key, &mut |t, out| match digests.get(t as usize) {
+    for i in 0..types.len() as u32 {
+        // (A type that is not there, which only a forged module names, hashes as its index.)
+        let outside = &mut |t: u32, out: &mut Vec<u8>| match digests.get(t as usize) {
             Some(d) => out.extend_from_slice(d),
-            None if t as usize == i => out.extend_from_slice(&[0xff; 32]),
             None => out.extend_from_slice(&t.to_le_bytes()),
-        });
+        };
+        ephem_module::type_key(types, &info.rec_groups, i, &mut key, outside);
         digests.push(*blake3::hash(&key).as_bytes());
     }
     digests
@@ -237,6 +246,18 @@ pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
         Some(d) => out.extend_from_slice(d),
         None => out.extend_from_slice(&t.to_le_bytes()),
     };
+    // A function type by its digest where digests are made (it names a concrete type or is in
+    // a recursion group), else by its key. (A type that is not there, which only a forged
+    // module has, hashes as none.)
+    let signature =
+        |bytes: &mut Vec<u8>, t: u32, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)| match (
+            digests.get(t as usize),
+            info.types.get(t as usize),
+        ) {
+            (Some(d), _) => bytes.extend_from_slice(d),
+            (None, Some(ty)) => ty.key(bytes, concrete),
+            (None, None) => {}
+        };
     for import in &info.imports {
         for name in [&import.module, &import.name] {
             h.update(&(name.len() as u64).to_le_bytes());
@@ -246,10 +267,7 @@ pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
         bytes.clear();
         let tag: u8 = match &import.kind {
             ImportKind::Func(t) => {
-                // (A type that is not there, which only a forged module has, hashes as none.)
-                if let Some(ty) = info.types.get(*t as usize) {
-                    ty.key(&mut bytes, &mut concrete);
-                }
+                signature(&mut bytes, *t, &mut concrete);
                 0
             }
             ImportKind::Table(t) => {
@@ -267,9 +285,7 @@ pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
                 3
             }
             ImportKind::Tag(t) => {
-                if let Some(ty) = info.types.get(*t as usize) {
-                    ty.key(&mut bytes, &mut concrete);
-                }
+                signature(&mut bytes, *t, &mut concrete);
                 4
             }
         };

@@ -106,6 +106,11 @@ pub struct Proposals {
     /// `rethrow` (what clang emits by default, and Emscripten's older builds; wasmtime does
     /// not run it).
     pub legacy_exceptions: bool,
+    /// Of garbage collection, its recursion groups, for function types: types that name each
+    /// other, identified by their group (iso-recursively) in every module. Struct and array
+    /// types, declared subtypes and GC's instructions are refused (validation runs with GC
+    /// on, so that recursion groups are read).
+    pub gc_types: bool,
 }
 
 impl Proposals {
@@ -119,6 +124,7 @@ impl Proposals {
         wide_arithmetic: true,
         exceptions: true,
         legacy_exceptions: true,
+        gc_types: true,
     };
     /// None: exactly WebAssembly 2.0.
     pub const NONE: Proposals = Proposals {
@@ -130,6 +136,7 @@ impl Proposals {
         wide_arithmetic: false,
         exceptions: false,
         legacy_exceptions: false,
+        gc_types: false,
     };
 }
 

@@ -23,6 +23,7 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
         (proposals.wide_arithmetic, WasmFeatures::WIDE_ARITHMETIC),
         (proposals.exceptions, WasmFeatures::EXCEPTIONS),
         (proposals.legacy_exceptions, WasmFeatures::LEGACY_EXCEPTIONS),
+        (proposals.gc_types, WasmFeatures::GC),
     ] {
         features.set(feature, on);
     }
@@ -65,6 +66,29 @@ fn ref_type(r: wasmparser::RefType) -> Result<ValType, CompileError> {
         nullable: r.is_nullable(),
         heap,
     }))
+}
+
+/// A type of a module's type section: a function type, final and declaring no supertype (the
+/// part of GC's types ephem implements).
+fn func_type(sub: &wasmparser::SubType) -> Result<FuncType, CompileError> {
+    let unsupported = |what: &str| Err(CompileError::Unsupported(format!("{what} (GC)")));
+    if !sub.is_final || !sub.supertype_idxs.is_empty() {
+        return unsupported("a type that declares or allows subtypes");
+    }
+    let c = &sub.composite_type;
+    if c.shared || c.descriptor_idx.is_some() || c.describes_idx.is_some() {
+        return unsupported("a shared type, or one with a descriptor");
+    }
+    let wasmparser::CompositeInnerType::Func(ty) = &sub.composite_type.inner else {
+        return unsupported("struct and array types");
+    };
+    let types = |ts: &[wasmparser::ValType]| -> Result<Vec<ValType>, CompileError> {
+        ts.iter().map(|&t| val_type(t)).collect()
+    };
+    Ok(FuncType {
+        params: types(ty.params())?,
+        results: types(ty.results())?,
+    })
 }
 
 fn table_type(t: wasmparser::TableType) -> Result<TableType, CompileError> {
@@ -162,20 +186,16 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
     for payload in Parser::new(0).parse_all(bytes) {
         match payload? {
             Payload::TypeSection(reader) => {
-                for ty in reader.into_iter_err_on_gc_types() {
-                    let ty = ty?;
-                    info.types.push(FuncType {
-                        params: ty
-                            .params()
-                            .iter()
-                            .map(|&t| val_type(t))
-                            .collect::<Result<_, _>>()?,
-                        results: ty
-                            .results()
-                            .iter()
-                            .map(|&t| val_type(t))
-                            .collect::<Result<_, _>>()?,
-                    });
+                for group in reader {
+                    let group = group?;
+                    let start = info.types.len() as u32;
+                    for sub in group.types() {
+                        info.types.push(func_type(sub)?);
+                    }
+                    let len = info.types.len() as u32 - start;
+                    if len > 1 {
+                        info.rec_groups.push(RecGroup { start, len });
+                    }
                 }
             }
             Payload::ImportSection(reader) => {

@@ -28,11 +28,22 @@ impl ModuleInfo {
                 self.funcs[f]
             ));
         }
-        // A concrete type names a type before it or itself (each type is a recursion group of
-        // its own), and every other type that names one exists.
+        // Recursion groups of more than one type, in order, within the types.
+        let mut end = 0;
+        for g in &self.rec_groups {
+            let fits = (g.start.checked_add(g.len)).is_some_and(|e| e as usize <= types);
+            if g.len < 2 || g.start < end || !fits {
+                return Err(format!("bad recursion group {g:?}"));
+            }
+            end = g.start + g.len;
+        }
+        // A concrete type names a type before it, itself or a member of its group, and every
+        // other type that names one exists.
         for (i, ty) in self.types.iter().enumerate() {
-            if let Some(c) = ty.concrete().find(|&c| c as usize > i) {
-                return Err(format!("type {i} names type {c}, after it"));
+            let last = crate::group_of(&self.rec_groups, i as u32)
+                .map_or(i as u32, |g| g.start + g.len - 1);
+            if let Some(c) = ty.concrete().find(|&c| c > last) {
+                return Err(format!("type {i} names type {c}, after it and its group"));
             }
         }
         // Types compare as WebAssembly compares them: a module may declare one type twice.
@@ -106,7 +117,11 @@ impl ModuleInfo {
         }
 
         // Constant expressions: what they read exists, and they have the type wanted.
-        let const_type = |e: &ConstExpr, want: ValType| -> Result<(), String> {
+        // A constant reads the globals before it: for a global's initialiser, the globals
+        // before that one (imported ones, and with WebAssembly 3.0 defined ones); elsewhere
+        // every global (they are all initialised first).
+        let all = self.globals.len() as u32;
+        let const_type = |e: &ConstExpr, want: ValType, visible: u32| -> Result<(), String> {
             let ok = match *e {
                 ConstExpr::I32(_) => want == ValType::I32,
                 ConstExpr::I64(_) => want == ValType::I64,
@@ -116,7 +131,7 @@ impl ModuleInfo {
                 ConstExpr::Extended(i) => self
                     .extended
                     .get(i as usize)
-                    .is_some_and(|ops| self.extended_type(ops) == Some(want)),
+                    .is_some_and(|ops| self.extended_type(ops, visible) == Some(want)),
                 ConstExpr::RefNull => matches!(want, ValType::Ref(r) if r.nullable),
                 ConstExpr::RefFunc(f) => self.funcs.get(f as usize).is_some_and(|&t| {
                     let ty = RefType {
@@ -125,11 +140,8 @@ impl ModuleInfo {
                     };
                     ValType::Ref(ty).matches(canon(want))
                 }),
-                // Initialisers read imported globals only (WebAssembly 2.0), which exist
-                // before any defined one is initialised.
                 ConstExpr::GlobalGet(g) => {
-                    g < self.imported_globals
-                        && canon(self.globals[g as usize].ty).matches(canon(want))
+                    g < visible && canon(self.globals[g as usize].ty).matches(canon(want))
                 }
             };
             if ok {
@@ -142,8 +154,9 @@ impl ModuleInfo {
         if self.global_inits.len() != defined_globals {
             return Err("one initialiser per defined global is wanted".into());
         }
-        for (init, g) in self.global_inits.iter().zip(&self.globals[imported[3]..]) {
-            const_type(init, g.ty)?;
+        let inits = self.global_inits.iter().zip(&self.globals[imported[3]..]);
+        for (k, (init, g)) in inits.enumerate() {
+            const_type(init, g.ty, (imported[3] + k) as u32)?;
         }
 
         let defined_tables = self.tables.len() - self.imported_tables as usize;
@@ -151,7 +164,7 @@ impl ModuleInfo {
             return Err("one initialiser per defined table is wanted".into());
         }
         for (init, t) in self.table_inits.iter().zip(&self.tables[imported[1]..]) {
-            const_type(init, t.elem)?;
+            const_type(init, t.elem, all)?;
         }
 
         for e in &self.exports {
@@ -190,10 +203,10 @@ impl ModuleInfo {
                 if table.is_none_or(|t| !canon(seg.ty).matches(canon(t.elem))) {
                     return Err(format!("element segment {i} does not fit table {index}"));
                 }
-                const_type(offset, ValType::I32)?;
+                const_type(offset, ValType::I32, all)?;
             }
             for item in &seg.items {
-                const_type(item, seg.ty)?;
+                const_type(item, seg.ty, all)?;
             }
         }
         for (i, seg) in self.datas.iter().enumerate() {
@@ -204,7 +217,7 @@ impl ModuleInfo {
                 if *index as usize >= self.memories.len() {
                     return Err(format!("data segment {i} targets memory {index}"));
                 }
-                const_type(offset, ValType::I32)?;
+                const_type(offset, ValType::I32, all)?;
             }
         }
         Ok(())
@@ -216,6 +229,7 @@ impl ModuleInfo {
     fn representatives(&self) -> Vec<u32> {
         let concrete = |t: &ValType| t.concrete().is_some();
         let any_concrete = self.types.iter().any(|t| t.concrete().next().is_some())
+            || !self.rec_groups.is_empty()
             || self.tables.iter().any(|t| concrete(&t.elem))
             || self.globals.iter().any(|g| concrete(&g.ty))
             || self.elems.iter().any(|e| concrete(&e.ty));
@@ -227,16 +241,17 @@ impl ModuleInfo {
         let mut reps: Vec<u32> = Vec::with_capacity(self.types.len());
         let mut first = std::collections::HashMap::new();
         let mut key = Vec::new();
-        for (i, ty) in self.types.iter().enumerate() {
-            ty.key(&mut key, &mut crate::concrete_by_id(&reps));
-            reps.push(*first.entry(key.clone()).or_insert(i as u32));
+        for i in 0..self.types.len() as u32 {
+            let outside = &mut |c: u32, out: &mut Vec<u8>| crate::id_key(reps[c as usize], out);
+            crate::type_key(&self.types, &self.rec_groups, i, &mut key, outside);
+            reps.push(*first.entry(key.clone()).or_insert(i));
         }
         reps
     }
 
     /// The type an extended constant expression leaves, if it is a well-typed program that
-    /// reads only imported integer globals and leaves exactly one value.
-    fn extended_type(&self, ops: &[ConstOp]) -> Option<ValType> {
+    /// reads only integer globals among the first `visible` and leaves exactly one value.
+    fn extended_type(&self, ops: &[ConstOp], visible: u32) -> Option<ValType> {
         let mut stack = Vec::new();
         for op in ops {
             let (operand, ty) = match *op {
@@ -244,7 +259,7 @@ impl ModuleInfo {
                 ConstOp::I64(_) => (None, ValType::I64),
                 ConstOp::GlobalGet(g) => {
                     let ty = self.globals.get(g as usize)?.ty;
-                    if g >= self.imported_globals || !matches!(ty, ValType::I32 | ValType::I64) {
+                    if g >= visible || !matches!(ty, ValType::I32 | ValType::I64) {
                         return None;
                     }
                     (None, ty)

@@ -104,6 +104,9 @@ pub struct ElemSegment {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct ModuleInfo {
     pub types: Vec<FuncType>,
+    /// The recursion groups of more than one type, in order (see [`crate::RecGroup`]); empty
+    /// for most modules.
+    pub rec_groups: Vec<crate::RecGroup>,
     pub imports: Vec<Import>,
     /// Type index of every function, imported ones first.
     pub funcs: Vec<u32>,

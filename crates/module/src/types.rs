@@ -271,6 +271,93 @@ impl ArchivedRefType {
     }
 }
 
+/// A recursion group of more than one type (WebAssembly 3.0): types `[start, start + len)` of
+/// a module, which may name each other whatever their order. A type of such a group is
+/// identified by the whole group and its place in it, never by its own structure alone: two
+/// structurally equal types of one group are different types, and neither is the lone type of
+/// the same structure. A type outside every group is a group of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
+pub struct RecGroup {
+    pub start: u32,
+    pub len: u32,
+}
+
+impl ArchivedRecGroup {
+    pub fn native(&self) -> RecGroup {
+        RecGroup {
+            start: self.start.to_native(),
+            len: self.len.to_native(),
+        }
+    }
+}
+
+/// A function type as keys are made of it: native or archived.
+pub trait KeyedType {
+    /// See [`FuncType::key`].
+    fn key_into(&self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>));
+}
+
+impl KeyedType for FuncType {
+    fn key_into(&self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
+        self.key(out, concrete)
+    }
+}
+
+impl KeyedType for ArchivedFuncType {
+    fn key_into(&self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
+        self.key(out, concrete)
+    }
+}
+
+/// The group of type `i` among `groups` (sorted, disjoint), or `None` when it is alone.
+pub fn group_of(groups: &[RecGroup], i: u32) -> Option<RecGroup> {
+    let k = groups.partition_point(|g| g.start <= i).checked_sub(1)?;
+    let g = groups[k];
+    (i - g.start < g.len).then_some(g)
+}
+
+/// Writes to `out` (clearing it) the bytes that identify type `i` of `types` in every module:
+/// for a type alone, its [`FuncType::key`], with `outside` writing what identifies an earlier
+/// type it names and a mark for itself (see [`concrete_by_id`]); for a type of a group of
+/// `groups`, the group's size, the type's place in it and every member's key, where a member
+/// named is written by its place and a type before the group by `outside`. Types name only
+/// earlier types or members of their own group (`ModuleInfo::check`).
+pub fn type_key<T: KeyedType>(
+    types: &[T],
+    groups: &[RecGroup],
+    i: u32,
+    out: &mut Vec<u8>,
+    outside: &mut dyn FnMut(u32, &mut Vec<u8>),
+) {
+    // (A group past the types, which only forged metadata has, keys what is there: the
+    // metadata check refuses it; writing such metadata must not fail first.)
+    let Some(g) = group_of(groups, i) else {
+        let Some(ty) = types.get(i as usize) else {
+            return out.clear();
+        };
+        return ty.key_into(out, &mut |c, o| match c < i {
+            true => outside(c, o),
+            false => o.push(1),
+        });
+    };
+    out.clear();
+    out.push(0xfe);
+    out.extend_from_slice(&g.len.to_le_bytes());
+    out.extend_from_slice(&(i - g.start).to_le_bytes());
+    let mut member = Vec::new();
+    for ty in types.iter().skip(g.start as usize).take(g.len as usize) {
+        ty.key_into(&mut member, &mut |c, o| match c.checked_sub(g.start) {
+            Some(at) if at < g.len => {
+                o.push(2);
+                o.extend_from_slice(&at.to_le_bytes());
+            }
+            _ => outside(c, o),
+        });
+        out.extend_from_slice(&(member.len() as u32).to_le_bytes());
+        out.extend_from_slice(&member);
+    }
+}
+
 /// For [`FuncType::key`]: a concrete type named by the id in `ids` of the type it names, or by
 /// a mark when it names the type being keyed (which `ids` does not hold yet). A type names
 /// only earlier ones or itself, so `ids` holds every other one it can name. The engine keys its

@@ -216,8 +216,14 @@ impl Config {
         self
     }
 
-    /// Garbage-collected types: not yet supported; `true` is refused by `Engine::new`.
+    /// Garbage collection: not yet supported; `true` is refused by `Engine::new`. The part of
+    /// its type system ephem implements, recursion groups of function types
+    /// (`Proposals::gc_types`), is on by default; `false` turns it off too.
     pub fn wasm_gc(&mut self, on: bool) -> &mut Config {
+        #[cfg(feature = "cranelift")]
+        {
+            self.compiler.proposals.gc_types = on;
+        }
         self.not_yet("garbage collection", on)
     }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use ephem_artifact::{Artifact, ArtifactKey};
 use ephem_code_memory::{CodePool, PoolConfig};
-use ephem_module::{ArchivedFuncType, FuncType};
+use ephem_module::{ArchivedFuncType, FuncType, RecGroup};
 
 use crate::memory::{MemoryConfig, MemoryPool};
 
@@ -160,6 +160,20 @@ impl Types {
         self.list.push(Arc::new(ty(id)));
         self.ids.insert(key.into(), id);
         id
+    }
+
+    /// The ids of a recursion group whose members have `keys`: consecutive, the first the
+    /// group's; a group not seen before gets new ones, and `types(first)` its members.
+    fn group(&mut self, keys: &[Vec<u8>], types: impl FnOnce(u32) -> Vec<FuncType>) -> u32 {
+        if let Some(&first) = self.ids.get(keys[0].as_slice()) {
+            return first;
+        }
+        let first = REGISTERED + self.list.len() as u32;
+        for (k, (key, ty)) in keys.iter().zip(types(first)).enumerate() {
+            self.list.push(Arc::new(ty));
+            self.ids.insert(key.as_slice().into(), first + k as u32);
+        }
+        first
     }
 }
 
@@ -357,32 +371,67 @@ impl Engine {
     /// modules with such types took turns at the lock on every load.
     pub(crate) fn type_ids(&self, artifact: &Artifact) -> Arc<[u32]> {
         artifact.type_ids(self.id(), || {
-            self.register(&artifact.info().types, artifact.small_ids())
+            let info = artifact.info();
+            let groups: Vec<RecGroup> = info.rec_groups.iter().map(|g| g.native()).collect();
+            self.register(&info.types, &groups, artifact.small_ids())
         })
     }
 
     fn register(
         &self,
         types: &[ArchivedFuncType],
+        groups: &[RecGroup],
         small: impl ExactSizeIterator<Item = Option<u32>>,
     ) -> Vec<u32> {
         let mut key = Vec::new();
         let mut reg = None;
         let mut ids: Vec<u32> = Vec::with_capacity(types.len());
-        for (ty, small) in types.iter().zip(small) {
-            let id = small.unwrap_or_else(|| {
-                // Keyed as `type_id` keys a host's type (a type names no later one:
-                // `ModuleInfo::check`).
-                ty.key(&mut key, &mut ephem_module::concrete_by_id(&ids));
-                let reg = reg.get_or_insert_with(|| {
-                    self.inner.types.lock().unwrap_or_else(|e| e.into_inner())
-                });
-                reg.id(&key, |own| {
-                    ty.native()
+        for (i, small) in (0..types.len() as u32).zip(small) {
+            if let Some(id) = small {
+                ids.push(id);
+                continue;
+            }
+            let reg = reg
+                .get_or_insert_with(|| self.inner.types.lock().unwrap_or_else(|e| e.into_inner()));
+            // Keyed as `type_id` keys a host's type (a type names no later one but in its
+            // recursion group: `ModuleInfo::check`).
+            let Some(g) = ephem_module::group_of(groups, i) else {
+                let outside =
+                    &mut |c: u32, out: &mut Vec<u8>| ephem_module::id_key(ids[c as usize], out);
+                ephem_module::type_key(types, groups, i, &mut key, outside);
+                let id = reg.id(&key, |own| {
+                    types[i as usize]
+                        .native()
                         .map_concrete(|c| ids.get(c as usize).copied().unwrap_or(own))
+                });
+                ids.push(id);
+                continue;
+            };
+            if i != g.start {
+                // Registered with its group's first member.
+                continue;
+            }
+            let keys: Vec<Vec<u8>> = (g.start..g.start + g.len)
+                .map(|m| {
+                    let outside =
+                        &mut |c: u32, out: &mut Vec<u8>| ephem_module::id_key(ids[c as usize], out);
+                    ephem_module::type_key(types, groups, m, &mut key, outside);
+                    key.clone()
                 })
+                .collect();
+            let first = reg.group(&keys, |first| {
+                (g.start..g.start + g.len)
+                    .map(|m| {
+                        types[m as usize]
+                            .native()
+                            .map_concrete(|c| match c.checked_sub(g.start) {
+                                Some(at) if at < g.len => first + at,
+                                _ => ids[c as usize],
+                            })
+                    })
+                    .collect()
             });
-            ids.push(id);
+            ids.extend(first..first + g.len);
         }
         ids
     }

@@ -270,6 +270,28 @@ fn forged_metadata_is_refused_at_open() {
             }),
         ),
         (
+            "a recursion group of one type",
+            Box::new(|c| (c.info.rec_groups).push(ephem_module::RecGroup { start: 0, len: 1 })),
+        ),
+        (
+            "a recursion group past the types",
+            Box::new(|c| (c.info.rec_groups).push(ephem_module::RecGroup { start: 0, len: 99 })),
+        ),
+        (
+            "a type naming a later type outside its group",
+            Box::new(|c| {
+                let later = c.info.types.len() as u32 + 1;
+                c.info.types.push(ephem_module::FuncType::new(
+                    [ValType::Ref(ephem_module::RefType {
+                        nullable: true,
+                        heap: ephem_module::HeapType::Concrete(later),
+                    })],
+                    [],
+                ));
+                c.info.types.push(ephem_module::FuncType::default());
+            }),
+        ),
+        (
             "trap outside the text",
             Box::new(|c| {
                 c.traps

@@ -5,8 +5,8 @@
 //! `exceptions`), with the default compiler; `proposals/function-references`, with that
 //! proposal and the tail calls it uses but without multi-memory, which its binary tests predate
 //! (they expect a memory index other than zero to be malformed); and WebAssembly 3.0
-//! (`wasm-v3`) with the default compiler. Files that need GC are left out, each named with its
-//! reason ([`V3_NOT_YET`], [`PROPOSALS_NOT_YET`]). Run three times: as the pool gives slots;
+//! (`wasm-v3`) with the default compiler. Two files of `wasm-v3` that need GC are left out,
+//! each named with its reason ([`V3_NOT_YET`]). Run three times: as the pool gives slots;
 //! with every module loaded into a code slot that just held another module (and memory images
 //! copied); and with every module going through an artifact file, its text and memory images
 //! mapped from the file. And once more with fuel metering (an unlimited budget), and once while
@@ -28,30 +28,12 @@ const PROPOSALS: [(Proposal, usize); 7] = [
     (Proposal::ExceptionHandling, 4),
 ];
 
-/// The proposals' files that need what ephem does not implement yet, as [`V3_NOT_YET`].
-const PROPOSALS_NOT_YET: [(&str, &str); 1] =
-    [("tag.wast", "tags of types in recursion groups (GC)")];
-
 /// The files of `wasm-v3` that need what ephem does not implement yet, each with what: they are
 /// left out whole (every other file of `wasm-v3` runs, every assertion). A file that starts to
 /// pass is an error here, so that it joins the suite.
-const V3_NOT_YET: [(&str, &str); 7] = [
-    (
-        "data.wast",
-        "global.get of a defined global in a constant (GC)",
-    ),
-    (
-        "elem.wast",
-        "global.get of a defined global in a constant (GC)",
-    ),
-    (
-        "global.wast",
-        "global.get of a defined global in a constant (GC)",
-    ),
+const V3_NOT_YET: [(&str, &str); 2] = [
     ("ref_null.wast", "the any and none heap types (GC)"),
-    ("type-canon.wast", "recursion groups (GC)"),
-    ("type-equivalence.wast", "recursion groups (GC)"),
-    ("type-rec.wast", "recursion groups (GC)"),
+    ("type-rec.wast", "struct types in recursion groups (GC)"),
 ];
 
 /// Each suite: its files, what its compiler accepts, and how many assertions it has at least
@@ -65,7 +47,6 @@ fn suites() -> Vec<(Vec<TestFile<'static>>, Proposals, usize)> {
         assert_eq!(files.len(), count, "{p:?}");
         proposals.extend(files);
     }
-    proposals.retain(|f| !PROPOSALS_NOT_YET.iter().any(|(n, _)| f.name().ends_with(n)));
     let references: Vec<_> = proposal(Proposal::FunctionReferences).collect();
     assert_eq!(references.len(), 26, "function-references");
     let with_references = Proposals {
@@ -85,24 +66,21 @@ fn suites() -> Vec<(Vec<TestFile<'static>>, Proposals, usize)> {
     ]
 }
 
-/// The files left out still fail: when one passes, it belongs in the suite.
+/// The `wasm-v3` files left out still fail: when one passes, it belongs in the suite.
 #[test]
-fn the_files_left_out_still_need_what_they_are_left_out_for() {
+fn the_wasm_v3_files_left_out_still_need_what_they_are_left_out_for() {
     let engine = Engine::default();
     let compiler = new_compiler();
-    let files = spec(SpecVersion::V3)
-        .map(|f| (f, &V3_NOT_YET[..]))
-        .chain(proposal(Proposal::ExceptionHandling).map(|f| (f, &PROPOSALS_NOT_YET[..])));
     let mut left_out = 0;
-    for (file, not_yet) in files {
-        if let Some((_, why)) = not_yet.iter().find(|(n, _)| file.name().ends_with(n)) {
+    for file in spec(SpecVersion::V3) {
+        if let Some((_, why)) = V3_NOT_YET.iter().find(|(n, _)| file.name().ends_with(n)) {
             let outcome =
                 ephem::wast::run(&compiler, &engine, file.name(), file.raw(), Loading::Normal);
             assert!(outcome.failed > 0, "{} passes now ({why})", file.name());
             left_out += 1;
         }
     }
-    assert_eq!(left_out, V3_NOT_YET.len() + PROPOSALS_NOT_YET.len());
+    assert_eq!(left_out, V3_NOT_YET.len());
 }
 
 /// Runs the suites with compilers from `compiler` and returns the assertions that passed.

@@ -374,3 +374,70 @@ fn a_type_declared_twice_is_one_type_through_an_artifact() {
         assert_eq!(call(&mut store, run, &[]).unwrap(), 18);
     }
 }
+
+/// Function types in recursion groups (the part of GC's type system ephem implements): a type
+/// of a group is its group and its place in it, so structurally equal types of one group, and
+/// the lone type of the same structure, are three different types: in imports, in
+/// `call_indirect`'s check, and in the linker's memory of import lists it resolved.
+#[test]
+fn types_of_recursion_groups_are_their_group_and_place() {
+    let engine = Engine::default();
+    let mut store = Store::new(&engine, ());
+    let mut linker = Linker::new(&engine);
+    let exporter = Module::new(
+        &engine,
+        r#"(module
+          (rec (type $t1 (func (result i32))) (type $t2 (func (result i32))))
+          (type $lone (func (result i32)))
+          (func (export "one") (type $t1) (i32.const 1))
+          (func (export "lone") (type $lone) (i32.const 3))
+          (table (export "tab") 2 funcref)
+          (elem (i32.const 0) func 0 1))"#,
+    )
+    .unwrap();
+    let exporter = linker.instantiate(&mut store, &exporter).unwrap();
+    linker.instance(&mut store, "m", exporter).unwrap();
+    let importer = |as_type: &str| {
+        format!(
+            r#"(module
+              (rec (type $t1 (func (result i32))) (type $t2 (func (result i32))))
+              (type $lone (func (result i32)))
+              (import "m" "one" (func (type {as_type})))
+              (import "m" "tab" (table 2 funcref))
+              (func (export "call") (param i32) (result i32)
+                (call_indirect (type {as_type}) (local.get 0))))"#
+        )
+    };
+    // The same group in another module: the same type.
+    let same = Module::new(&engine, importer("$t1")).unwrap();
+    let i = linker.instantiate(&mut store, &same).unwrap();
+    let call = i.get_typed_func::<i32, i32>(&mut store, "call").unwrap();
+    assert_eq!(call.call(&mut store, 0).unwrap(), 1);
+    // The lone type of the same structure is another type.
+    let e = call.call(&mut store, 1).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::BadSignature);
+    // The other member, and the lone type, are not the export's type: refused, also after the
+    // linker resolved the same names for the first importer.
+    for other in ["$t2", "$lone"] {
+        let m = Module::new(&engine, importer(other)).unwrap();
+        let e = linker.instantiate(&mut store, &m).unwrap_err();
+        assert!(matches!(e, Error::Link(_)), "{other}: {e}");
+        // Through an artifact too.
+        let bytes = m.serialize().unwrap();
+        let tmp = ephem_test_support::temp_dir();
+        let path = tmp.path().join("m.ephem");
+        std::fs::write(&path, bytes).unwrap();
+        // SAFETY: written just now by this engine's `serialize`, with its key.
+        let m = unsafe { Module::deserialize_file(&engine, &path) }.unwrap();
+        let e = linker.instantiate(&mut store, &m).unwrap_err();
+        assert!(matches!(e, Error::Link(_)), "{other}: {e}");
+    }
+    // What GC's types have beyond that is refused, with a reason.
+    for gc in [
+        "(module (type (struct)))",
+        "(module (type $s (sub (func))) (type (sub $s (func))))",
+    ] {
+        let e = Module::new(&engine, gc).unwrap_err();
+        assert!(e.to_string().contains("GC"), "{gc}: {e}");
+    }
+}
