@@ -23,7 +23,11 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
         (proposals.wide_arithmetic, WasmFeatures::WIDE_ARITHMETIC),
         (proposals.exceptions, WasmFeatures::EXCEPTIONS),
         (proposals.legacy_exceptions, WasmFeatures::LEGACY_EXCEPTIONS),
-        (proposals.gc_types, WasmFeatures::GC),
+        // (GC's types build on typed function references: off with them.)
+        (
+            proposals.gc_types && proposals.function_references,
+            WasmFeatures::GC,
+        ),
     ] {
         features.set(feature, on);
     }
