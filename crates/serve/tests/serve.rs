@@ -151,7 +151,10 @@ fn modules_are_uploaded_described_called_and_deleted() {
     let names: Vec<&str> = (body["exports"].as_array().unwrap().iter())
         .map(|e| e["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["memory", "add", "div", "spin", "recurse", "bomb"]);
+    assert_eq!(
+        names,
+        ["memory", "add", "div", "spin", "throws", "recurse", "bomb"]
+    );
     // The same module again is the same module.
     assert_eq!(upload(&c, base, wasm(MODULE)).0, StatusCode::OK);
     let r = c.get(format!("{base}/modules/{id}")).send().unwrap();
