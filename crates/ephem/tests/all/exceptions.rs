@@ -595,3 +595,39 @@ fn legacy_cases(engine: &Engine, module: Module, metered: bool) {
         assert!(store.get_fuel().unwrap() < 1_000_000);
     }
 }
+
+/// wasm → host → wasm that throws: the inner call ends with the exception, and the host
+/// function that passes the error on (`?`) throws it on into the outer wasm, which catches it.
+#[test]
+fn an_exception_crosses_a_host_function_that_passes_the_error_on() {
+    let engine = Engine::default();
+    let mut store = Store::new(&engine, ());
+    let mut linker = Linker::new(&engine);
+    let thrower = Module::new(&engine, THROWER).unwrap();
+    let inner = linker.instantiate(&mut store, &thrower).unwrap();
+    linker.instance(&mut store, "inner", inner).unwrap();
+    linker
+        .func_wrap(
+            "host",
+            "relay",
+            move |mut caller: Caller<'_, ()>, x: i32| -> Result<i32, HostError> {
+                let f = inner.get_typed_func::<i32, i32>(&mut caller, "thrower")?;
+                Ok(f.call(&mut caller, x)?)
+            },
+        )
+        .unwrap();
+    let outer = Module::new(
+        &engine,
+        r#"(module
+          (import "inner" "e" (tag $e (param i32)))
+          (import "host" "relay" (func $relay (param i32) (result i32)))
+          (func (export "run") (param i32) (result i32)
+            (block $h (result i32)
+              (try_table (result i32) (catch $e $h) (call $relay (local.get 0))))
+            (i32.add (i32.const 1000))))"#,
+    )
+    .unwrap();
+    let outer = linker.instantiate(&mut store, &outer).unwrap();
+    assert_eq!(call_i32(&mut store, outer, "run", 5).unwrap(), 1005);
+    assert!(store.take_pending_exception().is_none());
+}
