@@ -337,7 +337,8 @@ fn plan_image(
     memory: u32,
 ) -> Option<(MemoryImage, Vec<[u64; 2]>, Vec<u8>)> {
     let info = &compiled.info;
-    let min_bytes = u64::from(info.memories[memory as usize].min) * 65536;
+    let ty = info.memories[memory as usize];
+    let min_bytes = u64::from(ty.min) << ty.page_size_log2;
     let mut spans = Vec::new();
     for seg in &info.datas {
         let len = u64::from(seg.range.end - seg.range.start);
@@ -359,7 +360,10 @@ fn plan_image(
     let data_bytes: u64 = spans.iter().map(|(_, r)| u64::from(r.end - r.start)).sum();
     let data_pages = data_bytes.div_ceil(FILE_PAGE as u64);
     let pages = (hi - lo) / FILE_PAGE as u64;
-    if hi - lo > compiled.max_image_bytes
+    // (A memory of one-byte pages may end inside the image's last page: its segments are
+    // copied.)
+    if hi > min_bytes
+        || hi - lo > compiled.max_image_bytes
         || pages > IMAGE_PAGES_PER_DATA_PAGE * data_pages + IMAGE_SLACK_PAGES
     {
         return None;

@@ -37,6 +37,7 @@ enum Proposal {
     FunctionReferences,
     WideArithmetic,
     Exceptions,
+    CustomPageSizes,
 }
 
 impl Proposal {
@@ -49,6 +50,7 @@ impl Proposal {
             Proposal::FunctionReferences => &mut p.function_references,
             Proposal::WideArithmetic => &mut p.wide_arithmetic,
             Proposal::Exceptions => &mut p.exceptions,
+            Proposal::CustomPageSizes => &mut p.custom_page_sizes,
         };
         *on = false;
     }

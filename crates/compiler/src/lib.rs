@@ -41,7 +41,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{Context, FinalizedRelocTarget, binemit::Reloc};
 use cranelift_frontend::FunctionBuilderContext;
 use ephem_module::{
-    CompiledModule, FuncLoc, LibCall, Reloc as ModuleReloc, Target, TrapKind, VmOffsets,
+    CompiledModule, FuncLoc, LibCall, MemoryType, Reloc as ModuleReloc, Target, TrapKind, VmOffsets,
 };
 
 use crate::arch::Arch;
@@ -111,6 +111,10 @@ pub struct Proposals {
     /// types, declared subtypes and GC's instructions are refused (validation runs with GC
     /// on, so that recursion groups are read).
     pub gc_types: bool,
+    /// Memories of one-byte pages (`(pagesize 1)`), besides WebAssembly's 64 KiB ones. Code
+    /// that reaches such a memory always checks bounds: a fault can only stop an access a
+    /// whole host page past the end.
+    pub custom_page_sizes: bool,
 }
 
 impl Proposals {
@@ -125,6 +129,7 @@ impl Proposals {
         exceptions: true,
         legacy_exceptions: true,
         gc_types: true,
+        custom_page_sizes: true,
     };
     /// None: exactly WebAssembly 2.0.
     pub const NONE: Proposals = Proposals {
@@ -137,6 +142,7 @@ impl Proposals {
         exceptions: false,
         legacy_exceptions: false,
         gc_types: false,
+        custom_page_sizes: false,
     };
 }
 
@@ -341,10 +347,15 @@ impl Compiler {
         let mut parsed = parse::parse(&bytes, self.proposals)?;
         parsed.info.metered = self.fuel.is_some();
         parsed.info.marks_writes = self.write_marks;
-        parsed.info.checks_bounds = self.bounds_checks;
+        // A memory of one-byte pages may end anywhere in a host page: only comparisons stop
+        // an access past it (see `Proposals::custom_page_sizes`).
+        let small_pages = (parsed.info.memories.iter())
+            .any(|m| m.page_size_log2 < MemoryType::DEFAULT_PAGE_SIZE_LOG2);
+        let bounds_checks = self.bounds_checks || small_pages;
+        parsed.info.checks_bounds = bounds_checks;
         let layout = ephem_module::FuncrefLayout::of(&parsed.info);
         let offsets = VmOffsets::new(&parsed.info, layout.slots(parsed.info.imported_funcs));
-        let growth = match self.bounds_checks {
+        let growth = match bounds_checks {
             true => growth::Growth::of(&parsed.info, &parsed.bodies)?,
             false => growth::Growth::any(),
         };

@@ -23,6 +23,7 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
         (proposals.wide_arithmetic, WasmFeatures::WIDE_ARITHMETIC),
         (proposals.exceptions, WasmFeatures::EXCEPTIONS),
         (proposals.legacy_exceptions, WasmFeatures::LEGACY_EXCEPTIONS),
+        (proposals.custom_page_sizes, WasmFeatures::CUSTOM_PAGE_SIZES),
         // (GC's types build on typed function references: off with them.)
         (
             proposals.gc_types && proposals.function_references,
@@ -107,9 +108,11 @@ fn memory_type(m: wasmparser::MemoryType) -> Result<MemoryType, CompileError> {
     if m.memory64 || m.shared {
         return Err(CompileError::Unsupported("64-bit or shared memory".into()));
     }
+    let log2 = m.page_size_log2.unwrap_or(16);
     Ok(MemoryType {
         min: m.initial as u32,
         max: m.maximum.map(|m| m as u32),
+        page_size_log2: log2 as u8,
     })
 }
 

@@ -256,7 +256,7 @@ pub fn config() -> wasm_smith::Config {
         exceptions_enabled: true,
         memory64_enabled: false,
         threads_enabled: false,
-        custom_page_sizes_enabled: false,
+        custom_page_sizes_enabled: true,
         wide_arithmetic_enabled: true,
         max_imports: 0,
         export_everything: true,

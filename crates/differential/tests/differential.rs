@@ -15,7 +15,7 @@ const SEEDS: std::ops::Range<u64> = 0..500;
 fn ephem_agrees_with_wasmtime_on_generated_modules() {
     let ephem = Ephem::new().unwrap();
     let wasmtime = wasmtime_observer::Wasmtime::new().unwrap();
-    let (mut calls, mut modules, mut wide, mut exceptions) = (0, 0, 0, 0);
+    let (mut calls, mut modules, mut wide, mut exceptions, mut small_pages) = (0, 0, 0, 0, 0);
     let mut differences = Vec::new();
     for seed in SEEDS {
         let wasm = generate(seed).unwrap();
@@ -26,6 +26,7 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
                 O::I64Add128 | O::I64Sub128 | O::I64MulWideS | O::I64MulWideU
             )
         });
+        small_pages += one_byte_page_memories(&wasm);
         exceptions += count(&wasm, |op| {
             use wasmparser::Operator as O;
             matches!(op, O::TryTable { .. } | O::Throw { .. } | O::ThrowRef)
@@ -42,7 +43,8 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
     println!(
-        "{modules} modules, {calls} calls compared; {wide} wide-arithmetic and {exceptions} exception operators"
+        "{modules} modules, {calls} calls compared; {wide} wide-arithmetic and {exceptions} \
+         exception operators, {small_pages} memories of one-byte pages"
     );
     // Guards against a slice that stopped calling anything, or lost a proposal.
     assert!(calls > 4_000, "only {calls} calls compared");
@@ -51,6 +53,24 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
         exceptions > 50,
         "only {exceptions} exception operators generated"
     );
+    assert!(
+        small_pages > 20,
+        "only {small_pages} memories of one-byte pages"
+    );
+}
+
+/// How many memories of `wasm` have one-byte pages.
+fn one_byte_page_memories(wasm: &[u8]) -> usize {
+    use wasmparser::{Parser, Payload};
+    let mut n = 0;
+    for payload in Parser::new(0).parse_all(wasm).flatten() {
+        if let Payload::MemorySection(memories) = payload {
+            n += (memories.into_iter().flatten())
+                .filter(|m| m.page_size_log2 == Some(0))
+                .count();
+        }
+    }
+    n
 }
 
 /// How many operators of `wasm` are `which`.

@@ -165,13 +165,7 @@ fn spectest(store: &mut Store<()>) -> anyhow::Result<Linker<()>> {
         Val::FuncRef(None),
     )?;
     linker.define(&*store, "spectest", "table", table)?;
-    let memory = Memory::new(
-        &mut *store,
-        MemoryType {
-            min: 1,
-            max: Some(2),
-        },
-    )?;
+    let memory = Memory::new(&mut *store, MemoryType::new(1, Some(2)))?;
     linker.define(&*store, "spectest", "memory", memory)?;
     Ok(linker)
 }

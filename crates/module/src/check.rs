@@ -13,9 +13,6 @@ use crate::{
     ValType,
 };
 
-/// The largest memory, in pages (4 GiB).
-const MAX_PAGES: u32 = 65536;
-
 impl ModuleInfo {
     /// Checks that the info is self-consistent (see the module documentation); the error says
     /// what is not.
@@ -111,7 +108,9 @@ impl ModuleInfo {
             }
         }
         for m in &self.memories {
-            if m.min > MAX_PAGES || m.max.is_some_and(|x| x < m.min || x > MAX_PAGES) {
+            let sized = |pages: u32| u64::from(pages) <= m.max_pages();
+            let page = matches!(m.page_size_log2, 0 | 16);
+            if !page || !sized(m.min) || m.max.is_some_and(|x| x < m.min || !sized(x)) {
                 return Err(format!("bad memory type {m:?}"));
             }
         }

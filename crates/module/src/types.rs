@@ -529,10 +529,46 @@ pub struct TableType {
 /// Limits in 64 KiB pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct MemoryType {
-    /// Initial size.
+    /// Initial size, in pages.
     pub min: u32,
-    /// Largest size, if bounded.
+    /// Largest size in pages, if bounded.
     pub max: Option<u32>,
+    /// The page size's base-2 logarithm: 16 (64 KiB, WebAssembly's page), or 0 (one byte,
+    /// WebAssembly 3.0's custom page sizes).
+    pub page_size_log2: u8,
+}
+
+impl MemoryType {
+    /// WebAssembly's page size, 64 KiB, as [`MemoryType::page_size_log2`].
+    pub const DEFAULT_PAGE_SIZE_LOG2: u8 = 16;
+
+    /// A memory of `min` to `max` pages of 64 KiB.
+    pub fn new(min: u32, max: Option<u32>) -> MemoryType {
+        MemoryType {
+            min,
+            max,
+            page_size_log2: MemoryType::DEFAULT_PAGE_SIZE_LOG2,
+        }
+    }
+
+    /// This type with pages of `2^log2` bytes (0 or 16).
+    pub fn with_page_size_log2(self, log2: u8) -> MemoryType {
+        MemoryType {
+            page_size_log2: log2,
+            ..self
+        }
+    }
+
+    /// Bytes per page.
+    pub fn page_size(&self) -> u64 {
+        1 << self.page_size_log2
+    }
+
+    /// The most pages a 32-bit memory of this page size may have: 4 GiB of them, and for
+    /// one-byte pages one fewer (a size must fit `memory.size`'s `i32`).
+    pub fn max_pages(&self) -> u64 {
+        ((1u64 << 32) >> self.page_size_log2).min(u32::MAX as u64)
+    }
 }
 
 /// A global's value type and mutability.

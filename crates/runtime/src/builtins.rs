@@ -31,7 +31,6 @@ use ephem_module::Builtin;
 
 use crate::instance::{InstanceData, end_within};
 use crate::limits::Growing;
-use crate::memory::PAGE;
 use crate::store::StoreOpaque;
 
 /// The builtin table every vmctx points at, in `Builtin` order.
@@ -100,7 +99,7 @@ builtin! {
     /// limiter refuses.
     fn memory_grow[i, store](mem: u32, delta: u32) -> u32 {
         let memory = i.memory(store, mem);
-        let (current, bytes) = (memory.len(), delta as usize * PAGE as usize);
+        let (current, bytes) = (memory.len(), delta as usize * memory.page_size());
         // SAFETY: the running call's store pointer was derived as `raw_store` derives it, and
         // while wasm runs nothing but shared references to the store's opaque part is alive.
         let allowed = unsafe {

@@ -172,6 +172,15 @@ impl Config {
         self
     }
 
+    /// Whether a memory may have pages of one byte (`(pagesize 1)`) instead of 64 KiB
+    /// (default: yes). Code that reaches such a memory checks bounds whatever
+    /// [`Config::bounds_checks`] says (see `Proposals::custom_page_sizes`).
+    #[cfg(feature = "cranelift")]
+    pub fn wasm_custom_page_sizes(&mut self, on: bool) -> &mut Config {
+        self.compiler.proposals.custom_page_sizes = on;
+        self
+    }
+
     /// Whether constant expressions may use integer arithmetic (default: yes).
     #[cfg(feature = "cranelift")]
     pub fn wasm_extended_const(&mut self, on: bool) -> &mut Config {

@@ -6,7 +6,7 @@ use ephem_module::{GlobalType, MemoryType, TableType, ValType};
 use crate::context::{AsContext, AsContextMut, raw_store};
 use crate::global::GlobalData;
 use crate::limits::Growing;
-use crate::memory::{HostBytes, LinearMemory, PAGE};
+use crate::memory::{HostBytes, LinearMemory};
 use crate::store::{StoreOpaque, Stored};
 use crate::table::TableData;
 use crate::{Error, Func, Val};
@@ -203,7 +203,7 @@ impl Memory {
         // reference, which may be alive while the limiter is asked.
         let memory = unsafe { &*raw }.memory(self.0);
         let may_grow = |delta: u32| {
-            let bytes = delta as usize * PAGE as usize;
+            let bytes = delta as usize * memory.page_size();
             // SAFETY: `raw` is derived from the exclusive borrow above, and only shared
             // references into the store are alive.
             unsafe {
@@ -224,7 +224,7 @@ impl Memory {
             .ok_or_else(|| {
                 Error::Limit(format!(
                     "cannot grow a memory of {} pages by {delta} pages",
-                    memory.len() as u64 / PAGE
+                    memory.pages()
                 ))
             })
     }

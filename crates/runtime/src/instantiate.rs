@@ -402,7 +402,9 @@ pub(crate) fn check_import(
         }
         (ImportKind::Memory(ty), Extern::Memory(_)) => {
             let actual = store.memories[index as usize].ty();
-            if !limits_match(actual.min, actual.max, ty.min, ty.max) {
+            let fits = actual.page_size_log2 == ty.page_size_log2
+                && limits_match(actual.min, actual.max, ty.min, ty.max);
+            if !fits {
                 return Err(mismatch(
                     ExternType::Memory(*ty),
                     ExternType::Memory(actual),

@@ -8,9 +8,11 @@
 use std::sync::Arc;
 
 use ephem_artifact::{Artifact, ArtifactKey};
-use ephem_module::{CompiledModule, EntityIndex, ImportKind, VmFuncRef, VmOffsets, native};
+use ephem_module::{
+    CompiledModule, EntityIndex, ImportKind, MemoryType, VmFuncRef, VmOffsets, native,
+};
 
-use crate::{Engine, Error, FuncType, GlobalType, MemoryType, TableType, ValType};
+use crate::{Engine, Error, FuncType, GlobalType, TableType, ValType};
 
 /// A compiled module ready to instantiate. Cheap to clone.
 #[derive(Clone)]
@@ -284,6 +286,10 @@ impl std::fmt::Display for ExternType {
         };
         match self {
             ExternType::Func(ty) => write!(f, "{ty}"),
+            ExternType::Memory(ty) if ty.page_size_log2 != MemoryType::DEFAULT_PAGE_SIZE_LOG2 => {
+                let (min, max, size) = (ty.min, ty.max, ty.page_size());
+                write!(f, "(memory {} (pagesize {size}))", limits(min, max))
+            }
             ExternType::Memory(ty) => write!(f, "(memory {})", limits(ty.min, ty.max)),
             ExternType::Table(ty) => write!(f, "(table {} {})", limits(ty.min, ty.max), ty.elem),
             ExternType::Global(ty) if ty.mutable => write!(f, "(global (mut {}))", ty.ty),

@@ -278,8 +278,10 @@ impl Artifact {
                     && offset % FILE_PAGE as u64 == 0
                     && section_offset % FILE_PAGE as u64 == 0
                     && section_offset.saturating_add(len) <= sec(Section::Images) as u64
-                    && offset.saturating_add(len)
-                        <= u64::from(info.memories[memory as usize].min.to_native()) * 65536
+                    && offset.saturating_add(len) <= {
+                        let ty = &info.memories[memory as usize];
+                        u64::from(ty.min.to_native()) << ty.page_size_log2.min(16)
+                    }
             });
         if !ok {
             return Err(damaged("metadata does not match the sections"));

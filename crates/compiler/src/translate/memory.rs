@@ -161,7 +161,8 @@ impl Translator<'_, '_> {
                     .b
                     .ins()
                     .load(I64, trusted(), def, VmOffsets::MEMORY_LENGTH as i32);
-                let pages = self.b.ins().ushr_imm_u(len, 16);
+                let log2 = self.env.info.memories[mem as usize].page_size_log2;
+                let pages = self.b.ins().ushr_imm_u(len, i64::from(log2));
                 let v = self.b.ins().ireduce(I32, pages);
                 self.push(v);
             }

@@ -48,6 +48,7 @@ impl Wasmtime {
             .wasm_extended_const(true)
             .wasm_wide_arithmetic(true)
             .wasm_exceptions(true)
+            .wasm_custom_page_sizes(true)
             .max_wasm_stack(MAX_WASM_STACK)
             .consume_fuel(fuel.is_some());
         Ok(Wasmtime {

@@ -728,7 +728,7 @@ fn memories_written_by_code_without_marks_are_reset_whole() {
         let importer_marked = ephem::compile_with(&marked, &engine, IMPORTS.as_bytes()).unwrap();
         let importer_plain = ephem::compile_with(&unmarked, &engine, IMPORTS.as_bytes()).unwrap();
         let mut store = Store::new(&engine, ());
-        let memory = Memory::new(&mut store, MemoryType { min: 4, max: None }).unwrap();
+        let memory = Memory::new(&mut store, MemoryType::new(4, None)).unwrap();
         for (module, at) in [(&importer_marked, 100), (&importer_plain, 70000)] {
             let instance = Instance::new(&mut store, module, &[memory.into()]).unwrap();
             let store_fn = instance.get_func(&mut store, "store").unwrap();
@@ -857,10 +857,7 @@ fn imported_memories_get_images_only_as_segments_would_write_them() {
     let no_image = r#"(module (import "env" "mem" (memory 2 8))
         (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0))))"#;
     let settings = [(0, 0), (0, 1 << 20), (usize::MAX, 1 << 20)];
-    let ty = MemoryType {
-        min: 2,
-        max: Some(8),
-    };
+    let ty = MemoryType::new(2, Some(8));
     for ((map_image_at, keep_resident), reuse_images) in
         settings.into_iter().flat_map(|s| [(s, true), (s, false)])
     {

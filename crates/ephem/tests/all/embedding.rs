@@ -465,7 +465,7 @@ fn an_instance_pre_checks_its_imports_when_it_is_made() {
     assert!(e.to_string().contains("incompatible import type"), "{e}");
 
     let mut owner = Store::new(&engine, ());
-    let ty = ephem::MemoryType { min: 1, max: None };
+    let ty = ephem::MemoryType::new(1, None);
     let memory = ephem::Memory::new(&mut owner, ty).unwrap();
     let mut linker = Linker::new(&engine);
     linker.define(&owner, "env", "m", memory).unwrap();
@@ -473,4 +473,56 @@ fn an_instance_pre_checks_its_imports_when_it_is_made() {
     pre.instantiate(&mut owner).unwrap();
     let e = pre.instantiate(&mut Store::new(&engine, ())).unwrap_err();
     assert!(e.to_string().contains("belongs to another store"), "{e}");
+}
+
+/// Memories of one-byte pages (`(pagesize 1)`): sized, grown and bounded by the byte; linked
+/// only where the importer says the same page size; and a module compiled without bounds checks
+/// still traps one byte past such a memory's end (its code checks them anyway).
+#[test]
+fn memories_of_one_byte_pages_are_sized_grown_and_bounded_by_the_byte() {
+    use ephem::{Config, Engine, Error, Linker, Memory, MemoryType, Module, Store, TrapKind};
+    let mut config = Config::new();
+    config.bounds_checks(false);
+    let engine = Engine::new(&config).unwrap();
+    let mut store = Store::new(&engine, ());
+    let ty = MemoryType::new(3, Some(10)).with_page_size_log2(0);
+    let memory = Memory::new(&mut store, ty).unwrap();
+    assert_eq!(memory.size(&store), 3);
+    assert_eq!(memory.data_size(&store), 3);
+    assert_eq!(memory.grow(&mut store, 2).unwrap(), 3);
+    assert_eq!(memory.data_size(&store), 5);
+    assert!(memory.grow(&mut store, 6).is_err(), "past its maximum");
+    assert!(
+        memory.write(&mut store, 4, &[9, 9]).is_err(),
+        "one byte past the end"
+    );
+    memory.write(&mut store, 4, &[7]).unwrap();
+
+    let mut linker = Linker::new(&engine);
+    linker.define(&store, "host", "memory", memory).unwrap();
+    let module = Module::new(
+        &engine,
+        r#"(module
+          (import "host" "memory" (memory 1 (pagesize 1)))
+          (func (export "load") (param i32) (result i32) (i32.load8_u (local.get 0)))
+          (func (export "size") (result i32) (memory.size))
+          (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0))))"#,
+    )
+    .unwrap();
+    let i = linker.instantiate(&mut store, &module).unwrap();
+    let load = i.get_typed_func::<i32, i32>(&mut store, "load").unwrap();
+    assert_eq!(load.call(&mut store, 4).unwrap(), 7);
+    let e = load.call(&mut store, 5).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::MemoryOutOfBounds);
+    let grow = i.get_typed_func::<i32, i32>(&mut store, "grow").unwrap();
+    assert_eq!(grow.call(&mut store, 1).unwrap(), 5);
+    assert_eq!(load.call(&mut store, 5).unwrap(), 0);
+    let size = i.get_typed_func::<(), i32>(&mut store, "size").unwrap();
+    assert_eq!(size.call(&mut store, ()).unwrap(), 6);
+
+    let pages_of_64k =
+        Module::new(&engine, r#"(module (import "host" "memory" (memory 0)))"#).unwrap();
+    let e = linker.instantiate(&mut store, &pages_of_64k).unwrap_err();
+    assert!(matches!(e, Error::Link(_)), "{e}");
+    assert!(e.to_string().contains("pagesize 1"), "{e}");
 }

@@ -219,11 +219,12 @@ fn forged_metadata_is_refused_at_open() {
         ),
         (
             "memory larger than 4 GiB",
+            Box::new(|c| c.info.memories[0] = ephem_module::MemoryType::new(70000, None)),
+        ),
+        (
+            "a page size that is neither 1 nor 64 KiB",
             Box::new(|c| {
-                c.info.memories[0] = ephem_module::MemoryType {
-                    min: 70000,
-                    max: None,
-                }
+                c.info.memories[0] = ephem_module::MemoryType::new(1, None).with_page_size_log2(12)
             }),
         ),
         (

@@ -79,7 +79,7 @@ fn a_memory_or_table_larger_than_the_limit_fails_instantiation_naming_it() {
     linker.define_unknown_imports_as_traps(&imports).unwrap();
     let e = linker.instantiate(&mut store, &imports).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Limit, "{e}");
-    let ty = MemoryType { min: 3, max: None };
+    let ty = MemoryType::new(3, None);
     assert_eq!(
         Memory::new(&mut store, ty).unwrap_err().kind(),
         ErrorKind::Limit

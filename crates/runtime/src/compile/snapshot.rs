@@ -240,7 +240,8 @@ fn with_state(
     }
     for (i, bytes) in state.memories.iter().enumerate() {
         let index = info.imported_memories + i as u32;
-        info.memories[index as usize].min = (bytes.len() / WASM_PAGE) as u32;
+        let log2 = info.memories[index as usize].page_size_log2;
+        info.memories[index as usize].min = (bytes.len() >> log2) as u32;
         for run in nonzero_runs(bytes) {
             let mode = SegmentMode::Active {
                 index,
@@ -274,8 +275,6 @@ fn with_state(
     info.snapshot = Some(snapshot);
     compiled
 }
-
-const WASM_PAGE: usize = 65536;
 
 fn segment(data: &mut Vec<u8>, mode: SegmentMode, bytes: &[u8]) -> DataSegment {
     let start = data.len() as u32;

@@ -70,8 +70,16 @@ pub(crate) const PAGE: u64 = 65536;
 /// Bytes of write marks before each memory's base (see [`ephem_module::MARK_SHIFT`]).
 const MARKS: usize = ephem_module::MARKS_BEFORE;
 const _: () = assert!(1 << ephem_module::MARK_SHIFT == crate::pagemap::PAGE);
-/// Most pages a 32-bit memory can have.
-pub(crate) const MAX_PAGES: u32 = 65536;
+/// Most pages a 32-bit memory can have: its type's bound, or what 4 GiB hold.
+fn max_pages(ty: MemoryType) -> u64 {
+    (ty.max.map_or(u64::MAX, u64::from)).min(ty.max_pages())
+}
+
+/// `len` bytes rounded up to whole host pages: what a slot makes accessible for a memory of
+/// `len` bytes (one of one-byte pages may end inside a host page).
+fn host_pages(len: usize) -> usize {
+    len.next_multiple_of(crate::pagemap::PAGE)
+}
 /// Address space behind each memory base: 4 GiB of addresses plus 4 GiB of offsets, plus a
 /// page for the widest access.
 pub(crate) const RESERVATION: usize = (8 << 30) + PAGE as usize;
@@ -173,7 +181,7 @@ impl LinearMemory {
         loose: bool,
     ) -> Result<LinearMemory, crate::Error> {
         let pool = engine.memory_pool();
-        let len = ty.min as usize * PAGE as usize;
+        let len = (u64::from(ty.min) << ty.page_size_log2) as usize;
         if !pool.reserve_bytes(len) {
             return Err(crate::Error::Limit(format!(
                 "a memory of {len} bytes would pass the engine's bound of {} bytes of linear \
@@ -183,9 +191,9 @@ impl LinearMemory {
         }
         let made = (|| {
             let want = image.and_then(|image| pool.config.mapping(image));
-            let mut slot = pool.take(len, want, loose)?;
+            let mut slot = pool.take(host_pages(len), want, loose)?;
             // An image outside the new size could not be replaced later.
-            if slot.accessible != len
+            if slot.accessible != host_pages(len)
                 && slot.image != want
                 && let Err(e) = slot.unmap_image()
             {
@@ -212,14 +220,17 @@ impl LinearMemory {
         engine: crate::Engine,
         loose: bool,
     ) -> Result<LinearMemory, crate::Error> {
-        if ty.min > ty.max.unwrap_or(MAX_PAGES).min(MAX_PAGES) {
+        if u64::from(ty.min) > max_pages(ty) {
             return Err(crate::Error::Limit(format!(
                 "cannot allocate {} pages of linear memory",
                 ty.min
             )));
         }
-        let len = ty.min as usize * PAGE as usize;
-        let accessible = if loose { len.max(slot.accessible) } else { len };
+        let len = (u64::from(ty.min) << ty.page_size_log2) as usize;
+        let accessible = match loose {
+            true => host_pages(len).max(slot.accessible),
+            false => host_pages(len),
+        };
         slot.set_accessible(accessible).map_err(|e| {
             crate::Error::Limit(format!(
                 "cannot allocate {} pages of linear memory: {e}",
@@ -342,7 +353,7 @@ impl LinearMemory {
     pub fn ty(&self) -> MemoryType {
         MemoryType {
             min: self.pages(),
-            max: self.ty.max,
+            ..self.ty
         }
     }
 
@@ -428,24 +439,29 @@ impl LinearMemory {
     }
 
     pub fn pages(&self) -> u32 {
-        (self.len() as u64 / PAGE) as u32
+        (self.len() as u64 >> self.ty.page_size_log2) as u32
+    }
+
+    /// Bytes per page (see `MemoryType::page_size_log2`).
+    pub(crate) fn page_size(&self) -> usize {
+        1 << self.ty.page_size_log2
     }
 
     /// The most bytes its type allows, if it says.
     pub(crate) fn max_bytes(&self) -> Option<usize> {
-        self.ty.max.map(|m| m as usize * PAGE as usize)
+        (self.ty.max).map(|m| (u64::from(m) << self.ty.page_size_log2) as usize)
     }
 
     /// Grows by `delta` pages; returns the old size in pages, or `None` past the maximum.
     pub fn grow(&self, delta: u32) -> Option<u32> {
         let old = self.pages();
         let new = old.checked_add(delta)?;
-        if new > self.ty.max.unwrap_or(MAX_PAGES).min(MAX_PAGES) {
+        if u64::from(new) > max_pages(self.ty) {
             return None;
         }
         if delta > 0 {
             let start = self.len();
-            let bytes = delta as usize * PAGE as usize;
+            let bytes = delta as usize * self.page_size();
             if !self.pool().reserve_bytes(bytes) {
                 return None;
             }
@@ -454,12 +470,12 @@ impl LinearMemory {
             let slot = slot.as_mut().expect("a live memory has its slot");
             // A loose memory's slot may have the pages accessible (and zero) already.
             if slot.accessible < start + bytes {
-                slot.set_accessible(start + bytes)
+                slot.set_accessible(host_pages(start + bytes))
                     .inspect_err(|_| release())
                     .ok()?;
             }
             // SAFETY: only this memory's owners write its definition, never concurrently.
-            unsafe { (*self.def.get()).length = new as u64 * PAGE };
+            unsafe { (*self.def.get()).length = (start + bytes) as u64 };
         }
         Some(old)
     }
@@ -525,7 +541,7 @@ impl Drop for LinearMemory {
         pool.release_bytes(self.len());
         pool.give_back(
             slot,
-            self.ty.min as usize * PAGE as usize,
+            host_pages((u64::from(self.ty.min) << self.ty.page_size_log2) as usize),
             self.marked.get(),
             self.loose.get(),
         );
