@@ -277,6 +277,7 @@ pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
             }
             ImportKind::Memory(m) => {
                 limits(&mut bytes, m.min, m.max);
+                bytes.push(m.page_size_log2);
                 2
             }
             ImportKind::Global(g) => {

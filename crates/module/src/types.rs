@@ -341,7 +341,8 @@ pub fn type_key<T: KeyedType>(
         });
     };
     out.clear();
-    out.push(0xfe);
+    // A lone type's key starts with its parameter count, never `u32::MAX`.
+    out.extend_from_slice(&u32::MAX.to_le_bytes());
     out.extend_from_slice(&g.len.to_le_bytes());
     out.extend_from_slice(&(i - g.start).to_le_bytes());
     let mut member = Vec::new();
@@ -561,13 +562,17 @@ impl MemoryType {
 
     /// Bytes per page.
     pub fn page_size(&self) -> u64 {
-        1 << self.page_size_log2
+        1u64.checked_shl(u32::from(self.page_size_log2))
+            .unwrap_or(0)
     }
 
     /// The most pages a 32-bit memory of this page size may have: 4 GiB of them, and for
     /// one-byte pages one fewer (a size must fit `memory.size`'s `i32`).
     pub fn max_pages(&self) -> u64 {
-        ((1u64 << 32) >> self.page_size_log2).min(u32::MAX as u64)
+        (1u64 << 32)
+            .checked_shr(u32::from(self.page_size_log2))
+            .unwrap_or(0)
+            .min(u32::MAX as u64)
     }
 }
 

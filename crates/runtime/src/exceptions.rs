@@ -263,7 +263,11 @@ impl Exceptions {
         limit: usize,
     ) -> Option<*mut ValRaw> {
         let mut records = self.records.borrow_mut();
-        let reuse = (self.spare.take()).filter(|&i| records[i as usize].len() > values.len());
+        // (Still nameless: it may have been thrown on since, and kept by reference.)
+        let reuse = (self.spare.take()).filter(|&i| {
+            let record = &records[i as usize];
+            record.len() > values.len() && record[0] & EXPOSED == 0
+        });
         let index = match reuse {
             Some(index) => index,
             None => {
@@ -310,6 +314,13 @@ impl StoreOpaque {
     fn exceptions_mut(&mut self) -> &mut Exceptions {
         self.exceptions();
         self.exceptions.get_mut().expect("made above")
+    }
+
+    /// Forgets the pending exception, if any (without making the store's exceptions).
+    pub(crate) fn clear_pending_exception(&self) {
+        if let Some(e) = self.exceptions.get() {
+            e.pending.set(None);
+        }
     }
 
     /// Makes `exn` the pending exception (see [`ThrownException`]).
@@ -422,11 +433,19 @@ pub(crate) unsafe fn unwind(record: *mut ValRaw, fp: usize, fuel: i64) -> ! {
         // SAFETY: a registry tag is the `ModuleInner` of the published code, alive while the
         // store that runs this call is (see `trap`).
         let m = unsafe { &*(code_tag as *const ModuleInner) };
-        if let Some(site) = m.artifact.call_site((ret - code_start) as u32) {
-            let sp = caller_fp - site.frame_offset.to_native() as usize;
-            // SAFETY: the call site's frame holds its vmctx at `vmctx_at` above its stack
-            // pointer (the artifact's checks keep it inside the frame).
-            let vmctx = unsafe { *((sp + site.vmctx_at.to_native() as usize) as *const usize) };
+        let site = m.artifact.call_site((ret - code_start) as u32);
+        // The caller's frame as the site describes it must lie between this frame and the
+        // entry: metadata that says otherwise (only a forged artifact's) is not followed.
+        let frame_of = |site: &ephem_module::ArchivedCallSite| {
+            let sp = caller_fp.checked_sub(site.frame_offset.to_native() as usize)?;
+            let vmctx_at = sp.checked_add(site.vmctx_at.to_native() as usize)?;
+            (frame + 16 <= sp && vmctx_at + 8 <= caller_fp && caller_fp <= top)
+                .then_some((sp, vmctx_at))
+        };
+        if let Some((site, (sp, vmctx_at))) = site.and_then(|s| Some((s, frame_of(s)?))) {
+            // SAFETY: the call site's frame holds its vmctx at `vmctx_at`, inside the live
+            // frame between this one and the entry (checked just above).
+            let vmctx = unsafe { *(vmctx_at as *const usize) };
             for c in site.catches.iter() {
                 let hit = match c.tag.as_ref() {
                     None => true,

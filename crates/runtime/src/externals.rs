@@ -98,6 +98,14 @@ impl Memory {
     /// A new zeroed memory of type `ty` in `store`, from the engine's memory pool.
     /// Fails with an error of kind `Limit` when the store's limiter refuses it.
     pub fn new(mut store: impl AsContextMut, ty: MemoryType) -> Result<Memory, Error> {
+        let sized = |pages: u32| u64::from(pages) <= ty.max_pages();
+        let page = matches!(ty.page_size_log2, 0 | 16);
+        if !page || !sized(ty.min) || ty.max.is_some_and(|m| m < ty.min || !sized(m)) {
+            return Err(Error::Usage(format!(
+                "a memory of {} pages of 2^{} bytes, at most {:?}, cannot be made",
+                ty.min, ty.page_size_log2, ty.max
+            )));
+        }
         let raw = raw_store(&mut store);
         // SAFETY: derived from the exclusive borrow above, for this call only, and nothing
         // borrows the store while the limiter is asked.
@@ -124,7 +132,7 @@ impl Memory {
         self.get(&store).ty()
     }
 
-    /// The size in 64 KiB pages.
+    /// The size in pages (of its type's page size: 64 KiB unless it says one byte).
     pub fn size(&self, store: impl AsContext) -> u64 {
         self.get(&store).pages() as u64
     }

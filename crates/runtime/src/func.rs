@@ -584,6 +584,12 @@ pub(crate) unsafe fn invoke(
     fr: VmFuncRef,
     values: &mut [ValRaw],
 ) -> Result<(), Error> {
+    // An exception an earlier call left pending and nobody took is not this call's to rethrow
+    // (a host function's `ThrownException` finds only its own inner call's).
+    if crate::signals::current_store().is_null() {
+        // SAFETY: per the contract, the store is alive and not borrowed mutably.
+        unsafe { (*store).clear_pending_exception() };
+    }
     // SAFETY: the limit cell is the store's own, at a fixed address for the store's life.
     let (limit, max_stack) =
         unsafe { ((*store).stack_limit.get(), (*store).engine.max_wasm_stack()) };

@@ -357,7 +357,8 @@ impl<T> Store<T> {
     }
 
     /// The exception that ended the last call into wasm uncaught (the call's error is
-    /// [`crate::ThrownException`]), taken: `None` once taken, or if there was none.
+    /// [`crate::ThrownException`]), taken: `None` once taken, or if there was none. It is kept
+    /// until taken or until the host's next call into wasm, which forgets it.
     pub fn take_pending_exception(&mut self) -> Option<crate::ExnRef> {
         let opaque = &self.inner.opaque;
         opaque.exceptions().take_pending(opaque)

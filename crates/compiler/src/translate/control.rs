@@ -29,6 +29,10 @@ pub(super) enum Kind {
         dispatch: ir::Block,
         catches: Vec<(Option<u32>, ir::Block)>,
         exn: Option<Value>,
+        /// The exception tables that list its clause, once its body has ended.
+        tables: Vec<ir::ExceptionTable>,
+        /// Whether a `rethrow` names it (its exceptions must stay nameable).
+        rethrown: bool,
     },
     Loop(ir::Block),
     If {
@@ -197,13 +201,11 @@ impl Translator<'_, '_> {
             let values = self.top(frame.results);
             self.b.ins().jump(frame.next, &args(&values));
         }
-        if let Kind::LegacyTry {
-            dispatch,
-            catches,
-            exn,
-        } = &frame.kind
-        {
-            self.end_legacy_try(*dispatch, catches, exn.is_some());
+        if let Kind::LegacyTry { .. } = frame.kind {
+            self.end_legacy_try(frame.kind);
+            self.enter(frame.next, frame.height);
+            self.reachable = true;
+            return;
         }
         if let Kind::If {
             else_block,

@@ -47,6 +47,8 @@ use crate::traps::code;
 pub(super) struct Clause {
     tag: u32,
     landing: ir::Block,
+    /// The exception tables that list it (see [`Translator::forget_exceptions`]).
+    tables: Vec<ir::ExceptionTable>,
 }
 
 /// The number a clause is known by in Cranelift's exception table: `2 × (tag + 1)` for a
@@ -89,7 +91,34 @@ impl Translator<'_, '_> {
         }
         let data = ExceptionTableData::new(sig, normal, items);
         let table = self.b.func.dfg.exception_tables.push(data);
+        for clause in self.catches.iter_mut().flatten() {
+            clause.tables.push(table);
+        }
         (table, cont)
+    }
+
+    /// Makes the clause into `landing` (a legacy `try`'s dispatch) one that does not keep the
+    /// exception, in each of `tables`: where no `rethrow` names the try, nothing can name the
+    /// exception once a `catch` body has its values (the dispatch throws it on at once where
+    /// none matches), so the runtime may take its record for the next one.
+    fn forget_exceptions(&mut self, tables: &[ir::ExceptionTable], landing: ir::Block) {
+        let (kept, forgotten) = (clause_tag(None, true), clause_tag(None, false));
+        let dfg = &mut self.b.func.dfg;
+        for &t in tables {
+            let data = &dfg.exception_tables[t];
+            let items: Vec<ExceptionTableItem> = (data.items())
+                .map(|item| match item {
+                    ExceptionTableItem::Tag(tag, call)
+                        if tag.as_u32() == kept && call.block(&dfg.value_lists) == landing =>
+                    {
+                        ExceptionTableItem::Tag(ExceptionTag::from_u32(forgotten), call)
+                    }
+                    other => other,
+                })
+                .collect();
+            let rebuilt = ExceptionTableData::new(data.signature(), *data.normal_return(), items);
+            dfg.exception_tables[t] = rebuilt;
+        }
     }
 
     /// `try_table`: a block whose calls are caught by `catches` (labels relative to the
@@ -116,6 +145,7 @@ impl Translator<'_, '_> {
             clauses.push(Clause {
                 tag: clause_tag(tag, by_ref),
                 landing,
+                tables: Vec::new(),
             });
         }
         self.catches.push(clauses);
@@ -207,10 +237,11 @@ impl Translator<'_, '_> {
         let dispatch = self.b.create_block();
         self.b.append_block_param(dispatch, I64);
         self.b.set_cold_block(dispatch);
-        // By reference: a `catch` body may rethrow it, or a `delegate` throw it on.
+        // Kept, unless no `rethrow` names the try (see `forget_exceptions`).
         self.catches.push(vec![Clause {
             tag: clause_tag(None, true),
             landing: dispatch,
+            tables: Vec::new(),
         }]);
         let next = self.new_block(&results);
         self.enter(body, height);
@@ -218,6 +249,8 @@ impl Translator<'_, '_> {
             dispatch,
             catches: Vec::new(),
             exn: None,
+            tables: Vec::new(),
+            rethrown: false,
         };
         self.push_frame(kind, next, params.len(), results.len(), height);
         Ok(())
@@ -232,8 +265,12 @@ impl Translator<'_, '_> {
         let in_body = matches!(frame.kind, Kind::LegacyTry { exn: None, .. });
         if in_body {
             // The try's own clause covers its body only.
-            self.catches.pop();
-            self.frames.last_mut().expect("validated").scopes -= 1;
+            let scope = self.catches.pop().expect("the try's scope");
+            let frame = self.frames.last_mut().expect("validated");
+            frame.scopes -= 1;
+            if let Kind::LegacyTry { tables, .. } = &mut frame.kind {
+                *tables = scope.into_iter().flat_map(|c| c.tables).collect();
+            }
         }
         if self.reachable {
             let values = self.top(results);
@@ -258,19 +295,28 @@ impl Translator<'_, '_> {
         self.reachable = true;
     }
 
-    /// The end of a legacy `try` (its frame already popped, its last body ended): writes its
-    /// dispatch block, which compares the exception's tag with each `catch` clause's in order
-    /// and enters the first body that matches, or throws the exception on to the handlers
-    /// outside the try. `caught`: whether it had a `catch` body (else its clause is still in
-    /// effect).
-    pub(super) fn end_legacy_try(
-        &mut self,
-        dispatch: ir::Block,
-        catches: &[(Option<u32>, ir::Block)],
-        caught: bool,
-    ) {
-        if !caught {
-            self.catches.pop();
+    /// The end of a legacy `try` (its frame, of kind `LegacyTry`, already popped; its last
+    /// body ended): writes its dispatch block, which compares the exception's tag with each
+    /// `catch` clause's in order and enters the first body that matches, or throws the
+    /// exception on to the handlers outside the try.
+    pub(super) fn end_legacy_try(&mut self, kind: Kind) {
+        let Kind::LegacyTry {
+            dispatch,
+            catches,
+            exn,
+            mut tables,
+            rethrown,
+        } = kind
+        else {
+            unreachable!("a legacy try's frame")
+        };
+        if exn.is_none() {
+            // No catch body: its clause is still in effect.
+            let scope = self.catches.pop().expect("the try's scope");
+            tables = scope.into_iter().flat_map(|c| c.tables).collect();
+        }
+        if !rethrown {
+            self.forget_exceptions(&tables, dispatch);
         }
         self.b.switch_to_block(dispatch);
         self.landed();
@@ -279,7 +325,7 @@ impl Translator<'_, '_> {
             .b
             .ins()
             .load(I64, trusted(), exn, ephem_module::VmOffsets::EXN_TAG as i32);
-        for &(catch, body) in catches {
+        for (catch, body) in catches {
             let Some(t) = catch else {
                 self.b.ins().jump(body, &[BlockArg::Value(exn)]);
                 return;
@@ -305,7 +351,10 @@ impl Translator<'_, '_> {
         let Kind::LegacyTry { dispatch, .. } = frame.kind else {
             unreachable!("validated: delegate outside try")
         };
-        self.catches.pop();
+        // The dispatch throws it on at once: nothing keeps it.
+        let scope = self.catches.pop().expect("the try's scope");
+        let tables: Vec<_> = scope.into_iter().flat_map(|c| c.tables).collect();
+        self.forget_exceptions(&tables, dispatch);
         if self.reachable {
             let values = self.top(frame.results);
             self.b
@@ -324,10 +373,17 @@ impl Translator<'_, '_> {
 
     /// Legacy `rethrow`: throws again the exception the `catch` body at label `depth` caught.
     fn rethrow(&mut self, depth: u32) {
-        let frame = &self.frames[self.frames.len() - 1 - depth as usize];
-        let Kind::LegacyTry { exn: Some(exn), .. } = frame.kind else {
+        let at = self.frames.len() - 1 - depth as usize;
+        let Kind::LegacyTry {
+            exn: Some(exn),
+            rethrown,
+            ..
+        } = &mut self.frames[at].kind
+        else {
             unreachable!("validated: rethrow outside catch")
         };
+        *rethrown = true;
+        let exn = *exn;
         self.throw_again(exn);
         self.unreachable_now();
     }

@@ -485,6 +485,9 @@ fn memories_of_one_byte_pages_are_sized_grown_and_bounded_by_the_byte() {
     config.bounds_checks(false);
     let engine = Engine::new(&config).unwrap();
     let mut store = Store::new(&engine, ());
+    // Only pages of one byte or of 64 KiB.
+    let odd = MemoryType::new(1, None).with_page_size_log2(12);
+    assert!(matches!(Memory::new(&mut store, odd), Err(Error::Usage(_))));
     let ty = MemoryType::new(3, Some(10)).with_page_size_log2(0);
     let memory = Memory::new(&mut store, ty).unwrap();
     assert_eq!(memory.size(&store), 3);

@@ -619,4 +619,22 @@ fn forged_exception_handlers_and_tags_are_refused() {
             Ok(_) => panic!("{what}: opened"),
         }
     }
+
+    // A frame the checks let through (1 MiB, aligned, holding the vmctx slot) that is not where
+    // the live frames are: the unwinder does not follow it, and the exception goes uncaught
+    // instead of the stack pointer going there.
+    let mut c = good();
+    c.call_sites[0].frame_offset = 1 << 20;
+    let module = Module::from_artifact(&engine, open(&c).unwrap());
+    let mut store = Store::new(&engine, ());
+    let instance = Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    let run = instance
+        .get_typed_func::<(), i32>(&mut store, "run")
+        .unwrap();
+    assert!(matches!(
+        run.call(&mut store, ()),
+        Err(ephem::Error::Exception(_))
+    ));
 }

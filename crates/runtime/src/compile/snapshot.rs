@@ -8,7 +8,9 @@
 //!
 //! One outcome means the run read nothing from outside and left nothing the snapshot cannot
 //! hold:
-//! - the module imports no memory, table or global (the start could read or write them);
+//! - the module imports no memory, table or global (the start could read or write them), and
+//!   has no tags (whether two imported tags are one, and the engine's bound on exceptions,
+//!   are known only at run time);
 //! - the run calls no imported function (every import is a trap during the run; a run that
 //!   traps, for this or any reason, is not snapshotted, and instantiation runs it as before);
 //! - no code of the module can change a table, drop a segment or initialise from a passive
@@ -61,6 +63,9 @@ pub(crate) fn apply(compiled: CompiledModule, wasm: &[u8]) -> CompiledModule {
     if info.start.is_none()
         || info.snapshot.is_some()
         || info.imported_memories + info.imported_tables + info.imported_globals > 0
+        // What exceptions do depends on which tags the imports are (one tag imported twice
+        // catches as one) and on the engine's bound on exceptions: known only at run time.
+        || !info.tags.is_empty()
         || holds_references(&info.globals[info.imported_globals as usize..])
         || !only_pure_operators(wasm)
     {
