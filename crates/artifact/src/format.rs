@@ -273,11 +273,13 @@ pub(crate) fn imports_digest(info: &ModuleInfo) -> [u8; 32] {
             ImportKind::Table(t) => {
                 t.elem.key(&mut bytes, &mut concrete);
                 limits(&mut bytes, t.min, t.max);
+                bytes.push(t.table64 as u8);
                 1
             }
             ImportKind::Memory(m) => {
                 limits(&mut bytes, m.min, m.max);
                 bytes.push(m.page_size_log2);
+                bytes.push(m.memory64 as u8);
                 2
             }
             ImportKind::Global(g) => {

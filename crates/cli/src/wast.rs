@@ -38,6 +38,7 @@ enum Proposal {
     WideArithmetic,
     Exceptions,
     CustomPageSizes,
+    Memory64,
 }
 
 impl Proposal {
@@ -51,6 +52,7 @@ impl Proposal {
             Proposal::WideArithmetic => &mut p.wide_arithmetic,
             Proposal::Exceptions => &mut p.exceptions,
             Proposal::CustomPageSizes => &mut p.custom_page_sizes,
+            Proposal::Memory64 => &mut p.memory64,
         };
         *on = false;
     }

@@ -115,6 +115,9 @@ pub struct Proposals {
     /// that reaches such a memory always checks bounds: a fault can only stop an access a
     /// whole host page past the end.
     pub custom_page_sizes: bool,
+    /// Memories addressed by `i64`, up to 4 GiB. Code that reaches one always checks bounds:
+    /// a 64-bit address can reach past any reservation.
+    pub memory64: bool,
 }
 
 impl Proposals {
@@ -130,6 +133,7 @@ impl Proposals {
         legacy_exceptions: true,
         gc_types: true,
         custom_page_sizes: true,
+        memory64: true,
     };
     /// None: exactly WebAssembly 2.0.
     pub const NONE: Proposals = Proposals {
@@ -143,6 +147,7 @@ impl Proposals {
         legacy_exceptions: false,
         gc_types: false,
         custom_page_sizes: false,
+        memory64: false,
     };
 }
 
@@ -350,7 +355,7 @@ impl Compiler {
         // A memory of one-byte pages may end anywhere in a host page: only comparisons stop
         // an access past it (see `Proposals::custom_page_sizes`).
         let small_pages = (parsed.info.memories.iter())
-            .any(|m| m.page_size_log2 < MemoryType::DEFAULT_PAGE_SIZE_LOG2);
+            .any(|m| m.page_size_log2 < MemoryType::DEFAULT_PAGE_SIZE_LOG2 || m.memory64);
         let bounds_checks = self.bounds_checks || small_pages;
         parsed.info.checks_bounds = bounds_checks;
         let layout = ephem_module::FuncrefLayout::of(&parsed.info);

@@ -24,6 +24,7 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
         (proposals.exceptions, WasmFeatures::EXCEPTIONS),
         (proposals.legacy_exceptions, WasmFeatures::LEGACY_EXCEPTIONS),
         (proposals.custom_page_sizes, WasmFeatures::CUSTOM_PAGE_SIZES),
+        (proposals.memory64, WasmFeatures::MEMORY64),
         // (GC's types build on typed function references: off with them.)
         (
             proposals.gc_types && proposals.function_references,
@@ -97,22 +98,40 @@ fn func_type(sub: &wasmparser::SubType) -> Result<FuncType, CompileError> {
 }
 
 fn table_type(t: wasmparser::TableType) -> Result<TableType, CompileError> {
+    if t.shared {
+        return Err(CompileError::Unsupported("a shared table".into()));
+    }
+    // A table has at most 2^32 - 1 elements (the runtime bounds it far below): a 64-bit one's
+    // larger maximum is no bound short of that, and a larger minimum never instantiates.
     Ok(TableType {
         elem: ref_type(t.element_type)?,
-        min: t.initial as u32,
-        max: t.maximum.map(|m| m as u32),
+        min: u32::try_from(t.initial).unwrap_or(u32::MAX),
+        max: t.maximum.and_then(|m| u32::try_from(m).ok()),
+        table64: t.table64,
     })
 }
 
 fn memory_type(m: wasmparser::MemoryType) -> Result<MemoryType, CompileError> {
-    if m.memory64 || m.shared {
-        return Err(CompileError::Unsupported("64-bit or shared memory".into()));
+    if m.shared {
+        return Err(CompileError::Unsupported("shared memory".into()));
     }
-    let log2 = m.page_size_log2.unwrap_or(16);
+    let ty = MemoryType {
+        min: 0,
+        max: None,
+        page_size_log2: m.page_size_log2.unwrap_or(16) as u8,
+        memory64: m.memory64,
+    };
+    // A 64-bit memory starts within 4 GiB, the most a memory's reservation holds, and a
+    // maximum beyond what a `u32` counts is no bound short of that.
+    if m.initial > ty.max_pages() {
+        return Err(CompileError::Unsupported(
+            "a 64-bit memory of more than 4 GiB at its start".into(),
+        ));
+    }
     Ok(MemoryType {
         min: m.initial as u32,
-        max: m.maximum.map(|m| m as u32),
-        page_size_log2: log2 as u8,
+        max: m.maximum.and_then(|m| u32::try_from(m).ok()),
+        ..ty
     })
 }
 

@@ -15,7 +15,8 @@ const SEEDS: std::ops::Range<u64> = 0..500;
 fn ephem_agrees_with_wasmtime_on_generated_modules() {
     let ephem = Ephem::new().unwrap();
     let wasmtime = wasmtime_observer::Wasmtime::new().unwrap();
-    let (mut calls, mut modules, mut wide, mut exceptions, mut small_pages) = (0, 0, 0, 0, 0);
+    let (mut calls, mut modules, mut wide, mut exceptions) = (0, 0, 0, 0);
+    let (mut small_pages, mut memory64, mut table64) = (0, 0, 0);
     let mut differences = Vec::new();
     for seed in SEEDS {
         let wasm = generate(seed).unwrap();
@@ -26,7 +27,9 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
                 O::I64Add128 | O::I64Sub128 | O::I64MulWideS | O::I64MulWideU
             )
         });
-        small_pages += one_byte_page_memories(&wasm);
+        small_pages += memories(&wasm, |m| m.page_size_log2 == Some(0));
+        memory64 += memories(&wasm, |m| m.memory64);
+        table64 += tables(&wasm);
         exceptions += count(&wasm, |op| {
             use wasmparser::Operator as O;
             matches!(op, O::TryTable { .. } | O::Throw { .. } | O::ThrowRef)
@@ -44,7 +47,7 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     assert!(differences.is_empty(), "{}", differences.join("\n"));
     println!(
         "{modules} modules, {calls} calls compared; {wide} wide-arithmetic and {exceptions} \
-         exception operators, {small_pages} memories of one-byte pages"
+         exception operators, {small_pages} memories of one-byte pages, {memory64} 64-bit ones, {table64} 64-bit tables"
     );
     // Guards against a slice that stopped calling anything, or lost a proposal.
     assert!(calls > 4_000, "only {calls} calls compared");
@@ -57,17 +60,31 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
         small_pages > 20,
         "only {small_pages} memories of one-byte pages"
     );
+    assert!(memory64 > 20, "only {memory64} 64-bit memories");
+    assert!(table64 > 20, "only {table64} 64-bit tables");
 }
 
-/// How many memories of `wasm` have one-byte pages.
-fn one_byte_page_memories(wasm: &[u8]) -> usize {
+/// How many 64-bit tables `wasm` defines.
+fn tables(wasm: &[u8]) -> usize {
+    use wasmparser::{Parser, Payload};
+    let mut n = 0;
+    for payload in Parser::new(0).parse_all(wasm).flatten() {
+        if let Payload::TableSection(tables) = payload {
+            n += (tables.into_iter().flatten())
+                .filter(|t| t.ty.table64)
+                .count();
+        }
+    }
+    n
+}
+
+/// How many memories of `wasm` are `which`.
+fn memories(wasm: &[u8], which: impl Fn(&wasmparser::MemoryType) -> bool) -> usize {
     use wasmparser::{Parser, Payload};
     let mut n = 0;
     for payload in Parser::new(0).parse_all(wasm).flatten() {
         if let Payload::MemorySection(memories) = payload {
-            n += (memories.into_iter().flatten())
-                .filter(|m| m.page_size_log2 == Some(0))
-                .count();
+            n += (memories.into_iter().flatten()).filter(&which).count();
         }
     }
     n

@@ -157,11 +157,7 @@ fn spectest(store: &mut Store<()>) -> anyhow::Result<Linker<()>> {
     global("global_f64", Val::F64(666.6f64.to_bits()))?;
     let table = Table::new(
         &mut *store,
-        TableType {
-            elem: ValType::FUNCREF,
-            min: 10,
-            max: Some(20),
-        },
+        TableType::new(ValType::FUNCREF, 10, Some(20)),
         Val::FuncRef(None),
     )?;
     linker.define(&*store, "spectest", "table", table)?;

@@ -110,7 +110,9 @@ impl ModuleInfo {
         for m in &self.memories {
             let sized = |pages: u32| u64::from(pages) <= m.max_pages();
             let page = matches!(m.page_size_log2, 0 | 16);
-            if !page || !sized(m.min) || m.max.is_some_and(|x| x < m.min || !sized(x)) {
+            // (A 64-bit memory's maximum may be past what it can grow to.)
+            let max_ok = |x: u32| x >= m.min && (m.memory64 || sized(x));
+            if !page || !sized(m.min) || m.max.is_some_and(|x| !max_ok(x)) {
                 return Err(format!("bad memory type {m:?}"));
             }
         }
@@ -199,10 +201,10 @@ impl ModuleInfo {
             }
             if let SegmentMode::Active { index, offset } = &seg.mode {
                 let table = self.tables.get(*index as usize);
-                if table.is_none_or(|t| !canon(seg.ty).matches(canon(t.elem))) {
+                let Some(table) = table.filter(|t| canon(seg.ty).matches(canon(t.elem))) else {
                     return Err(format!("element segment {i} does not fit table {index}"));
-                }
-                const_type(offset, ValType::I32, all)?;
+                };
+                const_type(offset, table.index_type(), all)?;
             }
             for item in &seg.items {
                 const_type(item, seg.ty, all)?;
@@ -213,10 +215,10 @@ impl ModuleInfo {
                 return Err(format!("data segment {i} has a reversed range"));
             }
             if let SegmentMode::Active { index, offset } = &seg.mode {
-                if *index as usize >= self.memories.len() {
+                let Some(memory) = self.memories.get(*index as usize) else {
                     return Err(format!("data segment {i} targets memory {index}"));
-                }
-                const_type(offset, ValType::I32, all)?;
+                };
+                const_type(offset, memory.index_type(), all)?;
             }
         }
         Ok(())
@@ -385,11 +387,7 @@ mod tests {
         assert_eq!(info.check(), Ok(()));
 
         let table = |elem, init| ModuleInfo {
-            tables: vec![TableType {
-                elem,
-                min: 1,
-                max: None,
-            }],
+            tables: vec![TableType::new(elem, 1, None)],
             table_inits: vec![init],
             ..base()
         };

@@ -155,11 +155,7 @@ mod tests {
             funcs: vec![0; 8],
             tables: tables
                 .iter()
-                .map(|&(min, elem)| TableType {
-                    elem,
-                    min,
-                    max: None,
-                })
+                .map(|&(min, elem)| TableType::new(elem, min, None))
                 .collect(),
             elems,
             ..Default::default()

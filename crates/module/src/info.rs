@@ -73,13 +73,17 @@ impl SegmentMode {
     /// `index` whose minimum size is `limit` units.
     pub fn placement(&self, index: u32, len: u64, limit: u64) -> Placement {
         match self {
-            SegmentMode::Active { index: i, offset } if *i == index => match *offset {
-                ConstExpr::I32(at) if u64::from(at as u32) + len <= limit => {
-                    let start = u64::from(at as u32);
-                    Placement::Static(start..start + len)
+            SegmentMode::Active { index: i, offset } if *i == index => {
+                let at = match *offset {
+                    ConstExpr::I32(at) => u64::from(at as u32),
+                    ConstExpr::I64(at) => at as u64,
+                    _ => return Placement::Dynamic,
+                };
+                match at.checked_add(len) {
+                    Some(end) if end <= limit => Placement::Static(at..end),
+                    _ => Placement::Dynamic,
                 }
-                _ => Placement::Dynamic,
-            },
+            }
             _ => Placement::Elsewhere,
         }
     }

@@ -525,6 +525,29 @@ pub struct TableType {
     pub min: u32,
     /// Largest size, if bounded.
     pub max: Option<u32>,
+    /// Whether indices are `i64` (memory64's 64-bit tables), not `i32`.
+    pub table64: bool,
+}
+
+impl TableType {
+    /// A table of `elem` of `min` to `max` elements, indexed by `i32`.
+    pub fn new(elem: ValType, min: u32, max: Option<u32>) -> TableType {
+        TableType {
+            elem,
+            min,
+            max,
+            table64: false,
+        }
+    }
+
+    /// The type of the table's indices, sizes and lengths: `i64` or `i32`.
+    pub fn index_type(&self) -> ValType {
+        if self.table64 {
+            ValType::I64
+        } else {
+            ValType::I32
+        }
+    }
 }
 
 /// Limits in 64 KiB pages.
@@ -537,6 +560,8 @@ pub struct MemoryType {
     /// The page size's base-2 logarithm: 16 (64 KiB, WebAssembly's page), or 0 (one byte,
     /// WebAssembly 3.0's custom page sizes).
     pub page_size_log2: u8,
+    /// Whether addresses are `i64` (WebAssembly 3.0's 64-bit memories), not `i32`.
+    pub memory64: bool,
 }
 
 impl MemoryType {
@@ -549,6 +574,24 @@ impl MemoryType {
             min,
             max,
             page_size_log2: MemoryType::DEFAULT_PAGE_SIZE_LOG2,
+            memory64: false,
+        }
+    }
+
+    /// A 64-bit memory (addressed by `i64`) of `min` to `max` pages of 64 KiB.
+    pub fn new64(min: u32, max: Option<u32>) -> MemoryType {
+        MemoryType {
+            memory64: true,
+            ..MemoryType::new(min, max)
+        }
+    }
+
+    /// The type of the memory's addresses, sizes and lengths: `i64` or `i32`.
+    pub fn index_type(&self) -> ValType {
+        if self.memory64 {
+            ValType::I64
+        } else {
+            ValType::I32
         }
     }
 

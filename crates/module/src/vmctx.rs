@@ -126,14 +126,15 @@ pub struct HostFuncHeader {
 macro_rules! for_each_builtin {
     ($m:ident) => {
         $m! {
-            /// (mem, delta_pages) -> old pages or -1
-            MemoryGrow memory_grow(mem: i32, delta: i32) -> i32;
+            /// (mem, delta_pages) -> old pages or -1 (addresses and sizes are `i64` for every
+            /// memory here: a 32-bit memory's are zero-extended)
+            MemoryGrow memory_grow(mem: i32, delta: i64) -> i64;
             /// (mem, dst, val, len) -> trap flag
-            MemoryFill memory_fill(mem: i32, dst: i32, val: i32, len: i32) -> i32;
+            MemoryFill memory_fill(mem: i32, dst: i64, val: i32, len: i64) -> i32;
             /// (dst_mem, src_mem, dst, src, len) -> trap flag
-            MemoryCopy memory_copy(dst_mem: i32, src_mem: i32, dst: i32, src: i32, len: i32) -> i32;
+            MemoryCopy memory_copy(dst_mem: i32, src_mem: i32, dst: i64, src: i64, len: i64) -> i32;
             /// (mem, data, dst, src, len) -> trap flag
-            MemoryInit memory_init(mem: i32, data: i32, dst: i32, src: i32, len: i32) -> i32;
+            MemoryInit memory_init(mem: i32, data: i32, dst: i64, src: i32, len: i32) -> i32;
             /// (data)
             DataDrop data_drop(data: i32);
             /// (table, delta, init) -> old size or -1

@@ -97,8 +97,12 @@ macro_rules! builtin {
 builtin! {
     /// `memory.grow`: the old size in pages, or -1 when the memory's maximum or the store's
     /// limiter refuses.
-    fn memory_grow[i, store](mem: u32, delta: u32) -> u32 {
+    fn memory_grow[i, store](mem: u32, delta: u64) -> u64 {
         let memory = i.memory(store, mem);
+        // (No memory grows by 2^32 pages: the most it can hold is 4 GiB.)
+        let Ok(delta) = u32::try_from(delta) else {
+            return u64::MAX;
+        };
         let (current, bytes) = (memory.len(), delta as usize * memory.page_size());
         // SAFETY: the running call's store pointer was derived as `raw_store` derives it, and
         // while wasm runs nothing but shared references to the store's opaque part is alive.
@@ -107,15 +111,15 @@ builtin! {
             StoreOpaque::may_grow_by(store, Growing::Memory, current, bytes, memory.max_bytes())
         };
         if !allowed {
-            return u32::MAX;
+            return u64::MAX;
         }
-        memory.grow(delta).unwrap_or(u32::MAX)
+        memory.grow(delta).map_or(u64::MAX, u64::from)
     }
 }
 
 builtin! {
     /// `memory.fill`: a trap flag.
-    fn memory_fill[i, store](mem: u32, dst: u32, val: u32, len: u32) -> u32 {
+    fn memory_fill[i, store](mem: u32, dst: u64, val: u32, len: u64) -> u32 {
         if let Some(stop) = i.begin_bulk(store, len) {
             return stop;
         }
@@ -138,7 +142,7 @@ builtin! {
 
 builtin! {
     /// `memory.copy`: a trap flag.
-    fn memory_copy[i, store](dst_mem: u32, src_mem: u32, dst: u32, src: u32, len: u32) -> u32 {
+    fn memory_copy[i, store](dst_mem: u32, src_mem: u32, dst: u64, src: u64, len: u64) -> u32 {
         if let Some(stop) = i.begin_bulk(store, len) {
             return stop;
         }
@@ -162,8 +166,8 @@ builtin! {
 
 builtin! {
     /// `memory.init`: a trap flag.
-    fn memory_init[i, store](mem: u32, data: u32, dst: u32, src: u32, len: u32) -> u32 {
-        if let Some(stop) = i.begin_bulk(store, len) {
+    fn memory_init[i, store](mem: u32, data: u32, dst: u64, src: u32, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
             return stop;
         }
         u32::from(!i.memory_init(store, mem, data, dst, src, len))
@@ -202,7 +206,7 @@ builtin! {
 builtin! {
     /// `table.fill`: a trap flag.
     fn table_fill[i, store](table: u32, dst: u32, val: u64, len: u32) -> u32 {
-        if let Some(stop) = i.begin_bulk(store, len) {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
             return stop;
         }
         let t = i.table(store, table);
@@ -221,7 +225,7 @@ builtin! {
 builtin! {
     /// `table.copy`: a trap flag.
     fn table_copy[i, store](dst_t: u32, src_t: u32, dst: u32, src: u32, len: u32) -> u32 {
-        if let Some(stop) = i.begin_bulk(store, len) {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
             return stop;
         }
         let (d, s) = (i.table(store, dst_t), i.table(store, src_t));
@@ -255,7 +259,7 @@ builtin! {
 builtin! {
     /// `table.init`: a trap flag.
     fn table_init[i, store](table: u32, elem: u32, dst: u32, src: u32, len: u32) -> u32 {
-        if let Some(stop) = i.begin_bulk(store, len) {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
             return stop;
         }
         u32::from(!i.table_init(store, table, elem, dst, src, len))

@@ -236,9 +236,12 @@ impl Config {
         self.not_yet("garbage collection", on)
     }
 
-    /// 64-bit memories: not yet supported; `true` is refused by `Engine::new`.
+    /// Whether 64-bit memories (addressed by `i64`) are accepted, up to 4 GiB (default: yes).
+    /// Code that reaches one always checks bounds (see `Proposals::memory64`).
+    #[cfg(feature = "cranelift")]
     pub fn wasm_memory64(&mut self, on: bool) -> &mut Config {
-        self.not_yet("64-bit memories", on)
+        self.compiler.proposals.memory64 = on;
+        self
     }
 
     /// Shared memories and atomics: not yet supported; `true` is refused by `Engine::new`.

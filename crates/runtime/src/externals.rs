@@ -100,7 +100,8 @@ impl Memory {
     pub fn new(mut store: impl AsContextMut, ty: MemoryType) -> Result<Memory, Error> {
         let sized = |pages: u32| u64::from(pages) <= ty.max_pages();
         let page = matches!(ty.page_size_log2, 0 | 16);
-        if !page || !sized(ty.min) || ty.max.is_some_and(|m| m < ty.min || !sized(m)) {
+        let max_ok = |m: u32| m >= ty.min && (ty.memory64 || sized(m));
+        if !page || !sized(ty.min) || ty.max.is_some_and(|m| !max_ok(m)) {
             return Err(Error::Usage(format!(
                 "a memory of {} pages of 2^{} bytes, at most {:?}, cannot be made",
                 ty.min, ty.page_size_log2, ty.max

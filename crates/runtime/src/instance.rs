@@ -249,7 +249,7 @@ impl InstanceData {
     /// What a bulk operation over `n` bytes or elements checks first: the call's deadline (a
     /// signal cannot stop host code, see `interrupt`), then the fuel it charges. `Some` is the
     /// trap flag to return: 3 interrupted, 2 out of fuel.
-    pub(crate) fn begin_bulk(&self, store: &StoreOpaque, n: u32) -> Option<u32> {
+    pub(crate) fn begin_bulk(&self, store: &StoreOpaque, n: u64) -> Option<u32> {
         if crate::signals::interrupt_due() {
             return Some(3);
         }
@@ -260,22 +260,26 @@ impl InstanceData {
         // and reads again after it; nothing else touches it meanwhile.
         unsafe {
             let left = &mut *store.fuel.get();
-            *left -= i64::from(n);
+            *left = left.saturating_sub(i64::try_from(n).unwrap_or(i64::MAX));
             (*left < 0).then_some(2)
         }
     }
 
-    pub(crate) fn eval_offset(&self, store: &StoreOpaque, e: &ConstExpr) -> u32 {
+    /// A segment's offset: an `i32` (zero-extended), or with `wide` (a 64-bit memory's) an
+    /// `i64`.
+    pub(crate) fn eval_offset(&self, store: &StoreOpaque, e: &ConstExpr, wide: bool) -> u64 {
         let global = |g: u32| self.globals[g as usize].of(store).get();
-        match *e {
-            ConstExpr::I32(v) => v as u32,
-            ConstExpr::GlobalGet(g) => global(g) as u32,
+        let value = match *e {
+            ConstExpr::I32(v) => v as u32 as u64,
+            ConstExpr::I64(v) => v as u64,
+            ConstExpr::GlobalGet(g) => global(g) as u64,
             ConstExpr::Extended(i) => {
                 let info = self.module.inner.artifact.info();
-                extended(info, i, |g| global(g) as u64) as u32
+                extended(info, i, |g| global(g) as u64) as u64
             }
-            _ => unreachable!("validated: offsets are i32 constants"),
-        }
+            _ => unreachable!("validated: offsets are integer constants"),
+        };
+        if wide { value } else { value as u32 as u64 }
     }
 
     /// Function `index`, which has a funcref (it is imported or eager).
@@ -409,7 +413,7 @@ impl InstanceData {
         store: &StoreOpaque,
         mem: u32,
         data: u32,
-        dst: u32,
+        dst: u64,
         src: u32,
         len: u32,
     ) -> bool {
@@ -424,7 +428,7 @@ impl InstanceData {
         store: &StoreOpaque,
         mem: u32,
         slot: Option<usize>,
-        dst: u32,
+        dst: u64,
         src: u32,
         len: u32,
     ) -> bool {
@@ -437,10 +441,10 @@ impl InstanceData {
             _ => &[],
         };
         let memory = self.memory(store, mem);
-        let Some(src_end) = end_within(src, len, bytes.len()) else {
+        let Some(src_end) = end_within(src.into(), len.into(), bytes.len()) else {
             return false;
         };
-        if end_within(dst, len, memory.len()).is_none() {
+        if end_within(dst, len.into(), memory.len()).is_none() {
             return false;
         }
         // SAFETY: bounds checked; no wasm runs while we copy.
@@ -455,8 +459,8 @@ impl InstanceData {
 
 /// The end of `[at, at + len)` if it lies within `limit` bytes. Computed in `usize` (64 bits on
 /// every host ephem supports): a range may end exactly at 2^32, at the end of a 4 GiB memory.
-pub(crate) fn end_within(at: u32, len: u32, limit: usize) -> Option<usize> {
-    let end = at as usize + len as usize;
+pub(crate) fn end_within(at: u64, len: u64, limit: usize) -> Option<usize> {
+    let end = at.checked_add(len).and_then(|e| usize::try_from(e).ok())?;
     (end <= limit).then_some(end)
 }
 

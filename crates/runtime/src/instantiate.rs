@@ -403,6 +403,7 @@ pub(crate) fn check_import(
         (ImportKind::Memory(ty), Extern::Memory(_)) => {
             let actual = store.memories[index as usize].ty();
             let fits = actual.page_size_log2 == ty.page_size_log2
+                && actual.memory64 == ty.memory64
                 && limits_match(actual.min, actual.max, ty.min, ty.max);
             if !fits {
                 return Err(mismatch(
@@ -414,7 +415,10 @@ pub(crate) fn check_import(
         (ImportKind::Table(ty), Extern::Table(_)) => {
             let actual = store.tables[index as usize].ty();
             // (Tables are mutable: the element type must be the same, not a subtype.)
-            if actual.elem != ty.elem || !limits_match(actual.min, actual.max, ty.min, ty.max) {
+            let fits = actual.elem == ty.elem
+                && actual.table64 == ty.table64
+                && limits_match(actual.min, actual.max, ty.min, ty.max);
+            if !fits {
                 return Err(mismatch(ExternType::Table(*ty), ExternType::Table(actual)));
             }
         }
@@ -543,7 +547,10 @@ unsafe fn initialise(
         for (i, seg) in info.elems.iter().enumerate() {
             match native(&seg.mode) {
                 SegmentMode::Active { index, offset } => {
-                    let dst = inner.eval_offset(store, &offset);
+                    // (A 64-bit table's offset past `u32::MAX` is out of bounds as that is.)
+                    let wide = info.tables[index as usize].table64;
+                    let dst = inner.eval_offset(store, &offset, wide);
+                    let dst = u32::try_from(dst).unwrap_or(u32::MAX);
                     if !inner.table_init(store, index, i as u32, dst, 0, seg.items.len() as u32) {
                         return Err(Error::Trap(Trap::new(TrapKind::TableOutOfBounds)));
                     }
@@ -567,7 +574,8 @@ unsafe fn initialise(
             let ArchivedSegmentMode::Active { index, offset } = &seg.mode else {
                 continue;
             };
-            let dst = inner.eval_offset(store, &offset.native());
+            let wide = info.memories[index.to_native() as usize].memory64;
+            let dst = inner.eval_offset(store, &offset.native(), wide);
             let len = seg.range.end.to_native() - seg.range.start.to_native();
             if !inner.memory_init_at(store, index.to_native(), Some(i), dst, 0, len) {
                 return Err(Error::Trap(Trap::new(TrapKind::MemoryOutOfBounds)));

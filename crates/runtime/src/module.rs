@@ -286,12 +286,18 @@ impl std::fmt::Display for ExternType {
         };
         match self {
             ExternType::Func(ty) => write!(f, "{ty}"),
-            ExternType::Memory(ty) if ty.page_size_log2 != MemoryType::DEFAULT_PAGE_SIZE_LOG2 => {
-                let (min, max, size) = (ty.min, ty.max, ty.page_size());
-                write!(f, "(memory {} (pagesize {size}))", limits(min, max))
+            ExternType::Memory(ty) => {
+                let i64 = if ty.memory64 { "i64 " } else { "" };
+                write!(f, "(memory {i64}{}", limits(ty.min, ty.max))?;
+                if ty.page_size_log2 != MemoryType::DEFAULT_PAGE_SIZE_LOG2 {
+                    write!(f, " (pagesize {})", ty.page_size())?;
+                }
+                f.write_str(")")
             }
-            ExternType::Memory(ty) => write!(f, "(memory {})", limits(ty.min, ty.max)),
-            ExternType::Table(ty) => write!(f, "(table {} {})", limits(ty.min, ty.max), ty.elem),
+            ExternType::Table(ty) => {
+                let i64 = if ty.table64 { "i64 " } else { "" };
+                write!(f, "(table {i64}{} {})", limits(ty.min, ty.max), ty.elem)
+            }
             ExternType::Global(ty) if ty.mutable => write!(f, "(global (mut {}))", ty.ty),
             ExternType::Global(ty) => write!(f, "(global {})", ty.ty),
             ExternType::Tag(ty) => write!(f, "{ty}"),

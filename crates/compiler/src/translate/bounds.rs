@@ -136,11 +136,19 @@ impl Translator<'_, '_> {
         }
         // The access ends past the length when the index exceeds the length less its end,
         // which a loop without calls computes once. Signed: that difference may be below zero
-        // (the index is below 2^32 and the end at most 2^32 + 16, so nothing wraps).
+        // (the index is below 2^32 and the end at most 2^40, so nothing wraps). A 64-bit
+        // memory's index is first limited to 2^40, past any length, so that it stays positive.
         let length = self.b.use_var(self.lengths[memory as usize]);
         let constant = self.b.ins().iconst(I64, -(end as i64));
         let limit = self.b.ins().iadd(length, constant);
         let constant = self.b.func.dfg.value_def(constant).unwrap_inst();
+        let wide = match self.env.info.memories[memory as usize].memory64 {
+            true => {
+                let most = self.b.ins().iconst(I64, 1 << 40);
+                self.b.ins().umin(wide, most)
+            }
+            false => wide,
+        };
         let past = self.b.ins().icmp(IntCC::SignedGreaterThan, wide, limit);
         if let Some(n) = &mut self.raised_checks {
             self.b.set_srcloc(ir::SourceLoc::new(*n));

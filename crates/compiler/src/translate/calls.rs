@@ -125,6 +125,7 @@ impl Translator<'_, '_> {
     fn call_indirect(&mut self, type_index: u32, table: u32, tail: bool) {
         self.spill_fuel();
         let index = self.pop();
+        let index = self.table_index(index);
         let slot = self.table_slot(table, index, code::UNDEFINED_ELEMENT);
         let funcref = self.funcref_element(table, index, slot);
         self.b.ins().trapz(funcref, code::NULL_CALL);

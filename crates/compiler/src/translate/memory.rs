@@ -49,6 +49,31 @@ enum LoadKind {
 }
 
 impl Translator<'_, '_> {
+    /// An address or size of `memory` as the builtins take it: `i64` (a 32-bit memory's
+    /// zero-extended).
+    fn widen(&mut self, memory: u32, v: Value) -> Value {
+        match self.env.info.memories[memory as usize].memory64 {
+            true => v,
+            false => self.b.ins().uextend(I64, v),
+        }
+    }
+
+    /// `v` as `i64`, zero-extended if it is an `i32`.
+    fn uextend_to_i64(&mut self, v: Value) -> Value {
+        match self.b.func.dfg.value_type(v) {
+            I64 => v,
+            _ => self.b.ins().uextend(I64, v),
+        }
+    }
+
+    /// A size of `memory` (an `i64`) as wasm sees it: `i32` for a 32-bit memory (-1 stays -1).
+    fn narrow(&mut self, memory: u32, v: Value) -> Value {
+        match self.env.info.memories[memory as usize].memory64 {
+            true => v,
+            false => self.b.ins().ireduce(I32, v),
+        }
+    }
+
     /// Effective native address of a memory access.
     pub(super) fn address(&mut self, memory: u32, offset: u64, size: u32) -> Value {
         self.access(memory, offset, size).addr
@@ -60,9 +85,11 @@ impl Translator<'_, '_> {
     pub(super) fn access(&mut self, memory: u32, offset: u64, size: u32) -> Access {
         let index = self.pop();
         let base = self.load_ptr(self.vmctx, self.env.offsets.memory_base(memory));
-        let wide = self.b.ins().uextend(I64, index);
+        let wide = self.widen(memory, index);
         if self.env.info.checks_bounds {
-            self.check_bounds(memory, index, wide, offset + u64::from(size));
+            // (A 64-bit memory's offset may be anything: one past 4 GiB never fits.)
+            let end = offset.saturating_add(u64::from(size)).min(1 << 40);
+            self.check_bounds(memory, index, wide, end);
         }
         let addr = self.b.ins().iadd(base, wide);
         let addr = if offset == 0 {
@@ -163,17 +190,20 @@ impl Translator<'_, '_> {
                     .load(I64, trusted(), def, VmOffsets::MEMORY_LENGTH as i32);
                 let log2 = self.env.info.memories[mem as usize].page_size_log2;
                 let pages = self.b.ins().ushr_imm_u(len, i64::from(log2));
-                let v = self.b.ins().ireduce(I32, pages);
+                let v = self.narrow(mem, pages);
                 self.push(v);
             }
             O::MemoryGrow { mem } => {
                 let delta = self.pop();
-                let mem = self.iconst32(mem);
-                let v = self.builtin(Builtin::MemoryGrow, &[mem, delta]).unwrap();
+                let delta = self.widen(mem, delta);
+                let m = self.iconst32(mem);
+                let v = self.builtin(Builtin::MemoryGrow, &[m, delta]).unwrap();
+                let v = self.narrow(mem, v);
                 self.push(v);
             }
             O::MemoryFill { mem } => {
                 let (dst, val, len) = self.pop3();
+                let (dst, len) = (self.widen(mem, dst), self.widen(mem, len));
                 let mem = self.iconst32(mem);
                 self.checked_builtin(
                     Builtin::MemoryFill,
@@ -183,6 +213,9 @@ impl Translator<'_, '_> {
             }
             O::MemoryCopy { dst_mem, src_mem } => {
                 let (dst, src, len) = self.pop3();
+                let (dst, src) = (self.widen(dst_mem, dst), self.widen(src_mem, src));
+                // The length is `i64` only between two 64-bit memories.
+                let len = self.uextend_to_i64(len);
                 let d = self.iconst32(dst_mem);
                 let s = self.iconst32(src_mem);
                 self.checked_builtin(
@@ -193,6 +226,7 @@ impl Translator<'_, '_> {
             }
             O::MemoryInit { data_index, mem } => {
                 let (dst, src, len) = self.pop3();
+                let dst = self.widen(mem, dst);
                 let m = self.iconst32(mem);
                 let d = self.iconst32(data_index);
                 self.checked_builtin(

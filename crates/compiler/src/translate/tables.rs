@@ -20,6 +20,27 @@ use crate::CompileError;
 use crate::traps::code;
 
 impl Translator<'_, '_> {
+    /// An index or length of a table (an `i64` for a 64-bit table) as an `i32`: one past
+    /// `u32::MAX` becomes `u32::MAX`, out of bounds for every table as that one was (a table
+    /// holds fewer elements).
+    pub(super) fn table_index(&mut self, v: Value) -> Value {
+        if self.b.func.dfg.value_type(v) != I64 {
+            return v;
+        }
+        let most = self.b.ins().iconst(I64, u32::MAX as i64);
+        let v = self.b.ins().umin(v, most);
+        self.b.ins().ireduce(I32, v)
+    }
+
+    /// A size of `table` (an `i32`) as wasm sees it: an `i64` for a 64-bit table (-1 stays
+    /// -1: no size reaches 2^31).
+    fn table_size(&mut self, table: u32, v: Value) -> Value {
+        match self.env.info.tables[table as usize].table64 {
+            true => self.b.ins().sextend(I64, v),
+            false => v,
+        }
+    }
+
     /// Pointer to table `table`'s `VmTable`.
     fn table(&mut self, table: u32) -> Value {
         self.load_ptr(self.vmctx, self.env.offsets.table(table))
@@ -76,6 +97,7 @@ impl Translator<'_, '_> {
         match *op {
             O::TableGet { table } => {
                 let index = self.pop();
+                let index = self.table_index(index);
                 let slot = self.table_slot(table, index, code::TABLE_OUT_OF_BOUNDS);
                 let v = if self.holds_funcrefs(table) {
                     self.funcref_element(table, index, slot)
@@ -86,6 +108,7 @@ impl Translator<'_, '_> {
             }
             O::TableSet { table } => {
                 let (index, value) = self.pop2();
+                let index = self.table_index(index);
                 let slot = self.table_slot(table, index, code::TABLE_OUT_OF_BOUNDS);
                 let value = if self.holds_funcrefs(table) {
                     self.b
@@ -107,16 +130,20 @@ impl Translator<'_, '_> {
                     .b
                     .ins()
                     .load(I32, trusted(), t, VmOffsets::TABLE_LENGTH as i32);
+                let v = self.table_size(table, v);
                 self.push(v);
             }
             O::TableGrow { table } => {
                 let (init, delta) = self.pop2();
+                let delta = self.table_index(delta);
                 let t = self.iconst32(table);
                 let v = self.builtin(Builtin::TableGrow, &[t, delta, init]).unwrap();
+                let v = self.table_size(table, v);
                 self.push(v);
             }
             O::TableFill { table } => {
                 let (dst, val, len) = self.pop3();
+                let (dst, len) = (self.table_index(dst), self.table_index(len));
                 let t = self.iconst32(table);
                 self.checked_builtin(
                     Builtin::TableFill,
@@ -129,6 +156,8 @@ impl Translator<'_, '_> {
                 src_table,
             } => {
                 let (dst, src, len) = self.pop3();
+                let (dst, src) = (self.table_index(dst), self.table_index(src));
+                let len = self.table_index(len);
                 let d = self.iconst32(dst_table);
                 let s = self.iconst32(src_table);
                 self.checked_builtin(
@@ -139,6 +168,7 @@ impl Translator<'_, '_> {
             }
             O::TableInit { elem_index, table } => {
                 let (dst, src, len) = self.pop3();
+                let dst = self.table_index(dst);
                 let t = self.iconst32(table);
                 let e = self.iconst32(elem_index);
                 self.checked_builtin(

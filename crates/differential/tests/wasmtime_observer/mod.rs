@@ -49,6 +49,7 @@ impl Wasmtime {
             .wasm_wide_arithmetic(true)
             .wasm_exceptions(true)
             .wasm_custom_page_sizes(true)
+            .wasm_memory64(true)
             .max_wasm_stack(MAX_WASM_STACK)
             .consume_fuel(fuel.is_some());
         Ok(Wasmtime {

@@ -133,11 +133,7 @@ fn a_table_of_another_store_is_refused() {
     let engine = Engine::default();
     let mut one = Store::new(&engine, ());
     let mut two = Store::new(&engine, ());
-    let ty = TableType {
-        elem: ValType::FUNCREF,
-        min: 1,
-        max: None,
-    };
+    let ty = TableType::new(ValType::FUNCREF, 1, None);
     let table = Table::new(&mut one, ty, Val::FuncRef(None)).unwrap();
     let module = Module::new(&engine, br#"(module (import "m" "t" (table 1 funcref)))"#).unwrap();
     let e = Instance::new(&mut two, &module, &[table.into()]).unwrap_err();
@@ -528,4 +524,108 @@ fn memories_of_one_byte_pages_are_sized_grown_and_bounded_by_the_byte() {
     let e = linker.instantiate(&mut store, &pages_of_64k).unwrap_err();
     assert!(matches!(e, Error::Link(_)), "{e}");
     assert!(e.to_string().contains("pagesize 1"), "{e}");
+}
+
+/// 64-bit memories and tables (up to 4 GiB, and a table's usual bound): addresses near
+/// `u64::MAX` and offsets past 4 GiB trap; sizes and growth are `i64`, and growth past what
+/// the memory can hold is -1; 64-bit and 32-bit memories do not link for each other.
+#[test]
+fn memories_and_tables_of_64_bit_indices_trap_far_out_and_grow_in_i64() {
+    use ephem::{Engine, Error, Linker, Memory, MemoryType, Module, Store, TrapKind};
+    let engine = Engine::default();
+    let mut store = Store::new(&engine, ());
+    let memory = Memory::new(&mut store, MemoryType::new64(1, None)).unwrap();
+    let mut linker = Linker::new(&engine);
+    linker.define(&store, "host", "memory", memory).unwrap();
+    let module = Module::new(
+        &engine,
+        r#"(module
+          (import "host" "memory" (memory i64 1))
+          (table $t i64 2 funcref)
+          (func (export "load") (param i64) (result i32) (i32.load (local.get 0)))
+          (func (export "load_far") (param i64) (result i32)
+            (i32.load offset=0xffff_ffff_ffff_fff0 (local.get 0)))
+          (func (export "store") (param i64 i32) (i32.store (local.get 0) (local.get 1)))
+          (func (export "size") (result i64) (memory.size))
+          (func (export "grow") (param i64) (result i64) (memory.grow (local.get 0)))
+          (func (export "fill") (param i64 i64) (memory.fill (local.get 0) (i32.const 7) (local.get 1)))
+          (func (export "table_get") (param i64) (result i32)
+            (ref.is_null (table.get $t (local.get 0))))
+          (func (export "table_grow") (param i64) (result i64)
+            (table.grow $t (ref.null func) (local.get 0)))
+          (func (export "table_size") (result i64) (table.size $t)))"#,
+    )
+    .unwrap();
+    let i = linker.instantiate(&mut store, &module).unwrap();
+    let load = i.get_typed_func::<i64, i32>(&mut store, "load").unwrap();
+    let store_fn = i
+        .get_typed_func::<(i64, i32), ()>(&mut store, "store")
+        .unwrap();
+    store_fn.call(&mut store, (65532, 0x0102_0304)).unwrap();
+    assert_eq!(load.call(&mut store, 65532).unwrap(), 0x0102_0304);
+    for far in [
+        65533,
+        1 << 32,
+        u64::MAX as i64,
+        (u64::MAX - 3) as i64,
+        i64::MAX,
+    ] {
+        let e = load.call(&mut store, far).unwrap_err();
+        assert_eq!(
+            e.trap().unwrap().kind,
+            TrapKind::MemoryOutOfBounds,
+            "{far:#x}"
+        );
+    }
+    let load_far = i
+        .get_typed_func::<i64, i32>(&mut store, "load_far")
+        .unwrap();
+    for at in [0, 0x10, 0x20] {
+        let e = load_far.call(&mut store, at).unwrap_err();
+        assert_eq!(
+            e.trap().unwrap().kind,
+            TrapKind::MemoryOutOfBounds,
+            "{at:#x}"
+        );
+    }
+    let fill = i
+        .get_typed_func::<(i64, i64), ()>(&mut store, "fill")
+        .unwrap();
+    fill.call(&mut store, (0, 16)).unwrap();
+    assert!(fill.call(&mut store, (u64::MAX as i64, 2)).is_err());
+    assert!(fill.call(&mut store, (0, 1 << 32)).is_err());
+    let size = i.get_typed_func::<(), i64>(&mut store, "size").unwrap();
+    let grow = i.get_typed_func::<i64, i64>(&mut store, "grow").unwrap();
+    assert_eq!(grow.call(&mut store, 1).unwrap(), 1);
+    assert_eq!(size.call(&mut store, ()).unwrap(), 2);
+    assert_eq!(grow.call(&mut store, 1 << 32).unwrap(), -1);
+    assert_eq!(grow.call(&mut store, -1).unwrap(), -1);
+
+    let table_get = i
+        .get_typed_func::<i64, i32>(&mut store, "table_get")
+        .unwrap();
+    assert_eq!(table_get.call(&mut store, 1).unwrap(), 1);
+    for far in [2, 1 << 32, -1] {
+        let e = table_get.call(&mut store, far).unwrap_err();
+        assert_eq!(
+            e.trap().unwrap().kind,
+            TrapKind::TableOutOfBounds,
+            "{far:#x}"
+        );
+    }
+    let table_grow = i
+        .get_typed_func::<i64, i64>(&mut store, "table_grow")
+        .unwrap();
+    let table_size = i
+        .get_typed_func::<(), i64>(&mut store, "table_size")
+        .unwrap();
+    assert_eq!(table_grow.call(&mut store, 3).unwrap(), 2);
+    assert_eq!(table_size.call(&mut store, ()).unwrap(), 5);
+    assert_eq!(table_grow.call(&mut store, 1 << 33).unwrap(), -1);
+
+    let thirty_two =
+        Module::new(&engine, r#"(module (import "host" "memory" (memory 1)))"#).unwrap();
+    let e = linker.instantiate(&mut store, &thirty_two).unwrap_err();
+    assert!(matches!(e, Error::Link(_)), "{e}");
+    assert!(e.to_string().contains("i64"), "{e}");
 }

@@ -4,7 +4,8 @@
 //! `simd`, `relaxed-simd`, `tail-call`, `extended-const`, `multi-memory`, `wide-arithmetic`,
 //! `exceptions`, `custom-page-sizes`), with the default compiler; `proposals/function-references`, with that
 //! proposal and the tail calls it uses but without multi-memory, which its binary tests predate
-//! (they expect a memory index other than zero to be malformed); and WebAssembly 3.0
+//! (they expect a memory index other than zero to be malformed); `proposals/memory64`, with
+//! every proposal but multi-memory, for the same reason; and WebAssembly 3.0
 //! (`wasm-v3`) with the default compiler. Files that need what ephem does not implement yet
 //! are left out, each named with its reason ([`V3_NOT_YET`], [`PROPOSALS_NOT_YET`]). Run three times: as the pool gives slots;
 //! with every module loaded into a code slot that just held another module (and memory images
@@ -30,7 +31,8 @@ const PROPOSALS: [(Proposal, usize); 8] = [
 ];
 
 /// The proposals' files that need what ephem does not implement yet, as [`V3_NOT_YET`].
-const PROPOSALS_NOT_YET: [(&str, &str); 1] = [("memory_max_i64.wast", "64-bit memories")];
+const PROPOSALS_NOT_YET: [(&str, &str); 1] =
+    [("memory_max_i64.wast", "64-bit memories of more than 4 GiB")];
 
 /// The files of `wasm-v3` that need what ephem does not implement yet, each with what: they are
 /// left out whole (every other file of `wasm-v3` runs, every assertion). A file that starts to
@@ -59,6 +61,13 @@ fn suites() -> Vec<(Vec<TestFile<'static>>, Proposals, usize)> {
         tail_call: true,
         ..Proposals::NONE
     };
+    // memory64's tests predate multi-memory, as function-references' do.
+    let memory64: Vec<_> = proposal(Proposal::Memory64).collect();
+    assert_eq!(memory64.len(), 14, "memory64");
+    let without_multi_memory = Proposals {
+        multi_memory: false,
+        ..Proposals::ALL
+    };
     let v3: Vec<_> = spec(SpecVersion::V3)
         .filter(|f| !V3_NOT_YET.iter().any(|(n, _)| f.name().ends_with(n)))
         .collect();
@@ -67,6 +76,7 @@ fn suites() -> Vec<(Vec<TestFile<'static>>, Proposals, usize)> {
         (v2, Proposals::NONE, 26_000),
         (proposals, Proposals::ALL, 26_500),
         (references, with_references, 1_600),
+        (memory64, without_multi_memory, 1_400),
         (v3, Proposals::ALL, 19_500),
     ]
 }

@@ -87,11 +87,7 @@ fn write(engine: &Engine, writer: &Module, how: &str) {
             table(&mut store, "e").grow(&mut store, 30, X).unwrap();
         }
         "host_new" => {
-            let ty = TableType {
-                elem: ValType::EXTERNREF,
-                min: 100,
-                max: None,
-            };
+            let ty = TableType::new(ValType::EXTERNREF, 100, None);
             Table::new(&mut store, ty, X).unwrap();
         }
         export => {
