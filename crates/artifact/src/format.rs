@@ -345,7 +345,7 @@ fn plan_image(
     let mut spans = Vec::new();
     for seg in &info.datas {
         let len = u64::from(seg.range.end - seg.range.start);
-        let (start, end) = match seg.mode.placement(memory, len, min_bytes) {
+        let (start, end) = match seg.mode.placement(memory, len, min_bytes, ty.memory64) {
             Placement::Elsewhere => continue,
             Placement::Dynamic => return None,
             Placement::Static(r) => (r.start, r.end),

@@ -110,7 +110,10 @@ fn lazy_table(info: &ModuleInfo, table: u32) -> Option<(LazyTable, Vec<usize>)> 
     let mut segments = Vec::new();
     for (s, seg) in info.elems.iter().enumerate() {
         let len = seg.items.len() as u64;
-        let (start, end) = match seg.mode.placement(table, len, u64::from(ty.min)) {
+        let (start, end) = match seg
+            .mode
+            .placement(table, len, u64::from(ty.min), ty.table64)
+        {
             Placement::Elsewhere => continue,
             Placement::Dynamic => return None,
             Placement::Static(r) => (r.start, r.end),

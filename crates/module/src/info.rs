@@ -70,13 +70,14 @@ pub enum Placement {
 
 impl SegmentMode {
     /// Where this segment, of `len` units, goes if it is an active one of memory or table
-    /// `index` whose minimum size is `limit` units.
-    pub fn placement(&self, index: u32, len: u64, limit: u64) -> Placement {
+    /// `index` whose minimum size is `limit` units and whose offsets are `i64` if `wide` (a
+    /// 64-bit memory or table), else `i32`.
+    pub fn placement(&self, index: u32, len: u64, limit: u64, wide: bool) -> Placement {
         match self {
             SegmentMode::Active { index: i, offset } if *i == index => {
                 let at = match *offset {
-                    ConstExpr::I32(at) => u64::from(at as u32),
-                    ConstExpr::I64(at) => at as u64,
+                    ConstExpr::I32(at) if !wide => u64::from(at as u32),
+                    ConstExpr::I64(at) if wide => at as u64,
                     _ => return Placement::Dynamic,
                 };
                 match at.checked_add(len) {
@@ -241,28 +242,28 @@ mod tests {
     fn placements_are_static_only_for_constant_offsets_within_the_limit() {
         let at = |index, offset| SegmentMode::Active { index, offset };
         assert_eq!(
-            at(0, ConstExpr::I32(6)).placement(0, 4, 10),
+            at(0, ConstExpr::I32(6)).placement(0, 4, 10, false),
             Placement::Static(6..10)
         );
         assert_eq!(
-            at(0, ConstExpr::I32(7)).placement(0, 4, 10),
+            at(0, ConstExpr::I32(7)).placement(0, 4, 10, false),
             Placement::Dynamic
         );
         // -1 is offset 2^32 - 1, far past any limit, not a wrap to 3.
         assert_eq!(
-            at(0, ConstExpr::I32(-1)).placement(0, 4, 10),
+            at(0, ConstExpr::I32(-1)).placement(0, 4, 10, false),
             Placement::Dynamic
         );
         assert_eq!(
-            at(0, ConstExpr::GlobalGet(0)).placement(0, 0, 10),
+            at(0, ConstExpr::GlobalGet(0)).placement(0, 0, 10, false),
             Placement::Dynamic
         );
         assert_eq!(
-            at(1, ConstExpr::I32(0)).placement(0, 4, 10),
+            at(1, ConstExpr::I32(0)).placement(0, 4, 10, false),
             Placement::Elsewhere
         );
         assert_eq!(
-            SegmentMode::Passive.placement(0, 4, 10),
+            SegmentMode::Passive.placement(0, 4, 10, false),
             Placement::Elsewhere
         );
     }
