@@ -106,7 +106,7 @@ fn table_type(t: wasmparser::TableType) -> Result<TableType, CompileError> {
     Ok(TableType {
         elem: ref_type(t.element_type)?,
         min: u32::try_from(t.initial).unwrap_or(u32::MAX),
-        max: t.maximum.and_then(|m| u32::try_from(m).ok()),
+        max: t.maximum.map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
         table64: t.table64,
     })
 }
@@ -130,7 +130,9 @@ fn memory_type(m: wasmparser::MemoryType) -> Result<MemoryType, CompileError> {
     }
     Ok(MemoryType {
         min: m.initial as u32,
-        max: m.maximum.and_then(|m| u32::try_from(m).ok()),
+        // (A maximum past what a `u32` counts is no bound short of 4 GiB; kept as the largest,
+        // so that a memory without one still does not match it.)
+        max: m.maximum.map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
         ..ty
     })
 }

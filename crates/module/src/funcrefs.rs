@@ -103,7 +103,11 @@ fn lazy_table(info: &ModuleInfo, table: u32) -> Option<(LazyTable, Vec<usize>)> 
     // types. (A table with an initialiser other than null starts full: it is not lazy.)
     let init =
         (table.checked_sub(info.imported_tables)).and_then(|t| info.table_inits.get(t as usize));
-    if ty.elem != ValType::FUNCREF || init.is_some_and(|i| *i != ConstExpr::RefNull) {
+    // (A table larger than any the runtime makes never instantiates: nothing to lay out.)
+    if ty.elem != ValType::FUNCREF
+        || init.is_some_and(|i| *i != ConstExpr::RefNull)
+        || ty.min > crate::MAX_TABLE_ELEMENTS
+    {
         return None;
     }
     let mut elements = Vec::new();

@@ -82,6 +82,9 @@ pub struct VmMemory {
     pub length: u64,
 }
 
+/// Most elements a table may have (a resource limit the runtime keeps).
+pub const MAX_TABLE_ELEMENTS: u32 = 10_000_000;
+
 /// A table's elements: pointers (`*const VmFuncRef` or an externref handle), null = 0.
 #[repr(C)]
 #[derive(Debug)]

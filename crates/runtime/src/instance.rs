@@ -260,7 +260,12 @@ impl InstanceData {
         // and reads again after it; nothing else touches it meanwhile.
         unsafe {
             let left = &mut *store.fuel.get();
-            *left = left.saturating_sub(i64::try_from(n).unwrap_or(i64::MAX));
+            // What cannot be paid leaves -1, never less: metered code subtracts further from
+            // what it finds, which must not wrap around (a 64-bit length reaches 2^63).
+            *left = (i64::try_from(n).ok())
+                .and_then(|n| left.checked_sub(n))
+                .filter(|&l| l >= 0)
+                .unwrap_or(-1);
             (*left < 0).then_some(2)
         }
     }

@@ -23,7 +23,7 @@ use std::ops::Range;
 use ephem_module::{TableType, VmOffsets, VmTable};
 
 /// Most elements a table may grow to (a resource limit).
-pub const MAX_ELEMENTS: u32 = 10_000_000;
+pub const MAX_ELEMENTS: u32 = ephem_module::MAX_TABLE_ELEMENTS;
 
 pub struct TableData {
     def: Box<UnsafeCell<VmTable>>,

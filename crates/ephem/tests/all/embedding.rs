@@ -623,6 +623,30 @@ fn memories_and_tables_of_64_bit_indices_trap_far_out_and_grow_in_i64() {
     assert_eq!(table_size.call(&mut store, ()).unwrap(), 5);
     assert_eq!(table_grow.call(&mut store, 1 << 33).unwrap(), -1);
 
+    // A start function that writes a 64-bit memory runs at compile time, its state kept in
+    // segments of the memory's index type, through an artifact too.
+    let started = Module::new(
+        &engine,
+        r#"(module
+          (memory (export "memory") i64 1)
+          (func $start (i32.store (i64.const 40000) (i32.const 0x5eed)))
+          (start $start))"#,
+    )
+    .unwrap();
+    assert!(started.start_ran_at_compile());
+    let tmp = ephem_test_support::temp_dir();
+    let path = tmp.path().join("started.ephem");
+    std::fs::write(&path, started.serialize().unwrap()).unwrap();
+    // SAFETY: written just now by this engine's `serialize`, with its key.
+    let reopened = unsafe { Module::deserialize_file(&engine, &path) }.unwrap();
+    for module in [started, reopened] {
+        let i = Linker::new(&engine)
+            .instantiate(&mut store, &module)
+            .unwrap();
+        let memory = i.get_memory(&mut store, "memory").unwrap();
+        assert_eq!(memory.data(&store)[40000..40002], [0xed, 0x5e]);
+    }
+
     let thirty_two =
         Module::new(&engine, r#"(module (import "host" "memory" (memory 1)))"#).unwrap();
     let e = linker.instantiate(&mut store, &thirty_two).unwrap_err();

@@ -375,3 +375,47 @@ fn a_host_function_called_from_the_host_leaves_metered_fuel_alone() {
     charge.call(&mut store, 30).unwrap();
     assert_eq!(store.get_fuel().unwrap(), 970);
 }
+
+/// A bulk operation that cannot be paid leaves the fuel at -1, never a debt so large that the
+/// caller's next charge wraps around: here a 64-bit `memory.fill` of nearly 2^63 bytes fails in a
+/// call a host function makes (a charge just under 2^63), the host goes on, and its caller,
+/// spinning, is still stopped (its charges would have wrapped the debt around to a credit).
+#[test]
+fn an_unpayable_bulk_operation_never_makes_fuel_wrap() {
+    let engine = Engine::default();
+    let inner = module(
+        &engine,
+        r#"(module
+          (memory (export "memory") i64 1)
+          (func (export "fill") (memory.fill (i64.const 0) (i32.const 1) (i64.const 0x7fffffffffffff00))))"#,
+    );
+    let mut store = Store::new(&engine, ());
+    store.set_fuel(10_000).unwrap();
+    let mut linker = Linker::new(&engine);
+    let inner = linker.instantiate(&mut store, &inner).unwrap();
+    linker
+        .func_wrap(
+            "host",
+            "try_fill",
+            move |mut caller: ephem::Caller<'_, ()>| {
+                let fill = inner.get_typed_func::<(), ()>(&mut caller, "fill").unwrap();
+                let e = fill.call(&mut caller, ()).unwrap_err();
+                assert_eq!(e.trap().unwrap().kind, TrapKind::OutOfFuel);
+            },
+        )
+        .unwrap();
+    let outer = module(
+        &engine,
+        r#"(module
+          (import "host" "try_fill" (func $try_fill))
+          (func (export "run") (param i32) (result i32)
+            (call $try_fill)
+            (loop $l (br $l))
+            (i32.const 0)))"#,
+    );
+    let outer = linker.instantiate(&mut store, &outer).unwrap();
+    let run = outer.get_typed_func::<i32, i32>(&mut store, "run").unwrap();
+    let e = run.call(&mut store, 0).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::OutOfFuel);
+    assert_eq!(store.get_fuel().unwrap(), 0);
+}

@@ -245,13 +245,15 @@ fn with_state(
     }
     for (i, bytes) in state.memories.iter().enumerate() {
         let index = info.imported_memories + i as u32;
-        let log2 = info.memories[index as usize].page_size_log2;
-        info.memories[index as usize].min = (bytes.len() >> log2) as u32;
+        let ty = info.memories[index as usize];
+        info.memories[index as usize].min = (bytes.len() >> ty.page_size_log2) as u32;
         for run in nonzero_runs(bytes) {
-            let mode = SegmentMode::Active {
-                index,
-                offset: ConstExpr::I32(run.start as u32 as i32),
+            // (In the memory's index type: a 64-bit memory's offsets are `i64`s.)
+            let offset = match ty.memory64 {
+                true => ConstExpr::I64(run.start as i64),
+                false => ConstExpr::I32(run.start as u32 as i32),
             };
+            let mode = SegmentMode::Active { index, offset };
             datas.push(segment(&mut data, mode, &bytes[run]));
         }
     }
