@@ -63,10 +63,18 @@ fn ref_type(r: wasmparser::RefType) -> Result<ValType, CompileError> {
             A::NoExtern => HeapType::NoExtern,
             A::Exn => HeapType::Exn,
             A::NoExn => HeapType::NoExn,
-            _ => return Err(CompileError::Unsupported(format!("reference type {r:?}"))),
+            _ => {
+                return Err(CompileError::Unsupported(format!(
+                    "reference type {r:?} (GC)"
+                )));
+            }
         },
         H::Concrete(UnpackedIndex::Module(i)) => HeapType::Concrete(i),
-        _ => return Err(CompileError::Unsupported(format!("reference type {r:?}"))),
+        _ => {
+            return Err(CompileError::Unsupported(format!(
+                "reference type {r:?} (GC)"
+            )));
+        }
     };
     Ok(ValType::Ref(RefType {
         nullable: r.is_nullable(),
