@@ -352,11 +352,12 @@ impl Compiler {
         let mut parsed = parse::parse(&bytes, self.proposals)?;
         parsed.info.metered = self.fuel.is_some();
         parsed.info.marks_writes = self.write_marks;
-        // A memory of one-byte pages may end anywhere in a host page: only comparisons stop
-        // an access past it (see `Proposals::custom_page_sizes`).
-        let small_pages = (parsed.info.memories.iter())
-            .any(|m| m.page_size_log2 < MemoryType::DEFAULT_PAGE_SIZE_LOG2 || m.memory64);
-        let bounds_checks = self.bounds_checks || small_pages;
+        let bounds_checks = self.bounds_checks
+            || parsed
+                .info
+                .memories
+                .iter()
+                .any(MemoryType::needs_bounds_checks);
         parsed.info.checks_bounds = bounds_checks;
         let layout = ephem_module::FuncrefLayout::of(&parsed.info);
         let offsets = VmOffsets::new(&parsed.info, layout.slots(parsed.info.imported_funcs));

@@ -107,14 +107,8 @@ impl ModuleInfo {
                 return Err(format!("bad table type {t:?}"));
             }
         }
-        for m in &self.memories {
-            let sized = |pages: u32| u64::from(pages) <= m.max_pages();
-            let page = matches!(m.page_size_log2, 0 | 16);
-            // (A 64-bit memory's maximum may be past what it can grow to.)
-            let max_ok = |x: u32| x >= m.min && (m.memory64 || sized(x));
-            if !page || !sized(m.min) || m.max.is_some_and(|x| !max_ok(x)) {
-                return Err(format!("bad memory type {m:?}"));
-            }
+        if let Some(m) = self.memories.iter().find(|m| !m.is_valid()) {
+            return Err(format!("bad memory type {m:?}"));
         }
 
         // Constant expressions: what they read exists, and they have the type wanted.

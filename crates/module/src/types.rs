@@ -609,6 +609,22 @@ impl MemoryType {
             .unwrap_or(0)
     }
 
+    /// Whether a memory can have this type: pages of one byte or 64 KiB, a minimum within what
+    /// [`MemoryType::max_pages`] allows, a maximum not below it (a 64-bit memory's maximum may
+    /// be past what it can grow to).
+    pub fn is_valid(&self) -> bool {
+        let sized = |pages: u32| u64::from(pages) <= self.max_pages();
+        let max_ok = |max: u32| max >= self.min && (self.memory64 || sized(max));
+        matches!(self.page_size_log2, 0 | 16) && sized(self.min) && self.max.is_none_or(max_ok)
+    }
+
+    /// Whether code that reaches a memory of this type must compare every access with its
+    /// length: no fault stops an access past the end of a memory of one-byte pages (it may end
+    /// inside a host page), nor one a 64-bit address makes (it reaches past any reservation).
+    pub fn needs_bounds_checks(&self) -> bool {
+        self.page_size_log2 < MemoryType::DEFAULT_PAGE_SIZE_LOG2 || self.memory64
+    }
+
     /// The most pages a 32-bit memory of this page size may have: 4 GiB of them, and for
     /// one-byte pages one fewer (a size must fit `memory.size`'s `i32`).
     pub fn max_pages(&self) -> u64 {

@@ -386,6 +386,13 @@ impl Engine {
         let mut key = Vec::new();
         let mut reg = None;
         let mut ids: Vec<u32> = Vec::with_capacity(types.len());
+        // Keyed as `type_id` keys a host's type, a type before it (or before its recursion
+        // group) by its id: a type names no later one but in its group (`ModuleInfo::check`).
+        let key_of = |m: u32, ids: &[u32], key: &mut Vec<u8>| {
+            let outside =
+                &mut |c: u32, out: &mut Vec<u8>| ephem_module::id_key(ids[c as usize], out);
+            ephem_module::type_key(types, groups, m, key, outside);
+        };
         for (i, small) in (0..types.len() as u32).zip(small) {
             if let Some(id) = small {
                 ids.push(id);
@@ -393,12 +400,8 @@ impl Engine {
             }
             let reg = reg
                 .get_or_insert_with(|| self.inner.types.lock().unwrap_or_else(|e| e.into_inner()));
-            // Keyed as `type_id` keys a host's type (a type names no later one but in its
-            // recursion group: `ModuleInfo::check`).
             let Some(g) = ephem_module::group_of(groups, i) else {
-                let outside =
-                    &mut |c: u32, out: &mut Vec<u8>| ephem_module::id_key(ids[c as usize], out);
-                ephem_module::type_key(types, groups, i, &mut key, outside);
+                key_of(i, &ids, &mut key);
                 let id = reg.id(&key, |own| {
                     types[i as usize]
                         .native()
@@ -413,9 +416,7 @@ impl Engine {
             }
             let keys: Vec<Vec<u8>> = (g.start..g.start + g.len)
                 .map(|m| {
-                    let outside =
-                        &mut |c: u32, out: &mut Vec<u8>| ephem_module::id_key(ids[c as usize], out);
-                    ephem_module::type_key(types, groups, m, &mut key, outside);
+                    key_of(m, &ids, &mut key);
                     key.clone()
                 })
                 .collect();

@@ -98,10 +98,7 @@ impl Memory {
     /// A new zeroed memory of type `ty` in `store`, from the engine's memory pool.
     /// Fails with an error of kind `Limit` when the store's limiter refuses it.
     pub fn new(mut store: impl AsContextMut, ty: MemoryType) -> Result<Memory, Error> {
-        let sized = |pages: u32| u64::from(pages) <= ty.max_pages();
-        let page = matches!(ty.page_size_log2, 0 | 16);
-        let max_ok = |m: u32| m >= ty.min && (ty.memory64 || sized(m));
-        if !page || !sized(ty.min) || ty.max.is_some_and(|m| !max_ok(m)) {
+        if !ty.is_valid() {
             return Err(Error::Usage(format!(
                 "a memory of {} pages of 2^{} bytes, at most {:?}, cannot be made",
                 ty.min, ty.page_size_log2, ty.max

@@ -201,21 +201,18 @@ impl Translator<'_, '_> {
             let values = self.top(frame.results);
             self.b.ins().jump(frame.next, &args(&values));
         }
-        if let Kind::LegacyTry { .. } = frame.kind {
-            self.end_legacy_try(frame.kind);
-            self.enter(frame.next, frame.height);
-            self.reachable = true;
-            return;
-        }
-        if let Kind::If {
-            else_block,
-            params,
-            has_else: false,
-        } = &frame.kind
-        {
-            // No else arm: the parameters fall through as the results.
-            self.b.switch_to_block(*else_block);
-            self.b.ins().jump(frame.next, &args(params));
+        match frame.kind {
+            kind @ Kind::LegacyTry { .. } => self.end_legacy_try(kind),
+            Kind::If {
+                else_block,
+                params,
+                has_else: false,
+            } => {
+                // No else arm: the parameters fall through as the results.
+                self.b.switch_to_block(else_block);
+                self.b.ins().jump(frame.next, &args(&params));
+            }
+            _ => {}
         }
         self.enter(frame.next, frame.height);
         self.reachable = true;

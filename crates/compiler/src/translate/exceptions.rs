@@ -34,13 +34,22 @@ use cranelift_codegen::ir::{
     self, BlockArg, ExceptionTableData, ExceptionTableItem, ExceptionTag, InstBuilder,
     StackSlotData, StackSlotKind,
 };
-use ephem_module::Builtin;
+use ephem_module::{Builtin, ValType};
 use wasmparser::{BlockType, Catch};
 
 use super::control::Kind;
 use super::{Translator, ir_type, trusted};
 use crate::CompileError;
 use crate::traps::code;
+
+/// The body of a `try_table` or `try`, jumped to but not yet entered (see
+/// [`Translator::try_body`]).
+struct TryBody {
+    block: ir::Block,
+    params: usize,
+    results: Vec<ValType>,
+    height: usize,
+}
 
 /// One `catch` clause in effect: its [`clause_tag`] number and its landing block (which takes
 /// the exception's record).
@@ -125,14 +134,7 @@ impl Translator<'_, '_> {
     /// block's outside). The landing blocks are written first, then the body goes on in a
     /// block of its own.
     fn try_table(&mut self, blockty: BlockType, catches: &[Catch]) -> Result<(), CompileError> {
-        let (params, results) = self.block_arity(blockty)?;
-        let body = self.b.create_block();
-        let height = self.stack.len() - params.len();
-        let values = self.top(params.len());
-        self.b.ins().jump(body, &super::control::args(&values));
-        for &t in &params {
-            self.b.append_block_param(body, ir_type(t));
-        }
+        let body = self.try_body(blockty)?;
         let mut clauses = Vec::with_capacity(catches.len());
         for catch in catches {
             let (tag, by_ref, label) = match *catch {
@@ -149,10 +151,33 @@ impl Translator<'_, '_> {
             });
         }
         self.catches.push(clauses);
-        let next = self.new_block(&results);
-        self.enter(body, height);
-        self.push_frame(Kind::TryTable, next, params.len(), results.len(), height);
+        self.enter_try_body(body, Kind::TryTable);
         Ok(())
+    }
+
+    /// Ends the current block with a jump to the body of a `try_table` or `try` of type
+    /// `blockty`, a new block taking its parameters, which [`Translator::enter_try_body`] enters
+    /// once the try's handlers are in place (their landing blocks are written first).
+    fn try_body(&mut self, blockty: BlockType) -> Result<TryBody, CompileError> {
+        let (params, results) = self.block_arity(blockty)?;
+        let block = self.new_block(&params);
+        let height = self.stack.len() - params.len();
+        let values = self.top(params.len());
+        self.b.ins().jump(block, &super::control::args(&values));
+        Ok(TryBody {
+            block,
+            params: params.len(),
+            results,
+            height,
+        })
+    }
+
+    /// Goes on in the body a [`Translator::try_body`] made, in a frame of `kind`.
+    fn enter_try_body(&mut self, body: TryBody, kind: Kind) {
+        let next = self.new_block(&body.results);
+        self.enter(body.block, body.height);
+        let results = body.results.len();
+        self.push_frame(kind, next, body.params, results, body.height);
     }
 
     /// The landing block of a clause: takes the exception's record, and branches to `label`
@@ -229,11 +254,7 @@ impl Translator<'_, '_> {
     /// the try's dispatch block, written at its end, when its `catch` clauses are known
     /// ([`Translator::end_legacy_try`]), or at its `delegate`.
     fn legacy_try(&mut self, blockty: BlockType) -> Result<(), CompileError> {
-        let (params, results) = self.block_arity(blockty)?;
-        let body = self.new_block(&params);
-        let height = self.stack.len() - params.len();
-        let values = self.top(params.len());
-        self.b.ins().jump(body, &super::control::args(&values));
+        let body = self.try_body(blockty)?;
         let dispatch = self.b.create_block();
         self.b.append_block_param(dispatch, I64);
         self.b.set_cold_block(dispatch);
@@ -243,8 +264,6 @@ impl Translator<'_, '_> {
             landing: dispatch,
             tables: Vec::new(),
         }]);
-        let next = self.new_block(&results);
-        self.enter(body, height);
         let kind = Kind::LegacyTry {
             dispatch,
             catches: Vec::new(),
@@ -252,7 +271,7 @@ impl Translator<'_, '_> {
             tables: Vec::new(),
             rethrown: false,
         };
-        self.push_frame(kind, next, params.len(), results.len(), height);
+        self.enter_try_body(body, kind);
         Ok(())
     }
 

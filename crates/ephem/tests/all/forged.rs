@@ -546,18 +546,22 @@ fn forged_exception_handlers_and_tags_are_refused() {
     let open = |c: &CompiledModule| {
         open_bytes("throws.ephem", &ephem_artifact::to_bytes(c, &[0; 32], &KEY))
     };
+    // Opens, instantiates and calls `run`.
+    let run = |c: &CompiledModule| {
+        let engine = Engine::default();
+        let module = Module::from_artifact(&engine, open(c).unwrap());
+        let mut store = Store::new(&engine, ());
+        let instance = Linker::new(&engine)
+            .instantiate(&mut store, &module)
+            .unwrap();
+        let run = instance
+            .get_typed_func::<(), i32>(&mut store, "run")
+            .unwrap();
+        run.call(&mut store, ())
+    };
     let intact = good();
     assert_eq!(intact.call_sites.len(), 1, "one call in a try_table");
-    let engine = Engine::default();
-    let module = Module::from_artifact(&engine, open(&intact).unwrap());
-    let mut store = Store::new(&engine, ());
-    let instance = Linker::new(&engine)
-        .instantiate(&mut store, &module)
-        .unwrap();
-    let run = instance
-        .get_typed_func::<(), i32>(&mut store, "run")
-        .unwrap();
-    assert_eq!(run.call(&mut store, ()).unwrap(), 42);
+    assert_eq!(run(&intact).unwrap(), 42);
 
     type Edit = Box<dyn Fn(&mut CompiledModule)>;
     let site = |edit: fn(&mut ephem_module::CallSite)| {
@@ -625,16 +629,5 @@ fn forged_exception_handlers_and_tags_are_refused() {
     // instead of the stack pointer going there.
     let mut c = good();
     c.call_sites[0].frame_offset = 1 << 20;
-    let module = Module::from_artifact(&engine, open(&c).unwrap());
-    let mut store = Store::new(&engine, ());
-    let instance = Linker::new(&engine)
-        .instantiate(&mut store, &module)
-        .unwrap();
-    let run = instance
-        .get_typed_func::<(), i32>(&mut store, "run")
-        .unwrap();
-    assert!(matches!(
-        run.call(&mut store, ()),
-        Err(ephem::Error::Exception(_))
-    ));
+    assert!(matches!(run(&c), Err(ephem::Error::Exception(_))));
 }
