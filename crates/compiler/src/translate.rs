@@ -10,11 +10,13 @@
 //! takes its callee's vmctx and then its caller's (null from the host), so that a host
 //! function knows which instance called it.
 //!
-//! Linear memory is reached as `base + zext(address) + offset`. By default every access is
-//! first compared with the memory's current length (`bounds.rs`); code compiled without bounds
-//! checks (`Compiler::without_bounds_checks`) relies on the runtime's reservation of 8 GiB of
-//! inaccessible address space behind every memory base instead, in which any access a 32-bit
-//! address and offset can form faults, and the fault is the trap. Stores set write marks
+//! Linear memory is reached as `base + zext(address) + offset` (a 64-bit address as it is). By
+//! default every access is first compared with the memory's current length (`bounds.rs`); code
+//! compiled without bounds checks (`Compiler::without_bounds_checks`) relies on the runtime's
+//! reservation of 8 GiB of inaccessible address space behind every memory base instead, in
+//! which any access a 32-bit address and offset can form faults, and the fault is the trap. A
+//! module with a 64-bit memory or one of one-byte pages is always compiled with checks
+//! (`MemoryType::needs_bounds_checks`). Stores set write marks
 //! unless those are turned off (`marks.rs`). Fuel is charged only in metered code
 //! (`fuel.rs`). Deadlines need no code here: the runtime interrupts a call past its deadline
 //! with a signal; only the bulk-memory builtins, which run in the host, report one (their trap

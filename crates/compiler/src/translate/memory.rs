@@ -1,7 +1,9 @@
 //! Linear memory: loads, stores, and the memory operators (`memory.size`, `memory.grow`,
 //! bulk memory and `data.drop`).
 //!
-//! An access's native address is `base + zext(index) + offset`, with the base loaded from the
+//! An access's native address is `base + zext(index) + offset` (a 64-bit memory's index is not
+//! extended: addresses, sizes and lengths are `i64` there, and the builtins take every memory's
+//! as `i64`), with the base loaded from the
 //! vmctx (it never moves while the instance lives, so the load is hoisted out of loops).
 //! [`Translator::access`] makes it, with the bounds check where the code has them
 //! (`bounds.rs`); stores then set their write mark (`marks.rs`). An access that faults is a
