@@ -50,7 +50,7 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// types `ValType::Ref`, `ModuleInfo::table_inits`, `TrapKind::NullReference`; lengths kept
 /// across calls that cannot grow a memory; 26: exception handling, `ModuleInfo::tags`, the vmctx's
 /// tags, `Meta::call_sites`; `ModuleInfo::rec_groups`, whose types have no small id).
-pub const FORMAT_VERSION: u32 = 26;
+pub const FORMAT_VERSION: u32 = 27;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;

@@ -39,6 +39,9 @@ enum Proposal {
     Exceptions,
     CustomPageSizes,
     Memory64,
+    Threads,
+    /// WebAssembly 2.0's, which only suites written before it turn off.
+    ReferenceTypes,
 }
 
 impl Proposal {
@@ -53,6 +56,8 @@ impl Proposal {
             Proposal::Exceptions => &mut p.exceptions,
             Proposal::CustomPageSizes => &mut p.custom_page_sizes,
             Proposal::Memory64 => &mut p.memory64,
+            Proposal::Threads => &mut p.threads,
+            Proposal::ReferenceTypes => &mut p.reference_types,
         };
         *on = false;
     }

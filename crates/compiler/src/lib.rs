@@ -118,6 +118,15 @@ pub struct Proposals {
     /// Memories addressed by `i64`, up to 4 GiB. Code that reaches one always checks bounds:
     /// a 64-bit address can reach past any reservation.
     pub memory64: bool,
+    /// Shared memories and atomic operations (on any memory): `memory.atomic.wait32`/`64`,
+    /// `memory.atomic.notify`, `atomic.fence`. A shared memory is never reset for another
+    /// instance, so code stores no write marks into it, and a bounds check reads its length
+    /// anew (another thread may have grown it).
+    pub threads: bool,
+    /// WebAssembly 2.0's reference types (with them, more than one table): on in
+    /// [`Proposals::NONE`] too, since 2.0 has them; off only to check suites written before
+    /// them (the threads proposal's expects a second table to be invalid).
+    pub reference_types: bool,
 }
 
 impl Proposals {
@@ -134,6 +143,8 @@ impl Proposals {
         gc_types: true,
         custom_page_sizes: true,
         memory64: true,
+        threads: true,
+        reference_types: true,
     };
     /// None: exactly WebAssembly 2.0.
     pub const NONE: Proposals = Proposals {
@@ -148,6 +159,8 @@ impl Proposals {
         gc_types: false,
         custom_page_sizes: false,
         memory64: false,
+        threads: false,
+        reference_types: true,
     };
 }
 

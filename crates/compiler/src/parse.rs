@@ -25,6 +25,8 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
         (proposals.legacy_exceptions, WasmFeatures::LEGACY_EXCEPTIONS),
         (proposals.custom_page_sizes, WasmFeatures::CUSTOM_PAGE_SIZES),
         (proposals.memory64, WasmFeatures::MEMORY64),
+        (proposals.threads, WasmFeatures::THREADS),
+        (proposals.reference_types, WasmFeatures::REFERENCE_TYPES),
         // (GC's types build on typed function references: off with them.)
         (
             proposals.gc_types && proposals.function_references,
@@ -120,14 +122,12 @@ fn table_type(t: wasmparser::TableType) -> Result<TableType, CompileError> {
 }
 
 fn memory_type(m: wasmparser::MemoryType) -> Result<MemoryType, CompileError> {
-    if m.shared {
-        return Err(CompileError::Unsupported("shared memory".into()));
-    }
     let ty = MemoryType {
         min: 0,
         max: None,
         page_size_log2: m.page_size_log2.unwrap_or(16) as u8,
         memory64: m.memory64,
+        shared: m.shared,
     };
     // A 64-bit memory starts within 4 GiB, the most a memory's reservation holds, and a
     // maximum beyond what a `u32` counts is no bound short of that.

@@ -41,6 +41,7 @@ use wasmparser::{FunctionBody, Operator};
 use crate::CompileError;
 use crate::arch::Raised;
 
+mod atomics;
 mod bounds;
 mod builtins;
 mod calls;
@@ -440,6 +441,7 @@ impl Translator<'_, '_> {
                     || self.call_op(other)
                     || self.exception_op(other)?
                     || self.memory_op(other)
+                    || self.atomic_op(other)
                     || self.table_op(other)?
                     || self.numeric_op(other)
                     || self.simd_op(other);

@@ -18,6 +18,8 @@ pub mod code {
     pub const INTERRUPTED: TrapCode = TrapCode::unwrap_user(7);
     pub const OUT_OF_FUEL: TrapCode = TrapCode::unwrap_user(8);
     pub const NULL_REFERENCE: TrapCode = TrapCode::unwrap_user(9);
+    pub const UNALIGNED_ATOMIC: TrapCode = TrapCode::unwrap_user(10);
+    pub const WAIT_ON_UNSHARED: TrapCode = TrapCode::unwrap_user(11);
 }
 
 /// The kind of trap `trap` raises; `None` for a code generated code never uses.
@@ -36,6 +38,8 @@ pub fn kind(trap: TrapCode) -> Option<TrapKind> {
         code::INTERRUPTED => TrapKind::Interrupted,
         code::OUT_OF_FUEL => TrapKind::OutOfFuel,
         code::NULL_REFERENCE => TrapKind::NullReference,
+        code::UNALIGNED_ATOMIC => TrapKind::UnalignedAtomic,
+        code::WAIT_ON_UNSHARED => TrapKind::WaitOnUnsharedMemory,
         _ => return None,
     })
 }

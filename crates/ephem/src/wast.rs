@@ -163,6 +163,8 @@ fn spectest(store: &mut Store<()>) -> anyhow::Result<Linker<()>> {
     linker.define(&*store, "spectest", "table", table)?;
     let memory = Memory::new(&mut *store, MemoryType::new(1, Some(2)))?;
     linker.define(&*store, "spectest", "memory", memory)?;
+    let shared = Memory::new(&mut *store, MemoryType::shared(1, 2))?;
+    linker.define(&*store, "spectest", "shared_memory", shared)?;
     Ok(linker)
 }
 

@@ -43,11 +43,16 @@ pub enum TrapKind {
     /// A `throw` past the bound on the exceptions a store holds (see the runtime's
     /// `EngineConfig::max_exception_bytes`).
     TooManyExceptions,
+    /// An atomic access at an address that is not a multiple of its size.
+    UnalignedAtomic,
+    /// `memory.atomic.wait32`/`wait64` on a memory that is not shared, which would wait
+    /// forever (no other thread can notify it).
+    WaitOnUnsharedMemory,
 }
 
 impl TrapKind {
     /// Every kind, in the order of their stable codes ([`TrapKind::code`]).
-    pub const ALL: [TrapKind; 15] = [
+    pub const ALL: [TrapKind; 17] = [
         TrapKind::Unreachable,
         TrapKind::MemoryOutOfBounds,
         TrapKind::TableOutOfBounds,
@@ -63,6 +68,8 @@ impl TrapKind {
         TrapKind::OutOfFuel,
         TrapKind::NullReference,
         TrapKind::TooManyExceptions,
+        TrapKind::UnalignedAtomic,
+        TrapKind::WaitOnUnsharedMemory,
     ];
 
     /// A number for this kind that stays the same across builds (used in artifact files).
@@ -92,6 +99,8 @@ impl TrapKind {
             TrapKind::OutOfFuel => "all fuel consumed",
             TrapKind::NullReference => "null reference",
             TrapKind::TooManyExceptions => "too many exceptions held at once",
+            TrapKind::UnalignedAtomic => "unaligned atomic",
+            TrapKind::WaitOnUnsharedMemory => "expected shared memory",
         }
     }
 }

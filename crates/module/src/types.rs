@@ -562,6 +562,9 @@ pub struct MemoryType {
     pub page_size_log2: u8,
     /// Whether addresses are `i64` (WebAssembly 3.0's 64-bit memories), not `i32`.
     pub memory64: bool,
+    /// Whether the memory is shared between threads (the threads proposal): such a memory has
+    /// a maximum, outlives any one store, and is never reset for another instance.
+    pub shared: bool,
 }
 
 impl MemoryType {
@@ -575,6 +578,15 @@ impl MemoryType {
             max,
             page_size_log2: MemoryType::DEFAULT_PAGE_SIZE_LOG2,
             memory64: false,
+            shared: false,
+        }
+    }
+
+    /// A memory of `min` to `max` pages of 64 KiB, shared between threads.
+    pub fn shared(min: u32, max: u32) -> MemoryType {
+        MemoryType {
+            shared: true,
+            ..MemoryType::new(min, Some(max))
         }
     }
 
@@ -611,11 +623,15 @@ impl MemoryType {
 
     /// Whether a memory can have this type: pages of one byte or 64 KiB, a minimum within what
     /// [`MemoryType::max_pages`] allows, a maximum not below it (a 64-bit memory's maximum may
-    /// be past what it can grow to).
+    /// be past what it can grow to), and a shared memory has a maximum.
     pub fn is_valid(&self) -> bool {
         let sized = |pages: u32| u64::from(pages) <= self.max_pages();
         let max_ok = |max: u32| max >= self.min && (self.memory64 || sized(max));
-        matches!(self.page_size_log2, 0 | 16) && sized(self.min) && self.max.is_none_or(max_ok)
+        let bounded = !self.shared || self.max.is_some();
+        matches!(self.page_size_log2, 0 | 16)
+            && sized(self.min)
+            && self.max.is_none_or(max_ok)
+            && bounded
     }
 
     /// Whether code that reaches a memory of this type must compare every access with its

@@ -163,6 +163,14 @@ macro_rules! for_each_builtin {
             Throw throw(tag: i32, values: i64);
             /// (exn): never returns; throws the exception again, or traps `NullReference`
             ThrowRef throw_ref(exn: i64);
+            /// (mem, addr, expected, timeout_ns) -> 0 woken, 1 not equal, 2 timed out, 3 past
+            /// the deadline, 4 the memory is not shared, 5 out of bounds (`addr` is the
+            /// effective address; a negative timeout waits without end)
+            AtomicWait32 atomic_wait32(mem: i32, addr: i64, expected: i32, timeout: i64) -> i32;
+            /// As `AtomicWait32`, comparing 8 bytes.
+            AtomicWait64 atomic_wait64(mem: i32, addr: i64, expected: i64, timeout: i64) -> i32;
+            /// (mem, addr, count) -> waiters woken, or -1 out of bounds
+            AtomicNotify atomic_notify(mem: i32, addr: i64, count: i32) -> i64;
         }
     };
 }

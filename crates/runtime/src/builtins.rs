@@ -117,6 +117,91 @@ builtin! {
     }
 }
 
+/// The native address of an atomic access of `size` bytes at `addr` of `memory`, if within
+/// it (generated code checked bounds and alignment already, unless it was forged).
+fn atomic_at(memory: &crate::memory::LinearMemory, addr: u64, size: u64) -> Option<usize> {
+    let end = end_within(addr, size, memory.len())?;
+    let at = memory.base() as usize + end - size as usize;
+    at.is_multiple_of(size as usize).then_some(at)
+}
+
+/// `memory.atomic.wait32`/`wait64`: see `Builtin::AtomicWait32` for the results.
+fn atomic_wait(
+    i: &InstanceData,
+    store: &StoreOpaque,
+    mem: u32,
+    addr: u64,
+    expected: crate::memory::wait::Expected,
+    timeout: u64,
+) -> u32 {
+    use crate::memory::wait::{Expected, Woke, wait};
+    let memory = i.memory(store, mem);
+    let size = match expected {
+        Expected::U32(_) => 4,
+        Expected::U64(_) => 8,
+    };
+    let Some(at) = atomic_at(memory, addr, size) else {
+        return 5;
+    };
+    if memory.shared().is_none() {
+        // Nothing could wake it: only a value that differs lets it return.
+        // SAFETY: `at` is aligned and within the memory, which no other thread reaches.
+        let equal = unsafe {
+            match expected {
+                Expected::U32(v) => *(at as *const u32) == v,
+                Expected::U64(v) => *(at as *const u64) == v,
+            }
+        };
+        return if equal { 4 } else { 1 };
+    }
+    if crate::signals::interrupt_due() {
+        return 3;
+    }
+    // A negative timeout waits without end.
+    let timeout = i64::try_from(timeout)
+        .ok()
+        .map(|ns| std::time::Duration::from_nanos(ns as u64));
+    let due = crate::signals::interrupt_due;
+    let stop: Option<&dyn Fn() -> bool> = store.has_deadline().then_some(&due);
+    match wait(at, expected, timeout, stop) {
+        Woke::Notified => 0,
+        Woke::NotEqual => 1,
+        Woke::TimedOut => 2,
+        Woke::Stopped => 3,
+    }
+}
+
+builtin! {
+    /// `memory.atomic.wait32`.
+    fn atomic_wait32[i, store](mem: u32, addr: u64, expected: u32, timeout: u64) -> u32 {
+        let expected = crate::memory::wait::Expected::U32(expected);
+        atomic_wait(i, store, mem, addr, expected, timeout)
+    }
+}
+
+builtin! {
+    /// `memory.atomic.wait64`.
+    fn atomic_wait64[i, store](mem: u32, addr: u64, expected: u64, timeout: u64) -> u32 {
+        let expected = crate::memory::wait::Expected::U64(expected);
+        atomic_wait(i, store, mem, addr, expected, timeout)
+    }
+}
+
+builtin! {
+    /// `memory.atomic.notify`: the waiters woken, or -1 out of bounds.
+    fn atomic_notify[i, store](mem: u32, addr: u64, count: u32) -> u64 {
+        let memory = i.memory(store, mem);
+        let Some(at) = atomic_at(memory, addr, 4) else {
+            return u64::MAX;
+        };
+        // Nobody waits on a memory that is not shared.
+        match memory.shared() {
+            Some(_) => u64::from(crate::memory::wait::notify(at, count)),
+            None => 0,
+        }
+    }
+}
+
 builtin! {
     /// `memory.fill`: a trap flag.
     fn memory_fill[i, store](mem: u32, dst: u64, val: u32, len: u64) -> u32 {

@@ -244,9 +244,12 @@ impl Config {
         self
     }
 
-    /// Shared memories and atomics: not yet supported; `true` is refused by `Engine::new`.
+    /// Whether shared memories and atomic operations are accepted (default: yes); see
+    /// `Proposals::threads` and [`SharedMemory`](crate::SharedMemory).
+    #[cfg(feature = "cranelift")]
     pub fn wasm_threads(&mut self, on: bool) -> &mut Config {
-        self.not_yet("threads", on)
+        self.compiler.proposals.threads = on;
+        self
     }
 
     /// The component model: not yet supported; `true` is refused by `Engine::new`.

@@ -95,7 +95,9 @@ impl From<crate::Tag> for Extern {
 pub struct Memory(pub(crate) Stored);
 
 impl Memory {
-    /// A new zeroed memory of type `ty` in `store`, from the engine's memory pool.
+    /// A new zeroed memory of type `ty` in `store`, from the engine's memory pool (a shared
+    /// type makes a new [`SharedMemory`](crate::SharedMemory), which
+    /// [`Memory::shared`] gives to other stores).
     /// Fails with an error of kind `Limit` when the store's limiter refuses it.
     pub fn new(mut store: impl AsContextMut, ty: MemoryType) -> Result<Memory, Error> {
         if !ty.is_valid() {
@@ -114,6 +116,36 @@ impl Memory {
         let no_image: Option<&crate::load::ArtifactImage<'_>> = None;
         let memory = LinearMemory::pooled(store.engine(), ty, no_image, false)?;
         Ok(Memory(store.push_memory(memory)))
+    }
+
+    /// `shared` as a memory of `store` (of `shared`'s engine), to import into its instances
+    /// (`Linker::define`). wasmtime names a shared memory `Extern::SharedMemory`; here a
+    /// store's memories are all [`Memory`], shared or not, and one store's memory is another's
+    /// through this and [`Memory::shared`].
+    pub fn from_shared(
+        mut store: impl AsContextMut,
+        shared: &crate::SharedMemory,
+    ) -> Result<Memory, Error> {
+        let raw = raw_store(&mut store);
+        // SAFETY: derived from the exclusive borrow above, for this call only, and nothing
+        // borrows the store while the limiter is asked.
+        unsafe { StoreOpaque::admit_memory(raw, shared.ty())? };
+        // SAFETY: `raw` is derived from the exclusive borrow above; the only reference to the
+        // store from here on.
+        let store = unsafe { &mut *raw };
+        if !store.engine().same(shared.engine()) {
+            return Err(Error::Usage(
+                "a shared memory of another engine cannot be imported".into(),
+            ));
+        }
+        let memory = LinearMemory::of_shared(shared.clone(), store.engine());
+        Ok(Memory(store.push_memory(memory)))
+    }
+
+    /// The shared memory this is, if its type is shared: a handle other stores and threads
+    /// can hold ([`Memory::from_shared`]).
+    pub fn shared(&self, store: impl AsContext) -> Option<crate::SharedMemory> {
+        self.get(&store).shared().cloned()
     }
 
     fn get<'a, S: AsContext + ?Sized>(&self, store: &'a S) -> &'a LinearMemory {

@@ -404,6 +404,7 @@ pub(crate) fn check_import(
             let actual = store.memories[index as usize].ty();
             let fits = actual.page_size_log2 == ty.page_size_log2
                 && actual.memory64 == ty.memory64
+                && actual.shared == ty.shared
                 && limits_match(actual.min, actual.max, ty.min, ty.max);
             if !fits {
                 return Err(mismatch(

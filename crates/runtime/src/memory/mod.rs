@@ -53,7 +53,9 @@ mod config;
 mod image;
 mod pool;
 mod reset;
+mod shared;
 mod slot;
+pub(crate) mod wait;
 mod zero;
 
 use std::cell::{Cell, RefCell, UnsafeCell};
@@ -64,6 +66,7 @@ use ephem_module::{MemoryType, VmMemory};
 pub use config::MemoryConfig;
 pub(crate) use image::ImageSource;
 pub(crate) use pool::MemoryPool;
+pub use shared::{SharedMemory, WaitResult};
 use slot::Slot;
 
 pub(crate) const PAGE: u64 = 65536;
@@ -144,7 +147,7 @@ impl<'a> HostBytes<'a> {
 /// for that very image, in which case nothing needs doing at all. This is how a fresh memory
 /// made for an import gets the importing module's image as cheaply as a defined one.
 pub struct LinearMemory {
-    def: Box<UnsafeCell<VmMemory>>,
+    def: Def,
     ty: MemoryType,
     slot: RefCell<Option<Slot>>,
     /// The engine whose pool the slot goes back to when the memory is dropped. The engine,
@@ -158,6 +161,13 @@ pub struct LinearMemory {
     /// Whether only code that checks bounds reaches the memory, so that its slot may have
     /// pages accessible past its length (see the module documentation).
     loose: Cell<bool>,
+}
+
+/// Where a memory's definition lives: its own, or a shared memory's, which every store that
+/// holds the shared memory reads (see `shared`).
+enum Def {
+    Own(Box<UnsafeCell<VmMemory>>),
+    Shared(SharedMemory),
 }
 
 /// What an instance found when it claimed a memory it initialises from an image
@@ -174,12 +184,19 @@ impl LinearMemory {
     /// An untouched memory in a slot of `engine`'s pool; preferably one where `image`, the
     /// image it is meant to take, is already mapped. `loose`: only code that checks bounds
     /// will reach it (see the module documentation).
+    /// A shared type gets a new [`SharedMemory`] (which takes no image).
     pub(crate) fn pooled(
         engine: &crate::Engine,
         ty: MemoryType,
         image: Option<&impl ImageSource>,
         loose: bool,
     ) -> Result<LinearMemory, crate::Error> {
+        if ty.shared {
+            return Ok(LinearMemory::of_shared(
+                SharedMemory::new(engine, ty)?,
+                engine,
+            ));
+        }
         let pool = engine.memory_pool();
         let len = (u64::from(ty.min) << ty.page_size_log2) as usize;
         if !pool.reserve_bytes(len) {
@@ -238,10 +255,10 @@ impl LinearMemory {
             ))
         })?;
         Ok(LinearMemory {
-            def: Box::new(UnsafeCell::new(VmMemory {
+            def: Def::Own(Box::new(UnsafeCell::new(VmMemory {
                 base: slot.base,
                 length: len as u64,
-            })),
+            }))),
             ty,
             slot: RefCell::new(Some(slot)),
             engine,
@@ -249,6 +266,35 @@ impl LinearMemory {
             marked: Cell::new(true),
             loose: Cell::new(loose),
         })
+    }
+
+    /// `shared` as a memory of a store: it has no slot of its own, is never untouched nor
+    /// loose, and marks nothing (a shared memory is reset by the page map: see `shared`).
+    pub(crate) fn of_shared(shared: SharedMemory, engine: &crate::Engine) -> LinearMemory {
+        LinearMemory {
+            ty: shared.ty(),
+            def: Def::Shared(shared),
+            slot: RefCell::new(None),
+            engine: engine.borrow(),
+            untouched: Cell::new(false),
+            marked: Cell::new(false),
+            loose: Cell::new(false),
+        }
+    }
+
+    /// The shared memory this is, if it is one.
+    pub fn shared(&self) -> Option<&SharedMemory> {
+        match &self.def {
+            Def::Shared(s) => Some(s),
+            Def::Own(_) => None,
+        }
+    }
+
+    fn def(&self) -> *mut VmMemory {
+        match &self.def {
+            Def::Own(d) => d.get(),
+            Def::Shared(s) => s.vm(),
+        }
     }
 
     /// Makes the memory strict for code that does not check bounds: its slot's pages past its
@@ -360,7 +406,7 @@ impl LinearMemory {
     /// The definition generated code reads (the memory is exposed: see the type's docs).
     pub fn vm(&self) -> *mut VmMemory {
         self.expose();
-        self.def.get()
+        self.def()
     }
 
     /// The first byte, for generated code, which marks what it writes (the memory is exposed:
@@ -387,6 +433,9 @@ impl LinearMemory {
     /// [`ephem_module::MARK_SHIFT`]).
     pub(crate) fn mark(&self, offset: usize, len: usize) {
         debug_assert!(offset + len <= self.len());
+        if self.shared().is_some() {
+            return;
+        }
         // SAFETY: the range lies within the memory; no wasm runs on it while the runtime
         // writes for it.
         unsafe { mark_range(self.raw_base(), offset, len) };
@@ -429,13 +478,19 @@ impl LinearMemory {
     }
 
     fn raw_base(&self) -> *mut u8 {
-        // SAFETY: plain read of our own definition.
-        unsafe { (*self.def.get()).base }
+        match &self.def {
+            // SAFETY: plain read of our own definition.
+            Def::Own(d) => unsafe { (*d.get()).base },
+            Def::Shared(s) => s.base(),
+        }
     }
 
     pub fn len(&self) -> usize {
-        // SAFETY: plain read of our own definition.
-        unsafe { (*self.def.get()).length as usize }
+        match &self.def {
+            // SAFETY: plain read of our own definition.
+            Def::Own(d) => unsafe { (*d.get()).length as usize },
+            Def::Shared(s) => s.data_size(),
+        }
     }
 
     pub fn pages(&self) -> u32 {
@@ -454,6 +509,9 @@ impl LinearMemory {
 
     /// Grows by `delta` pages; returns the old size in pages, or `None` past the maximum.
     pub fn grow(&self, delta: u32) -> Option<u32> {
+        if let Some(shared) = self.shared() {
+            return shared.grow_pages(u64::from(delta)).map(|old| old as u32);
+        }
         let old = self.pages();
         let new = old.checked_add(delta)?;
         if u64::from(new) > max_pages(self.ty) {
@@ -475,7 +533,7 @@ impl LinearMemory {
                     .ok()?;
             }
             // SAFETY: only this memory's owners write its definition, never concurrently.
-            unsafe { (*self.def.get()).length = (start + bytes) as u64 };
+            unsafe { (*self.def()).length = (start + bytes) as u64 };
         }
         Some(old)
     }
