@@ -82,8 +82,9 @@ fn split_dir(spec: &str) -> (&str, &str) {
     spec.split_once("::").unwrap_or((spec, spec))
 }
 
-/// The guest's WASI context: its name and arguments, environment, preopens, inherited stdio.
-fn wasi(args: &Args) -> anyhow::Result<WasiCtx> {
+/// The guest's WASI context: its name and arguments, environment, preopens, inherited stdio
+/// (a template: every thread of a `wasi-threads` program builds its context from it).
+fn wasi(args: &Args) -> anyhow::Result<WasiCtxBuilder> {
     let mut b = WasiCtxBuilder::new();
     b.inherit_stdio();
     b.arg(args.file.display().to_string())?;
@@ -102,7 +103,7 @@ fn wasi(args: &Args) -> anyhow::Result<WasiCtx> {
         let (host, guest) = split_dir(spec);
         b.preopened_dir(host, guest, perms)?;
     }
-    Ok(b.build())
+    Ok(b)
 }
 
 /// Ticks per `--timeout`: the deadline is reached between 19/20 and the whole of it.
@@ -182,22 +183,66 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut linker = Linker::new(&engine);
     ephem_wasi::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi)?;
-    let mut store = Store::new(
-        &engine,
-        Host {
-            limits: limits.build(),
-            wasi: wasi(&args)?,
-        },
-    );
-    store.limiter(|h| &mut h.limits);
-    if let Some(fuel) = args.fuel {
-        store.set_fuel(fuel)?;
-    }
+    let threads = ephem_wasi::threads::Threads::<Host>::default();
+    ephem_wasi::threads::add_to_linker(&mut linker, &threads)?;
+    let template = wasi(&args)?;
+    let limits = limits.build();
+    let (fuel, timeout) = (args.fuel, args.timeout);
+    // Every store, the main thread's and each `wasi-threads` thread's, has the same limits,
+    // fuel and deadline.
+    let setup = move |store: &mut Store<Host>| -> Result<(), ephem::Error> {
+        store.limiter(|h| &mut h.limits);
+        if let Some(fuel) = fuel {
+            store.set_fuel(fuel)?;
+        }
+        if timeout.is_some() {
+            store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
+        }
+        Ok(())
+    };
+    let make = {
+        let (template, limits) = (template.clone(), limits.clone());
+        move || Host {
+            limits: limits.clone(),
+            wasi: template.build(),
+        }
+    };
+    let mut store = Store::new(&engine, make());
+    setup(&mut store)?;
     // Started before instantiation, so that start functions are bounded too.
-    let _ticker = args.timeout.map(|timeout| {
-        store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
-        engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT)
+    let _ticker = timeout.map(|timeout| engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT));
+    // A `wasi-threads` program imports its memory, shared: made here, for every thread.
+    let shared = module.imports().find_map(|i| match i.kind {
+        ephem::ImportKind::Memory(ty) if ty.shared => Some((i.module, i.name, ty)),
+        _ => None,
     });
+    if let Some((import_module, import_name, ty)) = shared {
+        let memory = ephem::SharedMemory::new(&engine, ty)?;
+        let threads_linker = linker.clone();
+        let here = ephem::Memory::from_shared(&mut store, &memory)?;
+        linker.define(&store, import_module, import_name, here)?;
+        let stack = (8usize << 20).max(engine.max_wasm_stack() * 2);
+        let on_error = |tid: u32, e: ephem::Error| {
+            // A thread's exit or trap ends the program, as it would on the main thread.
+            let e = anyhow::Error::from(e).context(format!("thread {tid}"));
+            let code = crate::exit::code(&e);
+            if ephem_wasi::exit_code(e.downcast_ref::<ephem::Error>().unwrap()).is_none() {
+                eprintln!("error: {}", crate::exit::message(&e));
+            }
+            std::process::exit(i32::from(code));
+        };
+        let made = ephem_wasi::threads::WasiThreads::new(
+            &engine,
+            &module,
+            &threads_linker,
+            (import_module, import_name, memory),
+            move || Ok(make()),
+            setup,
+            on_error,
+            stack,
+        );
+        let _ = threads.set(made);
+    }
     for spec in &args.preloads {
         let (name, path) = spec
             .split_once('=')

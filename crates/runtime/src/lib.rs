@@ -69,7 +69,7 @@ pub use ephem_code_memory::{PoolConfig, Strategy};
 #[cfg(feature = "cranelift")]
 pub use ephem_compiler::{CompileError, Compiler, Proposals};
 pub use ephem_module::{
-    FuncType, GlobalType, HeapType, MemoryType, RefType, TableType, TrapKind, ValType,
+    FuncType, GlobalType, HeapType, ImportKind, MemoryType, RefType, TableType, TrapKind, ValType,
 };
 pub use error::{Error, ErrorKind};
 pub use exceptions::{ExnRef, Tag, TagType, ThrownException};

@@ -289,6 +289,9 @@ impl std::fmt::Display for ExternType {
             ExternType::Memory(ty) => {
                 let i64 = if ty.memory64 { "i64 " } else { "" };
                 write!(f, "(memory {i64}{}", limits(ty.min, ty.max))?;
+                if ty.shared {
+                    f.write_str(" shared")?;
+                }
                 if ty.page_size_log2 != MemoryType::DEFAULT_PAGE_SIZE_LOG2 {
                     write!(f, " (pagesize {})", ty.page_size())?;
                 }

@@ -50,6 +50,7 @@ mod ctx;
 mod fs;
 mod host;
 mod mem;
+pub mod threads;
 
 pub use abi::Errno;
 pub use ctx::{BuildError, DirPerms, Input, MAX_FDS, Output, WasiCtx, WasiCtxBuilder};

@@ -237,3 +237,33 @@ fn sightglass_programs_print_their_expected_output() {
         root.display()
     );
 }
+
+/// A C program built with clang for `wasm32-wasip1-threads` with `-pthread`
+/// (`guests/threads.c`, built by `guests/build-threads.sh`): four threads spawned through
+/// `wasi-threads`, a mutex, an atomic counter, a condition variable, joins. It prints what
+/// wasmtime (36.0.9, `-W threads=y -S threads=y`) printed; a thread's `exit(3)` ends the
+/// program with 3, and a thread's trap with 134, as there.
+#[test]
+fn a_pthread_program_runs_its_threads_as_wasmtime_does() {
+    let dir = ephem_test_support::temp_dir();
+    let threads = guest("threads");
+    let expected = std::fs::read_to_string(threads.replace(".wasm", ".stdout.expected")).unwrap();
+    for _ in 0..3 {
+        let out = ephem(dir.path(), &[&threads]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(stdout(&out), expected);
+    }
+    for (how, code) in [("exit", 3), ("trap", 134)] {
+        let out = ephem(dir.path(), &[&threads, how]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{how}: {stderr}");
+        assert_eq!(stdout(&out), "ending from a thread\n", "{how}");
+        if how == "trap" {
+            assert!(
+                stderr.contains("thread 1") && stderr.contains("unreachable"),
+                "{stderr}"
+            );
+        }
+    }
+}

@@ -21,6 +21,7 @@ mod simd;
 mod snapshot;
 mod spec;
 mod table_reuse;
+mod threads;
 mod typed_refs;
 mod w_xor_x;
 mod wasmtime_names;
