@@ -255,7 +255,7 @@ pub fn config() -> wasm_smith::Config {
         gc_enabled: false,
         exceptions_enabled: true,
         memory64_enabled: true,
-        threads_enabled: false,
+        threads_enabled: true,
         custom_page_sizes_enabled: true,
         wide_arithmetic_enabled: true,
         max_imports: 0,
@@ -298,7 +298,47 @@ pub fn generate(seed: u64) -> anyhow::Result<Vec<u8>> {
     let mut u = Unstructured::new(&data);
     let mut module = wasm_smith::Module::new(config(), &mut u)?;
     module.ensure_termination(MODULE_FUEL)?;
-    Ok(module.to_bytes())
+    bound_waits(&module.to_bytes())
+}
+
+/// `wasm` with every `memory.atomic.wait32`/`wait64`'s timeout taken modulo 1024 ns: a wait
+/// on a shared memory whose value matches returns only when it times out (nothing else runs
+/// to notify it), and `wasm-smith`'s timeouts run to years. Both engines run the same bounded
+/// module, and such a wait then times out in both.
+pub fn bound_waits(wasm: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use wasm_encoder::reencode::{Error, Reencode, RoundtripReencoder};
+
+    struct Bound;
+    impl Reencode for Bound {
+        type Error = std::convert::Infallible;
+        fn parse_function_body(
+            &mut self,
+            code: &mut wasm_encoder::CodeSection,
+            func: wasmparser::FunctionBody<'_>,
+        ) -> Result<(), Error<Self::Error>> {
+            let mut f = self.new_function_with_parsed_locals(&func)?;
+            let mut reader = func.get_operators_reader()?;
+            while !reader.eof() {
+                let op = reader.read()?;
+                if matches!(
+                    op,
+                    wasmparser::Operator::MemoryAtomicWait32 { .. }
+                        | wasmparser::Operator::MemoryAtomicWait64 { .. }
+                ) {
+                    f.instruction(&wasm_encoder::Instruction::I64Const(1024));
+                    f.instruction(&wasm_encoder::Instruction::I64RemU);
+                }
+                f.instruction(&RoundtripReencoder.instruction(op)?);
+            }
+            code.function(&f);
+            Ok(())
+        }
+    }
+    let mut module = wasm_encoder::Module::new();
+    Bound
+        .parse_core_module(&mut module, wasmparser::Parser::new(0), wasm)
+        .map_err(|e| anyhow::anyhow!("bounding waits: {e:?}"))?;
+    Ok(module.finish())
 }
 
 /// The calls of case `seed` on `wasm`: each exported function (in export order) with zeros,

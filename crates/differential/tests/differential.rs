@@ -17,6 +17,7 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     let wasmtime = wasmtime_observer::Wasmtime::new().unwrap();
     let (mut calls, mut modules, mut wide, mut exceptions) = (0, 0, 0, 0);
     let (mut small_pages, mut memory64, mut table64) = (0, 0, 0);
+    let (mut shared, mut atomics) = (0, 0);
     let mut differences = Vec::new();
     for seed in SEEDS {
         let wasm = generate(seed).unwrap();
@@ -30,6 +31,8 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
         small_pages += memories(&wasm, |m| m.page_size_log2 == Some(0));
         memory64 += memories(&wasm, |m| m.memory64);
         table64 += tables(&wasm);
+        shared += memories(&wasm, |m| m.shared);
+        atomics += count(&wasm, |op| format!("{op:?}").contains("Atomic"));
         exceptions += count(&wasm, |op| {
             use wasmparser::Operator as O;
             matches!(op, O::TryTable { .. } | O::Throw { .. } | O::ThrowRef)
@@ -47,7 +50,8 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     assert!(differences.is_empty(), "{}", differences.join("\n"));
     println!(
         "{modules} modules, {calls} calls compared; {wide} wide-arithmetic and {exceptions} \
-         exception operators, {small_pages} memories of one-byte pages, {memory64} 64-bit ones, {table64} 64-bit tables"
+         exception operators, {small_pages} memories of one-byte pages, {memory64} 64-bit ones, {table64} 64-bit tables, \
+         {shared} shared memories, {atomics} atomic operators"
     );
     // Guards against a slice that stopped calling anything, or lost a proposal.
     assert!(calls > 4_000, "only {calls} calls compared");
@@ -62,6 +66,39 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     );
     assert!(memory64 > 20, "only {memory64} 64-bit memories");
     assert!(table64 > 20, "only {table64} 64-bit tables");
+    assert!(shared > 20, "only {shared} shared memories");
+    assert!(atomics > 200, "only {atomics} atomic operators");
+}
+
+/// A wait on a shared memory whose value matches returns only when its timeout passes:
+/// [`ephem_differential::bound_waits`] bounds every timeout, so that a generated module that
+/// waits (which `wasm-smith` makes rarely) cannot hold the fuzzer for years, and leaves the
+/// rest of the module as it was.
+#[test]
+fn waits_of_generated_modules_are_bounded() {
+    let wasm = wat::parse_str(
+        r#"(module (memory 1 1 shared)
+          (func (export "wait") (result i32)
+            (memory.atomic.wait32 (i32.const 0) (i32.const 0) (i64.const -1)))
+          (func (export "add") (param i32) (result i32) (i32.add (local.get 0) (i32.const 1))))"#,
+    )
+    .unwrap();
+    let bounded = ephem_differential::bound_waits(&wasm).unwrap();
+    assert_ne!(bounded, wasm);
+    let engine = ephem::Engine::default();
+    let module = ephem::Module::new(&engine, &bounded).unwrap();
+    let mut store = ephem::Store::new(&engine, ());
+    let instance = ephem::Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+    let wait = instance
+        .get_typed_func::<(), i32>(&mut store, "wait")
+        .unwrap();
+    assert_eq!(wait.call(&mut store, ()).unwrap(), 2, "timed out");
+    let add = instance
+        .get_typed_func::<i32, i32>(&mut store, "add")
+        .unwrap();
+    assert_eq!(add.call(&mut store, 41).unwrap(), 42);
 }
 
 /// How many 64-bit tables `wasm` defines.

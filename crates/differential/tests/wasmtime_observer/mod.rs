@@ -50,6 +50,8 @@ impl Wasmtime {
             .wasm_exceptions(true)
             .wasm_custom_page_sizes(true)
             .wasm_memory64(true)
+            .wasm_threads(true)
+            .shared_memory(true)
             .max_wasm_stack(MAX_WASM_STACK)
             .consume_fuel(fuel.is_some());
         Ok(Wasmtime {
@@ -107,6 +109,8 @@ fn trap(e: &wasmtime::Error) -> Trap {
         Some(T::StackOverflow) => K::StackOverflow,
         Some(T::OutOfFuel) => K::OutOfFuel,
         Some(T::NullReference) => K::NullReference,
+        Some(T::HeapMisaligned) => K::UnalignedAtomic,
+        Some(T::AtomicWaitNonSharedMemory) => K::WaitOnUnsharedMemory,
         _ => return Trap::Other(format!("{e:#}")),
     };
     Trap::Wasm(kind)
@@ -192,6 +196,10 @@ impl Side for Wasmtime {
             match export {
                 Extern::Global(g) => state.globals.push((name, value(&g.get(&mut *store)))),
                 Extern::Memory(m) => state.memories.push((name, m.data(&*store).to_vec())),
+                // SAFETY (of the reads): no thread but this one runs the module.
+                Extern::SharedMemory(m) => state
+                    .memories
+                    .push((name, m.data().iter().map(|b| unsafe { *b.get() }).collect())),
                 Extern::Table(t) => state.tables.push((name, t.size(&*store) as u32)),
                 _ => {}
             }
