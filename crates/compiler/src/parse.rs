@@ -129,15 +129,10 @@ fn memory_type(m: wasmparser::MemoryType) -> Result<MemoryType, CompileError> {
         memory64: m.memory64,
         shared: m.shared,
     };
-    // A 64-bit memory starts within 4 GiB, the most a memory's reservation holds, and a
-    // maximum beyond what a `u32` counts is no bound short of that.
-    if m.initial > ty.max_pages() {
-        return Err(CompileError::Unsupported(
-            "a 64-bit memory of more than 4 GiB at its start".into(),
-        ));
-    }
+    // (A 64-bit memory's minimum past what a `u32` counts saturates: past what any memory
+    // can have, so that the module compiles and its memory fails to be made.)
     Ok(MemoryType {
-        min: m.initial as u32,
+        min: u32::try_from(m.initial).unwrap_or(u32::MAX),
         // (A maximum past what a `u32` counts is no bound short of 4 GiB; kept as the largest,
         // so that a memory without one still does not match it.)
         max: m.maximum.map(|m| u32::try_from(m).unwrap_or(u32::MAX)),

@@ -621,15 +621,17 @@ impl MemoryType {
             .unwrap_or(0)
     }
 
-    /// Whether a memory can have this type: pages of one byte or 64 KiB, a minimum within what
-    /// [`MemoryType::max_pages`] allows, a maximum not below it (a 64-bit memory's maximum may
-    /// be past what it can grow to), and a shared memory has a maximum.
+    /// Whether a module may declare a memory of this type: pages of one byte or 64 KiB, a
+    /// minimum within what [`MemoryType::max_pages`] allows, a maximum not below it, and a
+    /// shared memory has a maximum. A 64-bit memory's limits may be past what it can have (its
+    /// minimum saturated at `u32::MAX`, which is always past [`MemoryType::max_pages`]): such a
+    /// module compiles, and its memory fails to be made.
     pub fn is_valid(&self) -> bool {
         let sized = |pages: u32| u64::from(pages) <= self.max_pages();
         let max_ok = |max: u32| max >= self.min && (self.memory64 || sized(max));
         let bounded = !self.shared || self.max.is_some();
         matches!(self.page_size_log2, 0 | 16)
-            && sized(self.min)
+            && (sized(self.min) || self.memory64)
             && self.max.is_none_or(max_ok)
             && bounded
     }
@@ -641,13 +643,19 @@ impl MemoryType {
         self.page_size_log2 < MemoryType::DEFAULT_PAGE_SIZE_LOG2 || self.memory64
     }
 
-    /// The most pages a 32-bit memory of this page size may have: 4 GiB of them, and for
-    /// one-byte pages one fewer (a size must fit `memory.size`'s `i32`).
+    /// The most pages a memory of this page size may have: 4 GiB of them, and for one-byte
+    /// pages one fewer (a 32-bit memory's size must fit `memory.size`'s `i32`), and for a
+    /// 64-bit memory's one-byte pages two fewer (so that a minimum saturated at `u32::MAX` is
+    /// always past it).
     pub fn max_pages(&self) -> u64 {
+        let most = match self.memory64 {
+            true => u32::MAX - 1,
+            false => u32::MAX,
+        };
         (1u64 << 32)
             .checked_shr(u32::from(self.page_size_log2))
             .unwrap_or(0)
-            .min(u32::MAX as u64)
+            .min(u64::from(most))
     }
 }
 

@@ -653,3 +653,32 @@ fn memories_and_tables_of_64_bit_indices_trap_far_out_and_grow_in_i64() {
     assert!(matches!(e, Error::Link(_)), "{e}");
     assert!(e.to_string().contains("i64"), "{e}");
 }
+
+/// A 64-bit memory whose minimum is past what a memory here can have (more than 4 GiB, up to
+/// `u64::MAX` one-byte pages) compiles, as the spec says it validates, and instantiating it
+/// fails with a `Limit` error that says so; nothing is made of it.
+#[test]
+fn a_64_bit_memory_past_4_gib_compiles_and_fails_to_be_made() {
+    use ephem::{Engine, ErrorKind, Linker, Module, Store};
+    let engine = Engine::default();
+    for memory in [
+        "(memory i64 0xFFFF_FFFF_FFFF_FFFF (pagesize 1))",
+        "(memory i64 0x1_0000_0000_0000)",
+        "(memory i64 65537)",
+        "(memory i64 0x1_0000_0000 (pagesize 1))",
+    ] {
+        let module = Module::new(&engine, format!("(module {memory})")).unwrap();
+        let mut store = Store::new(&engine, ());
+        let e = Linker::new(&engine)
+            .instantiate(&mut store, &module)
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Limit, "{memory}: {e}");
+        assert!(e.to_string().contains("cannot allocate"), "{memory}: {e}");
+    }
+    // The largest that fits is made.
+    let module = Module::new(&engine, "(module (memory i64 65536 65536))").unwrap();
+    let mut store = Store::new(&engine, ());
+    Linker::new(&engine)
+        .instantiate(&mut store, &module)
+        .unwrap();
+}

@@ -33,8 +33,7 @@ const PROPOSALS: [(Proposal, usize); 8] = [
 ];
 
 /// The proposals' files that need what ephem does not implement yet, as [`V3_NOT_YET`].
-const PROPOSALS_NOT_YET: [(&str, &str); 1] =
-    [("memory_max_i64.wast", "64-bit memories of more than 4 GiB")];
+const PROPOSALS_NOT_YET: [(&str, &str); 0] = [];
 
 /// The files of `wasm-v3` that need what ephem does not implement yet, each with what: they are
 /// left out whole (every other file of `wasm-v3` runs, every assertion). A file that starts to
