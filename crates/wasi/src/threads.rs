@@ -26,6 +26,9 @@ pub const MODULE: &str = "wasi";
 /// The largest thread id (ids are positive `i32`s of 29 bits: wasi-libc keeps flags above).
 const MAX_TID: u32 = 0x1FFF_FFFF;
 
+/// What finishes a thread's store (limits, fuel, deadline).
+type Setup<T> = Box<dyn Fn(&mut Store<T>) -> Result<(), Error> + Send + Sync>;
+
 /// What a thread's store is made with; see [`WasiThreads::new`].
 pub struct WasiThreads<T> {
     engine: Engine,
@@ -35,7 +38,7 @@ pub struct WasiThreads<T> {
     /// The memory's import (module, name), and the memory.
     memory: (String, String, SharedMemory),
     make: Box<dyn Fn() -> Result<T, Error> + Send + Sync>,
-    setup: Box<dyn Fn(&mut Store<T>) -> Result<(), Error> + Send + Sync>,
+    setup: Setup<T>,
     on_error: Box<dyn Fn(u32, Error) + Send + Sync>,
     stack_size: usize,
     next: AtomicU32,
