@@ -26,6 +26,8 @@ const WORKER: &str = r#"(module
     (memory.atomic.notify (i32.const 8) (i32.const 1)))
   (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0)))
   (func (export "size") (result i32) (memory.size))
+  (func (export "load") (param i32) (result i32) (i32.load (local.get 0)))
+  (func (export "atomic_load") (param i32) (result i32) (i32.atomic.load (local.get 0)))
   ;; Reads the last word of the memory as it is now.
   (func (export "last") (result i32)
     (i32.atomic.load (i32.sub (i32.mul (memory.size) (i32.const 65536)) (i32.const 4))))
@@ -81,6 +83,22 @@ fn growth_on_one_thread_is_seen_on_another() {
         ),
         (1, 0)
     );
+    // Past the end, plain and atomic accesses trap (by fault: a shared memory is tight).
+    let load = ia.get_typed_func::<i32, i32>(&mut a, "load").unwrap();
+    let atomic_load = ia
+        .get_typed_func::<i32, i32>(&mut a, "atomic_load")
+        .unwrap();
+    for f in [&load, &atomic_load] {
+        for at in [65536, 65540, 3 << 16, -4] {
+            let e = f.call(&mut a, at).unwrap_err();
+            let kind = e.trap().map(|t| t.kind);
+            assert_eq!(kind, Some(TrapKind::MemoryOutOfBounds), "{at}: {e}");
+        }
+    }
+    // (An access that begins inside and ends past the end.)
+    let e = load.call(&mut a, 65533).unwrap_err();
+    let kind = e.trap().map(|t| t.kind);
+    assert_eq!(kind, Some(TrapKind::MemoryOutOfBounds), "{e}");
     let grown = {
         let (engine, module, shared) = (engine.clone(), module.clone(), shared.clone());
         std::thread::spawn(move || {
@@ -99,6 +117,13 @@ fn growth_on_one_thread_is_seen_on_another() {
     // The first store's code reads the new length: its last word is now three pages in.
     assert_eq!(size.call(&mut a, ()).unwrap(), 3);
     assert_eq!(last.call(&mut a, ()).unwrap(), 0);
+    assert_eq!(
+        load.call(&mut a, 65536).unwrap(),
+        0,
+        "within the grown memory"
+    );
+    assert_eq!(atomic_load.call(&mut a, (3 << 16) - 4).unwrap(), 0);
+    assert!(load.call(&mut a, 3 << 16).is_err());
     assert_eq!((shared.size(), shared.data_size()), (3, 3 << 16));
     assert_eq!(shared.grow(1).unwrap(), 3);
     assert!(shared.grow(1).is_err(), "past the maximum");
