@@ -643,16 +643,22 @@ impl MemoryType {
         self.page_size_log2 < MemoryType::DEFAULT_PAGE_SIZE_LOG2 || self.memory64
     }
 
-    /// The most pages a memory of this page size may have: 4 GiB of them, and for one-byte
-    /// pages one fewer (a 32-bit memory's size must fit `memory.size`'s `i32`), and for a
-    /// 64-bit memory's one-byte pages two fewer (so that a minimum saturated at `u32::MAX` is
-    /// always past it).
+    /// The most bytes a 64-bit memory may have: 8 GiB less a page, what a memory slot's
+    /// reservation and write marks cover (code that reaches such a memory checks every access
+    /// against its length, so it needs no guard pages beyond).
+    pub const MAX_MEMORY64_BYTES: u64 = (8 << 30) - 65536;
+
+    /// The most pages a memory of this page size may have: for a 32-bit memory 4 GiB of them,
+    /// and for one-byte pages one fewer (its size must fit `memory.size`'s `i32`); for a
+    /// 64-bit memory [`MemoryType::MAX_MEMORY64_BYTES`] of them, and for one-byte pages two
+    /// fewer than 4 GiB (a page count is a `u32`, and a minimum saturated at `u32::MAX` must
+    /// be past it).
     pub fn max_pages(&self) -> u64 {
-        let most = match self.memory64 {
-            true => u32::MAX - 1,
-            false => u32::MAX,
+        let (bytes, most) = match self.memory64 {
+            true => (MemoryType::MAX_MEMORY64_BYTES, u32::MAX - 1),
+            false => (1u64 << 32, u32::MAX),
         };
-        (1u64 << 32)
+        bytes
             .checked_shr(u32::from(self.page_size_log2))
             .unwrap_or(0)
             .min(u64::from(most))

@@ -236,7 +236,8 @@ impl Config {
         self.not_yet("garbage collection", on)
     }
 
-    /// Whether 64-bit memories (addressed by `i64`) are accepted, up to 4 GiB (default: yes).
+    /// Whether 64-bit memories (addressed by `i64`) are accepted, up to 8 GiB less a page
+    /// (`MemoryType::MAX_MEMORY64_BYTES`; default: yes).
     /// Code that reaches one always checks bounds (see `Proposals::memory64`).
     #[cfg(feature = "cranelift")]
     pub fn wasm_memory64(&mut self, on: bool) -> &mut Config {

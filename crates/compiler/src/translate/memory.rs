@@ -94,7 +94,7 @@ impl Translator<'_, '_> {
         let ty = &self.env.info.memories[memory as usize];
         let faults_suffice = ty.shared && !ty.needs_bounds_checks();
         if self.env.info.checks_bounds && !faults_suffice {
-            // (A 64-bit memory's offset may be anything: one past 4 GiB never fits.)
+            // (A 64-bit memory's offset may be anything: one past 8 GiB never fits.)
             let end = offset.saturating_add(u64::from(size)).min(1 << 40);
             self.check_bounds(memory, index, wide, end);
         }

@@ -73,7 +73,7 @@ pub(crate) const PAGE: u64 = 65536;
 /// Bytes of write marks before each memory's base (see [`ephem_module::MARK_SHIFT`]).
 const MARKS: usize = ephem_module::MARKS_BEFORE;
 const _: () = assert!(1 << ephem_module::MARK_SHIFT == crate::pagemap::PAGE);
-/// Most pages a 32-bit memory can have: its type's bound, or what 4 GiB hold.
+/// Most pages a memory can have: its type's bound, or `MemoryType::max_pages`.
 fn max_pages(ty: MemoryType) -> u64 {
     (ty.max.map_or(u64::MAX, u64::from)).min(ty.max_pages())
 }
@@ -86,6 +86,11 @@ fn host_pages(len: usize) -> usize {
 /// Address space behind each memory base: 4 GiB of addresses plus 4 GiB of offsets, plus a
 /// page for the widest access.
 pub(crate) const RESERVATION: usize = (8 << 30) + PAGE as usize;
+// A 64-bit memory (whose accesses are all checked) lies within the reservation, and its write
+// marks, with the one after its last page, within the marks.
+const _: () = assert!(MemoryType::MAX_MEMORY64_BYTES as usize <= RESERVATION);
+const _: () =
+    assert!((MemoryType::MAX_MEMORY64_BYTES as usize >> ephem_module::MARK_SHIFT) < MARKS);
 
 /// Sets the write marks of `[offset, offset + len)` of the memory at `base` (see
 /// [`ephem_module::MARK_SHIFT`]).
@@ -99,8 +104,8 @@ unsafe fn mark_range(base: *mut u8, offset: usize, len: usize) {
     }
     let (first, last) = (offset >> MARK_SHIFT, (offset + len - 1) >> MARK_SHIFT);
     // SAFETY: the marks of pages within a memory lie in its slot's marks region (`MARKS`
-    // covers every page of a 4 GiB memory), which only the memory's users write, never
-    // concurrently with this (per the contract).
+    // covers every page of a 4 GiB memory, and of the largest 64-bit one), which only the
+    // memory's users write, never concurrently with this (per the contract).
     unsafe { std::ptr::write_bytes(base.sub(MARKS).add(first), 1, last - first + 1) };
 }
 
