@@ -211,17 +211,40 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     setup(&mut store)?;
     // Started before instantiation, so that start functions are bounded too.
     let _ticker = timeout.map(|timeout| engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT));
+    for spec in &args.preloads {
+        let (name, path) = spec
+            .split_once('=')
+            .ok_or_else(|| Usage(format!("`--preload {spec}`: expected NAME=FILE")))?;
+        let preload = load(path.as_ref())?;
+        let instance = linker
+            .instantiate(&mut store, &preload)
+            .with_context(|| format!("instantiating {path}"))?;
+        linker.instance(&mut store, name, instance)?;
+    }
+    if args.trap_unknown_imports {
+        linker.define_unknown_imports_as_traps(&module)?;
+    }
     // A `wasi-threads` program imports its memory, shared: made here, for every thread.
     let shared = module.imports().find_map(|i| match i.kind {
         ephem::ImportKind::Memory(ty) if ty.shared => Some((i.module, i.name, ty)),
         _ => None,
     });
     if let Some((import_module, import_name, ty)) = shared {
+        if !args.preloads.is_empty() {
+            // (A preloaded instance lives in the main thread's store, out of other threads'
+            // reach.)
+            return Err(
+                Usage("`--preload` does not combine with a wasi-threads program".into()).into(),
+            );
+        }
         let memory = ephem::SharedMemory::new(&engine, ty)?;
+        // Every thread's linker: the main one's, without the main thread's memory (which
+        // `--trap-unknown-imports` may have stood in for with a fresh one).
         let threads_linker = linker.clone();
         let here = ephem::Memory::from_shared(&mut store, &memory)?;
+        linker.allow_shadowing(true);
         linker.define(&store, import_module, import_name, here)?;
-        let stack = (8usize << 20).max(engine.max_wasm_stack() * 2);
+        let stack = (8usize << 20).max(engine.max_wasm_stack().saturating_mul(2));
         let on_error = |tid: u32, e: ephem::Error| {
             // A thread's exit or trap ends the program, as it would on the main thread.
             let e = anyhow::Error::from(e).context(format!("thread {tid}"));
@@ -242,19 +265,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             stack,
         );
         let _ = threads.set(made);
-    }
-    for spec in &args.preloads {
-        let (name, path) = spec
-            .split_once('=')
-            .ok_or_else(|| Usage(format!("`--preload {spec}`: expected NAME=FILE")))?;
-        let preload = load(path.as_ref())?;
-        let instance = linker
-            .instantiate(&mut store, &preload)
-            .with_context(|| format!("instantiating {path}"))?;
-        linker.instance(&mut store, name, instance)?;
-    }
-    if args.trap_unknown_imports {
-        linker.define_unknown_imports_as_traps(&module)?;
     }
     let pre = linker.instantiate_pre(&module).with_context(|| {
         format!(

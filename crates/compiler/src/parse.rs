@@ -133,8 +133,8 @@ fn memory_type(m: wasmparser::MemoryType) -> Result<MemoryType, CompileError> {
     // can have, so that the module compiles and its memory fails to be made.)
     Ok(MemoryType {
         min: u32::try_from(m.initial).unwrap_or(u32::MAX),
-        // (A maximum past what a `u32` counts is no bound short of 4 GiB; kept as the largest,
-        // so that a memory without one still does not match it.)
+        // (A maximum past what a `u32` counts is no bound short of what a memory can have; kept
+        // as the largest, so that a memory without one still does not match it.)
         max: m.maximum.map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
         ..ty
     })

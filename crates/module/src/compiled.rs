@@ -45,8 +45,8 @@ pub enum TrapKind {
     TooManyExceptions,
     /// An atomic access at an address that is not a multiple of its size.
     UnalignedAtomic,
-    /// `memory.atomic.wait32`/`wait64` on a memory that is not shared, which would wait
-    /// forever (no other thread can notify it).
+    /// `memory.atomic.wait32`/`wait64` on a memory that is not shared (no other thread could
+    /// ever notify it).
     WaitOnUnsharedMemory,
 }
 

@@ -246,10 +246,14 @@ impl Config {
     }
 
     /// Whether shared memories and atomic operations are accepted (default: yes); see
-    /// `Proposals::threads` and [`SharedMemory`](crate::SharedMemory).
-    #[cfg(feature = "cranelift")]
+    /// `Proposals::threads` and [`SharedMemory`](crate::SharedMemory). (Without the compiler,
+    /// artifacts say what they use, and the runtime runs shared memories whatever this says.)
     pub fn wasm_threads(&mut self, on: bool) -> &mut Config {
-        self.compiler.proposals.threads = on;
+        #[cfg(feature = "cranelift")]
+        {
+            self.compiler.proposals.threads = on;
+        }
+        let _ = on;
         self
     }
 

@@ -418,13 +418,13 @@ impl StoreOpaque {
         }
     }
 
-    /// What interrupts this store's calls into wasm.
     /// Whether the store's calls have a deadline (a guest that waits must then ask whether
     /// it passed: see `memory::wait`).
     pub(crate) fn has_deadline(&self) -> bool {
         self.epoch_deadline.load(Ordering::Relaxed) != u64::MAX
     }
 
+    /// What interrupts this store's calls into wasm.
     pub(crate) fn deadline(&self) -> crate::signals::Deadline {
         crate::signals::Deadline {
             epoch: self.engine.epoch(),

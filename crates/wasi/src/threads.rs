@@ -13,7 +13,9 @@
 //! does not run here as under wasmtime (whose threads share one descriptor table).
 //!
 //! A thread that exits (`proc_exit`) or traps ends the whole program: the embedder's
-//! `on_error` hears it (`ephem run` exits the process, as wasmtime does).
+//! `on_error` hears it (`ephem run` exits the process, as wasmtime does). Each thread's store
+//! gets its limits from the embedder's `setup`: in `ephem run`, `--fuel` and `--timeout` bound
+//! each thread on its own, from its start.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -45,7 +47,7 @@ pub struct WasiThreads<T> {
 }
 
 /// Where [`add_to_linker`] finds the [`WasiThreads`] once it is made (the linker it holds
-/// defines `thread-spawn` itself).
+/// defines `thread-spawn` itself, which holds this weakly: the embedder keeps it).
 pub type Threads<T> = Arc<OnceLock<WasiThreads<T>>>;
 
 /// Defines `wasi`'s `thread-spawn` in `linker`; it spawns through `threads` once that is set
@@ -54,13 +56,20 @@ pub fn add_to_linker<T: Send + 'static>(
     linker: &mut Linker<T>,
     threads: &Threads<T>,
 ) -> Result<(), Error> {
-    let threads = threads.clone();
+    // Weakly: the `WasiThreads` holds the linker, which holds this function. (A thread that
+    // runs holds it strongly.)
+    let threads = Arc::downgrade(threads);
     linker.func_wrap(
         MODULE,
         "thread-spawn",
-        move |_: Caller<'_, T>, start_arg: i32| match threads.get() {
-            Some(t) => t.spawn(&threads, start_arg),
-            None => -1,
+        move |_: Caller<'_, T>, start_arg: i32| {
+            let Some(threads) = threads.upgrade() else {
+                return -1;
+            };
+            match threads.get() {
+                Some(t) => t.spawn(&threads, start_arg),
+                None => -1,
+            }
         },
     )?;
     Ok(())
@@ -98,10 +107,13 @@ impl<T: Send + 'static> WasiThreads<T> {
 
     /// `thread-spawn`: the new thread's id, or -1.
     fn spawn(&self, threads: &Threads<T>, start_arg: i32) -> i32 {
-        let tid = self.next.fetch_add(1, Ordering::Relaxed);
-        if tid > MAX_TID {
+        let next = |tid: u32| (tid <= MAX_TID).then_some(tid + 1);
+        let Ok(tid) = self
+            .next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, next)
+        else {
             return -1;
-        }
+        };
         let threads = threads.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("wasi-thread-{tid}"))
@@ -125,6 +137,8 @@ impl<T: Send + 'static> WasiThreads<T> {
         let (module, name, shared) = &self.memory;
         let memory = Memory::from_shared(&mut store, shared)?;
         let mut linker = self.linker.clone();
+        // (In place of a fresh memory an embedder's linker may define for the import.)
+        linker.allow_shadowing(true);
         linker.define(&store, module, name, memory)?;
         let instance = linker.instantiate(&mut store, &self.module)?;
         let start = instance.get_typed_func::<(i32, i32), ()>(&mut store, "wasi_thread_start")?;

@@ -9,7 +9,8 @@
 //! both out of bounds and misaligned. Cranelift's atomic instructions are sequentially
 //! consistent, which is what WebAssembly's atomics are. Waiting and notifying are builtins
 //! (`AtomicWait32`, `AtomicWait64`, `AtomicNotify`): the runtime keeps the waiters, and a wait
-//! on a memory that is not shared traps there, since nothing could ever wake it.
+//! on a memory that is not shared traps there, since nothing could ever wake it (a notify
+//! there wakes nobody).
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I8, I16, I32, I64};

@@ -191,10 +191,18 @@ impl Translator<'_, '_> {
             O::I64Store32 { memarg } => self.store(memarg, Some(I32)),
             O::MemorySize { mem } => {
                 let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(mem));
-                let len = self
-                    .b
-                    .ins()
-                    .load(I64, trusted(), def, VmOffsets::MEMORY_LENGTH as i32);
+                // Another thread may grow a shared memory: its length is read as an atomic,
+                // which no load before it can stand in for.
+                let len = match self.env.info.memories[mem as usize].shared {
+                    true => {
+                        let offset = i64::from(VmOffsets::MEMORY_LENGTH);
+                        let at = self.b.ins().iadd_imm_u(def, offset);
+                        self.b.ins().atomic_load(I64, trusted(), at)
+                    }
+                    false => {
+                        (self.b.ins()).load(I64, trusted(), def, VmOffsets::MEMORY_LENGTH as i32)
+                    }
+                };
                 let log2 = self.env.info.memories[mem as usize].page_size_log2;
                 let pages = self.b.ins().ushr_imm_u(len, i64::from(log2));
                 let v = self.narrow(mem, pages);

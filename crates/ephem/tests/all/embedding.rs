@@ -717,7 +717,11 @@ fn a_64_bit_memory_grows_past_4_gib() {
         let i = Linker::new(&engine)
             .instantiate(&mut store, &module)
             .unwrap();
-        let base = i.get_memory(&mut store, "memory").unwrap().data(&store).as_ptr();
+        let base = i
+            .get_memory(&mut store, "memory")
+            .unwrap()
+            .data(&store)
+            .as_ptr();
         assert_eq!(
             *slot.get_or_insert(base),
             base,

@@ -212,7 +212,7 @@ fn a_wait_times_out_and_a_deadline_ends_one_without_end() {
 }
 
 #[test]
-fn waiting_on_a_memory_that_is_not_shared_traps_unless_the_value_differs() {
+fn waiting_on_a_memory_that_is_not_shared_traps() {
     let engine = Engine::default();
     let module = Module::new(
         &engine,
@@ -233,13 +233,12 @@ fn waiting_on_a_memory_that_is_not_shared_traps_unless_the_value_differs() {
     let notify = instance
         .get_typed_func::<(), i32>(&mut store, "notify")
         .unwrap();
-    assert_eq!(wait.call(&mut store, 1).unwrap(), 1, "not equal");
-    let e = wait.call(&mut store, 0).unwrap_err();
-    assert_eq!(
-        e.trap().map(|t| t.kind),
-        Some(TrapKind::WaitOnUnsharedMemory),
-        "{e}"
-    );
+    // Whatever the value (as wasmtime has it): nothing could wake the wait.
+    for value in [0, 1] {
+        let e = wait.call(&mut store, value).unwrap_err();
+        let kind = e.trap().map(|t| t.kind);
+        assert_eq!(kind, Some(TrapKind::WaitOnUnsharedMemory), "{value}: {e}");
+    }
     assert_eq!(notify.call(&mut store, ()).unwrap(), 0);
 }
 

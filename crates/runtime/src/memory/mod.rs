@@ -450,13 +450,15 @@ impl LinearMemory {
     /// which marks what it hands out: the memory's reset stays the one by marks.
     ///
     /// # Safety
-    /// No wasm code may run on this memory while the result is alive.
+    /// No wasm code may run on this memory while the result is alive. (A shared memory's
+    /// other threads may: see [`SharedMemory`] for what the host's view of one then is.)
     pub(crate) unsafe fn host_bytes(&self) -> HostBytes<'_> {
         self.expose();
         HostBytes {
             // SAFETY: per the contract.
             bytes: unsafe { self.bytes_unexposed() },
-            base: Some(self.raw_base()),
+            // A shared memory takes no marks (other threads would write them too).
+            base: self.shared().is_none().then(|| self.raw_base()),
         }
     }
 
@@ -552,8 +554,18 @@ impl LinearMemory {
                 buf.len()
             ))
         })?;
-        // SAFETY: bounds checked; the embedder is not running wasm while it holds `&self` here.
-        buf.copy_from_slice(unsafe { &self.bytes_to_read()[offset..end] });
+        self.expose();
+        // SAFETY: `[offset, end)` lies within the accessible bytes (checked above), and no
+        // Rust reference to them is made: a shared memory's other threads may be writing
+        // them (their wasm code is outside Rust's model; what this copies is what a racing
+        // read gives).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.raw_base().add(offset),
+                buf.as_mut_ptr(),
+                end - offset,
+            )
+        };
         Ok(())
     }
 
@@ -566,8 +578,12 @@ impl LinearMemory {
                 data.len()
             ))
         })?;
-        // SAFETY: bounds checked; the embedder is not running wasm while it holds `&self` here.
-        unsafe { self.to_write(offset, end - offset).copy_from_slice(data) };
+        self.expose();
+        self.mark(offset, end - offset);
+        // SAFETY: as `read`'s, for a write.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.raw_base().add(offset), end - offset)
+        };
         Ok(())
     }
 
