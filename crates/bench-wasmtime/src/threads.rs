@@ -83,9 +83,8 @@ fn ephem_round(
     let (engine, module) = (engine.clone(), module.clone());
     round(threads, move |t| {
         let mut store = ephem::Store::new(&engine, ());
-        let m = ephem::Memory::from_shared(&mut store, &memory)?;
         let mut linker = ephem::Linker::new(&engine);
-        linker.define(&store, "env", "memory", m)?;
+        linker.define(&store, "env", "memory", memory.clone())?;
         let instance = linker.instantiate(&mut store, &module)?;
         let run = instance.get_typed_func::<(i32, i32), i32>(&mut store, "run")?;
         Ok(move || Ok(run.call(&mut store, (t, n))?))

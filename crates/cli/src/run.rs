@@ -238,27 +238,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
         let memory = ephem::SharedMemory::new(&engine, ty)?;
-        // Every thread's linker: the main one's, without the main thread's memory (which
-        // `--trap-unknown-imports` may have stood in for with a fresh one).
-        let threads_linker = linker.clone();
-        let here = ephem::Memory::from_shared(&mut store, &memory)?;
+        // Every store, the main thread's and each other's, gets a memory of it from the
+        // linker (in place of a fresh one `--trap-unknown-imports` may have stood in with).
         linker.allow_shadowing(true);
-        linker.define(&store, import_module, import_name, here)?;
+        linker.define(&store, import_module, import_name, memory)?;
         let stack = (8usize << 20).max(engine.max_wasm_stack().saturating_mul(2));
         let on_error = |tid: u32, e: ephem::Error| {
             // A thread's exit or trap ends the program, as it would on the main thread.
             let e = anyhow::Error::from(e).context(format!("thread {tid}"));
             let code = crate::exit::code(&e);
             if ephem_wasi::exit_code(e.downcast_ref::<ephem::Error>().unwrap()).is_none() {
-                eprintln!("error: {}", crate::exit::message(&e));
+                // (Not `eprintln!`, which panics when standard error is closed: the process
+                // must end here whatever happens to the message.)
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "error: {}", crate::exit::message(&e));
             }
             std::process::exit(i32::from(code));
         };
         let made = ephem_wasi::threads::WasiThreads::new(
             &engine,
             &module,
-            &threads_linker,
-            (import_module, import_name, memory),
+            &linker,
             move || Ok(make()),
             setup,
             on_error,

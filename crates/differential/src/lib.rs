@@ -752,7 +752,8 @@ impl Side for Ephem {
                 Extern::Global(g) => state.globals.push((name, ephem_value(&g.get(&*store)))),
                 Extern::Memory(m) => state.memories.push((name, m.data(&*store).to_vec())),
                 Extern::Table(t) => state.tables.push((name, t.size(&*store))),
-                Extern::Func(_) | Extern::Tag(_) => {}
+                // (Instances export shared memories as memories.)
+                Extern::Func(_) | Extern::Tag(_) | Extern::SharedMemory(_) => {}
             }
         }
         state

@@ -12,12 +12,16 @@ use crate::table::TableData;
 use crate::{Error, Func, Val};
 
 /// Something an instance imports or exports.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum Extern {
     /// A function.
     Func(Func),
-    /// A linear memory.
+    /// A linear memory of a store (shared or not).
     Memory(Memory),
+    /// A shared memory, of no one store: a linker that defines one gives each store it
+    /// instantiates in a [`Memory`] of it (see [`Memory::from_shared`]). Instances export
+    /// their memories, shared ones too, as [`Extern::Memory`].
+    SharedMemory(crate::SharedMemory),
     /// A table.
     Table(Table),
     /// A global.
@@ -38,6 +42,13 @@ impl Extern {
     pub fn into_memory(self) -> Option<Memory> {
         match self {
             Extern::Memory(m) => Some(m),
+            _ => None,
+        }
+    }
+    /// The shared memory, if this is one.
+    pub fn into_shared_memory(self) -> Option<crate::SharedMemory> {
+        match self {
+            Extern::SharedMemory(m) => Some(m),
             _ => None,
         }
     }
@@ -72,6 +83,11 @@ impl From<Func> for Extern {
 impl From<Memory> for Extern {
     fn from(m: Memory) -> Extern {
         Extern::Memory(m)
+    }
+}
+impl From<crate::SharedMemory> for Extern {
+    fn from(m: crate::SharedMemory) -> Extern {
+        Extern::SharedMemory(m)
     }
 }
 impl From<Table> for Extern {
@@ -118,20 +134,31 @@ impl Memory {
         Ok(Memory(store.push_memory(memory)))
     }
 
-    /// `shared` as a memory of `store` (of `shared`'s engine), to import into its instances
-    /// (`Linker::define`). wasmtime names a shared memory `Extern::SharedMemory`; here a
-    /// store's memories are all [`Memory`], shared or not, and one store's memory is another's
-    /// through this and [`Memory::shared`].
+    /// `shared` as a memory of `store` (of `shared`'s engine), to import into its instances.
+    /// A linker that defines the shared memory itself ([`Extern::SharedMemory`], as in
+    /// wasmtime) does this for each store it instantiates in. A store's memories are all
+    /// [`Memory`], shared or not (instances export them so); [`Memory::shared`] gives the
+    /// shared memory back.
     pub fn from_shared(
         mut store: impl AsContextMut,
         shared: &crate::SharedMemory,
     ) -> Result<Memory, Error> {
         let raw = raw_store(&mut store);
-        // SAFETY: derived from the exclusive borrow above, for this call only, and nothing
-        // borrows the store while the limiter is asked.
+        // SAFETY: derived from the exclusive borrow above, for this call only.
+        unsafe { Memory::of_shared_in(raw, shared) }
+    }
+
+    /// [`Memory::from_shared`] in the store at `raw`.
+    ///
+    /// # Safety
+    /// `raw` is derived as [`raw_store`] derives it, and no reference into the store is alive.
+    pub(crate) unsafe fn of_shared_in(
+        raw: *mut StoreOpaque,
+        shared: &crate::SharedMemory,
+    ) -> Result<Memory, Error> {
+        // SAFETY: per the contract; nothing borrows the store while the limiter is asked.
         unsafe { StoreOpaque::admit_memory(raw, shared.ty())? };
-        // SAFETY: `raw` is derived from the exclusive borrow above; the only reference to the
-        // store from here on.
+        // SAFETY: per the contract; the only reference to the store from here on.
         let store = unsafe { &mut *raw };
         if !store.engine().same(shared.engine()) {
             return Err(Error::Usage(

@@ -353,6 +353,8 @@ fn take_imports(
         Extern::Table(Table(s)) => taken.tables.push(StoreTable(s.index)),
         Extern::Global(Global(s)) => taken.globals.push(StoreGlobal(s.index)),
         Extern::Tag(crate::Tag(s)) => taken.tags.push(s.index),
+        // (Refused by the check; a linker gives the store a memory of it first.)
+        Extern::SharedMemory(_) => {}
     };
     if checked {
         // Checked ones need not even be read against the module's import list.
@@ -381,6 +383,11 @@ pub(crate) fn check_import(
         | Extern::Table(Table(s))
         | Extern::Global(Global(s))
         | Extern::Tag(crate::Tag(s)) => (s.store, s.index),
+        Extern::SharedMemory(_) => {
+            let how = "a shared memory is imported as a store's memory of it (`Memory::from_shared`, \
+                       or a `Linker` that defines it)";
+            return Err(link_error(import, how));
+        }
     };
     if owner != store.id {
         return Err(link_error(import, "it belongs to another store"));
@@ -462,6 +469,7 @@ fn ext_kind(ext: &Extern) -> &'static str {
     match ext {
         Extern::Func(_) => "a function",
         Extern::Memory(_) => "a memory",
+        Extern::SharedMemory(_) => "a shared memory",
         Extern::Table(_) => "a table",
         Extern::Global(_) => "a global",
         Extern::Tag(_) => "a tag",

@@ -44,10 +44,12 @@ use crate::{
 };
 
 /// What a name in a linker stands for.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Definition {
     /// An extern of one store.
     Extern(Extern),
+    /// A shared memory, which each instantiation gives its store a memory of.
+    Shared(crate::SharedMemory),
     /// A host function, for any store of the linker's `T`: its index in the linker's `hosts`.
     Host(u32),
     /// A fresh zeroed memory, table or global of the import's type, made for each
@@ -199,7 +201,11 @@ impl<T: 'static> Linker<T> {
                 "the store belongs to another engine than the linker".into(),
             ));
         }
-        self.insert(module, name, Definition::Extern(item.into()))
+        let def = match item.into() {
+            Extern::SharedMemory(m) => Definition::Shared(m),
+            other => Definition::Extern(other),
+        };
+        self.insert(module, name, def)
     }
 
     /// Defines every export of `instance` under the module name `module`.
@@ -263,7 +269,8 @@ impl<T: 'static> Linker<T> {
         name: &str,
     ) -> Option<Extern> {
         match self.get_def(module, name)? {
-            Definition::Extern(e) => Some(*e),
+            Definition::Extern(e) => Some(e.clone()),
+            Definition::Shared(m) => Some(Extern::SharedMemory(m.clone())),
             Definition::Host(h) => Some(Extern::Func(Func::host(
                 store.as_context_mut().opaque(),
                 self.hosts[*h as usize].clone(),
@@ -355,10 +362,11 @@ impl<T: 'static> Linker<T> {
                 unknown.push(describe(module, &import));
                 continue;
             }
-            items.push(match *def {
-                Definition::Extern(e) => Resolved::Extern(e),
+            items.push(match def {
+                Definition::Extern(e) => Resolved::Extern(e.clone()),
+                Definition::Shared(m) => Resolved::Shared(m.clone()),
                 Definition::Host(h) => {
-                    Resolved::Host(HostRef(NonNull::from(&*self.hosts[h as usize])))
+                    Resolved::Host(HostRef(NonNull::from(&*self.hosts[*h as usize])))
                 }
                 Definition::Fresh => Resolved::Fresh,
             });
@@ -375,9 +383,10 @@ impl<T: 'static> Linker<T> {
 }
 
 /// An import as an `InstancePre` resolved it.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Resolved {
     Extern(Extern),
+    Shared(crate::SharedMemory),
     Host(HostRef),
     Fresh,
 }
@@ -531,7 +540,14 @@ impl<T: 'static> InstancePre<T> {
                     Resolved::Extern(e) => {
                         // SAFETY: per the contract; a shared reference for the check only.
                         check_import(unsafe { &*raw }, &self.module, &import, e)?;
-                        *e
+                        e.clone()
+                    }
+                    Resolved::Shared(m) => {
+                        // SAFETY: per the contract; no reference into the store is alive.
+                        let memory = Extern::Memory(unsafe { Memory::of_shared_in(raw, m)? });
+                        // SAFETY: per the contract; a shared reference for the check only.
+                        check_import(unsafe { &*raw }, &self.module, &import, &memory)?;
+                        memory
                     }
                     Resolved::Host(h) => {
                         // SAFETY: per the contract, with a reference for this push only;

@@ -20,7 +20,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use ephem_runtime::{Caller, Engine, Error, Linker, Memory, Module, SharedMemory, Store};
+use ephem_runtime::{Caller, Engine, Error, Linker, Module, Store};
 
 /// The import module of `thread-spawn`.
 pub const MODULE: &str = "wasi";
@@ -35,10 +35,8 @@ type Setup<T> = Box<dyn Fn(&mut Store<T>) -> Result<(), Error> + Send + Sync>;
 pub struct WasiThreads<T> {
     engine: Engine,
     module: Module,
-    /// Every import but the memory.
+    /// Every import, the shared memory among them (one linker serves every thread's store).
     linker: Linker<T>,
-    /// The memory's import (module, name), and the memory.
-    memory: (String, String, SharedMemory),
     make: Box<dyn Fn() -> Result<T, Error> + Send + Sync>,
     setup: Setup<T>,
     on_error: Box<dyn Fn(u32, Error) + Send + Sync>,
@@ -76,17 +74,15 @@ pub fn add_to_linker<T: Send + 'static>(
 }
 
 impl<T: Send + 'static> WasiThreads<T> {
-    /// Threads of `module` on `memory`, the shared memory its import `(import_module,
-    /// import_name)` names, linked with `linker` (which already has everything else, WASI and
-    /// `thread-spawn` among it). A thread's store takes its data from `make`, then `setup`
-    /// (limits, fuel, deadline); a thread that exits or traps is given to `on_error` with its
-    /// id; each runs on a host thread with `stack_size` bytes of stack.
-    #[allow(clippy::too_many_arguments)]
+    /// Threads of `module`, linked with `linker`, which has all it imports: its shared memory
+    /// (defined as a [`SharedMemory`](ephem_runtime::SharedMemory), which each store gets a
+    /// memory of), WASI and `thread-spawn`. A thread's store takes its data from `make`, then
+    /// `setup` (limits, fuel, deadline); a thread that exits or traps is given to `on_error`
+    /// with its id; each runs on a host thread with `stack_size` bytes of stack.
     pub fn new(
         engine: &Engine,
         module: &Module,
         linker: &Linker<T>,
-        memory: (&str, &str, SharedMemory),
         make: impl Fn() -> Result<T, Error> + Send + Sync + 'static,
         setup: impl Fn(&mut Store<T>) -> Result<(), Error> + Send + Sync + 'static,
         on_error: impl Fn(u32, Error) + Send + Sync + 'static,
@@ -96,7 +92,6 @@ impl<T: Send + 'static> WasiThreads<T> {
             engine: engine.clone(),
             module: module.clone(),
             linker: linker.clone(),
-            memory: (memory.0.to_owned(), memory.1.to_owned(), memory.2),
             make: Box::new(make),
             setup: Box::new(setup),
             on_error: Box::new(on_error),
@@ -134,13 +129,7 @@ impl<T: Send + 'static> WasiThreads<T> {
     fn run(&self, tid: u32, start_arg: i32) -> Result<(), Error> {
         let mut store = Store::new(&self.engine, (self.make)()?);
         (self.setup)(&mut store)?;
-        let (module, name, shared) = &self.memory;
-        let memory = Memory::from_shared(&mut store, shared)?;
-        let mut linker = self.linker.clone();
-        // (In place of a fresh memory an embedder's linker may define for the import.)
-        linker.allow_shadowing(true);
-        linker.define(&store, module, name, memory)?;
-        let instance = linker.instantiate(&mut store, &self.module)?;
+        let instance = self.linker.instantiate(&mut store, &self.module)?;
         let start = instance.get_typed_func::<(i32, i32), ()>(&mut store, "wasi_thread_start")?;
         start.call(&mut store, (tid as i32, start_arg))?;
         Ok(())

@@ -343,3 +343,47 @@ fn shared_and_unshared_memories_do_not_stand_in_for_each_other() {
         "another engine's"
     );
 }
+
+/// wasmtime's form: one linker defines the shared memory (`Extern::SharedMemory`) and serves
+/// stores on several threads, each getting a memory of it; `Linker::get` gives it back. An
+/// instance given one directly, not through a linker, is refused with the way to do it.
+#[test]
+fn one_linker_defining_a_shared_memory_serves_stores_on_two_threads() {
+    let engine = Engine::default();
+    let module = Module::new(&engine, WORKER).unwrap();
+    let shared = SharedMemory::new(&engine, MemoryType::shared(1, 4)).unwrap();
+    let mut linker = Linker::new(&engine);
+    let store = Store::new(&engine, ());
+    linker
+        .define(&store, "env", "memory", shared.clone())
+        .unwrap();
+    let got = linker.get(Store::new(&engine, ()), "env", "memory");
+    assert!(matches!(got, Some(ephem::Extern::SharedMemory(m)) if SharedMemory::same(&m, &shared)));
+    let linker = std::sync::Arc::new(linker);
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (engine, module, linker) = (engine.clone(), module.clone(), linker.clone());
+            std::thread::spawn(move || {
+                let mut store = Store::new(&engine, ());
+                let instance = linker.instantiate(&mut store, &module).unwrap();
+                let count = instance
+                    .get_typed_func::<i32, ()>(&mut store, "count")
+                    .unwrap();
+                count.call(&mut store, 1000).unwrap();
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let mut store = Store::new(&engine, ());
+    let instance = linker.instantiate(&mut store, &module).unwrap();
+    let memory = instance.get_memory(&mut store, "memory");
+    assert!(memory.is_none(), "the worker exports no memory");
+    let mut word = [0; 4];
+    let m = Memory::from_shared(&mut store, &shared).unwrap();
+    m.read(&store, 0, &mut word).unwrap();
+    assert_eq!(u32::from_le_bytes(word), 2000);
+
+    let e = ephem::Instance::new(&mut store, &module, &[ephem::Extern::SharedMemory(shared)])
+        .unwrap_err();
+    assert!(e.to_string().contains("Memory::from_shared"), "{e}");
+}
