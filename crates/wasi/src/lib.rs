@@ -1,7 +1,8 @@
 //! WASI preview 1 (`wasi_snapshot_preview1`) for ephem: the host that C (wasi-libc), Rust
 //! (`wasm32-wasip1`), TinyGo and Go (`GOOS=wasip1`) programs expect.
 //!
-//! Three parts:
+//! Three parts, and a fourth for `-pthread` programs ([`threads`]: `wasi-threads`'
+//! `thread-spawn`, each thread a fresh instance on the shared memory):
 //! - [`WasiCtx`] (`ctx`): one guest's arguments, environment, stdio and descriptors, made per
 //!   invocation from a [`WasiCtxBuilder`] template without system calls.
 //! - The sandbox (`fs`): a guest sees only the directories preopened for it, resolved by the
