@@ -10,7 +10,7 @@ use ephem::{
 
 /// An engine whose pool keeps one idle memory slot, so that each new memory takes the slot the
 /// last one gave back.
-fn one_slot_engine() -> Engine {
+pub(crate) fn one_slot_engine() -> Engine {
     Engine::with_config(EngineConfig {
         memory: MemoryConfig {
             max_idle_slots: 1,

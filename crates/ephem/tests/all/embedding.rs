@@ -689,15 +689,8 @@ fn a_64_bit_memory_past_8_gib_compiles_and_fails_to_be_made() {
 /// where the machine will not make that much memory accessible.
 #[test]
 fn a_64_bit_memory_grows_past_4_gib() {
-    use ephem::{Engine, EngineConfig, Linker, MemoryConfig, Module, Store, TrapKind};
-    let engine = Engine::with_config(EngineConfig {
-        memory: MemoryConfig {
-            max_idle_slots: 1,
-            ..MemoryConfig::default()
-        },
-        ..EngineConfig::default()
-    })
-    .unwrap();
+    use ephem::{Linker, Module, Store, TrapKind};
+    let engine = crate::bounds_checks::one_slot_engine();
     let module = Module::new(
         &engine,
         r#"(module

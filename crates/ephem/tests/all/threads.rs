@@ -6,8 +6,7 @@
 use std::time::{Duration, Instant};
 
 use ephem::{
-    Engine, EngineConfig, Linker, Memory, MemoryConfig, MemoryType, Module, SharedMemory, Store,
-    TrapKind, WaitResult,
+    Engine, Linker, Memory, MemoryType, Module, SharedMemory, Store, TrapKind, WaitResult,
 };
 
 const WORKER: &str = r#"(module
@@ -248,14 +247,7 @@ fn waiting_on_a_memory_that_is_not_shared_traps() {
 #[test]
 fn a_defined_shared_memory_reaches_other_stores_and_its_slot_comes_back_clean() {
     // One idle slot: each new memory takes the slot the last one gave back.
-    let engine = Engine::with_config(EngineConfig {
-        memory: MemoryConfig {
-            max_idle_slots: 1,
-            ..MemoryConfig::default()
-        },
-        ..EngineConfig::default()
-    })
-    .unwrap();
+    let engine = crate::bounds_checks::one_slot_engine();
     let definer = Module::new(
         &engine,
         r#"(module (memory (export "memory") 1 1 shared)

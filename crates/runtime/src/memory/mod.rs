@@ -196,6 +196,13 @@ impl LinearMemory {
         image: Option<&impl ImageSource>,
         loose: bool,
     ) -> Result<LinearMemory, crate::Error> {
+        // (Before a slot is taken for it.)
+        if u64::from(ty.min) > max_pages(ty) {
+            return Err(crate::Error::Limit(format!(
+                "cannot allocate {} pages of linear memory",
+                ty.min
+            )));
+        }
         if ty.shared {
             return Ok(LinearMemory::of_shared(
                 SharedMemory::new(engine, ty)?,
@@ -204,13 +211,7 @@ impl LinearMemory {
         }
         let pool = engine.memory_pool();
         let len = (u64::from(ty.min) << ty.page_size_log2) as usize;
-        if !pool.reserve_bytes(len) {
-            return Err(crate::Error::Limit(format!(
-                "a memory of {len} bytes would pass the engine's bound of {} bytes of linear \
-                 memory",
-                pool.config.max_total_bytes.unwrap_or(usize::MAX)
-            )));
-        }
+        pool.reserve(len)?;
         let made = (|| {
             let want = image.and_then(|image| pool.config.mapping(image));
             let mut slot = pool.take(host_pages(len), want, loose)?;

@@ -110,6 +110,18 @@ impl MemoryPool {
             .is_ok()
     }
 
+    /// [`MemoryPool::reserve_bytes`] for a new memory of `len` bytes, or the error that says
+    /// why not.
+    pub(super) fn reserve(&self, len: usize) -> Result<(), crate::Error> {
+        if self.reserve_bytes(len) {
+            return Ok(());
+        }
+        Err(crate::Error::Limit(format!(
+            "a memory of {len} bytes would pass the engine's bound of {} bytes of linear memory",
+            self.config.max_total_bytes.unwrap_or(usize::MAX)
+        )))
+    }
+
     pub(super) fn release_bytes(&self, bytes: usize) {
         if self.config.max_total_bytes.is_some() {
             self.in_use.fetch_sub(bytes, Ordering::Relaxed);

@@ -76,13 +76,7 @@ impl SharedMemory {
         }
         let pool = engine.memory_pool();
         let len = (u64::from(ty.min) << ty.page_size_log2) as usize;
-        if !pool.reserve_bytes(len) {
-            return Err(crate::Error::Limit(format!(
-                "a memory of {len} bytes would pass the engine's bound of {} bytes of linear \
-                 memory",
-                pool.config.max_total_bytes.unwrap_or(usize::MAX)
-            )));
-        }
+        pool.reserve(len)?;
         let made = (|| -> Result<Slot, crate::Error> {
             let mut slot = pool.take(host_pages(len), None, false)?;
             let failed = |e| crate::Error::Limit(format!("cannot make a shared memory: {e}"));
