@@ -267,3 +267,39 @@ fn a_pthread_program_runs_its_threads_as_wasmtime_does() {
         }
     }
 }
+
+/// The whole program ends when its main thread does, whatever its other threads are doing:
+/// `_start` returning (0) or calling `proc_exit` (its status) while another thread waits
+/// without end or spins.
+#[test]
+fn a_wasi_threads_program_ends_with_its_main_thread() {
+    let dir = ephem_test_support::temp_dir();
+    let program = |thread: &str, end: &str| {
+        format!(
+            r#"(module
+              (import "env" "memory" (memory 1 1 shared))
+              (import "wasi" "thread-spawn" (func $spawn (param i32) (result i32)))
+              (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+              (func (export "wasi_thread_start") (param i32 i32) {thread})
+              (func (export "_start")
+                (if (i32.le_s (call $spawn (i32.const 0)) (i32.const 0)) (then unreachable))
+                ;; Long enough for the thread to be waiting or spinning.
+                (drop (memory.atomic.wait32 (i32.const 64) (i32.const 0) (i64.const 50000000)))
+                {end}))"#
+        )
+    };
+    let wait = "(drop (memory.atomic.wait32 (i32.const 0) (i32.const 0) (i64.const -1)))";
+    let spin = "(loop $l (br $l))";
+    for (thread, end, code) in [
+        (wait, "", 0),
+        (spin, "", 0),
+        (wait, "(call $exit (i32.const 7))", 7),
+        (spin, "(call $exit (i32.const 7))", 7),
+    ] {
+        let path = dir.path().join("main.wat");
+        std::fs::write(&path, program(thread, end)).unwrap();
+        let out = ephem(dir.path(), &[path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{thread} {end}: {stderr}");
+    }
+}
