@@ -222,6 +222,19 @@ fn forged_metadata_is_refused_at_open() {
             Box::new(|c| c.info.memories[0] = ephem_module::MemoryType::new(70000, None)),
         ),
         (
+            "shared memory without a maximum",
+            Box::new(|c| {
+                c.info.memories[0] = ephem_module::MemoryType {
+                    max: None,
+                    ..ephem_module::MemoryType::shared(1, 1)
+                }
+            }),
+        ),
+        (
+            "64-bit memory whose maximum is below its minimum",
+            Box::new(|c| c.info.memories[0] = ephem_module::MemoryType::new64(3, Some(2))),
+        ),
+        (
             "a page size that is neither 1 nor 64 KiB",
             Box::new(|c| {
                 c.info.memories[0] = ephem_module::MemoryType::new(1, None).with_page_size_log2(12)
