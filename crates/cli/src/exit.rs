@@ -80,15 +80,24 @@ fn closed_pipe(error: &anyhow::Error) -> bool {
 
 /// Ends the process for `result`: the message on standard error and the code.
 pub fn finish(result: anyhow::Result<()>) -> ExitCode {
+    ExitCode::from(report(result))
+}
+
+/// The message for `result` on standard error, and the code the process ends with (for a
+/// thread that ends the process itself, `std::process::exit`).
+pub fn report(result: anyhow::Result<()>) -> u8 {
     match result {
-        Ok(()) => ExitCode::from(SUCCESS),
+        Ok(()) => SUCCESS,
         // Whoever read our output stopped reading (`| head`): nothing is wrong on our side.
-        Err(e) if closed_pipe(&e) => ExitCode::from(SUCCESS),
+        Err(e) if closed_pipe(&e) => SUCCESS,
         // The guest chose to exit: its status, and nothing of ours on stderr.
-        Err(e) if guest_exit(&e).is_some() => ExitCode::from(code(&e)),
+        Err(e) if guest_exit(&e).is_some() => code(&e),
         Err(e) => {
-            eprintln!("error: {}", message(&e));
-            ExitCode::from(code(&e))
+            // (Not `eprintln!`, which panics when standard error is closed: the code must
+            // come back whatever happens to the message.)
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "error: {}", message(&e));
+            code(&e)
         }
     }
 }

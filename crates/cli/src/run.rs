@@ -246,14 +246,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let on_error = |tid: u32, e: ephem::Error| {
             // A thread's exit or trap ends the program, as it would on the main thread.
             let e = anyhow::Error::from(e).context(format!("thread {tid}"));
-            let code = crate::exit::code(&e);
-            if ephem_wasi::exit_code(e.downcast_ref::<ephem::Error>().unwrap()).is_none() {
-                // (Not `eprintln!`, which panics when standard error is closed: the process
-                // must end here whatever happens to the message.)
-                use std::io::Write;
-                let _ = writeln!(std::io::stderr(), "error: {}", crate::exit::message(&e));
-            }
-            std::process::exit(i32::from(code));
+            std::process::exit(i32::from(crate::exit::report(Err(e))));
         };
         let made = ephem_wasi::threads::WasiThreads::new(
             &engine,

@@ -621,6 +621,12 @@ impl MemoryType {
             .unwrap_or(0)
     }
 
+    /// The bytes `pages` pages of this type hold (`pages` at most `u32::MAX`, so that this does
+    /// not overflow).
+    pub fn bytes(&self, pages: u32) -> u64 {
+        u64::from(pages) << self.page_size_log2
+    }
+
     /// Whether a module may declare a memory of this type: pages of one byte or 64 KiB, a
     /// minimum within what [`MemoryType::max_pages`] allows, a maximum not below it, and a
     /// shared memory has a maximum. A 64-bit memory's limits may be past what it can have (its

@@ -134,13 +134,9 @@ fn atomic_wait(
     expected: crate::memory::wait::Expected,
     timeout: u64,
 ) -> u32 {
-    use crate::memory::wait::{Expected, Woke, wait};
+    use crate::memory::wait::{Woke, wait};
     let memory = i.memory(store, mem);
-    let size = match expected {
-        Expected::U32(_) => 4,
-        Expected::U64(_) => 8,
-    };
-    let Some(at) = atomic_at(memory, addr, size) else {
+    let Some(at) = atomic_at(memory, addr, expected.size()) else {
         return 5;
     };
     if memory.shared().is_none() {

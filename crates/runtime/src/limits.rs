@@ -312,7 +312,7 @@ impl StoreOpaque {
         store: *mut StoreOpaque,
         ty: MemoryType,
     ) -> Result<(), Error> {
-        let bytes = |pages: u32| (u64::from(pages) << ty.page_size_log2) as usize;
+        let bytes = |pages: u32| ty.bytes(pages) as usize;
         // SAFETY: per the contract.
         unsafe { StoreOpaque::admit(store, Growing::Memory, bytes(ty.min), ty.max.map(bytes)) }
     }

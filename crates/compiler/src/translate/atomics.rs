@@ -32,10 +32,7 @@ impl Translator<'_, '_> {
         if size > 1 {
             let index = *self.stack.last().expect("validated: an address");
             let memory64 = self.env.info.memories[memory as usize].memory64;
-            let wide = match memory64 {
-                true => index,
-                false => self.b.ins().uextend(I64, index),
-            };
+            let wide = self.widen(memory, index);
             let mask = i64::from(size - 1);
             let (ea, over) = match (wrap_out, memory64) {
                 (false, _) => (self.b.ins().iadd_imm_u(wide, m.offset as i64), None),
@@ -66,7 +63,7 @@ impl Translator<'_, '_> {
         self.access(memory, m.offset, size)
     }
 
-    /// `ty` narrowed to `width` bits' type, if narrower.
+    /// `v` narrowed to `width`, if wider.
     fn narrowed(&mut self, v: Value, width: Type) -> Value {
         match self.b.func.dfg.value_type(v) == width {
             true => v,

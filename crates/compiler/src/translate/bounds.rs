@@ -84,13 +84,30 @@ impl Translator<'_, '_> {
     }
 
     /// Loads each memory's length into its variable (at entry, and after calls that may grow
-    /// a memory: see `crate::growth`).
+    /// a memory: see `crate::growth`). A shared memory has none: its checks read its length
+    /// anew ([`Translator::current_length`]).
     pub(super) fn reload_lengths(&mut self) {
         for memory in 0..self.lengths.len() {
-            let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory as u32));
-            let length = (self.b.ins()).load(I64, trusted(), def, VmOffsets::MEMORY_LENGTH as i32);
+            if self.env.info.memories[memory].shared {
+                continue;
+            }
+            let length = self.current_length(memory as u32);
             self.length_loads.push(length);
             self.b.def_var(self.lengths[memory], length);
+        }
+    }
+
+    /// `memory`'s length as it is now. Another thread may grow a shared memory at any time:
+    /// its length is read as an atomic, which no earlier load can stand in for.
+    pub(super) fn current_length(&mut self, memory: u32) -> Value {
+        let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory));
+        let offset = VmOffsets::MEMORY_LENGTH;
+        match self.env.info.memories[memory as usize].shared {
+            true => {
+                let at = self.b.ins().iadd_imm_u(def, i64::from(offset));
+                self.b.ins().atomic_load(I64, trusted(), at)
+            }
+            false => self.b.ins().load(I64, trusted(), def, offset as i32),
         }
     }
 
@@ -138,13 +155,8 @@ impl Translator<'_, '_> {
         // which a loop without calls computes once. Signed: that difference may be below zero
         // (the index is below 2^32 and the end at most 2^40, so nothing wraps). A 64-bit
         // memory's index is first limited to 2^40, past any length, so that it stays positive.
-        // Another thread may grow a shared memory at any time: its length is read anew.
         let length = match self.env.info.memories[memory as usize].shared {
-            true => {
-                let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(memory));
-                let at = (self.b.ins()).iadd_imm_u(def, i64::from(VmOffsets::MEMORY_LENGTH));
-                (self.b.ins()).atomic_load(I64, trusted(), at)
-            }
+            true => self.current_length(memory),
             false => self.b.use_var(self.lengths[memory as usize]),
         };
         let constant = self.b.ins().iconst(I64, -(end as i64));

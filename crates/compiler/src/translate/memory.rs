@@ -12,10 +12,10 @@
 
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, TrapCode, Type, Value};
-use ephem_module::{Builtin, VmOffsets};
+use ephem_module::Builtin;
 use wasmparser::Operator;
 
-use super::{Translator, trusted};
+use super::Translator;
 
 /// A memory access: see [`Translator::access`].
 pub(super) struct Access {
@@ -53,7 +53,7 @@ enum LoadKind {
 impl Translator<'_, '_> {
     /// An address or size of `memory` as the builtins take it: `i64` (a 32-bit memory's
     /// zero-extended).
-    fn widen(&mut self, memory: u32, v: Value) -> Value {
+    pub(super) fn widen(&mut self, memory: u32, v: Value) -> Value {
         match self.env.info.memories[memory as usize].memory64 {
             true => v,
             false => self.b.ins().uextend(I64, v),
@@ -190,19 +190,7 @@ impl Translator<'_, '_> {
             O::I32Store16 { memarg } | O::I64Store16 { memarg } => self.store(memarg, Some(I16)),
             O::I64Store32 { memarg } => self.store(memarg, Some(I32)),
             O::MemorySize { mem } => {
-                let def = self.load_ptr(self.vmctx, self.env.offsets.memory_def(mem));
-                // Another thread may grow a shared memory: its length is read as an atomic,
-                // which no load before it can stand in for.
-                let len = match self.env.info.memories[mem as usize].shared {
-                    true => {
-                        let offset = i64::from(VmOffsets::MEMORY_LENGTH);
-                        let at = self.b.ins().iadd_imm_u(def, offset);
-                        self.b.ins().atomic_load(I64, trusted(), at)
-                    }
-                    false => {
-                        (self.b.ins()).load(I64, trusted(), def, VmOffsets::MEMORY_LENGTH as i32)
-                    }
-                };
+                let len = self.current_length(mem);
                 let log2 = self.env.info.memories[mem as usize].page_size_log2;
                 let pages = self.b.ins().ushr_imm_u(len, i64::from(log2));
                 let v = self.narrow(mem, pages);

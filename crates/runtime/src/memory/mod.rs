@@ -210,7 +210,7 @@ impl LinearMemory {
             ));
         }
         let pool = engine.memory_pool();
-        let len = (u64::from(ty.min) << ty.page_size_log2) as usize;
+        let len = ty.bytes(ty.min) as usize;
         pool.reserve(len)?;
         let made = (|| {
             let want = image.and_then(|image| pool.config.mapping(image));
@@ -243,13 +243,8 @@ impl LinearMemory {
         engine: crate::Engine,
         loose: bool,
     ) -> Result<LinearMemory, crate::Error> {
-        if u64::from(ty.min) > max_pages(ty) {
-            return Err(crate::Error::Limit(format!(
-                "cannot allocate {} pages of linear memory",
-                ty.min
-            )));
-        }
-        let len = (u64::from(ty.min) << ty.page_size_log2) as usize;
+        // (`pooled` checked the size against the type's bound.)
+        let len = ty.bytes(ty.min) as usize;
         let accessible = match loose {
             true => host_pages(len).max(slot.accessible),
             false => host_pages(len),
@@ -512,7 +507,7 @@ impl LinearMemory {
 
     /// The most bytes its type allows, if it says.
     pub(crate) fn max_bytes(&self) -> Option<usize> {
-        (self.ty.max).map(|m| (u64::from(m) << self.ty.page_size_log2) as usize)
+        (self.ty.max).map(|m| self.ty.bytes(m) as usize)
     }
 
     /// Grows by `delta` pages; returns the old size in pages, or `None` past the maximum.
@@ -621,7 +616,7 @@ impl Drop for LinearMemory {
         pool.release_bytes(self.len());
         pool.give_back(
             slot,
-            host_pages((u64::from(self.ty.min) << self.ty.page_size_log2) as usize),
+            host_pages(self.ty.bytes(self.ty.min) as usize),
             self.marked.get(),
             self.loose.get(),
         );

@@ -75,7 +75,7 @@ impl SharedMemory {
             )));
         }
         let pool = engine.memory_pool();
-        let len = (u64::from(ty.min) << ty.page_size_log2) as usize;
+        let len = ty.bytes(ty.min) as usize;
         pool.reserve(len)?;
         let made = (|| -> Result<Slot, crate::Error> {
             let mut slot = pool.take(host_pages(len), None, false)?;
@@ -187,11 +187,8 @@ impl SharedMemory {
     /// Wakes at most `count` threads waiting at byte `addr` of this memory; returns how many
     /// it woke (see `wait`).
     pub fn atomic_notify(&self, addr: u64, count: u32) -> Result<u32, crate::Error> {
-        self.check_atomic(addr, 4)?;
-        Ok(super::wait::notify(
-            self.base() as usize + addr as usize,
-            count,
-        ))
+        let at = self.atomic_at(addr, 4)?;
+        Ok(super::wait::notify(at, count))
     }
 
     /// Waits at byte `addr` until notified, unless the 4 bytes there differ from `expected`,
@@ -202,9 +199,7 @@ impl SharedMemory {
         expected: u32,
         timeout: Option<std::time::Duration>,
     ) -> Result<WaitResult, crate::Error> {
-        self.check_atomic(addr, 4)?;
-        let at = self.base() as usize + addr as usize;
-        Ok(super::wait::wait(at, super::wait::Expected::U32(expected), timeout, None).into())
+        self.wait(addr, super::wait::Expected::U32(expected), timeout)
     }
 
     /// As [`SharedMemory::atomic_wait32`], comparing 8 bytes.
@@ -214,12 +209,22 @@ impl SharedMemory {
         expected: u64,
         timeout: Option<std::time::Duration>,
     ) -> Result<WaitResult, crate::Error> {
-        self.check_atomic(addr, 8)?;
-        let at = self.base() as usize + addr as usize;
-        Ok(super::wait::wait(at, super::wait::Expected::U64(expected), timeout, None).into())
+        self.wait(addr, super::wait::Expected::U64(expected), timeout)
     }
 
-    fn check_atomic(&self, addr: u64, size: u64) -> Result<(), crate::Error> {
+    fn wait(
+        &self,
+        addr: u64,
+        expected: super::wait::Expected,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<WaitResult, crate::Error> {
+        let at = self.atomic_at(addr, expected.size())?;
+        Ok(super::wait::wait(at, expected, timeout, None).into())
+    }
+
+    /// The native address of an atomic access of `size` bytes at `addr`, which must be
+    /// aligned and within the memory.
+    fn atomic_at(&self, addr: u64, size: u64) -> Result<usize, crate::Error> {
         if !addr.is_multiple_of(size) {
             return Err(crate::Error::Usage(format!(
                 "unaligned atomic access at {addr}"
@@ -233,7 +238,7 @@ impl SharedMemory {
                 "atomic access at {addr} is out of bounds"
             )));
         }
-        Ok(())
+        Ok(self.base() as usize + addr as usize)
     }
 }
 
@@ -274,7 +279,7 @@ impl Drop for Inner {
         // Reset by the page map: nothing marked what was written.
         pool.give_back(
             slot,
-            host_pages((u64::from(self.ty.min) << self.ty.page_size_log2) as usize),
+            host_pages(self.ty.bytes(self.ty.min) as usize),
             false,
             false,
         );

@@ -59,6 +59,16 @@ pub(crate) enum Expected {
     U64(u64),
 }
 
+impl Expected {
+    /// The bytes it compares.
+    pub(crate) fn size(self) -> u64 {
+        match self {
+            Expected::U32(_) => 4,
+            Expected::U64(_) => 8,
+        }
+    }
+}
+
 /// How a wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Woke {
