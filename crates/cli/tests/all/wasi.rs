@@ -242,7 +242,7 @@ fn sightglass_programs_print_their_expected_output() {
 /// (`guests/threads.c`, built by `guests/build-threads.sh`): four threads spawned through
 /// `wasi-threads`, a mutex, an atomic counter, a condition variable, joins. It prints what
 /// wasmtime (36.0.9, `-W threads=y -S threads=y`) printed; a thread's `exit(3)` ends the
-/// program with 3, and a thread's trap with 134, as there.
+/// program with 3, and a thread's trap with 134, as there. `--preload` is refused with it.
 #[test]
 fn a_pthread_program_runs_its_threads_as_wasmtime_does() {
     let dir = ephem_test_support::temp_dir();
@@ -266,6 +266,14 @@ fn a_pthread_program_runs_its_threads_as_wasmtime_does() {
             );
         }
     }
+    // A preloaded instance would live in the main thread's store alone: refused, saying so.
+    let preload = dir.path().join("p.wat");
+    std::fs::write(&preload, "(module)").unwrap();
+    let spec = format!("p={}", preload.display());
+    let out = ephem(dir.path(), &["--preload", &spec, &threads]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`--preload` does not combine"), "{stderr}");
 }
 
 /// The whole program ends when its main thread does, whatever its other threads are doing:
