@@ -30,8 +30,8 @@
 //! are mapped or copied into linear memory.
 
 use ephem_module::{
-    CompiledModule, ConstExpr, FuncType, ImportKind, ModuleInfo, Placement, Reloc, SegmentMode,
-    Target, ValType,
+    CompiledModule, ConstExpr, ImportKind, ModuleInfo, Placement, Reloc, SegmentMode, Target,
+    ValType,
 };
 use rkyv::{Archive, Serialize};
 
@@ -49,8 +49,10 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// failed checks find `Raise` in the entry frame, `ephem_module::ENTRY_FRAME_RAISE`; 25: reference
 /// types `ValType::Ref`, `ModuleInfo::table_inits`, `TrapKind::NullReference`; lengths kept
 /// across calls that cannot grow a memory; 26: exception handling, `ModuleInfo::tags`, the vmctx's
-/// tags, `Meta::call_sites`; `ModuleInfo::rec_groups`, whose types have no small id).
-pub const FORMAT_VERSION: u32 = 27;
+/// tags, `Meta::call_sites`; `ModuleInfo::rec_groups`, whose types have no small id; 27: shared
+/// memories and 64-bit memories past 4 GiB; 28: `ModuleInfo::types` are `TypeDef`s, struct and
+/// array types among them, and `HeapType` has GC's heap types).
+pub const FORMAT_VERSION: u32 = 28;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;
@@ -218,7 +220,7 @@ fn type_digests(info: &ModuleInfo) -> Vec<[u8; 32]> {
     if !named {
         return Vec::new();
     }
-    let types: &[FuncType] = &info.types;
+    let types: &[ephem_module::TypeDef] = &info.types;
     let mut digests: Vec<[u8; 32]> = Vec::with_capacity(types.len());
     let mut key = Vec::new();
     for i in 0..types.len() as u32 {
@@ -616,19 +618,19 @@ pub fn reseal(file: &mut [u8], key: &ArtifactKey) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ephem_module::{GlobalType, HeapType, Import, RefType};
+    use ephem_module::{FuncType, GlobalType, HeapType, Import, RefType};
 
     /// A module importing a global of concrete type 0, where type 0 is `ty`.
     fn importing(ty: FuncType) -> ModuleInfo {
         let g = GlobalType {
             ty: ValType::Ref(RefType {
                 nullable: true,
-                heap: HeapType::Concrete(0),
+                heap: HeapType::ConcreteFunc(0),
             }),
             mutable: false,
         };
         ModuleInfo {
-            types: vec![ty],
+            types: vec![ty.into()],
             imports: vec![Import {
                 module: "m".into(),
                 name: "g".into(),
@@ -652,11 +654,11 @@ mod tests {
         let b = imports_digest(&importing(unary.clone()));
         assert_ne!(a, b);
         let mut shifted = importing(unary);
-        shifted.types.insert(0, FuncType::default());
+        shifted.types.insert(0, FuncType::default().into());
         if let ImportKind::Global(g) = &mut shifted.imports[0].kind {
             g.ty = ValType::Ref(RefType {
                 nullable: true,
-                heap: HeapType::Concrete(1),
+                heap: HeapType::ConcreteFunc(1),
             });
         }
         assert_eq!(imports_digest(&shifted), b);

@@ -152,6 +152,8 @@ fn show(v: &Val) -> String {
         Val::FuncRef(f) => if f.is_some() { "funcref" } else { "null" }.to_owned(),
         Val::ExternRef(r) => r.map_or("null".to_owned(), |r| format!("externref {}", r.0)),
         Val::ExnRef(e) => if e.is_some() { "exnref" } else { "null" }.to_owned(),
+        Val::AnyRef(None) => "null".to_owned(),
+        Val::AnyRef(Some(r)) => match *r {},
         Val::V128(v) => format!("{v:#034x}"),
     }
 }

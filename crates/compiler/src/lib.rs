@@ -106,10 +106,13 @@ pub struct Proposals {
     /// `rethrow` (what clang emits by default, and Emscripten's older builds; wasmtime does
     /// not run it).
     pub legacy_exceptions: bool,
-    /// Of garbage collection, its recursion groups, for function types: types that name each
-    /// other, identified by their group (iso-recursively) in every module. Struct and array
-    /// types, declared subtypes and GC's instructions are refused (validation runs with GC
-    /// on, so that recursion groups are read).
+    /// Of garbage collection, its types: recursion groups (types that name each other,
+    /// identified by their group, iso-recursively, in every module), struct and array types,
+    /// and the references of the `any` hierarchy (`anyref`, `eqref`, `i31ref`, `structref`,
+    /// `arrayref`, `nullref`, concrete struct and array types) in signatures, locals, globals
+    /// and tables. Only null is a value of those: GC's instructions, which would make one, are
+    /// refused, and so are declared subtypes (validation runs with GC on, so that the types are
+    /// read).
     pub gc_types: bool,
     /// Memories of one-byte pages (`(pagesize 1)`), besides WebAssembly's 64 KiB ones. Code
     /// that reaches such a memory always checks bounds: a fault can only stop an access a
@@ -448,19 +451,18 @@ impl Compiler {
     ) -> Result<Compiled, CompileError> {
         let defined = parsed.bodies.len();
         let types = &parsed.info.types;
+        // A struct or an array type is never called: its units are those of a signature of
+        // nothing, so that every type keeps its place among the units.
+        let nothing = ephem_module::FuncType::default();
+        let sig = |i: usize| types[i].as_func().unwrap_or(&nothing);
         let mut raised = None;
         if unit < defined {
             let func = parsed.info.imported_funcs + unit as u32;
             raised = translate::translate(env, func, &parsed.bodies[unit], &mut ctx.func, fctx)?;
         } else if unit < defined + types.len() {
-            trampolines::entry(env, &types[unit - defined], &mut ctx.func, fctx);
+            trampolines::entry(env, sig(unit - defined), &mut ctx.func, fctx);
         } else {
-            trampolines::host_adapter(
-                env,
-                &types[unit - defined - types.len()],
-                &mut ctx.func,
-                fctx,
-            );
+            trampolines::host_adapter(env, sig(unit - defined - types.len()), &mut ctx.func, fctx);
         }
         let names = ctx.func.params.user_named_funcs().clone();
         let code = ctx

@@ -44,20 +44,29 @@ pub struct Parsed<'a> {
     pub data: Vec<u8>,
 }
 
-pub fn val_type(ty: wasmparser::ValType) -> Result<ValType, CompileError> {
+/// `ty`, where a concrete type is one of `types`.
+pub fn val_type(ty: wasmparser::ValType, types: &[TypeDef]) -> Result<ValType, CompileError> {
     Ok(match ty {
         wasmparser::ValType::I32 => ValType::I32,
         wasmparser::ValType::I64 => ValType::I64,
         wasmparser::ValType::F32 => ValType::F32,
         wasmparser::ValType::F64 => ValType::F64,
-        wasmparser::ValType::Ref(r) => ref_type(r)?,
+        wasmparser::ValType::Ref(r) => ref_type(r, types)?,
         wasmparser::ValType::V128 => ValType::V128,
     })
 }
 
-fn ref_type(r: wasmparser::RefType) -> Result<ValType, CompileError> {
+fn ref_type(r: wasmparser::RefType, types: &[TypeDef]) -> Result<ValType, CompileError> {
+    Ok(ValType::Ref(RefType {
+        nullable: r.is_nullable(),
+        heap: heap_type(r.heap_type(), types)?,
+    }))
+}
+
+/// `h`, where a concrete type is one of `types` (its kind is what matters).
+fn heap_type(h: wasmparser::HeapType, types: &[TypeDef]) -> Result<HeapType, CompileError> {
     use wasmparser::{AbstractHeapType as A, HeapType as H, UnpackedIndex};
-    let heap = match r.heap_type() {
+    Ok(match h {
         H::Abstract { shared: false, ty } => match ty {
             A::Func => HeapType::Func,
             A::Extern => HeapType::Extern,
@@ -65,28 +74,37 @@ fn ref_type(r: wasmparser::RefType) -> Result<ValType, CompileError> {
             A::NoExtern => HeapType::NoExtern,
             A::Exn => HeapType::Exn,
             A::NoExn => HeapType::NoExn,
-            _ => {
+            A::Any => HeapType::Any,
+            A::Eq => HeapType::Eq,
+            A::I31 => HeapType::I31,
+            A::Struct => HeapType::Struct,
+            A::Array => HeapType::Array,
+            A::None => HeapType::None,
+            A::Cont | A::NoCont => {
                 return Err(CompileError::Unsupported(format!(
-                    "reference type {r:?} (GC)"
+                    "heap type {h:?} (stack switching)"
                 )));
             }
         },
-        H::Concrete(UnpackedIndex::Module(i)) => HeapType::Concrete(i),
+        H::Concrete(UnpackedIndex::Module(i)) | H::Exact(UnpackedIndex::Module(i)) => {
+            let Some(ty) = types.get(i as usize) else {
+                return Err(CompileError::Unsupported(format!(
+                    "heap type {h:?} of no type"
+                )));
+            };
+            ty.heap(i)
+        }
         _ => {
             return Err(CompileError::Unsupported(format!(
-                "reference type {r:?} (GC)"
+                "heap type {h:?} (shared-everything threads)"
             )));
         }
-    };
-    Ok(ValType::Ref(RefType {
-        nullable: r.is_nullable(),
-        heap,
-    }))
+    })
 }
 
-/// A type of a module's type section: a function type, final and declaring no supertype (the
-/// part of GC's types ephem implements).
-fn func_type(sub: &wasmparser::SubType) -> Result<FuncType, CompileError> {
+/// A type of a module's type section, final and declaring no supertype (the part of GC's
+/// types ephem implements), naming `types`.
+fn type_def(sub: &wasmparser::SubType, types: &[TypeDef]) -> Result<TypeDef, CompileError> {
     let unsupported = |what: &str| Err(CompileError::Unsupported(format!("{what} (GC)")));
     if !sub.is_final || !sub.supertype_idxs.is_empty() {
         return unsupported("a type that declares or allows subtypes");
@@ -95,26 +113,53 @@ fn func_type(sub: &wasmparser::SubType) -> Result<FuncType, CompileError> {
     if c.shared || c.descriptor_idx.is_some() || c.describes_idx.is_some() {
         return unsupported("a shared type, or one with a descriptor");
     }
-    let wasmparser::CompositeInnerType::Func(ty) = &sub.composite_type.inner else {
-        return unsupported("struct and array types");
+    let vals = |ts: &[wasmparser::ValType]| -> Result<Vec<ValType>, CompileError> {
+        ts.iter().map(|&t| val_type(t, types)).collect()
     };
-    let types = |ts: &[wasmparser::ValType]| -> Result<Vec<ValType>, CompileError> {
-        ts.iter().map(|&t| val_type(t)).collect()
+    let field = |f: &wasmparser::FieldType| -> Result<FieldType, CompileError> {
+        Ok(FieldType {
+            storage: match f.element_type {
+                wasmparser::StorageType::I8 => StorageType::I8,
+                wasmparser::StorageType::I16 => StorageType::I16,
+                wasmparser::StorageType::Val(t) => StorageType::Val(val_type(t, types)?),
+            },
+            mutable: f.mutable,
+        })
     };
-    Ok(FuncType {
-        params: types(ty.params())?,
-        results: types(ty.results())?,
+    Ok(match &c.inner {
+        wasmparser::CompositeInnerType::Func(ty) => TypeDef::Func(FuncType {
+            params: vals(ty.params())?,
+            results: vals(ty.results())?,
+        }),
+        wasmparser::CompositeInnerType::Struct(s) => {
+            TypeDef::Struct(s.fields.iter().map(field).collect::<Result<_, _>>()?)
+        }
+        wasmparser::CompositeInnerType::Array(a) => TypeDef::Array(field(&a.0)?),
+        wasmparser::CompositeInnerType::Cont(_) => return unsupported("continuation types"),
     })
 }
 
-fn table_type(t: wasmparser::TableType) -> Result<TableType, CompileError> {
+/// What type `sub` will be, as far as a reference naming it needs to know (its kind), before
+/// its own fields are read: members of a recursion group name each other.
+fn kind_of(sub: &wasmparser::SubType) -> TypeDef {
+    match sub.composite_type.inner {
+        wasmparser::CompositeInnerType::Struct(_) => TypeDef::Struct(Vec::new()),
+        wasmparser::CompositeInnerType::Array(_) => TypeDef::Array(FieldType {
+            storage: StorageType::I8,
+            mutable: false,
+        }),
+        _ => TypeDef::Func(FuncType::default()),
+    }
+}
+
+fn table_type(t: wasmparser::TableType, types: &[TypeDef]) -> Result<TableType, CompileError> {
     if t.shared {
         return Err(CompileError::Unsupported("a shared table".into()));
     }
     // A table has at most 2^32 - 1 elements (the runtime bounds it far below): a 64-bit one's
     // larger maximum is no bound short of that, and a larger minimum never instantiates.
     Ok(TableType {
-        elem: ref_type(t.element_type)?,
+        elem: ref_type(t.element_type, types)?,
         min: u32::try_from(t.initial).unwrap_or(u32::MAX),
         max: t.maximum.map(|m| u32::try_from(m).unwrap_or(u32::MAX)),
         table64: t.table64,
@@ -140,9 +185,9 @@ fn memory_type(m: wasmparser::MemoryType) -> Result<MemoryType, CompileError> {
     })
 }
 
-fn global_type(g: wasmparser::GlobalType) -> Result<GlobalType, CompileError> {
+fn global_type(g: wasmparser::GlobalType, types: &[TypeDef]) -> Result<GlobalType, CompileError> {
     Ok(GlobalType {
-        ty: val_type(g.content_type)?,
+        ty: val_type(g.content_type, types)?,
         mutable: g.mutable,
     })
 }
@@ -220,8 +265,10 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                 for group in reader {
                     let group = group?;
                     let start = info.types.len() as u32;
-                    for sub in group.types() {
-                        info.types.push(func_type(sub)?);
+                    info.types.extend(group.types().map(kind_of));
+                    for (k, sub) in group.types().enumerate() {
+                        let ty = type_def(sub, &info.types)?;
+                        info.types[start as usize + k] = ty;
                     }
                     let len = info.types.len() as u32 - start;
                     if len > 1 {
@@ -239,7 +286,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                             ImportKind::Func(t)
                         }
                         TypeRef::Table(t) => {
-                            let t = table_type(t)?;
+                            let t = table_type(t, &info.types)?;
                             info.tables.push(t);
                             info.imported_tables += 1;
                             ImportKind::Table(t)
@@ -251,7 +298,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                             ImportKind::Memory(m)
                         }
                         TypeRef::Global(g) => {
-                            let g = global_type(g)?;
+                            let g = global_type(g, &info.types)?;
                             info.globals.push(g);
                             info.imported_globals += 1;
                             ImportKind::Global(g)
@@ -281,7 +328,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                         wasmparser::TableInit::RefNull => ConstExpr::RefNull,
                         wasmparser::TableInit::Expr(e) => const_expr(&e, &mut info.extended)?,
                     };
-                    info.tables.push(table_type(table.ty)?);
+                    info.tables.push(table_type(table.ty, &info.types)?);
                     info.table_inits.push(init);
                 }
             }
@@ -293,7 +340,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
             Payload::GlobalSection(reader) => {
                 for global in reader {
                     let global = global?;
-                    info.globals.push(global_type(global.ty)?);
+                    info.globals.push(global_type(global.ty, &info.types)?);
                     info.global_inits
                         .push(const_expr(&global.init_expr, &mut info.extended)?);
                 }
@@ -352,7 +399,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                             for e in exprs {
                                 items.push(const_expr(&e?, &mut info.extended)?);
                             }
-                            (ref_type(ty)?, items)
+                            (ref_type(ty, &info.types)?, items)
                         }
                     };
                     info.elems.push(ElemSegment { mode, ty, items });

@@ -217,7 +217,7 @@ pub fn translate(
     let mut reader = body.get_locals_reader()?;
     for _ in 0..reader.get_count() {
         let (count, t) = reader.read()?;
-        let t = crate::parse::val_type(t)?;
+        let t = crate::parse::val_type(t, &env.info.types)?;
         for _ in 0..count {
             let var = b.declare_var(ir_type(t));
             let zero = zero(&mut b, t);

@@ -771,6 +771,8 @@ fn ephem_value(v: &ephem::Val) -> Value {
         Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::Func),
         Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::Extern),
         Val::ExnRef(e) => e.map_or(Value::Null, |_| Value::Exn),
+        Val::AnyRef(None) => Value::Null,
+        Val::AnyRef(Some(r)) => match r {},
     }
 }
 
@@ -839,8 +841,8 @@ impl Ephem {
                     run_metered(&self.engine, &module);
                 }
                 (false, Err(_)) => {}
-                // Validation runs with GC on for its recursion groups, the one part of GC ephem
-                // implements; the rest it refuses by design, saying so (issue 46).
+                // Validation runs with GC on for its types, the part of GC ephem implements;
+                // the rest it refuses by design, saying so (issue 46).
                 (true, Err(e)) if e.to_string().contains("(GC)") => {}
                 (true, Err(e)) => return Err(format!("a valid mutant was refused: {e}")),
                 (false, Ok(_)) => return Err("an invalid mutant compiled".into()),

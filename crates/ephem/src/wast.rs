@@ -414,6 +414,18 @@ fn heap_is_extern(h: &HeapType<'_>) -> bool {
     )
 }
 
+/// Whether `h` is a GC heap type (the `any` hierarchy) by its name.
+fn heap_is_any(h: &HeapType<'_>) -> bool {
+    use AbstractHeapType::*;
+    matches!(
+        h,
+        HeapType::Abstract {
+            ty: Any | Eq | I31 | Struct | Array | None,
+            ..
+        }
+    )
+}
+
 fn arg(a: &WastArg<'_>) -> anyhow::Result<Val> {
     let WastArg::Core(a) = a else {
         bail!("component values are not supported")
@@ -425,6 +437,7 @@ fn arg(a: &WastArg<'_>) -> anyhow::Result<Val> {
         WastArgCore::F64(v) => Val::F64(v.bits),
         WastArgCore::RefNull(h) if heap_is_extern(h) => Val::ExternRef(None),
         WastArgCore::RefNull(h) if heap_is_exn(h) => Val::ExnRef(None),
+        WastArgCore::RefNull(h) if heap_is_any(h) => Val::AnyRef(None),
         WastArgCore::RefNull(_) => Val::FuncRef(None),
         WastArgCore::RefExtern(n) => Val::ExternRef(Some(ExternRef(*n))),
         WastArgCore::V128(v) => Val::V128(u128::from_le_bytes(v.to_le_bytes())),
@@ -456,7 +469,10 @@ fn matches(actual: &Val, expected: &WastRetCore<'_>) -> bool {
         (Val::F64(a), WastRetCore::F64(p)) => f64_matches(*a, p),
         (Val::FuncRef(None), WastRetCore::RefNull(h)) => h
             .as_ref()
-            .is_none_or(|h| !heap_is_extern(h) && !heap_is_exn(h)),
+            .is_none_or(|h| !heap_is_extern(h) && !heap_is_exn(h) && !heap_is_any(h)),
+        (Val::AnyRef(None), WastRetCore::RefNull(h)) => h
+            .as_ref()
+            .is_none_or(|h| heap_is_any(h) || matches!(h, HeapType::Concrete(_))),
         (Val::ExnRef(None), WastRetCore::RefNull(h)) => h.as_ref().is_none_or(heap_is_exn),
         (Val::ExternRef(None), WastRetCore::RefNull(h)) => h.as_ref().is_none_or(heap_is_extern),
         (Val::ExternRef(Some(a)), WastRetCore::RefExtern(e)) => e.is_none_or(|e| e == a.0),

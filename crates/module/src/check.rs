@@ -19,9 +19,10 @@ impl ModuleInfo {
     pub fn check(&self) -> Result<(), String> {
         let types = self.types.len();
         let funcs = self.funcs.len();
-        if let Some(f) = self.funcs.iter().position(|&t| t as usize >= types) {
+        let is_sig = |t: u32| self.types.get(t as usize).and_then(|t| t.as_func());
+        if let Some(f) = self.funcs.iter().position(|&t| is_sig(t).is_none()) {
             return Err(format!(
-                "function {f} has type {} of {types}",
+                "function {f} has type {} of {types}, not a function type",
                 self.funcs[f]
             ));
         }
@@ -34,19 +35,41 @@ impl ModuleInfo {
             }
             end = g.start + g.len;
         }
-        // A concrete type names a type before it, itself or a member of its group, and every
-        // other type that names one exists.
+        // A concrete type names a type before it, itself or a member of its group, of the
+        // kind its reference says, and every other type that names one exists.
+        let kind_ok = |h: HeapType| match h.concrete() {
+            Some(c) => self.types.get(c as usize).is_some_and(|t| t.heap(c) == h),
+            None => true,
+        };
         for (i, ty) in self.types.iter().enumerate() {
             let last = crate::group_of(&self.rec_groups, i as u32)
                 .map_or(i as u32, |g| g.start + g.len - 1);
             if let Some(c) = ty.concrete().find(|&c| c > last) {
                 return Err(format!("type {i} names type {c}, after it and its group"));
             }
+            let mut heaps = Vec::new();
+            let mut note = |t: ValType| heaps.extend(t.as_ref().map(|r| r.heap));
+            match ty {
+                crate::TypeDef::Func(f) => f.params.iter().chain(&f.results).for_each(|&t| note(t)),
+                crate::TypeDef::Struct(fields) => fields.iter().for_each(|f| {
+                    if let crate::StorageType::Val(t) = f.storage {
+                        note(t)
+                    }
+                }),
+                crate::TypeDef::Array(f) => {
+                    if let crate::StorageType::Val(t) = f.storage {
+                        note(t)
+                    }
+                }
+            }
+            if let Some(h) = heaps.into_iter().find(|&h| !kind_ok(h)) {
+                return Err(format!("type {i} names {h:?}, not a type of that kind"));
+            }
         }
         // Types compare as WebAssembly compares them: a module may declare one type twice.
         let reps = self.representatives();
         let canon = |t: ValType| t.map_concrete(|c| reps[c as usize]);
-        let concrete_ok = |t: ValType| t.concrete().is_none_or(|c| (c as usize) < types);
+        let concrete_ok = |t: ValType| t.as_ref().is_none_or(|r| kind_ok(r.heap));
         let value_types = (self.tables.iter().map(|t| t.elem))
             .chain(self.globals.iter().map(|g| g.ty))
             .chain(self.elems.iter().map(|e| e.ty));
@@ -56,11 +79,7 @@ impl ModuleInfo {
             }
         }
         // A tag's type says what its exceptions carry: no results.
-        let tag_ok = |&t: &u32| {
-            self.types
-                .get(t as usize)
-                .is_some_and(|t| t.results.is_empty())
-        };
+        let tag_ok = |&t: &u32| is_sig(t).is_some_and(|t| t.results.is_empty());
         if let Some(tag) = self.tags.iter().position(|t| !tag_ok(t)) {
             return Err(format!("tag {tag} has a type that is not a tag's"));
         }
@@ -131,7 +150,7 @@ impl ModuleInfo {
                 ConstExpr::RefFunc(f) => self.funcs.get(f as usize).is_some_and(|&t| {
                     let ty = RefType {
                         nullable: false,
-                        heap: HeapType::Concrete(reps[t as usize]),
+                        heap: HeapType::ConcreteFunc(reps[t as usize]),
                     };
                     ValType::Ref(ty).matches(canon(want))
                 }),
@@ -178,10 +197,7 @@ impl ModuleInfo {
             }
         }
         if let Some(start) = self.start {
-            let ty = self
-                .funcs
-                .get(start as usize)
-                .map(|&t| &self.types[t as usize]);
+            let ty = self.funcs.get(start as usize).map(|&t| self.sig(t));
             if !ty.is_some_and(|t| t.params.is_empty() && t.results.is_empty()) {
                 return Err(format!(
                     "start function {start} is not a function of no values"
@@ -286,7 +302,7 @@ mod tests {
     fn typed(nullable: bool, t: u32) -> ValType {
         ValType::Ref(RefType {
             nullable,
-            heap: HeapType::Concrete(t),
+            heap: HeapType::ConcreteFunc(t),
         })
     }
 
@@ -297,8 +313,9 @@ mod tests {
                 FuncType {
                     params: vec![ValType::I32],
                     results: vec![],
-                },
-                FuncType::default(),
+                }
+                .into(),
+                FuncType::default().into(),
             ],
             funcs: vec![0, 1],
             ..ModuleInfo::default()
@@ -343,12 +360,9 @@ mod tests {
     fn a_type_declared_twice_is_one_type() {
         // Types 1 and 2 are both `[] -> []`; type 3 names type 1, type 4 names type 2.
         let mut info = base();
-        info.types.push(FuncType::default());
+        info.types.push(FuncType::default().into());
         for t in [1, 2] {
-            info.types.push(FuncType {
-                params: vec![typed(false, t)],
-                results: vec![],
-            });
+            info.types.push(FuncType::new([typed(false, t)], []).into());
         }
         info.funcs.push(3);
         let global = |info: &ModuleInfo, ty, init| ModuleInfo {
@@ -375,9 +389,9 @@ mod tests {
     #[test]
     fn a_type_names_no_later_type_and_tables_start_as_their_type_allows() {
         let mut info = base();
-        info.types[0].params = vec![typed(false, 1)];
+        info.types[0] = FuncType::new([typed(false, 1)], []).into();
         assert!(info.check().is_err());
-        info.types[0].params = vec![typed(false, 0)];
+        info.types[0] = FuncType::new([typed(false, 0)], []).into();
         assert_eq!(info.check(), Ok(()));
 
         let table = |elem, init| ModuleInfo {

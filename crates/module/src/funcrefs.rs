@@ -158,7 +158,7 @@ mod tests {
 
     fn module(tables: &[(u32, ValType)], elems: Vec<ElemSegment>) -> ModuleInfo {
         ModuleInfo {
-            types: vec![Default::default()],
+            types: vec![crate::FuncType::default().into()],
             funcs: vec![0; 8],
             tables: tables
                 .iter()

@@ -108,7 +108,8 @@ pub struct ElemSegment {
 /// The WebAssembly-level description of a module. Index spaces put imports first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct ModuleInfo {
-    pub types: Vec<FuncType>,
+    /// The type section; every function and tag names a function type (`ModuleInfo::check`).
+    pub types: Vec<crate::TypeDef>,
     /// The recursion groups of more than one type, in order (see [`crate::RecGroup`]); empty
     /// for most modules.
     pub rec_groups: Vec<crate::RecGroup>,
@@ -210,11 +211,18 @@ impl ModuleInfo {
     }
 
     pub fn func_type(&self, func: u32) -> &FuncType {
-        &self.types[self.funcs[func as usize] as usize]
+        self.sig(self.funcs[func as usize])
     }
     /// The function type of tag `tag`: its parameters are what an exception carries.
     pub fn tag_type(&self, tag: u32) -> &FuncType {
-        &self.types[self.tags[tag as usize] as usize]
+        self.sig(self.tags[tag as usize])
+    }
+    /// Type `ty`, which the module uses as a function type (validation, or the check of
+    /// metadata, has seen that it is one).
+    pub fn sig(&self, ty: u32) -> &FuncType {
+        self.types[ty as usize]
+            .as_func()
+            .expect("a function type where one is used")
     }
     pub fn defined_funcs(&self) -> usize {
         self.funcs.len() - self.imported_funcs as usize
@@ -224,10 +232,16 @@ impl ModuleInfo {
 /// The archived form is what the runtime reads, in place, from an artifact.
 impl ArchivedModuleInfo {
     pub fn func_type(&self, func: u32) -> &ArchivedFuncType {
-        &self.types[self.funcs[func as usize].to_native() as usize]
+        self.sig(self.funcs[func as usize].to_native())
     }
     pub fn tag_type(&self, tag: u32) -> &ArchivedFuncType {
-        &self.types[self.tags[tag as usize].to_native() as usize]
+        self.sig(self.tags[tag as usize].to_native())
+    }
+    /// See [`ModuleInfo::sig`]: an artifact's metadata is checked when it is opened.
+    pub fn sig(&self, ty: u32) -> &ArchivedFuncType {
+        self.types[ty as usize]
+            .as_func()
+            .expect("a function type where one is used")
     }
     pub fn defined_funcs(&self) -> usize {
         self.funcs.len() - self.imported_funcs.to_native() as usize

@@ -36,11 +36,17 @@ pub struct RefType {
 
 /// What a reference refers to. Function references form one hierarchy (`nofunc` below every
 /// concrete function type, each below `func`), host references another (`noextern` below
-/// `extern`), exceptions a third (`noexn` below `exn`).
+/// `extern`), exceptions a third (`noexn` below `exn`), and GC's references a fourth (`none`
+/// below every concrete struct and array type, those below `struct` and `array`, which with
+/// `i31` are below `eq`, below `any`).
 ///
-/// `Concrete` names a function type by index: in a module's own description, the index of one
-/// of its types; in a type an engine hands out (`Engine::func_type`, an export's type), the
-/// engine's canonical type id.
+/// A concrete type is named by index: in a module's own description, the index of one of its
+/// types; in a type an engine hands out (`Engine::func_type`, an export's type), the engine's
+/// canonical type id. Its variant says which kind of type it names, so that which hierarchy a
+/// reference belongs to needs no type list.
+///
+/// ephem makes no GC objects yet: a value of the `any` hierarchy is always null, and modules
+/// that would make one (GC's instructions) are refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
 pub enum HeapType {
     /// Any function.
@@ -52,11 +58,27 @@ pub enum HeapType {
     /// No host value (only null is a value).
     NoExtern,
     /// A function of one type.
-    Concrete(u32),
+    ConcreteFunc(u32),
     /// Any exception (`exnref`).
     Exn,
     /// No exception (only null is a value).
     NoExn,
+    /// Any GC value: a struct, an array or an `i31`.
+    Any,
+    /// A value that `ref.eq` compares: a struct, an array or an `i31`.
+    Eq,
+    /// A 31-bit integer as a reference.
+    I31,
+    /// Any struct.
+    Struct,
+    /// Any array.
+    Array,
+    /// No GC value (only null is a value).
+    None,
+    /// A struct of one type.
+    ConcreteStruct(u32),
+    /// An array of one type.
+    ConcreteArray(u32),
 }
 
 impl HeapType {
@@ -64,7 +86,7 @@ impl HeapType {
     pub fn is_func(self) -> bool {
         matches!(
             self,
-            HeapType::Func | HeapType::NoFunc | HeapType::Concrete(_)
+            HeapType::Func | HeapType::NoFunc | HeapType::ConcreteFunc(_)
         )
     }
 
@@ -73,23 +95,72 @@ impl HeapType {
         matches!(self, HeapType::Exn | HeapType::NoExn)
     }
 
-    /// Whether `self` is a subtype of `other`, where `Concrete` indices of both are in one
+    /// Whether values of this heap type are host values (the extern hierarchy).
+    pub fn is_extern(self) -> bool {
+        matches!(self, HeapType::Extern | HeapType::NoExtern)
+    }
+
+    /// Whether values of this heap type are GC values (the `any` hierarchy).
+    pub fn is_any(self) -> bool {
+        !self.is_func() && !self.is_exn() && !self.is_extern()
+    }
+
+    /// Whether `self` is a subtype of `other`, where concrete indices of both are in one
     /// index space and equal types have equal indices (canonical ids, or one module's types).
+    /// Every type is final (ephem refuses declared subtypes), so a concrete type is below
+    /// only itself and its abstract kinds.
     pub fn matches(self, other: HeapType) -> bool {
         use HeapType::*;
         match (self, other) {
             (a, b) if a == b => true,
-            (NoFunc, Concrete(_) | Func) | (Concrete(_), Func) => true,
+            (NoFunc, ConcreteFunc(_) | Func) | (ConcreteFunc(_), Func) => true,
             (NoExtern, Extern) | (NoExn, Exn) => true,
+            (None, b) => b.is_any(),
+            (ConcreteStruct(_), Struct) | (ConcreteArray(_), Array) => true,
+            (ConcreteStruct(_) | ConcreteArray(_) | Struct | Array | I31, Eq) => true,
+            (a, Any) => a.is_any(),
             _ => false,
+        }
+    }
+
+    /// The concrete type index this heap type names, if it names one.
+    pub fn concrete(self) -> Option<u32> {
+        match self {
+            HeapType::ConcreteFunc(i)
+            | HeapType::ConcreteStruct(i)
+            | HeapType::ConcreteArray(i) => Some(i),
+            _ => Option::None,
         }
     }
 
     /// This heap type with a concrete index mapped by `f`.
     pub fn map(self, f: impl FnOnce(u32) -> u32) -> HeapType {
         match self {
-            HeapType::Concrete(i) => HeapType::Concrete(f(i)),
+            HeapType::ConcreteFunc(i) => HeapType::ConcreteFunc(f(i)),
+            HeapType::ConcreteStruct(i) => HeapType::ConcreteStruct(f(i)),
+            HeapType::ConcreteArray(i) => HeapType::ConcreteArray(f(i)),
             other => other,
+        }
+    }
+
+    /// The byte that identifies this heap type in a key, but for a concrete index.
+    fn key_byte(self) -> u8 {
+        match self {
+            HeapType::Func => 0,
+            HeapType::Extern => 1,
+            HeapType::NoFunc => 2,
+            HeapType::NoExtern => 3,
+            HeapType::ConcreteFunc(_) => 4,
+            HeapType::Exn => 5,
+            HeapType::NoExn => 6,
+            HeapType::Any => 7,
+            HeapType::Eq => 8,
+            HeapType::I31 => 9,
+            HeapType::Struct => 10,
+            HeapType::Array => 11,
+            HeapType::None => 12,
+            HeapType::ConcreteStruct(_) => 13,
+            HeapType::ConcreteArray(_) => 14,
         }
     }
 }
@@ -110,6 +181,11 @@ impl RefType {
         nullable: true,
         heap: HeapType::Exn,
     };
+    /// `anyref`: any GC value, or null.
+    pub const ANYREF: RefType = RefType {
+        nullable: true,
+        heap: HeapType::Any,
+    };
 
     /// See [`HeapType::matches`]; a nullable type is never below a non-nullable one.
     pub fn matches(self, other: RefType) -> bool {
@@ -124,6 +200,8 @@ impl ValType {
     pub const EXTERNREF: ValType = ValType::Ref(RefType::EXTERNREF);
     /// `exnref`.
     pub const EXNREF: ValType = ValType::Ref(RefType::EXNREF);
+    /// `anyref`.
+    pub const ANYREF: ValType = ValType::Ref(RefType::ANYREF);
 
     /// The value types of WebAssembly 2.0, in the order of their [`small_id`] digits.
     pub const SMALL: [ValType; 7] = [
@@ -156,7 +234,13 @@ impl ValType {
 
     /// Whether this is a reference to a host value, possibly null.
     pub fn is_extern_ref(self) -> bool {
-        matches!(self, ValType::Ref(r) if !r.heap.is_func() && !r.heap.is_exn())
+        matches!(self, ValType::Ref(r) if r.heap.is_extern())
+    }
+
+    /// Whether this is a reference of GC's `any` hierarchy, possibly null: always null in
+    /// ephem today (see [`HeapType`]), represented as 0.
+    pub fn is_any_ref(self) -> bool {
+        matches!(self, ValType::Ref(r) if r.heap.is_any())
     }
 
     /// Whether this is a reference to an exception, possibly null: represented as a pointer
@@ -194,7 +278,7 @@ impl ValType {
     pub fn concrete(self) -> Option<u32> {
         match self {
             ValType::Ref(RefType {
-                heap: HeapType::Concrete(i),
+                heap: HeapType::ConcreteFunc(i),
                 ..
             }) => Some(i),
             _ => None,
@@ -226,17 +310,9 @@ impl ValType {
             unreachable!("every type but references has a digit")
         };
         out.push(8 + r.nullable as u8);
-        match r.heap {
-            HeapType::Func => out.push(0),
-            HeapType::Extern => out.push(1),
-            HeapType::NoFunc => out.push(2),
-            HeapType::NoExtern => out.push(3),
-            HeapType::Concrete(i) => {
-                out.push(4);
-                concrete(i, out);
-            }
-            HeapType::Exn => out.push(5),
-            HeapType::NoExn => out.push(6),
+        out.push(r.heap.key_byte());
+        if let Some(i) = r.heap.concrete() {
+            concrete(i, out);
         }
     }
 }
@@ -263,9 +339,17 @@ impl ArchivedRefType {
                 ArchivedHeapType::Extern => HeapType::Extern,
                 ArchivedHeapType::NoFunc => HeapType::NoFunc,
                 ArchivedHeapType::NoExtern => HeapType::NoExtern,
-                ArchivedHeapType::Concrete(i) => HeapType::Concrete(i.to_native()),
+                ArchivedHeapType::ConcreteFunc(i) => HeapType::ConcreteFunc(i.to_native()),
                 ArchivedHeapType::Exn => HeapType::Exn,
                 ArchivedHeapType::NoExn => HeapType::NoExn,
+                ArchivedHeapType::Any => HeapType::Any,
+                ArchivedHeapType::Eq => HeapType::Eq,
+                ArchivedHeapType::I31 => HeapType::I31,
+                ArchivedHeapType::Struct => HeapType::Struct,
+                ArchivedHeapType::Array => HeapType::Array,
+                ArchivedHeapType::None => HeapType::None,
+                ArchivedHeapType::ConcreteStruct(i) => HeapType::ConcreteStruct(i.to_native()),
+                ArchivedHeapType::ConcreteArray(i) => HeapType::ConcreteArray(i.to_native()),
             },
         }
     }
@@ -306,6 +390,22 @@ impl KeyedType for FuncType {
 impl KeyedType for ArchivedFuncType {
     fn key_into(&self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
         self.key(out, concrete)
+    }
+}
+
+impl KeyedType for TypeDef {
+    fn key_into(&self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
+        self.key(out, concrete)
+    }
+}
+
+/// Keyed as the native type is (the archived form is rare enough to be made native first).
+impl KeyedType for ArchivedTypeDef {
+    fn key_into(&self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
+        match self.as_func() {
+            Some(f) => f.key(out, concrete),
+            None => self.native().key(out, concrete),
+        }
     }
 }
 
@@ -514,6 +614,176 @@ pub struct FuncType {
     pub params: Vec<ValType>,
     /// Result types, in order.
     pub results: Vec<ValType>,
+}
+
+/// A type of a module's type section (WebAssembly 3.0's composite types). Every type is final
+/// and declares no supertype: ephem refuses the rest of GC's subtyping.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub enum TypeDef {
+    /// A function signature.
+    Func(FuncType),
+    /// A struct's fields, in order.
+    Struct(Vec<FieldType>),
+    /// An array's element.
+    Array(FieldType),
+}
+
+/// A field of a struct, or an array's element: what it stores and whether it may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub struct FieldType {
+    pub storage: StorageType,
+    pub mutable: bool,
+}
+
+/// What a field stores: a value, or a packed integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub enum StorageType {
+    I8,
+    I16,
+    Val(ValType),
+}
+
+/// A struct's or an array's key starts with one of these in place of a signature's parameter
+/// count (which never comes near them).
+const STRUCT_KEY: u32 = u32::MAX - 1;
+const ARRAY_KEY: u32 = u32::MAX - 2;
+
+impl FieldType {
+    fn key(self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
+        out.push(self.mutable as u8);
+        match self.storage {
+            StorageType::I8 => out.push(0xF8),
+            StorageType::I16 => out.push(0xF9),
+            StorageType::Val(t) => t.key(out, concrete),
+        }
+    }
+
+    fn map_concrete(self, f: impl FnMut(u32) -> u32) -> FieldType {
+        FieldType {
+            storage: match self.storage {
+                StorageType::Val(t) => StorageType::Val(t.map_concrete(f)),
+                packed => packed,
+            },
+            mutable: self.mutable,
+        }
+    }
+
+    fn concrete(self) -> Option<u32> {
+        match self.storage {
+            StorageType::Val(t) => t.concrete(),
+            _ => None,
+        }
+    }
+}
+
+impl ArchivedFieldType {
+    pub fn native(&self) -> FieldType {
+        FieldType {
+            storage: match &self.storage {
+                ArchivedStorageType::I8 => StorageType::I8,
+                ArchivedStorageType::I16 => StorageType::I16,
+                ArchivedStorageType::Val(t) => StorageType::Val(t.native()),
+            },
+            mutable: self.mutable,
+        }
+    }
+}
+
+impl From<FuncType> for TypeDef {
+    fn from(f: FuncType) -> TypeDef {
+        TypeDef::Func(f)
+    }
+}
+
+impl TypeDef {
+    /// The signature, if this is a function type.
+    pub fn as_func(&self) -> Option<&FuncType> {
+        match self {
+            TypeDef::Func(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The heap type of a reference to a value of this type, known by index or id `i`.
+    pub fn heap(&self, i: u32) -> HeapType {
+        match self {
+            TypeDef::Func(_) => HeapType::ConcreteFunc(i),
+            TypeDef::Struct(_) => HeapType::ConcreteStruct(i),
+            TypeDef::Array(_) => HeapType::ConcreteArray(i),
+        }
+    }
+
+    /// The signature's [`small_id`]; only signatures have one.
+    pub fn small_id(&self) -> Option<u32> {
+        self.as_func()?.small_id()
+    }
+
+    /// Bytes that identify this type (see [`FuncType::key`]); a struct or an array starts with
+    /// a mark no signature starts with.
+    pub fn key(&self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
+        let fields = match self {
+            TypeDef::Func(f) => return f.key(out, concrete),
+            TypeDef::Struct(fields) => {
+                out.clear();
+                out.extend_from_slice(&STRUCT_KEY.to_le_bytes());
+                out.extend_from_slice(&(fields.len() as u32).to_le_bytes());
+                &fields[..]
+            }
+            TypeDef::Array(elem) => {
+                out.clear();
+                out.extend_from_slice(&ARRAY_KEY.to_le_bytes());
+                std::slice::from_ref(elem)
+            }
+        };
+        for field in fields {
+            field.key(out, concrete);
+        }
+    }
+
+    /// The concrete type indices this type names.
+    pub fn concrete(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+        match self {
+            TypeDef::Func(f) => Box::new(f.concrete()),
+            TypeDef::Struct(fields) => Box::new(fields.iter().filter_map(|f| f.concrete())),
+            TypeDef::Array(elem) => Box::new(elem.concrete().into_iter()),
+        }
+    }
+
+    /// This type with every concrete type index mapped by `f`.
+    pub fn map_concrete(&self, mut f: impl FnMut(u32) -> u32) -> TypeDef {
+        match self {
+            TypeDef::Func(ty) => TypeDef::Func(ty.map_concrete(f)),
+            TypeDef::Struct(fields) => {
+                TypeDef::Struct(fields.iter().map(|x| x.map_concrete(&mut f)).collect())
+            }
+            TypeDef::Array(elem) => TypeDef::Array(elem.map_concrete(f)),
+        }
+    }
+}
+
+impl ArchivedTypeDef {
+    /// The signature, if this is a function type.
+    pub fn as_func(&self) -> Option<&ArchivedFuncType> {
+        match self {
+            ArchivedTypeDef::Func(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// See [`TypeDef::small_id`].
+    pub fn small_id(&self) -> Option<u32> {
+        self.as_func()?.small_id()
+    }
+
+    pub fn native(&self) -> TypeDef {
+        match self {
+            ArchivedTypeDef::Func(f) => TypeDef::Func(f.native()),
+            ArchivedTypeDef::Struct(fields) => {
+                TypeDef::Struct(fields.iter().map(ArchivedFieldType::native).collect())
+            }
+            ArchivedTypeDef::Array(elem) => TypeDef::Array(elem.native()),
+        }
+    }
 }
 
 /// A table's element type and limits (in elements).
@@ -782,6 +1052,12 @@ impl std::fmt::Display for RefType {
             (true, HeapType::NoExtern) => return f.write_str("nullexternref"),
             (true, HeapType::Exn) => return f.write_str("exnref"),
             (true, HeapType::NoExn) => return f.write_str("nullexnref"),
+            (true, HeapType::Any) => return f.write_str("anyref"),
+            (true, HeapType::Eq) => return f.write_str("eqref"),
+            (true, HeapType::I31) => return f.write_str("i31ref"),
+            (true, HeapType::Struct) => return f.write_str("structref"),
+            (true, HeapType::Array) => return f.write_str("arrayref"),
+            (true, HeapType::None) => return f.write_str("nullref"),
             _ => {}
         }
         f.write_str(if self.nullable { "(ref null " } else { "(ref " })?;
@@ -790,9 +1066,17 @@ impl std::fmt::Display for RefType {
             HeapType::Extern => f.write_str("extern")?,
             HeapType::NoFunc => f.write_str("nofunc")?,
             HeapType::NoExtern => f.write_str("noextern")?,
-            HeapType::Concrete(i) => write!(f, "${i}")?,
+            HeapType::ConcreteFunc(i)
+            | HeapType::ConcreteStruct(i)
+            | HeapType::ConcreteArray(i) => write!(f, "${i}")?,
             HeapType::Exn => f.write_str("exn")?,
             HeapType::NoExn => f.write_str("noexn")?,
+            HeapType::Any => f.write_str("any")?,
+            HeapType::Eq => f.write_str("eq")?,
+            HeapType::I31 => f.write_str("i31")?,
+            HeapType::Struct => f.write_str("struct")?,
+            HeapType::Array => f.write_str("array")?,
+            HeapType::None => f.write_str("none")?,
         }
         f.write_str(")")
     }
@@ -864,5 +1148,65 @@ mod tests {
         assert_eq!(typed.small_id(), None);
         // Two separators: not an id.
         assert!(from_small_id(1 | 1 << 6 | 1 << 12).is_none());
+    }
+
+    /// GC's heap types: `none` below every type of the `any` hierarchy and nothing else;
+    /// concrete struct and array types below their kind, `eq` and `any`; no hierarchy below
+    /// another.
+    #[test]
+    fn the_any_hierarchy_is_a_hierarchy_of_its_own() {
+        use HeapType::*;
+        let gc = [
+            Any,
+            Eq,
+            I31,
+            Struct,
+            Array,
+            None,
+            ConcreteStruct(3),
+            ConcreteArray(4),
+        ];
+        for h in gc {
+            assert!(None.matches(h) && h.matches(Any) && h.is_any(), "{h:?}");
+            for other in [Func, NoFunc, ConcreteFunc(3), Extern, NoExtern, Exn, NoExn] {
+                assert!(!h.matches(other) && !other.matches(h), "{h:?} {other:?}");
+            }
+        }
+        assert!(ConcreteStruct(3).matches(Struct) && ConcreteStruct(3).matches(Eq));
+        assert!(ConcreteArray(4).matches(Array) && !ConcreteArray(4).matches(Struct));
+        assert!(!ConcreteStruct(3).matches(ConcreteStruct(4)) && !Any.matches(Eq));
+        assert!(I31.matches(Eq) && !I31.matches(Struct) && !Eq.matches(I31));
+    }
+
+    /// Keys tell a struct from an array and from a signature of the same contents, and a
+    /// packed field from a full one.
+    #[test]
+    fn struct_array_and_signature_keys_differ() {
+        let field = |storage, mutable| FieldType { storage, mutable };
+        let i32f = field(StorageType::Val(ValType::I32), false);
+        let types = [
+            TypeDef::Func(FuncType::new([ValType::I32], [])),
+            TypeDef::Func(FuncType::default()),
+            TypeDef::Struct(vec![i32f]),
+            TypeDef::Struct(vec![]),
+            TypeDef::Array(i32f),
+            TypeDef::Array(field(StorageType::I8, false)),
+            TypeDef::Array(field(StorageType::I16, false)),
+            TypeDef::Array(field(StorageType::Val(ValType::I32), true)),
+            TypeDef::Struct(vec![field(StorageType::I8, true)]),
+        ];
+        let keys: Vec<Vec<u8>> = types
+            .iter()
+            .map(|t| {
+                let mut k = vec![0xAA];
+                t.key(&mut k, &mut |_, _| unreachable!());
+                k
+            })
+            .collect();
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
     }
 }

@@ -226,8 +226,9 @@ impl Config {
     }
 
     /// Garbage collection: not yet supported; `true` is refused by `Engine::new`. The part of
-    /// its type system ephem implements, recursion groups of function types
-    /// (`Proposals::gc_types`), is on by default; `false` turns it off too.
+    /// its type system ephem implements (`Proposals::gc_types`: recursion groups, struct and
+    /// array types, GC's reference types, all final) is on by default; `false` turns it off
+    /// too.
     pub fn wasm_gc(&mut self, on: bool) -> &mut Config {
         #[cfg(feature = "cranelift")]
         {

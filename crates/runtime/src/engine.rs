@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use ephem_artifact::{Artifact, ArtifactKey};
 use ephem_code_memory::{CodePool, PoolConfig};
-use ephem_module::{ArchivedFuncType, FuncType, RecGroup};
+use ephem_module::{ArchivedTypeDef, FuncType, RecGroup, TypeDef};
 
 use crate::memory::{MemoryConfig, MemoryPool};
 
@@ -109,7 +109,23 @@ struct Types {
     ids: HashMap<Box<[u8]>, u32, foldhash::fast::RandomState>,
     /// By id minus [`REGISTERED`]. Shared with every [`crate::Func`] of the type: cloning a
     /// function allocates nothing.
-    list: Vec<Arc<FuncType>>,
+    list: Vec<Registered>,
+}
+
+/// A registered type: a signature shared with functions, or a struct or an array type (which
+/// only its id stands for: ephem makes no values of one).
+enum Registered {
+    Func(Arc<FuncType>),
+    Gc,
+}
+
+impl From<TypeDef> for Registered {
+    fn from(ty: TypeDef) -> Registered {
+        match ty {
+            TypeDef::Func(f) => Registered::Func(Arc::new(f)),
+            TypeDef::Struct(_) | TypeDef::Array(_) => Registered::Gc,
+        }
+    }
 }
 
 /// A function's type as [`Engine::shared_func_type`] gives it.
@@ -152,25 +168,25 @@ const REGISTERED: u32 = 1 << 30;
 
 impl Types {
     /// The id of the type with `key`, registering it as `ty(id)` makes it if it is new.
-    fn id(&mut self, key: &[u8], ty: impl FnOnce(u32) -> FuncType) -> u32 {
+    fn id(&mut self, key: &[u8], ty: impl FnOnce(u32) -> TypeDef) -> u32 {
         if let Some(&id) = self.ids.get(key) {
             return id;
         }
         let id = REGISTERED + self.list.len() as u32;
-        self.list.push(Arc::new(ty(id)));
+        self.list.push(ty(id).into());
         self.ids.insert(key.into(), id);
         id
     }
 
     /// The ids of a recursion group whose members have `keys`: consecutive, the first the
     /// group's; a group not seen before gets new ones, and `types(first)` its members.
-    fn group(&mut self, keys: &[Vec<u8>], types: impl FnOnce(u32) -> Vec<FuncType>) -> u32 {
+    fn group(&mut self, keys: &[Vec<u8>], types: impl FnOnce(u32) -> Vec<TypeDef>) -> u32 {
         if let Some(&first) = self.ids.get(keys[0].as_slice()) {
             return first;
         }
         let first = REGISTERED + self.list.len() as u32;
         for (k, (key, ty)) in keys.iter().zip(types(first)).enumerate() {
-            self.list.push(Arc::new(ty));
+            self.list.push(ty.into());
             self.ids.insert(key.as_slice().into(), first + k as u32);
         }
         first
@@ -362,7 +378,7 @@ impl Engine {
         let mut key = Vec::new();
         ty.key(&mut key, &mut ephem_module::id_key);
         let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
-        reg.id(&key, |_| ty.clone())
+        reg.id(&key, |_| ty.clone().into())
     }
 
     /// The canonical ids of the types of `artifact`'s module: only types without a small id
@@ -379,7 +395,7 @@ impl Engine {
 
     fn register(
         &self,
-        types: &[ArchivedFuncType],
+        types: &[ArchivedTypeDef],
         groups: &[RecGroup],
         small: impl ExactSizeIterator<Item = Option<u32>>,
     ) -> Vec<u32> {
@@ -443,7 +459,10 @@ impl Engine {
         match id.checked_sub(REGISTERED) {
             Some(i) => {
                 let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
-                types.list.get(i as usize).map(|t| FuncType::clone(t))
+                match types.list.get(i as usize)? {
+                    Registered::Func(f) => Some(FuncType::clone(f)),
+                    Registered::Gc => None,
+                }
             }
             None => ephem_module::from_small_id(id),
         }
@@ -454,7 +473,10 @@ impl Engine {
         match id.checked_sub(REGISTERED) {
             Some(i) => {
                 let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
-                TypeRef::Shared(types.list[i as usize].clone())
+                match &types.list[i as usize] {
+                    Registered::Func(f) => TypeRef::Shared(f.clone()),
+                    Registered::Gc => unreachable!("a function's type id names a signature"),
+                }
             }
             None => TypeRef::Small(
                 ephem_module::from_small_id(id).expect("ids below REGISTERED are small ids"),

@@ -48,6 +48,9 @@ pub enum Val {
     ExternRef(Option<ExternRef>),
     /// An exception, or null.
     ExnRef(Option<crate::ExnRef>),
+    /// A GC value (`anyref`, `eqref`, `i31ref`, `structref`, `arrayref`, a concrete struct or
+    /// array type, `nullref`), or null: always null today (see [`AnyRef`]).
+    AnyRef(Option<AnyRef>),
     /// A `v128`, as its bits (lane 0 in the low bits).
     V128(u128),
 }
@@ -55,6 +58,13 @@ pub enum Val {
 /// An opaque host reference: a number chosen by the embedder, which wasm can only pass around.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ExternRef(pub u32);
+
+/// A GC value: a struct, an array or an `i31`. ephem accepts GC's types (in signatures,
+/// globals, tables and recursion groups) but refuses the instructions that make such values,
+/// so none exists: this type has no values, and `Val::AnyRef` is always `None`. It becomes a
+/// handle when ephem makes GC objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AnyRef {}
 
 impl ExternRef {
     /// The reference in a value slot: its low 8 bytes (wasm code writes only those, so the
@@ -76,6 +86,7 @@ impl Val {
             Val::FuncRef(_) => ValType::FUNCREF,
             Val::ExternRef(_) => ValType::EXTERNREF,
             Val::ExnRef(_) => ValType::EXNREF,
+            Val::AnyRef(_) => ValType::ANYREF,
             Val::V128(_) => ValType::V128,
         }
     }
@@ -91,6 +102,7 @@ impl Val {
             ValType::V128 => Val::V128(0),
             t if t.is_func_ref() => Val::FuncRef(None),
             t if t.is_exn_ref() => Val::ExnRef(None),
+            t if t.is_any_ref() => Val::AnyRef(None),
             _ => Val::ExternRef(None),
         }
     }
@@ -104,11 +116,12 @@ impl Val {
         };
         match (self, r.heap) {
             (Val::FuncRef(None), h) if h.is_func() => r.nullable,
-            (Val::ExternRef(None), h) if !h.is_func() && !h.is_exn() => r.nullable,
+            (Val::ExternRef(None), h) if h.is_extern() => r.nullable,
+            (Val::AnyRef(None), h) if h.is_any() => r.nullable,
             (Val::ExnRef(None), h) if h.is_exn() => r.nullable,
             (Val::ExnRef(Some(e)), HeapType::Exn) => e.0.store == store.id,
             (Val::FuncRef(Some(_)), HeapType::Func) => true,
-            (Val::FuncRef(Some(f)), HeapType::Concrete(id)) => Func::type_id(*f, store) == id,
+            (Val::FuncRef(Some(f)), HeapType::ConcreteFunc(id)) => Func::type_id(*f, store) == id,
             (Val::ExternRef(Some(_)), HeapType::Extern) => true,
             _ => false,
         }
@@ -123,6 +136,8 @@ impl Val {
             Val::FuncRef(f) => f.map_or(Ok(0), |f| f.to_raw(store))? as ValRaw,
             Val::ExternRef(r) => r.map_or(0, |r| r.0 as ValRaw + 1),
             Val::ExnRef(e) => e.map_or(0, |e| e.to_raw(store)),
+            Val::AnyRef(None) => 0,
+            Val::AnyRef(Some(r)) => match r {},
             Val::V128(v) => v,
         })
     }
@@ -136,6 +151,8 @@ impl Val {
             ValType::V128 => Val::V128(raw),
             t if t.is_func_ref() => Val::FuncRef(Func::from_raw(store, raw as usize)),
             t if t.is_exn_ref() => Val::ExnRef(crate::ExnRef::from_raw(store, raw)),
+            // (Code makes no GC value: a slot of one only ever holds null.)
+            t if t.is_any_ref() => Val::AnyRef(None),
             _ => Val::ExternRef(ExternRef::from_raw(raw)),
         }
     }

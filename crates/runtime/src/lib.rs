@@ -74,7 +74,7 @@ pub use ephem_module::{
 pub use error::{Error, ErrorKind};
 pub use exceptions::{ExnRef, Tag, TagType, ThrownException};
 pub use externals::{Extern, Global, Memory, Table};
-pub use func::{Caller, ExternRef, Func, HostError, Val};
+pub use func::{AnyRef, Caller, ExternRef, Func, HostError, Val};
 #[doc(hidden)]
 pub use instance::DefinedState;
 pub use instance::Instance;

@@ -157,7 +157,7 @@ impl Translator<'_, '_> {
             self.b
                 .ins()
                 .load(I64, trusted(), funcref, VmOffsets::FUNCREF_VMCTX as i32);
-        let ty = self.env.info.types[type_index as usize].clone();
+        let ty = self.env.info.sig(type_index).clone();
         let sig = self.b.import_signature(wasm_signature(&ty));
         let args = self.take(ty.params.len());
         self.call_code(sig, code_ptr, callee_vmctx, args, tail);

@@ -90,9 +90,12 @@ impl Translator<'_, '_> {
     ) -> Result<(Vec<ValType>, Vec<ValType>), CompileError> {
         Ok(match bt {
             BlockType::Empty => (vec![], vec![]),
-            BlockType::Type(t) => (vec![], vec![crate::parse::val_type(t)?]),
+            BlockType::Type(t) => (
+                vec![],
+                vec![crate::parse::val_type(t, &self.env.info.types)?],
+            ),
             BlockType::FuncType(i) => {
-                let ty = &self.env.info.types[i as usize];
+                let ty = self.env.info.sig(i);
                 (ty.params.clone(), ty.results.clone())
             }
         })

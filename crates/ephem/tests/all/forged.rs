@@ -284,6 +284,41 @@ fn forged_metadata_is_refused_at_open() {
             }),
         ),
         (
+            "a function whose type is a struct type",
+            Box::new(|c| {
+                let f = c.info.funcs[0] as usize;
+                c.info.types[f] = ephem_module::TypeDef::Struct(Vec::new());
+            }),
+        ),
+        (
+            "a function reference naming a struct type",
+            Box::new(|c| {
+                let s = c.info.types.len() as u32;
+                push_type(c, ephem_module::TypeDef::Struct(Vec::new()));
+                c.info.tables[0].elem = ValType::Ref(ephem_module::RefType {
+                    nullable: true,
+                    heap: ephem_module::HeapType::ConcreteFunc(s),
+                });
+            }),
+        ),
+        (
+            "a struct reference naming a function type",
+            Box::new(|c| {
+                push_type(
+                    c,
+                    ephem_module::TypeDef::Array(ephem_module::FieldType {
+                        storage: ephem_module::StorageType::Val(ValType::Ref(
+                            ephem_module::RefType {
+                                nullable: true,
+                                heap: ephem_module::HeapType::ConcreteStruct(0),
+                            },
+                        )),
+                        mutable: false,
+                    }),
+                );
+            }),
+        ),
+        (
             "a recursion group of one type",
             Box::new(|c| (c.info.rec_groups).push(ephem_module::RecGroup { start: 0, len: 1 })),
         ),
@@ -295,14 +330,17 @@ fn forged_metadata_is_refused_at_open() {
             "a type naming a later type outside its group",
             Box::new(|c| {
                 let later = c.info.types.len() as u32 + 1;
-                c.info.types.push(ephem_module::FuncType::new(
-                    [ValType::Ref(ephem_module::RefType {
-                        nullable: true,
-                        heap: ephem_module::HeapType::Concrete(later),
-                    })],
-                    [],
-                ));
-                c.info.types.push(ephem_module::FuncType::default());
+                c.info.types.push(
+                    ephem_module::FuncType::new(
+                        [ValType::Ref(ephem_module::RefType {
+                            nullable: true,
+                            heap: ephem_module::HeapType::ConcreteFunc(later),
+                        })],
+                        [],
+                    )
+                    .into(),
+                );
+                c.info.types.push(ephem_module::FuncType::default().into());
             }),
         ),
         (
@@ -328,6 +366,14 @@ fn forged_metadata_is_refused_at_open() {
             Ok(_) => panic!("{what}: opened"),
         }
     }
+}
+
+/// Adds `ty` to the module's types with the entry trampoline and host adapter every type has
+/// (type 0's), so that only what `ty` says can be wrong.
+fn push_type(c: &mut CompiledModule, ty: ephem_module::TypeDef) {
+    c.info.types.push(ty);
+    c.trampolines.push(c.trampolines[0]);
+    c.host_adapters.push(c.host_adapters[0]);
 }
 
 /// `good` with the archived little-endian `u32`s `list` found in it (they must be there, once)
@@ -613,7 +659,7 @@ fn forged_exception_handlers_and_tags_are_refused() {
             Box::new(|c| {
                 c.info
                     .types
-                    .push(ephem_module::FuncType::new([], [ValType::I32]));
+                    .push(ephem_module::FuncType::new([], [ValType::I32]).into());
                 c.info.tags[0] = c.info.types.len() as u32 - 1;
             }),
         ),

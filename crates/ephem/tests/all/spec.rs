@@ -38,10 +38,7 @@ const PROPOSALS_NOT_YET: [(&str, &str); 0] = [];
 /// The files of `wasm-v3` that need what ephem does not implement yet, each with what: they are
 /// left out whole (every other file of `wasm-v3` runs, every assertion). A file that starts to
 /// pass is an error here, so that it joins the suite.
-const V3_NOT_YET: [(&str, &str); 2] = [
-    ("ref_null.wast", "the any and none heap types (GC)"),
-    ("type-rec.wast", "struct types in recursion groups (GC)"),
-];
+const V3_NOT_YET: [(&str, &str); 0] = [];
 
 /// Each suite: its files, what its compiler accepts, and how many assertions it has at least
 /// (a guard against a runner that silently stops counting).
