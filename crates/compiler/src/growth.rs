@@ -14,9 +14,11 @@ use wasmparser::{FunctionBody, Operator};
 
 use crate::CompileError;
 
-/// Per function of the module (imports first), whether calling it may grow a memory.
+/// Per function of the module (imports first), whether calling it may grow a memory; and per
+/// memory, whether the module's code grows it.
 pub struct Growth {
     may_grow: Vec<bool>,
+    grown: Vec<bool>,
 }
 
 impl Growth {
@@ -24,6 +26,7 @@ impl Growth {
     pub fn any() -> Growth {
         Growth {
             may_grow: Vec::new(),
+            grown: Vec::new(),
         }
     }
 
@@ -34,13 +37,19 @@ impl Growth {
         may_grow.resize(imported + bodies.len(), false);
         // Who calls each function directly: growth spreads from callee to callers.
         let mut callers: Vec<Vec<u32>> = vec![Vec::new(); may_grow.len()];
+        let mut grown = vec![false; info.memories.len()];
         for (i, body) in bodies.iter().enumerate() {
             let func = (imported + i) as u32;
             let mut ops = body.get_operators_reader()?;
             while !ops.eof() {
                 match ops.read()? {
-                    Operator::MemoryGrow { .. }
-                    | Operator::CallIndirect { .. }
+                    Operator::MemoryGrow { mem } => {
+                        may_grow[func as usize] = true;
+                        if let Some(g) = grown.get_mut(mem as usize) {
+                            *g = true;
+                        }
+                    }
+                    Operator::CallIndirect { .. }
                     | Operator::ReturnCallIndirect { .. }
                     | Operator::CallRef { .. }
                     | Operator::ReturnCallRef { .. } => may_grow[func as usize] = true,
@@ -64,7 +73,13 @@ impl Growth {
                 }
             }
         }
-        Ok(Growth { may_grow })
+        Ok(Growth { may_grow, grown })
+    }
+
+    /// Whether the module's code grows `memory` (`memory.grow`); only the host, or another
+    /// module it is exported to, can grow one it does not.
+    pub fn grows(&self, memory: u32) -> bool {
+        self.grown.get(memory as usize).copied().unwrap_or(true)
     }
 
     /// Whether a call of `func` may grow a memory.
@@ -110,5 +125,22 @@ mod tests {
                 true, false, true, false, true, true, true, true, true, false, false
             ]
         );
+    }
+
+    /// Which memories the module's code grows: those a `memory.grow` names, wherever it is.
+    #[test]
+    fn grown_memories_are_those_memory_grow_names() {
+        let wat = r#"(module
+          (import "env" "m" (memory 1))
+          (memory $a 1)
+          (memory $b 1)
+          (memory $c 1)
+          (func (drop (memory.grow $b (i32.const 1))))
+          (func (drop (memory.size $c)) (i32.store $c (i32.const 0) (i32.const 1))))"#;
+        let wasm = wat::parse_str(wat).unwrap();
+        let parsed = crate::parse::parse(&wasm, crate::Proposals::ALL).unwrap();
+        let g = Growth::of(&parsed.info, &parsed.bodies).unwrap();
+        let grown: Vec<bool> = (0..4).map(|m| g.grows(m)).collect();
+        assert_eq!(grown, [false, false, true, false]);
     }
 }

@@ -381,6 +381,18 @@ impl Compiler {
             true => growth::Growth::of(&parsed.info, &parsed.bodies)?,
             false => growth::Growth::any(),
         };
+        // A memory this module defines and never grows keeps its size unless the host (or a
+        // module it is exported to) grows it, which a tight memory does with `mprotect`: its
+        // pages past the end can stay inaccessible at no cost in steady state, and faults
+        // check its accesses. An imported one may be grown by its exporter's code.
+        let info = &parsed.info;
+        parsed.info.faults_bound = (info.memories.iter().enumerate())
+            .map(|(m, ty)| {
+                let defined = m >= info.imported_memories as usize;
+                let fixed = defined && !growth.grows(m as u32);
+                bounds_checks && !ty.needs_bounds_checks() && (ty.shared || fixed)
+            })
+            .collect();
         let env = translate::Env {
             info: &parsed.info,
             offsets: &offsets,

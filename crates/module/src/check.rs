@@ -129,6 +129,13 @@ impl ModuleInfo {
         if let Some(m) = self.memories.iter().find(|m| !m.is_valid()) {
             return Err(format!("bad memory type {m:?}"));
         }
+        // A memory whose accesses only faults bound can be one: 32-bit, of 64 KiB pages.
+        let faults_fit = |(m, &f): (&crate::MemoryType, &bool)| !f || !m.needs_bounds_checks();
+        if self.faults_bound.len() != self.memories.len()
+            || !self.memories.iter().zip(&self.faults_bound).all(faults_fit)
+        {
+            return Err("bad list of memories bounded by faults".into());
+        }
 
         // Constant expressions: what they read exists, and they have the type wanted.
         // A constant reads the globals before it: for a global's initialiser, the globals

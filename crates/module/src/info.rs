@@ -151,6 +151,13 @@ pub struct ModuleInfo {
     /// that only such code reaches may keep pages past its length accessible (see the
     /// runtime's `memory` module).
     pub checks_bounds: bool,
+    /// Per memory, whether code that checks bounds ([`ModuleInfo::checks_bounds`]) still
+    /// leaves this memory's accesses unchecked, a fault past its length being their check: a
+    /// memory of 32-bit addresses and 64 KiB pages (where a fault stops every access past the
+    /// end: see `MemoryType::needs_bounds_checks`) that is shared (always tight), or that this
+    /// module defines and never grows itself. The runtime keeps such a memory *tight*; one
+    /// that no code grows keeps the size its slot has, and needs no system call for that.
+    pub faults_bound: Vec<bool>,
     /// Set when the start function ran at compile time: the memories, data segments and
     /// global initialisers describe the state it left, and instantiation does not run it.
     pub snapshot: Option<StartSnapshot>,
@@ -227,6 +234,11 @@ impl ModuleInfo {
     pub fn defined_funcs(&self) -> usize {
         self.funcs.len() - self.imported_funcs as usize
     }
+    /// Whether code compares accesses to memory `m` with its length (see
+    /// [`ModuleInfo::faults_bound`]); where not, the memory must be tight.
+    pub fn checks_memory(&self, m: u32) -> bool {
+        self.checks_bounds && !self.faults_bound.get(m as usize).copied().unwrap_or(false)
+    }
 }
 
 /// The archived form is what the runtime reads, in place, from an artifact.
@@ -245,6 +257,10 @@ impl ArchivedModuleInfo {
     }
     pub fn defined_funcs(&self) -> usize {
         self.funcs.len() - self.imported_funcs.to_native() as usize
+    }
+    /// See [`ModuleInfo::checks_memory`].
+    pub fn checks_memory(&self, m: u32) -> bool {
+        self.checks_bounds && !self.faults_bound.get(m as usize).is_some_and(|&f| f)
     }
 }
 

@@ -113,8 +113,8 @@ pub(crate) unsafe fn instantiate(
     store.admits_code(info.metered)?;
 
     // Code that relies on faults alone must not find pages accessible past a memory's length.
-    if !info.checks_bounds {
-        for &mem in &memories {
+    for (i, &mem) in memories.iter().enumerate() {
+        if !info.checks_memory(i as u32) {
             mem.of(store).tighten()?;
         }
     }
@@ -148,7 +148,8 @@ pub(crate) unsafe fn instantiate(
         let ty = native(ty);
         // SAFETY: per the contract; no mutable reference to the store is alive.
         unsafe { StoreOpaque::admit_memory(store_ptr, ty)? };
-        let memory = LinearMemory::pooled(&m.engine, ty, image.as_ref(), info.checks_bounds)?;
+        let loose = info.checks_memory(i);
+        let memory = LinearMemory::pooled(&m.engine, ty, image.as_ref(), loose)?;
         // SAFETY: per the contract; this reference ends before the limiter is asked again.
         let store = unsafe { &mut *store_ptr };
         let index = StoreMemory(store.push_memory(memory).index);

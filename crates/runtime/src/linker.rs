@@ -588,7 +588,7 @@ unsafe fn fresh(
             // SAFETY: per the contract.
             unsafe { StoreOpaque::admit_memory(store, *ty)? };
             let image = ArtifactImage::of(module.artifact(), import.index);
-            let loose = module.artifact().info().checks_bounds;
+            let loose = module.artifact().info().checks_memory(import.index);
             let memory = LinearMemory::pooled(module.engine(), *ty, image.as_ref(), loose)?;
             // SAFETY: per the contract; the limiter is not asked while this reference lives.
             Extern::Memory(Memory(unsafe { &mut *store }.push_memory(memory)))

@@ -88,7 +88,8 @@ impl Translator<'_, '_> {
     /// anew ([`Translator::current_length`]).
     pub(super) fn reload_lengths(&mut self) {
         for memory in 0..self.lengths.len() {
-            if self.env.info.memories[memory].shared {
+            let shared = self.env.info.memories[memory].shared;
+            if shared || !self.env.info.checks_memory(memory as u32) {
                 continue;
             }
             let length = self.current_length(memory as u32);

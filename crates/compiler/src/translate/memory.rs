@@ -88,12 +88,9 @@ impl Translator<'_, '_> {
         let index = self.pop();
         let base = self.load_ptr(self.vmctx, self.env.offsets.memory_base(memory));
         let wide = self.widen(memory, index);
-        // A shared memory is always tight (see the runtime's `memory::shared`): where a fault
-        // can stop every access past its end, that fault is its bounds check, and another
-        // thread's growth is seen as soon as the pages are open.
-        let ty = &self.env.info.memories[memory as usize];
-        let faults_suffice = ty.shared && !ty.needs_bounds_checks();
-        if self.env.info.checks_bounds && !faults_suffice {
+        // A memory bounded by faults is tight: a fault past its end is its check (a shared
+        // one's sees another thread's growth as soon as the pages are open).
+        if self.env.info.checks_memory(memory) {
             // (A 64-bit memory's offset may be anything: one past 8 GiB never fits.)
             let end = offset.saturating_add(u64::from(size)).min(1 << 40);
             self.check_bounds(memory, index, wide, end);

@@ -232,6 +232,49 @@ fn a_slot_left_grown_is_shrunk_for_code_without_checks() {
     assert_eq!(e.trap().map(|t| t.kind), Some(TrapKind::MemoryOutOfBounds));
 }
 
+/// A module that never grows its memory leaves its accesses unchecked (faults bound them), so
+/// its memory must be tight even in a slot a growing module left grown: every access kind
+/// traps exactly past the length, by a fault; and the host may still grow it, which opens the
+/// page for that code and no further.
+#[test]
+fn a_memory_its_module_never_grows_is_bounded_by_faults_in_a_slot_left_grown() {
+    let engine = one_slot_engine();
+    let grower = ephem::Module::new(&engine, module_text().as_bytes()).unwrap();
+    let mut wat = String::from(r#"(module (memory (export "mem") 1 3)"#);
+    for (name, _, body) in accesses() {
+        wat.push_str(&format!("\n(func (export \"{name}\") (param i32) {body})"));
+    }
+    wat.push(')');
+    let fixed = ephem::Module::new(&engine, wat.as_bytes()).unwrap();
+    assert!(!fixed.artifact().info().checks_memory(0));
+    assert!(grower.artifact().info().checks_memory(0));
+    for (name, bytes, _) in accesses() {
+        leave_the_slot_grown(&engine, &grower);
+        let mut store = Store::new(&engine, ());
+        let instance = Instance::new(&mut store, &fixed, &[]).unwrap();
+        let last = 65536 - bytes as i32;
+        call::<i32, ()>(&mut store, &instance, name, last)
+            .unwrap_or_else(|e| panic!("{name} at {last}: {e}"));
+        let signals = ephem::trap_signals();
+        for at in [last + 1, 65536, 2 * 65536] {
+            let e = call::<i32, ()>(&mut store, &instance, name, at)
+                .expect_err(&format!("{name} at {at} must trap"));
+            assert_eq!(
+                e.trap().map(|t| t.kind),
+                Some(TrapKind::MemoryOutOfBounds),
+                "{name} at {at}: {e}"
+            );
+        }
+        assert_eq!(ephem::trap_signals(), signals + 3, "{name}: faults trapped");
+        let memory = instance.get_memory(&mut store, "mem").unwrap();
+        assert_eq!(memory.grow(&mut store, 1).unwrap(), 1);
+        call::<i32, ()>(&mut store, &instance, name, 2 * 65536 - bytes as i32)
+            .unwrap_or_else(|e| panic!("{name} in the grown page: {e}"));
+        let e = call::<i32, ()>(&mut store, &instance, name, 2 * 65536).unwrap_err();
+        assert_eq!(e.trap().map(|t| t.kind), Some(TrapKind::MemoryOutOfBounds));
+    }
+}
+
 /// A checked function sees the length that growth gave, by `memory.grow` or in a callee.
 #[test]
 fn checks_see_growth_within_a_function() {

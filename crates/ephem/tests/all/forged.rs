@@ -284,6 +284,17 @@ fn forged_metadata_is_refused_at_open() {
             }),
         ),
         (
+            "no word on which memories faults bound",
+            Box::new(|c| c.info.faults_bound.clear()),
+        ),
+        (
+            "a memory of one-byte pages bounded by faults",
+            Box::new(|c| {
+                c.info.memories[0] = c.info.memories[0].with_page_size_log2(0);
+                c.info.faults_bound[0] = true;
+            }),
+        ),
+        (
             "a function whose type is a struct type",
             Box::new(|c| {
                 let f = c.info.funcs[0] as usize;

@@ -9,7 +9,9 @@
 //! # Bounds
 //! By default generated code compares each access with the memory's length
 //! (`ModuleInfo::checks_bounds`; one comparison covers a run of accesses through one pointer)
-//! and traps without a fault. Code compiled `Compiler::without_bounds_checks` relies on the
+//! and traps without a fault, except for a memory whose module defines it and never grows it
+//! (and a shared one), which faults alone bound (`ModuleInfo::faults_bound`): such a memory
+//! keeps its size unless the host grows it, so keeping it tight costs nothing. Code compiled `Compiler::without_bounds_checks` relies on the
 //! reservation instead: nothing past the memory's length is accessible, so an out-of-bounds
 //! access faults, and the fault becomes a trap (see `signals`).
 //!
