@@ -253,7 +253,9 @@ impl InstanceData {
         if crate::signals::interrupt_due() {
             return Some(3);
         }
-        if !self.metered() {
+        // (The store's word: every instance of a store is metered or none is, see
+        // `StoreOpaque::admits_code`; the module's would be a call into its artifact.)
+        if !store.runs_metered() {
             return None;
         }
         // SAFETY: the store's fuel cell, which the calling code wrote back before this call

@@ -108,7 +108,16 @@ unsafe fn mark_range(base: *mut u8, offset: usize, len: usize) {
     // SAFETY: the marks of pages within a memory lie in its slot's marks region (`MARKS`
     // covers every page of a 4 GiB memory, and of the largest 64-bit one), which only the
     // memory's users write, never concurrently with this (per the contract).
-    unsafe { std::ptr::write_bytes(base.sub(MARKS).add(first), 1, last - first + 1) };
+    unsafe {
+        let marks = base.sub(MARKS);
+        // Most bulk operations span a page or two: stores, not a call of `memset`.
+        if last - first < 2 {
+            *marks.add(first) = 1;
+            *marks.add(last) = 1;
+        } else {
+            std::ptr::write_bytes(marks.add(first), 1, last - first + 1);
+        }
+    }
 }
 
 /// A memory's bytes as a host function reads and writes them: writes go through
@@ -315,10 +324,17 @@ impl LinearMemory {
 
     /// Ends the untouched state before anything can read or write the bytes: an idle image
     /// still mapped is replaced with zeros.
+    #[inline]
     fn expose(&self) {
-        if !self.untouched.replace(false) {
+        if !self.untouched.get() {
             return;
         }
+        self.expose_untouched();
+    }
+
+    #[cold]
+    fn expose_untouched(&self) {
+        self.untouched.set(false);
         let mut slot = self.slot.borrow_mut();
         let Some(slot) = slot.as_mut() else { return };
         if let Some(image) = slot.image
@@ -414,6 +430,7 @@ impl LinearMemory {
 
     /// The first byte, for generated code, which marks what it writes (the memory is exposed:
     /// see the type's docs).
+    #[inline]
     pub(crate) fn base(&self) -> *mut u8 {
         self.expose();
         self.raw_base()
