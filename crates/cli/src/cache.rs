@@ -111,6 +111,10 @@ pub struct CompileArgs {
     /// Where to write the artifact.
     #[arg(short, long)]
     output: PathBuf,
+    /// Also write each function's Cranelift IR, as translated, to DIR/wasm-function[N].clif
+    /// (as `wasmtime compile --emit-clif`), to read beside another engine's.
+    #[arg(long, value_name = "DIR")]
+    emit_clif: Option<PathBuf>,
     /// The key it is sealed with (see `--artifact-key`), and the cache whose key is the default.
     #[command(flatten)]
     cache: CacheArgs,
@@ -168,7 +172,11 @@ pub fn compile(args: CompileArgs) -> anyhow::Result<()> {
     }
     let bytes =
         std::fs::read(&args.input).with_context(|| format!("reading {}", args.input.display()))?;
-    let compiler = args.image.apply(Compiler::new()?);
+    let mut compiler = args.image.apply(Compiler::new()?);
+    if let Some(dir) = &args.emit_clif {
+        std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+        compiler = compiler.with_clif_dir(dir);
+    }
     let sealed = ephem::precompile_sealed(&compiler, &bytes, &args.cache.key()?)
         .with_context(|| format!("compiling {}", args.input.display()))?;
     ephem_artifact::write_atomic(&args.output, &sealed)

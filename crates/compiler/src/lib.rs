@@ -61,6 +61,8 @@ pub enum CompileError {
     Unsupported(String),
     #[error("code generation failed: {0}")]
     Codegen(String),
+    #[error("writing {0}: {1}")]
+    Write(std::path::PathBuf, std::io::Error),
 }
 
 /// A compiler for the host CPU.
@@ -80,6 +82,8 @@ pub struct Compiler {
     write_marks: bool,
     /// See [`Compiler::without_bounds_checks`].
     bounds_checks: bool,
+    /// See [`Compiler::with_clif_dir`].
+    clif_dir: Option<std::path::PathBuf>,
 }
 
 /// The WebAssembly 3.0 features a compiler accepts beyond WebAssembly 2.0 (which includes
@@ -248,6 +252,7 @@ impl Compiler {
             proposals: Proposals::ALL,
             write_marks: true,
             bounds_checks: true,
+            clif_dir: None,
         })
     }
 
@@ -275,6 +280,15 @@ impl Compiler {
     /// compute that does not grow its memory in every call may leave them out.
     pub fn without_bounds_checks(mut self) -> Compiler {
         self.bounds_checks = false;
+        self
+    }
+
+    /// This compiler, also writing the Cranelift IR of each defined function, as translated
+    /// and before Cranelift optimises it, to `dir/wasm-function[N].clif` (`N` its index,
+    /// imports included): what to read beside another engine's IR for the same function
+    /// (`wasmtime compile --emit-clif`). The code is the same with or without it.
+    pub fn with_clif_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Compiler {
+        self.clif_dir = Some(dir.into());
         self
     }
 
@@ -475,6 +489,12 @@ impl Compiler {
             trampolines::entry(env, sig(unit - defined), &mut ctx.func, fctx);
         } else {
             trampolines::host_adapter(env, sig(unit - defined - types.len()), &mut ctx.func, fctx);
+        }
+        if let (Some(dir), true) = (&self.clif_dir, unit < defined) {
+            let func = parsed.info.imported_funcs as usize + unit;
+            let path = dir.join(format!("wasm-function[{func}].clif"));
+            std::fs::write(&path, ctx.func.display().to_string())
+                .map_err(|e| CompileError::Write(path, e))?;
         }
         let names = ctx.func.params.user_named_funcs().clone();
         let code = ctx

@@ -6,6 +6,12 @@
 //! parameters. Code after an unconditional branch is skipped (only nesting is tracked) until
 //! the end of the enclosing frame.
 //!
+//! Blocks are sealed as soon as their predecessors are all known (a frame's end and a loop's
+//! header at the frame's `end`, an arm or a fall-through right after its branch), so that
+//! SSA construction looks a local up once its definitions are in place instead of giving every
+//! block a parameter for it; what is left (blocks of exception handling, lazy tables) is
+//! sealed at the end.
+//!
 //! Everything per instance is loaded from the `vmctx` (see [`VmOffsets`]). Every function
 //! takes its callee's vmctx and then its caller's (null from the host), so that a host
 //! function knows which instance called it.

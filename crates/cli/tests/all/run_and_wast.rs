@@ -353,6 +353,25 @@ mod first_steps {
     }
 
     #[test]
+    fn compile_writes_each_functions_ir_where_asked() {
+        let tmp = ephem_test_support::temp_dir();
+        let clif = tmp.path().join("clif");
+        let out_path = tmp.path().join("fib.ephem");
+        let out = ephem(&[
+            "compile",
+            "examples/fib.wat",
+            "--emit-clif",
+            clif.to_str().unwrap(),
+            "-o",
+            out_path.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let first = std::fs::read_to_string(clif.join("wasm-function[0].clif")).unwrap();
+        assert!(first.starts_with("function "), "{first}");
+        assert!(out_path.exists());
+    }
+
+    #[test]
     fn a_reader_that_stops_early_is_no_error() {
         let cache = ephem_test_support::temp_dir();
         let mut child = Command::new(env!("CARGO_BIN_EXE_ephem"))

@@ -204,6 +204,10 @@ impl Translator<'_, '_> {
             let values = self.top(frame.results);
             self.b.ins().jump(frame.next, &args(&values));
         }
+        let header = match frame.kind {
+            Kind::Loop(header) => Some(header),
+            _ => None,
+        };
         match frame.kind {
             kind @ Kind::LegacyTry { .. } => self.end_legacy_try(kind),
             Kind::If {
@@ -217,6 +221,12 @@ impl Translator<'_, '_> {
             }
             _ => {}
         }
+        // Every branch to the frame's end, and to a loop's header, is inside the frame: both
+        // have all their predecessors now (see `Translator::seal`).
+        if let Some(header) = header {
+            self.b.seal_block(header);
+        }
+        self.b.seal_block(frame.next);
         self.enter(frame.next, frame.height);
         self.reachable = true;
     }
@@ -289,6 +299,8 @@ impl Translator<'_, '_> {
                 // Before the branch, so that the else arm sees them too.
                 let if_params = self.top(params.len());
                 self.b.ins().brif(cond, then_block, &[], else_block, &[]);
+                self.b.seal_block(then_block);
+                self.b.seal_block(else_block);
                 self.b.switch_to_block(then_block);
                 let height = self.stack.len() - params.len();
                 let kind = Kind::If {
@@ -311,6 +323,7 @@ impl Translator<'_, '_> {
                 let values = self.top(n);
                 let cont = self.b.create_block();
                 self.b.ins().brif(cond, target, &args(&values), cont, &[]);
+                self.b.seal_block(cont);
                 self.b.switch_to_block(cont);
             }
             // A reference: null branches and drops it, anything else stays and falls through.
@@ -321,6 +334,7 @@ impl Translator<'_, '_> {
                 let values = self.top(n);
                 let cont = self.b.create_block();
                 self.b.ins().brif(r, cont, &[], target, &args(&values));
+                self.b.seal_block(cont);
                 self.b.switch_to_block(cont);
                 self.push(r);
             }
@@ -334,6 +348,7 @@ impl Translator<'_, '_> {
                     .expect("validated: the reference is a branch value");
                 let cont = self.b.create_block();
                 self.b.ins().brif(r, target, &args(&values), cont, &[]);
+                self.b.seal_block(cont);
                 self.b.switch_to_block(cont);
                 self.pop();
             }

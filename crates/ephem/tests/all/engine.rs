@@ -785,3 +785,47 @@ fn an_artifact_shared_by_two_engines_has_each_engines_type_ids() {
         );
     }
 }
+
+/// `Compiler::with_clif_dir` writes each defined function's IR as translated, and that IR
+/// reaches a join of many branches with the branches' values as its only parameters: locals
+/// the branches leave alone are not passed along. (The translator seals each block once its
+/// predecessors are known; sealed only at the end, every block of a switch passed every local
+/// on, which register allocation paid for at each of its edges.)
+#[test]
+fn translated_ir_is_written_and_joins_pass_only_branch_values() {
+    // A switch: a `br_table` to 64 nested blocks, each of which sends a constant to `$join`.
+    let cases = 64;
+    let mut body = String::from("(br_table");
+    for c in 0..cases {
+        body.push_str(&format!(" {c}"));
+    }
+    body.push_str(" 0 (local.get $x))");
+    for c in 0..cases {
+        body = format!("(block {body}) (br $join (i32.const {c}))");
+    }
+    let wat = format!(
+        r#"(module
+          (import "env" "f" (func))
+          (func (param $x i32) (param $y i32) (result i32) (local $z i64)
+            (local.set $z (i64.extend_i32_u (local.get $y)))
+            (block $join (result i32) {body} (i32.const -1))
+            (i32.add (local.get $y))
+            (i32.add (i32.wrap_i64 (local.get $z)))))"#
+    );
+    let dir = ephem_test_support::temp_dir();
+    let compiler = ephem::Compiler::new().unwrap().with_clif_dir(dir.path());
+    compiler.compile(wat.as_bytes()).unwrap();
+    // Function 1: the import is function 0, and has no IR of its own.
+    assert!(!dir.path().join("wasm-function[0].clif").exists());
+    let clif = std::fs::read_to_string(dir.path().join("wasm-function[1].clif")).unwrap();
+    let params = |header: &str| header.matches(": i").count();
+    let headers: Vec<&str> = clif
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("block") && l.ends_with(':'))
+        .collect();
+    assert!(headers.len() > 2, "{clif}");
+    for header in &headers[1..] {
+        assert!(params(header) <= 1, "{header} in\n{clif}");
+    }
+}
