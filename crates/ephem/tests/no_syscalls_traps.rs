@@ -1,7 +1,9 @@
 //! `unreachable`, the trap guests raise on purpose (a Rust panic, a Go or AssemblyScript
 //! abort), and a failed bounds check (x86-64) take no signal and so make no system call (a
 //! signal's return is `rt_sigreturn`): generated code calls the `Raise` builtin instead of
-//! running a trapping instruction. Its own test binary: it forks.
+//! running a trapping instruction. (The module grows its memory, so that its accesses are
+//! checked: those to a memory its module never grows are bounded by faults, as wasmtime's
+//! are, see `ModuleInfo::faults_bound`.) Its own test binary: it forks.
 
 use ephem::{Engine, Instance, Store, TrapKind};
 
@@ -9,6 +11,7 @@ use ephem::{Engine, Instance, Store, TrapKind};
 fn unreachable_and_failed_checks_trap_without_a_signal_or_a_system_call() {
     let wat = r#"(module (memory 1)
         (func $nothing)
+        (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0)))
         (func (export "abort") (param i32) (result i32)
           (call $nothing)
           (if (local.get 0) (then (unreachable)))
