@@ -157,6 +157,9 @@ struct Translator<'a, 'b> {
     /// The `catch` clauses of each `try_table` the translation is inside, outermost first:
     /// calls become `try_call`s while there are any (see `exceptions.rs`).
     catches: Vec<Vec<exceptions::Clause>>,
+    /// Each signature and callee the function's calls have declared, so that a function
+    /// with thousands of calls declares each once (see `calls.rs`).
+    declared: calls::Declared,
 }
 
 /// What a block has done so far that later instructions of it may rely on: every instruction
@@ -254,6 +257,7 @@ pub fn translate(
         known_funcs: Vec::new(),
         length_loads: Vec::new(),
         catches: Vec::new(),
+        declared: calls::Declared::default(),
     };
     if env.info.checks_bounds {
         t.start_bounds_checks();

@@ -48,12 +48,14 @@ impl Translator<'_, '_> {
         } else {
             self.env.call_conv
         };
-        let mut sig = Signature::new(conv);
-        sig.params.push(AbiParam::new(I64));
-        sig.params
-            .extend(params.iter().map(|&t| AbiParam::new(ty(t))));
-        sig.returns.extend(ret.map(|t| AbiParam::new(ty(t))));
-        let sig = self.b.import_signature(sig);
+        let sig = self.builtin_signature(which, || {
+            let mut sig = Signature::new(conv);
+            sig.params.push(AbiParam::new(I64));
+            sig.params
+                .extend(params.iter().map(|&t| AbiParam::new(ty(t))));
+            sig.returns.extend(ret.map(|t| AbiParam::new(ty(t))));
+            sig
+        });
         // Read-only, but not hoisted: a builtin is mostly called from a cold block, and the
         // address hoisted out of a loop would take a register (or a stack slot) through it.
         let flags = MemFlagsData::trusted().with_readonly();

@@ -19,6 +19,16 @@ use wasmparser::Operator;
 use super::{Translator, trusted, wasm_signature};
 use crate::traps::code;
 
+/// The signatures (by type index, and by builtin) and direct callees (by function index) a
+/// function has declared.
+#[derive(Default)]
+pub(super) struct Declared {
+    types: std::collections::HashMap<u32, ir::SigRef>,
+    /// By `Builtin as usize`.
+    builtins: Vec<Option<ir::SigRef>>,
+    funcs: std::collections::HashMap<u32, ir::FuncRef>,
+}
+
 /// What a call calls: a function of the text, or code at an address.
 #[derive(Clone, Copy)]
 pub(super) enum Callee {
@@ -30,28 +40,32 @@ impl Translator<'_, '_> {
     /// A call of function `func`; with `tail`, a `return_call` (the frame is replaced).
     fn call(&mut self, func: u32, tail: bool) {
         self.spill_fuel();
-        let ty = self.env.info.func_type(func).clone();
-        let sig = self.b.import_signature(wasm_signature(&ty));
-        let args = self.take(ty.params.len());
+        let type_index = self.env.info.funcs[func as usize];
+        let sig = self.signature(type_index);
+        let args = self.take(self.env.info.sig(type_index).params.len());
         if func < self.env.info.imported_funcs {
             let fr = self.env.offsets.funcref(func);
             let code = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_CODE);
             let callee_vmctx = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_VMCTX);
             self.call_code(sig, code, callee_vmctx, args, tail);
         } else {
-            let name = self
-                .b
-                .func
-                .declare_imported_user_function(ir::UserExternalName {
-                    namespace: 0,
-                    index: func,
-                });
-            let callee = self.b.import_function(ir::ExtFuncData {
-                name: ir::ExternalName::User(name),
-                signature: sig,
-                colocated: true,
-                patchable: false,
-            });
+            let callee = match self.declared.funcs.get(&func) {
+                Some(&callee) => callee,
+                None => {
+                    let name = (self.b.func).declare_imported_user_function(ir::UserExternalName {
+                        namespace: 0,
+                        index: func,
+                    });
+                    let callee = self.b.import_function(ir::ExtFuncData {
+                        name: ir::ExternalName::User(name),
+                        signature: sig,
+                        colocated: true,
+                        patchable: false,
+                    });
+                    self.declared.funcs.insert(func, callee);
+                    callee
+                }
+            };
             let mut all = vec![self.vmctx, self.vmctx];
             all.extend(args);
             if tail {
@@ -157,10 +171,38 @@ impl Translator<'_, '_> {
             self.b
                 .ins()
                 .load(I64, trusted(), funcref, VmOffsets::FUNCREF_VMCTX as i32);
-        let ty = self.env.info.sig(type_index).clone();
-        let sig = self.b.import_signature(wasm_signature(&ty));
-        let args = self.take(ty.params.len());
+        let sig = self.signature(type_index);
+        let args = self.take(self.env.info.sig(type_index).params.len());
         self.call_code(sig, code_ptr, callee_vmctx, args, tail);
+    }
+
+    /// The signature of function type `type_index`, declared once per function.
+    fn signature(&mut self, type_index: u32) -> ir::SigRef {
+        if let Some(&sig) = self.declared.types.get(&type_index) {
+            return sig;
+        }
+        let sig = wasm_signature(self.env.info.sig(type_index));
+        let sig = self.b.import_signature(sig);
+        self.declared.types.insert(type_index, sig);
+        sig
+    }
+
+    /// The signature of builtin `which`, made by `make` the first time this function calls it.
+    pub(super) fn builtin_signature(
+        &mut self,
+        which: ephem_module::Builtin,
+        make: impl FnOnce() -> ir::Signature,
+    ) -> ir::SigRef {
+        let at = which as usize;
+        if let Some(&Some(sig)) = self.declared.builtins.get(at) {
+            return sig;
+        }
+        let sig = self.b.import_signature(make());
+        if self.declared.builtins.len() <= at {
+            self.declared.builtins.resize(at + 1, None);
+        }
+        self.declared.builtins[at] = Some(sig);
+        sig
     }
 
     /// A `call_ref` (with `tail`, a `return_call_ref`) of type `type_index`: the reference on
