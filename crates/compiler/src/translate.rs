@@ -160,11 +160,16 @@ struct Translator<'a, 'b> {
     /// Each signature and callee the function's calls have declared, so that a function
     /// with thousands of calls declares each once (see `calls.rs`).
     declared: calls::Declared,
+    /// Facts that blocks not yet entered start from: those of a block that dominates them
+    /// (see [`Translator::pass_facts`]).
+    inherited: Vec<(ir::Block, BlockFacts)>,
 }
 
 /// What a block has done so far that later instructions of it may rely on: every instruction
-/// of a block runs after the earlier ones.
-#[derive(Default)]
+/// of a block runs after the earlier ones, and a block's facts also hold in the blocks it
+/// dominates (a passed check stays true, since a memory only grows; a mark stays set), where
+/// they start as the dominator's were when control left it, but can no longer be widened.
+#[derive(Clone, Default)]
 struct BlockFacts {
     block: Option<ir::Block>,
     /// The write marks set (see [`Translator::mark_written`]): memory, index operand, the
@@ -258,6 +263,7 @@ pub fn translate(
         length_loads: Vec::new(),
         catches: Vec::new(),
         declared: calls::Declared::default(),
+        inherited: Vec::new(),
     };
     if env.info.checks_bounds {
         t.start_bounds_checks();
@@ -385,12 +391,30 @@ impl Translator<'_, '_> {
     fn this_block(&mut self) -> ir::Block {
         let block = self.b.current_block().expect("translating into a block");
         if self.facts.block != Some(block) {
-            self.facts = BlockFacts {
-                block: Some(block),
-                ..BlockFacts::default()
+            self.facts = match self.inherited.iter().position(|(b, _)| *b == block) {
+                Some(i) => self.inherited.swap_remove(i).1,
+                None => BlockFacts {
+                    block: Some(block),
+                    ..BlockFacts::default()
+                },
             };
         }
         block
+    }
+
+    /// Lets `to`, a block the current one dominates (entered later, or never), start from the
+    /// current block's facts as they are now: a structured construct's arms, end and loop
+    /// header, and a conditional branch's fall-through.
+    fn pass_facts(&mut self, to: ir::Block) {
+        if self.regions.is_none() && !self.env.info.marks_writes {
+            return;
+        }
+        self.this_block();
+        let mut facts = self.facts.clone();
+        facts.block = Some(to);
+        facts.seen = None;
+        facts.checks.iter_mut().for_each(|c| c.widenable = false);
+        self.inherited.push((to, facts));
     }
 
     /// Translates `op`, charging its fuel in metered code.

@@ -18,7 +18,8 @@
 //! through the `Raise` builtin without a signal; otherwise the trap instruction traps by
 //! signal.
 //!
-//! Within a block, checks are shared: see [`Translator::check_bounds`].
+//! Within a block, checks are shared: see [`Translator::check_bounds`]; a check also holds in
+//! the blocks its block dominates (`BlockFacts`), where it is no longer widened.
 
 use cranelift_codegen::entity::EntityRef;
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -28,15 +29,18 @@ use ephem_module::VmOffsets;
 
 use super::{Translator, trusted};
 
-/// A bounds check made earlier in the current block (see [`super::BlockFacts`]).
+/// A bounds check made earlier in the current block or one that dominates it (see
+/// [`super::BlockFacts`]).
+#[derive(Clone)]
 pub(super) struct Check {
     memory: u32,
     index: Value,
     end: u64,
     /// The `iconst` of minus `end`, which the check adds to the length.
     constant: ir::Inst,
-    /// Whether nothing observable happened since the check: it may still be widened.
-    widenable: bool,
+    /// Whether nothing observable happened since the check, in its own block: it may still be
+    /// widened.
+    pub(super) widenable: bool,
 }
 
 /// Whether moving a trap from after `inst` to before it would be observable: `inst` writes (a

@@ -270,6 +270,7 @@ impl Translator<'_, '_> {
             O::Block { blockty } => {
                 let (params, results) = self.block_arity(blockty)?;
                 let next = self.new_block(&results);
+                self.pass_facts(next);
                 let height = self.stack.len() - params.len();
                 self.push_frame(Kind::Block, next, params.len(), results.len(), height);
             }
@@ -277,6 +278,8 @@ impl Translator<'_, '_> {
                 let (params, results) = self.block_arity(blockty)?;
                 let header = self.new_block(&params);
                 let next = self.new_block(&results);
+                self.pass_facts(header);
+                self.pass_facts(next);
                 let height = self.stack.len() - params.len();
                 let values = self.top(params.len());
                 self.b.ins().jump(header, &args(&values));
@@ -298,6 +301,9 @@ impl Translator<'_, '_> {
                 let next = self.new_block(&results);
                 // Before the branch, so that the else arm sees them too.
                 let if_params = self.top(params.len());
+                self.pass_facts(then_block);
+                self.pass_facts(else_block);
+                self.pass_facts(next);
                 self.b.ins().brif(cond, then_block, &[], else_block, &[]);
                 self.b.seal_block(then_block);
                 self.b.seal_block(else_block);
@@ -322,6 +328,7 @@ impl Translator<'_, '_> {
                 let (target, n) = frame.target();
                 let values = self.top(n);
                 let cont = self.b.create_block();
+                self.pass_facts(cont);
                 self.b.ins().brif(cond, target, &args(&values), cont, &[]);
                 self.b.seal_block(cont);
                 self.b.switch_to_block(cont);

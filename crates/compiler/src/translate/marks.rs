@@ -4,8 +4,9 @@
 //! Each store sets a byte per 4 KiB page of linear memory it writes, in the marks before the
 //! memory's base (`ephem_module::MARK_SHIFT` says which page a store marks and why that covers
 //! every byte it writes), so that the runtime resets a memory slot by visiting only the marked
-//! pages, without a system call. A mark is set after its store, and once per block for one
-//! memory, index and window of offsets ([`Translator::mark_written`]).
+//! pages, without a system call. A mark is set after its store, and once per block (and the
+//! blocks it dominates) for one memory, index and window of offsets
+//! ([`Translator::mark_written`]).
 
 use cranelift_codegen::ir::InstBuilder;
 use cranelift_codegen::ir::types::I8;
@@ -16,9 +17,9 @@ use super::{Translator, trusted};
 
 impl Translator<'_, '_> {
     /// Sets the write mark of a store (of at most 16 bytes) through `a` (see
-    /// `ephem_module::MARK_SHIFT` for what it covers), unless a store earlier in this block set
-    /// the same one: marks stay set while the instance runs, and an earlier instruction of the
-    /// block has run whenever this one does.
+    /// `ephem_module::MARK_SHIFT` for what it covers), unless a store earlier in this block,
+    /// or in a block that dominates it, set the same one: marks stay set while the instance
+    /// runs, and such a store has run whenever this one does.
     pub(super) fn mark_written(&mut self, a: &Access) {
         // A shared memory is never reset for another instance (and other threads write it).
         if !self.env.info.marks_writes || self.env.info.memories[a.memory as usize].shared {

@@ -275,6 +275,51 @@ fn a_memory_its_module_never_grows_is_bounded_by_faults_in_a_slot_left_grown() {
     }
 }
 
+/// A check or a mark holds in the blocks its block dominates, never in others, and a check is
+/// never widened for an access in another block: an arm's access past a dominating check is
+/// checked on its own, the other arm's is not made to trap, and a store after an `if` marks
+/// its page though the arm that marked it did not run.
+#[test]
+fn checks_and_marks_carry_into_dominated_blocks_only() {
+    let engine = one_slot_engine();
+    let wat = r#"(module (memory (export "mem") 1 3)
+        (func (export "grow") (param i32) (result i32) (memory.grow (local.get 0)))
+        (func (export "poke") (param i32 i32) (i32.store8 (local.get 0) (local.get 1)))
+        (func (export "peek") (param i32) (result i32) (i32.load8_u (local.get 0)))
+        (func (export "arm") (param $p i32) (param $c i32) (result i32)
+          (drop (i32.load (local.get $p)))
+          (if (result i32) (local.get $c)
+            (then (i32.load offset=4 (local.get $p)))
+            (else (i32.load (local.get $p)))))
+        (func (export "store_after_if") (param $p i32) (param $c i32)
+          (if (local.get $c) (then (i32.store (local.get $p) (i32.const 1))))
+          (i32.store (local.get $p) (i32.const 2))))"#;
+    let module = ephem::Module::new(&engine, wat.as_bytes()).unwrap();
+    leave_the_slot_grown(&engine, &module);
+    let mut store = Store::new(&engine, ());
+    let instance = Instance::new(&mut store, &module, &[]).unwrap();
+    let last = 65536 - 4;
+    assert_eq!(
+        call::<(i32, i32), i32>(&mut store, &instance, "arm", (last, 0)).unwrap(),
+        0
+    );
+    let e = call::<(i32, i32), i32>(&mut store, &instance, "arm", (last, 1)).unwrap_err();
+    assert_eq!(e.trap().map(|t| t.kind), Some(TrapKind::MemoryOutOfBounds));
+    call::<(i32, i32), ()>(&mut store, &instance, "store_after_if", (8192, 0)).unwrap();
+    assert_eq!(
+        call::<i32, i32>(&mut store, &instance, "peek", 8192).unwrap(),
+        2
+    );
+    drop(store);
+    let mut store = Store::new(&engine, ());
+    let instance = Instance::new(&mut store, &module, &[]).unwrap();
+    assert_eq!(
+        call::<i32, i32>(&mut store, &instance, "peek", 8192).unwrap(),
+        0,
+        "the store after the if was reset"
+    );
+}
+
 /// A checked function sees the length that growth gave, by `memory.grow` or in a callee.
 #[test]
 fn checks_see_growth_within_a_function() {
