@@ -206,8 +206,10 @@ fn const_expr(
             op => ops.push(op),
         }
     }
+    // Validated: every constant instruction of WebAssembly 2.0 and extended constants is
+    // handled below, so what is left is one of GC's (`struct.new`, `ref.i31`, ...).
     let unsupported =
-        |op: &Operator<'_>| CompileError::Unsupported(format!("constant expression {op:?}"));
+        |op: &Operator<'_>| CompileError::Unsupported(format!("constant expression {op:?} (GC)"));
     if let [op] = &ops[..] {
         return Ok(match *op {
             Operator::I32Const { value } => ConstExpr::I32(value),

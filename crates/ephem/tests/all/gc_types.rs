@@ -212,3 +212,17 @@ fn gc_types_can_be_turned_off() {
     let e = Module::new(&engine, "(module (type (struct)))").unwrap_err();
     assert!(matches!(e, Error::Compile(_)), "{e}");
 }
+
+/// A constant expression that only GC makes valid is refused as GC's, not as a bad module.
+#[test]
+fn gc_constant_expressions_are_refused_as_gc() {
+    let engine = Engine::default();
+    for wat in [
+        "(module (global i31ref (ref.i31 (i32.const 1))))",
+        "(module (type $s (struct)) (global (ref $s) (struct.new $s)))",
+        "(module (global anyref (any.convert_extern (ref.null noextern))))",
+    ] {
+        let e = Module::new(&engine, wat).unwrap_err();
+        assert!(e.to_string().contains("(GC)"), "{wat}: {e}");
+    }
+}
