@@ -148,6 +148,23 @@ fn leave_the_slot_grown(engine: &Engine, module: &Module) {
     }
 }
 
+/// Access `name` of `bytes` bytes runs where it ends at the end of a one-page memory, and traps
+/// out of bounds at three addresses past it.
+fn traps_exactly_past_one_page(store: &mut Store<()>, instance: &Instance, name: &str, bytes: u32) {
+    let last = 65536 - bytes as i32;
+    call::<i32, ()>(store, instance, name, last)
+        .unwrap_or_else(|e| panic!("{name} at {last}: {e}"));
+    for at in [last + 1, 65536, 2 * 65536] {
+        let e = call::<i32, ()>(store, instance, name, at)
+            .expect_err(&format!("{name} at {at} must trap"));
+        assert_eq!(
+            e.trap().map(|t| t.kind),
+            Some(TrapKind::MemoryOutOfBounds),
+            "{name} at {at}: {e}"
+        );
+    }
+}
+
 /// In a slot whose pages past the memory's length are accessible, every access kind still
 /// traps exactly when it ends past the length, and pages grown into again read as zeros.
 #[test]
@@ -158,18 +175,7 @@ fn checked_accesses_past_the_length_trap_in_a_slot_left_grown() {
         leave_the_slot_grown(&engine, &module);
         let mut store = Store::new(&engine, ());
         let instance = Instance::new(&mut store, &module, &[]).unwrap();
-        let last = 65536 - bytes as i32;
-        call::<i32, ()>(&mut store, &instance, name, last)
-            .unwrap_or_else(|e| panic!("{name} at {last}: {e}"));
-        for at in [last + 1, 65536, 2 * 65536] {
-            let e = call::<i32, ()>(&mut store, &instance, name, at)
-                .expect_err(&format!("{name} at {at} must trap"));
-            assert_eq!(
-                e.trap().map(|t| t.kind),
-                Some(TrapKind::MemoryOutOfBounds),
-                "{name} at {at}: {e}"
-            );
-        }
+        traps_exactly_past_one_page(&mut store, &instance, name, bytes);
         assert_eq!(
             call::<i32, i32>(&mut store, &instance, "grow", 2).unwrap(),
             1
@@ -252,19 +258,8 @@ fn a_memory_its_module_never_grows_is_bounded_by_faults_in_a_slot_left_grown() {
         leave_the_slot_grown(&engine, &grower);
         let mut store = Store::new(&engine, ());
         let instance = Instance::new(&mut store, &fixed, &[]).unwrap();
-        let last = 65536 - bytes as i32;
-        call::<i32, ()>(&mut store, &instance, name, last)
-            .unwrap_or_else(|e| panic!("{name} at {last}: {e}"));
         let signals = ephem::trap_signals();
-        for at in [last + 1, 65536, 2 * 65536] {
-            let e = call::<i32, ()>(&mut store, &instance, name, at)
-                .expect_err(&format!("{name} at {at} must trap"));
-            assert_eq!(
-                e.trap().map(|t| t.kind),
-                Some(TrapKind::MemoryOutOfBounds),
-                "{name} at {at}: {e}"
-            );
-        }
+        traps_exactly_past_one_page(&mut store, &instance, name, bytes);
         assert_eq!(ephem::trap_signals(), signals + 3, "{name}: faults trapped");
         let memory = instance.get_memory(&mut store, "mem").unwrap();
         assert_eq!(memory.grow(&mut store, 1).unwrap(), 1);
