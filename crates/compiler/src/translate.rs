@@ -162,7 +162,7 @@ struct Translator<'a, 'b> {
     declared: calls::Declared,
     /// Facts that blocks not yet entered start from: those of a block that dominates them
     /// (see [`Translator::pass_facts`]).
-    inherited: Vec<(ir::Block, BlockFacts)>,
+    inherited: std::collections::HashMap<ir::Block, BlockFacts>,
 }
 
 /// What a block has done so far that later instructions of it may rely on: every instruction
@@ -263,7 +263,7 @@ pub fn translate(
         length_loads: Vec::new(),
         catches: Vec::new(),
         declared: calls::Declared::default(),
-        inherited: Vec::new(),
+        inherited: std::collections::HashMap::new(),
     };
     if env.info.checks_bounds {
         t.start_bounds_checks();
@@ -391,13 +391,10 @@ impl Translator<'_, '_> {
     fn this_block(&mut self) -> ir::Block {
         let block = self.b.current_block().expect("translating into a block");
         if self.facts.block != Some(block) {
-            self.facts = match self.inherited.iter().position(|(b, _)| *b == block) {
-                Some(i) => self.inherited.swap_remove(i).1,
-                None => BlockFacts {
-                    block: Some(block),
-                    ..BlockFacts::default()
-                },
-            };
+            self.facts = self.inherited.remove(&block).unwrap_or(BlockFacts {
+                block: Some(block),
+                ..BlockFacts::default()
+            });
         }
         block
     }
@@ -414,7 +411,7 @@ impl Translator<'_, '_> {
         facts.block = Some(to);
         facts.seen = None;
         facts.checks.iter_mut().for_each(|c| c.widenable = false);
-        self.inherited.push((to, facts));
+        self.inherited.insert(to, facts);
     }
 
     /// Translates `op`, charging its fuel in metered code.
