@@ -663,4 +663,38 @@ mod tests {
         }
         assert_eq!(imports_digest(&shifted), b);
     }
+
+    /// A function import whose signature names a struct type: two structs of different
+    /// fields make different import lists.
+    #[test]
+    fn digests_tell_struct_types_in_signatures_apart() {
+        use ephem_module::{FieldType, StorageType, TypeDef};
+        let info = |field: ValType| {
+            let param = ValType::Ref(RefType {
+                nullable: true,
+                heap: HeapType::ConcreteStruct(0),
+            });
+            ModuleInfo {
+                types: vec![
+                    TypeDef::Struct(vec![FieldType {
+                        storage: StorageType::Val(field),
+                        mutable: false,
+                    }]),
+                    FuncType::new([param], []).into(),
+                ],
+                imports: vec![Import {
+                    module: "env".into(),
+                    name: "f".into(),
+                    kind: ImportKind::Func(1),
+                }],
+                funcs: vec![1],
+                imported_funcs: 1,
+                ..ModuleInfo::default()
+            }
+        };
+        assert_ne!(
+            imports_digest(&info(ValType::I32)),
+            imports_digest(&info(ValType::F64))
+        );
+    }
 }

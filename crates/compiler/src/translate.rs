@@ -169,7 +169,7 @@ struct Translator<'a, 'b> {
 /// of a block runs after the earlier ones, and a block's facts also hold in the blocks it
 /// dominates (a passed check stays true, since a memory only grows; a mark stays set), where
 /// they start as the dominator's were when control left it, but can no longer be widened.
-#[derive(Clone, Default)]
+#[derive(Default)]
 struct BlockFacts {
     block: Option<ir::Block>,
     /// The write marks set (see [`Translator::mark_written`]): memory, index operand, the
@@ -407,10 +407,18 @@ impl Translator<'_, '_> {
             return;
         }
         self.this_block();
-        let mut facts = self.facts.clone();
-        facts.block = Some(to);
-        facts.seen = None;
-        facts.checks.iter_mut().for_each(|c| c.widenable = false);
+        // The latest few only: a copy per branch of all a long function has proved would grow
+        // with the square of its length (a module's code is untrusted input).
+        const KEPT: usize = 32;
+        let latest = |n: usize| n.saturating_sub(KEPT)..;
+        let facts = BlockFacts {
+            block: Some(to),
+            marked: self.facts.marked[latest(self.facts.marked.len())].to_vec(),
+            checks: (self.facts.checks[latest(self.facts.checks.len())].iter())
+                .map(bounds::Check::settled)
+                .collect(),
+            seen: None,
+        };
         self.inherited.insert(to, facts);
     }
 

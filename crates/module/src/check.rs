@@ -129,10 +129,16 @@ impl ModuleInfo {
         if let Some(m) = self.memories.iter().find(|m| !m.is_valid()) {
             return Err(format!("bad memory type {m:?}"));
         }
-        // A memory whose accesses only faults bound can be one: 32-bit, of 64 KiB pages.
-        let faults_fit = |(m, &f): (&crate::MemoryType, &bool)| !f || !m.needs_bounds_checks();
+        // A memory whose accesses only faults bound, in code that checks the others, is one
+        // of 32-bit addresses and 64 KiB pages, shared or defined here (as the compiler decides).
+        let imported_memories = self.imported_memories as usize;
+        let faults_fit = |(i, (m, &f)): (usize, (&crate::MemoryType, &bool))| {
+            !f || (self.checks_bounds
+                && !m.needs_bounds_checks()
+                && (m.shared || i >= imported_memories))
+        };
         if self.faults_bound.len() != self.memories.len()
-            || !self.memories.iter().zip(&self.faults_bound).all(faults_fit)
+            || !(self.memories.iter().zip(&self.faults_bound).enumerate()).all(faults_fit)
         {
             return Err("bad list of memories bounded by faults".into());
         }

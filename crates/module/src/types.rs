@@ -276,13 +276,7 @@ impl ValType {
 
     /// The concrete type index this type names, if it names one.
     pub fn concrete(self) -> Option<u32> {
-        match self {
-            ValType::Ref(RefType {
-                heap: HeapType::ConcreteFunc(i),
-                ..
-            }) => Some(i),
-            _ => None,
-        }
+        self.as_ref()?.heap.concrete()
     }
 
     /// The digit of this type in a [`small_id`], if it has one.

@@ -40,7 +40,17 @@ pub(super) struct Check {
     constant: ir::Inst,
     /// Whether nothing observable happened since the check, in its own block: it may still be
     /// widened.
-    pub(super) widenable: bool,
+    widenable: bool,
+}
+
+impl Check {
+    /// This check as another block sees it: true there too, but no longer to be widened.
+    pub(super) fn settled(&self) -> Check {
+        Check {
+            widenable: false,
+            ..self.clone()
+        }
+    }
 }
 
 /// Whether moving a trap from after `inst` to before it would be observable: `inst` writes (a

@@ -288,6 +288,13 @@ fn forged_metadata_is_refused_at_open() {
             Box::new(|c| c.info.faults_bound.clear()),
         ),
         (
+            "a memory bounded by faults in code that checks no bounds",
+            Box::new(|c| {
+                c.info.checks_bounds = false;
+                c.info.faults_bound[0] = true;
+            }),
+        ),
+        (
             "a memory of one-byte pages bounded by faults",
             Box::new(|c| {
                 c.info.memories[0] = c.info.memories[0].with_page_size_log2(0);
@@ -309,6 +316,28 @@ fn forged_metadata_is_refused_at_open() {
                 c.info.tables[0].elem = ValType::Ref(ephem_module::RefType {
                     nullable: true,
                     heap: ephem_module::HeapType::ConcreteFunc(s),
+                });
+            }),
+        ),
+        (
+            "a struct in a recursion group naming a later struct outside it",
+            Box::new(|c| {
+                let group = c.info.types.len() as u32;
+                let later = group + 2;
+                let field = |heap| ephem_module::FieldType {
+                    storage: ephem_module::StorageType::Val(ValType::Ref(ephem_module::RefType {
+                        nullable: true,
+                        heap,
+                    })),
+                    mutable: false,
+                };
+                let named = ephem_module::HeapType::ConcreteStruct(later);
+                push_type(c, ephem_module::TypeDef::Struct(vec![field(named)]));
+                push_type(c, ephem_module::TypeDef::Struct(Vec::new()));
+                push_type(c, ephem_module::TypeDef::Struct(Vec::new()));
+                (c.info.rec_groups).push(ephem_module::RecGroup {
+                    start: group,
+                    len: 2,
                 });
             }),
         ),

@@ -226,3 +226,65 @@ fn gc_constant_expressions_are_refused_as_gc() {
         assert!(e.to_string().contains("(GC)"), "{wat}: {e}");
     }
 }
+
+/// A struct type declared twice is one type (a module may give a global of one the value of an
+/// import of the other), also when its artifact is read back.
+#[test]
+fn a_struct_type_declared_twice_is_one_type() {
+    let engine = Engine::default();
+    let exporter = Module::new(
+        &engine,
+        r#"(module (type $s (struct (field i32)))
+             (global (export "g") (ref null $s) (ref.null $s)))"#,
+    )
+    .unwrap();
+    let importer = Module::new(
+        &engine,
+        r#"(module
+             (type $a (struct (field i32)))
+             (type $b (struct (field i32)))
+             (import "m" "g" (global $g (ref null $a)))
+             (global (export "copy") (ref null $b) (global.get $g)))"#,
+    )
+    .unwrap();
+    let tmp = ephem_test_support::temp_dir();
+    let path = tmp.path().join("m.ephem");
+    std::fs::write(&path, importer.serialize().unwrap()).unwrap();
+    // SAFETY: written just now by this engine's `serialize`, with its key.
+    let read_back = unsafe { Module::deserialize_file(&engine, &path) }.unwrap();
+    let mut store = Store::new(&engine, ());
+    let instance = ephem::Instance::new(&mut store, &exporter, &[]).unwrap();
+    let mut linker = Linker::new(&engine);
+    linker.instance(&mut store, "m", instance).unwrap();
+    for module in [&importer, &read_back] {
+        let i = linker.instantiate(&mut store, module).unwrap();
+        let copy = i.get_global(&mut store, "copy").unwrap();
+        assert!(matches!(copy.get(&store), Val::AnyRef(None)));
+    }
+}
+
+/// Two modules whose imports differ only in a struct type their function type names have
+/// different import lists: a linker that resolved one does not link the other as it.
+#[test]
+fn imports_naming_different_struct_types_are_different_imports() {
+    let engine = Engine::default();
+    let module = |field: &str| {
+        let wat = format!(
+            r#"(module (type $s (struct (field {field})))
+                 (import "env" "f" (func (param (ref null $s)))))"#
+        );
+        Module::new(&engine, wat).unwrap()
+    };
+    let (x, y) = (module("i32"), module("f64"));
+    let import = x.imports().next().unwrap();
+    let ephem::ExternType::Func(ty) = x.import_type(&import) else {
+        panic!("a function import")
+    };
+    let mut store = Store::new(&engine, ());
+    let f = Func::new(&mut store, ty, |_, _, _| Ok(()));
+    let mut linker = Linker::new(&engine);
+    linker.define(&store, "env", "f", f).unwrap();
+    linker.instantiate(&mut store, &x).unwrap();
+    let e = linker.instantiate(&mut store, &y).unwrap_err();
+    assert!(matches!(e, Error::Link(_)), "{e}");
+}
