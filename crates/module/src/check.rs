@@ -47,22 +47,8 @@ impl ModuleInfo {
             if let Some(c) = ty.concrete().find(|&c| c > last) {
                 return Err(format!("type {i} names type {c}, after it and its group"));
             }
-            let mut heaps = Vec::new();
-            let mut note = |t: ValType| heaps.extend(t.as_ref().map(|r| r.heap));
-            match ty {
-                crate::TypeDef::Func(f) => f.params.iter().chain(&f.results).for_each(|&t| note(t)),
-                crate::TypeDef::Struct(fields) => fields.iter().for_each(|f| {
-                    if let crate::StorageType::Val(t) = f.storage {
-                        note(t)
-                    }
-                }),
-                crate::TypeDef::Array(f) => {
-                    if let crate::StorageType::Val(t) = f.storage {
-                        note(t)
-                    }
-                }
-            }
-            if let Some(h) = heaps.into_iter().find(|&h| !kind_ok(h)) {
+            let mut heaps = ty.value_types().filter_map(|t| Some(t.as_ref()?.heap));
+            if let Some(h) = heaps.find(|&h| !kind_ok(h)) {
                 return Err(format!("type {i} names {h:?}, not a type of that kind"));
             }
         }

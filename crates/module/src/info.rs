@@ -237,7 +237,7 @@ impl ModuleInfo {
     /// Whether code compares accesses to memory `m` with its length (see
     /// [`ModuleInfo::faults_bound`]); where not, the memory must be tight.
     pub fn checks_memory(&self, m: u32) -> bool {
-        self.checks_bounds && !self.faults_bound.get(m as usize).copied().unwrap_or(false)
+        self.checks_bounds && !self.faults_bound.get(m as usize).is_some_and(|&f| f)
     }
 }
 

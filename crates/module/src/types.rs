@@ -557,11 +557,6 @@ impl FuncType {
         )
     }
 
-    /// The concrete type indices this signature names.
-    pub fn concrete(&self) -> impl Iterator<Item = u32> + '_ {
-        (self.params.iter().chain(&self.results)).filter_map(|t| t.concrete())
-    }
-
     /// This signature with every concrete type index mapped by `f`.
     pub fn map_concrete(&self, mut f: impl FnMut(u32) -> u32) -> FuncType {
         let mut map = |t: &ValType| t.map_concrete(&mut f);
@@ -661,13 +656,6 @@ impl FieldType {
             mutable: self.mutable,
         }
     }
-
-    fn concrete(self) -> Option<u32> {
-        match self.storage {
-            StorageType::Val(t) => t.concrete(),
-            _ => None,
-        }
-    }
 }
 
 impl ArchivedFieldType {
@@ -734,13 +722,24 @@ impl TypeDef {
         }
     }
 
+    /// The value types this type holds: a signature's parameters and results, the values of
+    /// a struct's fields or an array's elements (packed ones are no value type).
+    pub fn value_types(&self) -> impl Iterator<Item = ValType> + '_ {
+        let (params, results, fields): (&[ValType], &[ValType], &[FieldType]) = match self {
+            TypeDef::Func(f) => (&f.params, &f.results, &[]),
+            TypeDef::Struct(fields) => (&[], &[], fields),
+            TypeDef::Array(elem) => (&[], &[], std::slice::from_ref(elem)),
+        };
+        let fields = fields.iter().filter_map(|f| match f.storage {
+            StorageType::Val(t) => Some(t),
+            StorageType::I8 | StorageType::I16 => None,
+        });
+        params.iter().chain(results).copied().chain(fields)
+    }
+
     /// The concrete type indices this type names.
-    pub fn concrete(&self) -> Box<dyn Iterator<Item = u32> + '_> {
-        match self {
-            TypeDef::Func(f) => Box::new(f.concrete()),
-            TypeDef::Struct(fields) => Box::new(fields.iter().filter_map(|f| f.concrete())),
-            TypeDef::Array(elem) => Box::new(elem.concrete().into_iter()),
-        }
+    pub fn concrete(&self) -> impl Iterator<Item = u32> + '_ {
+        self.value_types().filter_map(ValType::concrete)
     }
 
     /// This type with every concrete type index mapped by `f`.

@@ -185,7 +185,7 @@ pub enum BuiltinType {
 macro_rules! builtin_enum {
     ($( $(#[$doc:meta])* $variant:ident $name:ident ( $($arg:ident : $ty:ident),* ) $(-> $ret:ident)? ; )*) => {
         /// A runtime function generated code calls: see [`for_each_builtin`].
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[repr(u32)]
         pub enum Builtin {
             $( $(#[$doc])* $variant, )*

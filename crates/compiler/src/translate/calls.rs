@@ -10,6 +10,8 @@
 //! the call; after it, the fuel is read again, and the memories' lengths too where the callee
 //! may have grown one (`crate::growth`).
 
+use std::collections::HashMap;
+
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I64};
 use cranelift_codegen::ir::{self, InstBuilder, MemFlagsData, Value};
@@ -23,10 +25,9 @@ use crate::traps::code;
 /// function has declared.
 #[derive(Default)]
 pub(super) struct Declared {
-    types: std::collections::HashMap<u32, ir::SigRef>,
-    /// By `Builtin as usize`.
-    builtins: Vec<Option<ir::SigRef>>,
-    funcs: std::collections::HashMap<u32, ir::FuncRef>,
+    types: HashMap<u32, ir::SigRef>,
+    builtins: HashMap<ephem_module::Builtin, ir::SigRef>,
+    funcs: HashMap<u32, ir::FuncRef>,
 }
 
 /// What a call calls: a function of the text, or code at an address.
@@ -49,23 +50,18 @@ impl Translator<'_, '_> {
             let callee_vmctx = self.load_ptr(self.vmctx, fr + VmOffsets::FUNCREF_VMCTX);
             self.call_code(sig, code, callee_vmctx, args, tail);
         } else {
-            let callee = match self.declared.funcs.get(&func) {
-                Some(&callee) => callee,
-                None => {
-                    let name = (self.b.func).declare_imported_user_function(ir::UserExternalName {
-                        namespace: 0,
-                        index: func,
-                    });
-                    let callee = self.b.import_function(ir::ExtFuncData {
-                        name: ir::ExternalName::User(name),
-                        signature: sig,
-                        colocated: true,
-                        patchable: false,
-                    });
-                    self.declared.funcs.insert(func, callee);
-                    callee
-                }
-            };
+            let callee = *self.declared.funcs.entry(func).or_insert_with(|| {
+                let name = (self.b.func).declare_imported_user_function(ir::UserExternalName {
+                    namespace: 0,
+                    index: func,
+                });
+                self.b.import_function(ir::ExtFuncData {
+                    name: ir::ExternalName::User(name),
+                    signature: sig,
+                    colocated: true,
+                    patchable: false,
+                })
+            });
             let mut all = vec![self.vmctx, self.vmctx];
             all.extend(args);
             if tail {
@@ -178,13 +174,11 @@ impl Translator<'_, '_> {
 
     /// The signature of function type `type_index`, declared once per function.
     fn signature(&mut self, type_index: u32) -> ir::SigRef {
-        if let Some(&sig) = self.declared.types.get(&type_index) {
-            return sig;
-        }
-        let sig = wasm_signature(self.env.info.sig(type_index));
-        let sig = self.b.import_signature(sig);
-        self.declared.types.insert(type_index, sig);
-        sig
+        let info = self.env.info;
+        *self.declared.types.entry(type_index).or_insert_with(|| {
+            self.b
+                .import_signature(wasm_signature(info.sig(type_index)))
+        })
     }
 
     /// The signature of builtin `which`, made by `make` the first time this function calls it.
@@ -193,16 +187,11 @@ impl Translator<'_, '_> {
         which: ephem_module::Builtin,
         make: impl FnOnce() -> ir::Signature,
     ) -> ir::SigRef {
-        let at = which as usize;
-        if let Some(&Some(sig)) = self.declared.builtins.get(at) {
-            return sig;
-        }
-        let sig = self.b.import_signature(make());
-        if self.declared.builtins.len() <= at {
-            self.declared.builtins.resize(at + 1, None);
-        }
-        self.declared.builtins[at] = Some(sig);
-        sig
+        *self
+            .declared
+            .builtins
+            .entry(which)
+            .or_insert_with(|| self.b.import_signature(make()))
     }
 
     /// A `call_ref` (with `tail`, a `return_call_ref`) of type `type_index`: the reference on

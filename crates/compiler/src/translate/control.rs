@@ -222,7 +222,7 @@ impl Translator<'_, '_> {
             _ => {}
         }
         // Every branch to the frame's end, and to a loop's header, is inside the frame: both
-        // have all their predecessors now (see `Translator::seal`).
+        // have all their predecessors now (see the module documentation of `translate.rs`).
         if let Some(header) = header {
             self.b.seal_block(header);
         }

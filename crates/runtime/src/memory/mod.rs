@@ -11,9 +11,10 @@
 //! (`ModuleInfo::checks_bounds`; one comparison covers a run of accesses through one pointer)
 //! and traps without a fault, except for a memory whose module defines it and never grows it
 //! (and a shared one), which faults alone bound (`ModuleInfo::faults_bound`): such a memory
-//! keeps its size unless the host grows it, so keeping it tight costs nothing. Code compiled `Compiler::without_bounds_checks` relies on the
-//! reservation instead: nothing past the memory's length is accessible, so an out-of-bounds
-//! access faults, and the fault becomes a trap (see `signals`).
+//! keeps its size unless the host grows it, so keeping it tight costs nothing. Code compiled
+//! `Compiler::without_bounds_checks` relies on the reservation instead: nothing past the
+//! memory's length is accessible, so an out-of-bounds access faults, and the fault becomes a
+//! trap (see `signals`).
 //!
 //! # Invariant
 //! `[base, base + length)` is readable and writable, and everything past the slot's
