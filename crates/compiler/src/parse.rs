@@ -64,7 +64,7 @@ fn ref_type(r: wasmparser::RefType, types: &[TypeDef]) -> Result<ValType, Compil
 }
 
 /// `h`, where a concrete type is one of `types` (its kind is what matters).
-fn heap_type(h: wasmparser::HeapType, types: &[TypeDef]) -> Result<HeapType, CompileError> {
+pub(crate) fn heap_type(h: wasmparser::HeapType, types: &[TypeDef]) -> Result<HeapType, CompileError> {
     use wasmparser::{AbstractHeapType as A, HeapType as H, UnpackedIndex};
     Ok(match h {
         H::Abstract { shared: false, ty } => match ty {

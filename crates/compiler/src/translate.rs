@@ -54,6 +54,7 @@ mod calls;
 mod control;
 mod exceptions;
 mod fuel;
+mod gc;
 mod marks;
 mod memory;
 mod numeric;
@@ -290,48 +291,6 @@ pub fn translate(
     Ok(raised)
 }
 
-/// Whether `op` is one of GC's (structs, arrays, `i31`, casts, `ref.eq`, conversions between
-/// `any` and `extern`), which ephem refuses: validation runs with GC on for the recursion
-/// groups it does implement, so a module may pass it and still use these.
-fn gc_operator(op: &Operator<'_>) -> bool {
-    use Operator as O;
-    matches!(
-        op,
-        O::StructNew { .. }
-            | O::StructNewDefault { .. }
-            | O::StructGet { .. }
-            | O::StructGetS { .. }
-            | O::StructGetU { .. }
-            | O::StructSet { .. }
-            | O::ArrayNew { .. }
-            | O::ArrayNewDefault { .. }
-            | O::ArrayNewFixed { .. }
-            | O::ArrayNewData { .. }
-            | O::ArrayNewElem { .. }
-            | O::ArrayGet { .. }
-            | O::ArrayGetS { .. }
-            | O::ArrayGetU { .. }
-            | O::ArraySet { .. }
-            | O::ArrayLen
-            | O::ArrayFill { .. }
-            | O::ArrayCopy { .. }
-            | O::ArrayInitData { .. }
-            | O::ArrayInitElem { .. }
-            | O::RefTestNonNull { .. }
-            | O::RefTestNullable { .. }
-            | O::RefCastNonNull { .. }
-            | O::RefCastNullable { .. }
-            | O::BrOnCast { .. }
-            | O::BrOnCastFail { .. }
-            | O::AnyConvertExtern
-            | O::ExternConvertAny
-            | O::RefI31
-            | O::I31GetS
-            | O::I31GetU
-            | O::RefEq
-    )
-}
-
 fn zero(b: &mut FunctionBuilder<'_>, t: ValType) -> Value {
     match t {
         ValType::I32 => b.ins().iconst(I32, 0),
@@ -483,10 +442,10 @@ impl Translator<'_, '_> {
                     || self.atomic_op(other)
                     || self.table_op(other)?
                     || self.numeric_op(other)
-                    || self.simd_op(other);
+                    || self.simd_op(other)
+                    || self.gc_op(other)?;
                 if !translated {
-                    let gc = if gc_operator(other) { " (GC)" } else { "" };
-                    return Err(CompileError::Unsupported(format!("operator {other:?}{gc}")));
+                    return Err(CompileError::Unsupported(format!("operator {other:?}")));
                 }
             }
         }

@@ -20,6 +20,9 @@ pub mod code {
     pub const NULL_REFERENCE: TrapCode = TrapCode::unwrap_user(9);
     pub const UNALIGNED_ATOMIC: TrapCode = TrapCode::unwrap_user(10);
     pub const WAIT_ON_UNSHARED: TrapCode = TrapCode::unwrap_user(11);
+    pub const CAST_FAILURE: TrapCode = TrapCode::unwrap_user(12);
+    pub const ARRAY_OUT_OF_BOUNDS: TrapCode = TrapCode::unwrap_user(13);
+    pub const GC_HEAP_EXHAUSTED: TrapCode = TrapCode::unwrap_user(14);
 }
 
 /// The kind of trap `trap` raises; `None` for a code generated code never uses.
@@ -40,6 +43,9 @@ pub fn kind(trap: TrapCode) -> Option<TrapKind> {
         code::NULL_REFERENCE => TrapKind::NullReference,
         code::UNALIGNED_ATOMIC => TrapKind::UnalignedAtomic,
         code::WAIT_ON_UNSHARED => TrapKind::WaitOnUnsharedMemory,
+        code::CAST_FAILURE => TrapKind::CastFailure,
+        code::ARRAY_OUT_OF_BOUNDS => TrapKind::ArrayOutOfBounds,
+        code::GC_HEAP_EXHAUSTED => TrapKind::GcHeapExhausted,
         _ => return None,
     })
 }

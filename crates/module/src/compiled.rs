@@ -48,11 +48,17 @@ pub enum TrapKind {
     /// `memory.atomic.wait32`/`wait64` on a memory that is not shared (no other thread could
     /// ever notify it).
     WaitOnUnsharedMemory,
+    /// `ref.cast` of a value not of the type.
+    CastFailure,
+    /// An array access or bulk array operation out of bounds.
+    ArrayOutOfBounds,
+    /// An allocation the store's GC heap could not hold (its limit, or the object's size).
+    GcHeapExhausted,
 }
 
 impl TrapKind {
     /// Every kind, in the order of their stable codes ([`TrapKind::code`]).
-    pub const ALL: [TrapKind; 17] = [
+    pub const ALL: [TrapKind; 20] = [
         TrapKind::Unreachable,
         TrapKind::MemoryOutOfBounds,
         TrapKind::TableOutOfBounds,
@@ -70,6 +76,9 @@ impl TrapKind {
         TrapKind::TooManyExceptions,
         TrapKind::UnalignedAtomic,
         TrapKind::WaitOnUnsharedMemory,
+        TrapKind::CastFailure,
+        TrapKind::ArrayOutOfBounds,
+        TrapKind::GcHeapExhausted,
     ];
 
     /// A number for this kind that stays the same across builds (used in artifact files).
@@ -101,6 +110,9 @@ impl TrapKind {
             TrapKind::TooManyExceptions => "too many exceptions held at once",
             TrapKind::UnalignedAtomic => "unaligned atomic",
             TrapKind::WaitOnUnsharedMemory => "expected shared memory",
+            TrapKind::CastFailure => "cast failure",
+            TrapKind::ArrayOutOfBounds => "out of bounds array access",
+            TrapKind::GcHeapExhausted => "GC heap out of memory",
         }
     }
 }

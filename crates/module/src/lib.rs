@@ -29,7 +29,8 @@
 //!
 //! The crate's files: `types.rs` (value and function types, constant expressions, small ids),
 //! `info.rs` ([`ModuleInfo`] and its parts), `compiled.rs` ([`CompiledModule`], traps and
-//! relocations), `vmctx.rs` (the instance context's layout and the builtins), `funcrefs.rs`
+//! relocations), `vmctx.rs` (the instance context's layout and the builtins), `gc.rs` (GC objects and
+//! references), `funcrefs.rs`
 //! (where funcrefs live, lazy tables) and `check.rs` (the consistency check of an info read
 //! from a file).
 
@@ -38,6 +39,7 @@
 mod check;
 mod compiled;
 mod funcrefs;
+pub mod gc;
 mod info;
 mod types;
 mod vmctx;
@@ -46,6 +48,7 @@ use rkyv::Deserialize;
 
 pub use compiled::*;
 pub use funcrefs::{FuncrefLayout, LazyTable};
+pub use gc::VmGcHeap;
 pub use info::*;
 pub use types::*;
 pub use vmctx::*;

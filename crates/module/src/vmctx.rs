@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! header      stack_limit: *const usize (the thread's limit), builtins: *const fn table, instance: *mut (runtime's),
-//!             fuel: *mut i64 (the store's remaining fuel)
+//!             fuel: *mut i64 (the store's remaining fuel), gc_heap: *mut VmGcHeap (the store's)
 //! memories    base: *mut u8                  (constant: a memory never moves)
 //! memory defs *const VmMemory               (current length in bytes)
 //! tables      *mut VmTable                  (elements pointer and length; may move on grow)
@@ -171,6 +171,31 @@ macro_rules! for_each_builtin {
             AtomicWait64 atomic_wait64(mem: i32, addr: i64, expected: i64, timeout: i64) -> i32;
             /// (mem, addr, count) -> waiters woken, or -1 out of bounds
             AtomicNotify atomic_notify(mem: i32, addr: i64, count: i32) -> i64;
+            /// (type, len) -> a new object of the module's struct or array type `type` (of
+            /// `len` elements; a struct ignores it), zero past its header; or a GC flag.
+            /// GC builtins that make an object return it (an offset, at least `gc::ALIGN`) or a
+            /// *GC flag* below `gc::ALIGN`: the trap flags, 4 when the GC heap cannot hold the
+            /// object, 5 when a data or element segment's range is out of bounds. Their arrays
+            /// are non-null (generated code checks), and an array index out of bounds is flag 1.
+            GcAlloc gc_alloc(ty: i32, len: i32) -> i64;
+            /// (type, len, lo, hi) -> a new array of `len` elements, each the value whose
+            /// low 8 bytes are `lo` and high 8 `hi`; or a GC flag
+            ArrayNew array_new(ty: i32, len: i32, lo: i64, hi: i64) -> i64;
+            /// (type, data, src, len) -> a new array of `len` elements read from data segment
+            /// `data` at byte `src`; or a GC flag
+            ArrayNewData array_new_data(ty: i32, data: i32, src: i32, len: i32) -> i64;
+            /// (type, elem, src, len) -> a new array of elements `src..src + len` of element
+            /// segment `elem`; or a GC flag
+            ArrayNewElem array_new_elem(ty: i32, elem: i32, src: i32, len: i32) -> i64;
+            /// (type, array, dst, lo, hi, len) -> GC flag (0 done)
+            ArrayFill array_fill(ty: i32, array: i64, dst: i32, lo: i64, hi: i64, len: i32) -> i32;
+            /// (type, dst_array, dst, src_array, src, len) -> GC flag (0 done); `type` is the
+            /// destination's
+            ArrayCopy array_copy(ty: i32, dst_array: i64, dst: i32, src_array: i64, src: i32, len: i32) -> i32;
+            /// (type, array, dst, data, src, len) -> GC flag (0 done)
+            ArrayInitData array_init_data(ty: i32, array: i64, dst: i32, data: i32, src: i32, len: i32) -> i32;
+            /// (type, array, dst, elem, src, len) -> GC flag (0 done)
+            ArrayInitElem array_init_elem(ty: i32, array: i64, dst: i32, elem: i32, src: i32, len: i32) -> i32;
         }
     };
 }
@@ -259,6 +284,8 @@ impl VmOffsets {
     /// Pointer to the store's remaining fuel: metered code subtracts what it runs, and traps
     /// with `OutOfFuel` at a function entry or loop header once it is below zero.
     pub const FUEL: u32 = 24;
+    /// Pointer to the store's [`VmGcHeap`](crate::VmGcHeap).
+    pub const GC_HEAP: u32 = 32;
     pub const FUNCREF_SIZE: u32 = std::mem::size_of::<VmFuncRef>() as u32;
     pub const FUNCREF_CODE: u32 = 0;
     pub const FUNCREF_VMCTX: u32 = 8;
@@ -296,7 +323,7 @@ impl VmOffsets {
             func_count,
         ]: [u32; 6],
     ) -> VmOffsets {
-        let memories = 32;
+        let memories = 40;
         let memory_defs = memories + PTR * memory_count;
         let tables = memory_defs + PTR * memory_count;
         let globals = tables + PTR * table_count;

@@ -29,6 +29,7 @@
 
 use ephem_module::Builtin;
 
+use crate::gc::Shape;
 use crate::instance::{InstanceData, end_within};
 use crate::limits::Growing;
 use crate::store::StoreOpaque;
@@ -364,5 +365,213 @@ builtin! {
             Ok(k) => i.slot_funcref(i.module.inner.artifact.first_lazy_slot() + k as u32) as u64,
             Err(_) => 0,
         }
+    }
+}
+
+/// The shape of the calling module's struct or array type `ty`.
+fn shape(i: &InstanceData, ty: u32) -> Option<Shape> {
+    let inner = &i.module.inner;
+    let id = *inner.type_ids.get(ty as usize)?;
+    Shape::of(&inner.artifact.info().types, ty, id)
+}
+
+/// A new object of the calling module's type `ty` (`len` elements for an array) in the
+/// running store's heap: its reference, or GC flag 4.
+fn alloc(i: &InstanceData, store: &StoreOpaque, ty: u32, len: u32) -> u64 {
+    let Some(shape) = shape(i, ty) else {
+        return 4;
+    };
+    let may_grow = |current, delta| {
+        // SAFETY: the running call's store pointer was derived as `raw_store` derives it, and
+        // while wasm runs nothing but shared references to the store's opaque part is alive.
+        unsafe {
+            StoreOpaque::may_grow_by(running_store(), Growing::Memory, current, delta, None)
+        }
+    };
+    match store.gc.alloc(&store.engine, shape, len, may_grow) {
+        Some(r) => u64::from(r),
+        None => 4,
+    }
+}
+
+/// Bytes of an element of array type `ty`.
+fn elem_size(i: &InstanceData, ty: u32) -> u32 {
+    match shape(i, ty) {
+        Some(Shape::Array { elem, .. }) => ephem_module::gc::storage_size(elem),
+        _ => 1,
+    }
+}
+
+builtin! {
+    /// `struct.new`, `struct.new_default`, `array.new_default`, `array.new_fixed`: the new
+    /// object, zero past its header, or GC flag 4.
+    fn gc_alloc[i, store](ty: u32, len: u32) -> u64 {
+        alloc(i, store, ty, len)
+    }
+}
+
+builtin! {
+    /// `array.new`: a new array of `len` elements of one value, or a GC flag.
+    fn array_new[i, store](ty: u32, len: u32, lo: u64, hi: u64) -> u64 {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
+            return u64::from(stop);
+        }
+        let r = alloc(i, store, ty, len);
+        if r < u64::from(ephem_module::gc::ALIGN) {
+            return r;
+        }
+        let size = elem_size(i, ty);
+        if let Some((at, bytes)) = store.gc.elements(r, 0, len, size) {
+            // SAFETY: the one slice of the heap alive; generated code is suspended here.
+            if let Some(out) = unsafe { store.gc.bytes(at, bytes) } {
+                crate::gc::fill(out, size, lo, hi);
+            }
+        }
+        r
+    }
+}
+
+builtin! {
+    /// `array.new_data`: a new array of `len` elements read from data segment `data` at byte
+    /// `src`, or a GC flag.
+    fn array_new_data[i, store](ty: u32, data: u32, src: u32, len: u32) -> u64 {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
+            return u64::from(stop);
+        }
+        let size = elem_size(i, ty);
+        let bytes = i.data_bytes(data);
+        let Some(end) = end_within(src.into(), u64::from(len) * u64::from(size), bytes.len())
+        else {
+            return 5;
+        };
+        let r = alloc(i, store, ty, len);
+        if r < u64::from(ephem_module::gc::ALIGN) {
+            return r;
+        }
+        if let Some((at, n)) = store.gc.elements(r, 0, len, size) {
+            // SAFETY: the one slice of the heap alive; generated code is suspended here.
+            if let Some(out) = unsafe { store.gc.bytes(at, n) } {
+                out.copy_from_slice(&bytes[src as usize..end]);
+            }
+        }
+        r
+    }
+}
+
+builtin! {
+    /// `array.new_elem`: a new array of element segment `elem`'s items `src..src + len`, or a
+    /// GC flag.
+    fn array_new_elem[i, store](ty: u32, elem: u32, src: u32, len: u32) -> u64 {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
+            return u64::from(stop);
+        }
+        if i.elem_values(store, elem, src, len).is_none() {
+            return 5;
+        }
+        let r = alloc(i, store, ty, len);
+        if r < u64::from(ephem_module::gc::ALIGN) {
+            return r;
+        }
+        write_elems(i, store, elem, src, len, r, 0);
+        r
+    }
+}
+
+/// Writes element segment `elem`'s items `src..src + len` into array `r` from `dst` (both
+/// ranges checked by the caller).
+fn write_elems(i: &InstanceData, store: &StoreOpaque, elem: u32, src: u32, len: u32, r: u64, dst: u32) {
+    let (Some(values), Some((at, n))) =
+        (i.elem_values(store, elem, src, len), store.gc.elements(r, dst, len, 8))
+    else {
+        return;
+    };
+    // SAFETY: the one slice of the heap alive (`values` reads globals and the vmctx); generated
+    // code is suspended here.
+    if let Some(out) = unsafe { store.gc.bytes(at, n) } {
+        for (element, v) in out.chunks_exact_mut(8).zip(values) {
+            element.copy_from_slice(&(v as u64).to_le_bytes());
+        }
+    }
+}
+
+builtin! {
+    /// `array.fill`: a GC flag.
+    fn array_fill[i, store](ty: u32, array: u64, dst: u32, lo: u64, hi: u64, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
+            return stop;
+        }
+        let size = elem_size(i, ty);
+        let Some((at, n)) = store.gc.elements(array, dst, len, size) else {
+            return 1;
+        };
+        // SAFETY: the one slice of the heap alive; generated code is suspended here.
+        if let Some(out) = unsafe { store.gc.bytes(at, n) } {
+            crate::gc::fill(out, size, lo, hi);
+        }
+        0
+    }
+}
+
+builtin! {
+    /// `array.copy`: a GC flag. The arrays may be one (the ranges may overlap).
+    fn array_copy[i, store](ty: u32, dst_array: u64, dst: u32, src_array: u64, src: u32, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
+            return stop;
+        }
+        let size = elem_size(i, ty);
+        let (Some((to, n)), Some((from, _))) = (
+            store.gc.elements(dst_array, dst, len, size),
+            store.gc.elements(src_array, src, len, size),
+        ) else {
+            return 1;
+        };
+        let start = to.min(from);
+        let span = to.max(from) - start + n;
+        // SAFETY: the one slice of the heap alive, covering both ranges; generated code is
+        // suspended here.
+        if let Some(out) = unsafe { store.gc.bytes(start, span) } {
+            let (to, from) = ((to - start) as usize, (from - start) as usize);
+            out.copy_within(from..from + n as usize, to);
+        }
+        0
+    }
+}
+
+builtin! {
+    /// `array.init_data`: a GC flag.
+    fn array_init_data[i, store](ty: u32, array: u64, dst: u32, data: u32, src: u32, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
+            return stop;
+        }
+        let size = elem_size(i, ty);
+        let Some((at, n)) = store.gc.elements(array, dst, len, size) else {
+            return 1;
+        };
+        let bytes = i.data_bytes(data);
+        let Some(end) = end_within(src.into(), n, bytes.len()) else {
+            return 5;
+        };
+        // SAFETY: the one slice of the heap alive; generated code is suspended here.
+        if let Some(out) = unsafe { store.gc.bytes(at, n) } {
+            out.copy_from_slice(&bytes[src as usize..end]);
+        }
+        0
+    }
+}
+
+builtin! {
+    /// `array.init_elem`: a GC flag.
+    fn array_init_elem[i, store](_ty: u32, array: u64, dst: u32, elem: u32, src: u32, len: u32) -> u32 {
+        if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
+            return stop;
+        }
+        if store.gc.elements(array, dst, len, 8).is_none() {
+            return 1;
+        }
+        if i.elem_values(store, elem, src, len).is_none() {
+            return 5;
+        }
+        write_elems(i, store, elem, src, len, array, dst);
+        0
     }
 }

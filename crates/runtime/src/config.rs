@@ -111,6 +111,13 @@ impl Config {
         self
     }
 
+    /// How many bytes a store's GC heap may grow to (see
+    /// [`EngineConfig::max_gc_heap_bytes`]).
+    pub fn max_gc_heap_bytes(&mut self, bytes: usize) -> &mut Config {
+        self.engine.max_gc_heap_bytes = Some(bytes);
+        self
+    }
+
     /// Cranelift's optimisation level for modules this engine compiles.
     #[cfg(feature = "cranelift")]
     pub fn cranelift_opt_level(&mut self, level: OptLevel) -> &mut Config {

@@ -40,6 +40,10 @@ pub struct EngineConfig {
     /// runtime's `exceptions`), so a guest that keeps throwing would otherwise take memory
     /// without bound.
     pub max_exception_bytes: Option<usize>,
+    /// How many bytes a store's GC heap may grow to (default: [`DEFAULT_MAX_GC_HEAP_BYTES`];
+    /// at most 4 GiB less 64 KiB): an allocation past it traps with `GcHeapExhausted`. The
+    /// store's limiter is asked too, as for a memory.
+    pub max_gc_heap_bytes: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -51,12 +55,16 @@ impl Default for EngineConfig {
             memory: MemoryConfig::default(),
             max_wasm_stack: None,
             max_exception_bytes: None,
+            max_gc_heap_bytes: None,
         }
     }
 }
 
 /// Default for [`EngineConfig::max_exception_bytes`]: a million exceptions of one value each.
 pub const DEFAULT_MAX_EXCEPTION_BYTES: usize = 32 << 20;
+
+/// Default for [`EngineConfig::max_gc_heap_bytes`].
+pub const DEFAULT_MAX_GC_HEAP_BYTES: usize = 1 << 30;
 
 /// Default for [`EngineConfig::max_wasm_stack`].
 pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
@@ -82,6 +90,7 @@ struct EngineInner {
     id: u64,
     max_wasm_stack: usize,
     max_exception_bytes: usize,
+    max_gc_heap_bytes: usize,
     /// The epoch, which stores' deadlines count (see `interrupt`).
     epoch: AtomicU64,
     pool: CodePool,
@@ -229,6 +238,7 @@ impl Engine {
                 max_wasm_stack: config.max_wasm_stack.unwrap_or(DEFAULT_MAX_WASM_STACK),
                 max_exception_bytes: (config.max_exception_bytes)
                     .unwrap_or(DEFAULT_MAX_EXCEPTION_BYTES),
+                max_gc_heap_bytes: (config.max_gc_heap_bytes).unwrap_or(DEFAULT_MAX_GC_HEAP_BYTES),
                 epoch: AtomicU64::new(0),
                 pool: CodePool::new(config.code)?,
                 memories: Arc::new(MemoryPool::new(config.memory)),
@@ -286,6 +296,11 @@ impl Engine {
     /// [`EngineConfig::max_exception_bytes`]).
     pub fn max_exception_bytes(&self) -> usize {
         self.inner.max_exception_bytes
+    }
+
+    /// How many bytes a store's GC heap may grow to (see [`EngineConfig::max_gc_heap_bytes`]).
+    pub fn max_gc_heap_bytes(&self) -> usize {
+        self.inner.max_gc_heap_bytes
     }
 
     /// Advances the epoch by one tick: every running guest whose store's deadline this reaches

@@ -328,35 +328,11 @@ impl InstanceData {
         src: u32,
         len: u32,
     ) -> bool {
-        let seg = &self.module.inner.artifact.info().elems[elem as usize];
-        let items: &[ArchivedConstExpr] = if self.dropped_elems.borrow()[elem as usize] {
-            &[]
-        } else {
-            &seg.items
-        };
         let table = self.table(store, table);
-        let (Some(d), Some(_)) = (
-            table.range(dst, len),
-            src.checked_add(len).filter(|&e| e as usize <= items.len()),
-        ) else {
+        let (Some(d), Some(values)) = (table.range(dst, len), self.elem_values(store, elem, src, len))
+        else {
             return false;
         };
-        let (src, len) = (src as usize, len as usize);
-        let slots = &self.module.inner.artifact.elem_slots(elem)[src..src + len];
-        let funcrefs = self.vmctx.ptr() as usize + self.module.inner.offsets.funcref(0) as usize;
-        let values = items[src..src + len]
-            .iter()
-            .zip(slots)
-            .map(|(item, slot)| match item {
-                ArchivedConstExpr::RefFunc(_) => {
-                    funcrefs + VmOffsets::FUNCREF_SIZE as usize * slot.to_native() as usize
-                }
-                ArchivedConstExpr::RefNull => 0,
-                ArchivedConstExpr::GlobalGet(g) => {
-                    self.globals[g.to_native() as usize].of(store).get() as usize
-                }
-                _ => unreachable!("validated: element items are references"),
-            });
         // SAFETY: no other reference to the table's elements is alive while the host fills it
         // (`values` reads globals and the vmctx, never a table).
         let elements = unsafe { table.write(d) };
@@ -364,6 +340,49 @@ impl InstanceData {
             *element = table.tag(v);
         }
         true
+    }
+
+    /// Items `src..src + len` of element segment `elem` (none once dropped) as generated code
+    /// holds references; `None` past the segment's end.
+    pub(crate) fn elem_values<'a>(
+        &'a self,
+        store: &'a StoreOpaque,
+        elem: u32,
+        src: u32,
+        len: u32,
+    ) -> Option<impl Iterator<Item = usize> + 'a> {
+        let seg = &self.module.inner.artifact.info().elems[elem as usize];
+        let items: &[ArchivedConstExpr] = if self.dropped_elems.borrow()[elem as usize] {
+            &[]
+        } else {
+            &seg.items
+        };
+        src.checked_add(len).filter(|&e| e as usize <= items.len())?;
+        let (src, len) = (src as usize, len as usize);
+        let slots = &self.module.inner.artifact.elem_slots(elem)[src..src + len];
+        let funcrefs = self.vmctx.ptr() as usize + self.module.inner.offsets.funcref(0) as usize;
+        Some(items[src..src + len].iter().zip(slots).map(move |(item, slot)| match item {
+            ArchivedConstExpr::RefFunc(_) => {
+                funcrefs + VmOffsets::FUNCREF_SIZE as usize * slot.to_native() as usize
+            }
+            ArchivedConstExpr::RefNull => 0,
+            ArchivedConstExpr::GlobalGet(g) => {
+                self.globals[g.to_native() as usize].of(store).get() as usize
+            }
+            _ => unreachable!("validated: element items are references"),
+        }))
+    }
+
+    /// The bytes of data segment `data` (none once dropped, or when its image applied it).
+    pub(crate) fn data_bytes(&self, data: u32) -> &[u8] {
+        let artifact = &self.module.inner.artifact;
+        match artifact.data_slot(data) {
+            Some(k) if !self.dropped_datas.borrow()[k] => {
+                let range = &artifact.info().datas[k].range;
+                &artifact.data()[range.start.to_native() as usize..range.end.to_native() as usize]
+            }
+            _ => &[],
+        }
     }
 
     /// The lazy funcref slots' entries in the loaded text: (function, code offset), sorted by

@@ -188,6 +188,7 @@ pub(crate) unsafe fn instantiate(
         vmctx.write(VmOffsets::STACK_LIMIT, store.stack_limit.get().cast_const());
         vmctx.write(VmOffsets::BUILTINS, BUILTINS.0.as_ptr());
         vmctx.write(VmOffsets::FUEL, store.fuel.get());
+        vmctx.write(VmOffsets::GC_HEAP, store.gc.vm());
         for (i, &mem) in memories.iter().enumerate() {
             let mem = mem.of(store);
             if !info.marks_writes {

@@ -36,6 +36,7 @@ mod error;
 mod exceptions;
 mod externals;
 mod func;
+mod gc;
 mod global;
 mod instance;
 mod instantiate;
@@ -61,7 +62,8 @@ pub use compile::{compile_cached, compile_with, precompile, precompile_sealed};
 pub use config::{Config, OptLevel};
 pub use context::{AsContext, AsContextMut, StoreContext, StoreContextMut};
 pub use engine::{
-    DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_EXCEPTION_BYTES, DEFAULT_MAX_WASM_STACK, Engine, EngineConfig,
+    DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_EXCEPTION_BYTES, DEFAULT_MAX_GC_HEAP_BYTES,
+    DEFAULT_MAX_WASM_STACK, Engine, EngineConfig,
     EpochTicker,
 };
 pub use ephem_artifact::{Artifact, ArtifactKey, Cache, Outcome};

@@ -182,6 +182,8 @@ pub struct StoreOpaque {
     pub(crate) limiter: Option<unsafe fn(*mut StoreOpaque, Ask) -> Option<Answer>>,
     /// Tags and exceptions (see `exceptions`), made on first use (`StoreOpaque::exceptions`).
     pub(crate) exceptions: std::cell::OnceCell<Box<crate::exceptions::Exceptions>>,
+    /// GC objects (see `gc`); every vmctx points at its `VmGcHeap`.
+    pub(crate) gc: crate::gc::GcHeap,
 }
 
 /// A store's vectors, empty: a dropped store's are kept per thread for the next store, since a
@@ -306,6 +308,7 @@ impl<T> Store<T> {
                         metered: None,
                         limiter: None,
                         exceptions: Default::default(),
+                        gc: Default::default(),
                     }
                 },
                 data,

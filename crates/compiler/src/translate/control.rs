@@ -71,7 +71,7 @@ impl Frame {
     }
 
     /// Where a branch to this frame goes, and how many values it takes.
-    fn target(&self) -> (ir::Block, usize) {
+    pub(super) fn target(&self) -> (ir::Block, usize) {
         match self.kind {
             Kind::Loop(header) => (header, self.params),
             _ => (self.next, self.results),

@@ -39,7 +39,7 @@ impl Translator<'_, '_> {
     }
 
     /// `v` as a vector of type `ty`.
-    fn lanes(&mut self, v: Value, ty: Type) -> Value {
+    pub(super) fn lanes(&mut self, v: Value, ty: Type) -> Value {
         if self.b.func.dfg.value_type(v) == ty {
             v
         } else {

@@ -1,0 +1,198 @@
+//! A store's GC heap: where its structs and arrays live (their layout and the reference
+//! encoding are `ephem_module::gc`'s).
+//!
+//! # Made for a fresh instance per call
+//! A store's objects all die with it, and most stores live for one call. So the heap is one
+//! linear-memory slot taken from the engine's pool on the store's first allocation, objects
+//! are bumped into it one after another, and the store gives the slot back when it is dropped:
+//! the slot's reset (by the write marks each allocation sets, see `memory`) costs what the
+//! store allocated and makes no system call, as a memory's does. Growing the heap grows the
+//! slot's memory within its reservation, under the engine's bound
+//! ([`crate::EngineConfig::max_gc_heap_bytes`]) and the store's limiter, which sees it as a
+//! memory (as wasmtime's does).
+//!
+//! Nothing is collected yet: an allocation that would take the heap past its bound traps
+//! with `GcHeapExhausted`. A collector needs the roots on the stack (Cranelift's stack maps),
+//! which generated code does not record yet.
+//!
+//! # Safety of what objects hold
+//! Objects are written only by generated code (fields and elements of objects the validator
+//! typed) and by this runtime, so a header always says what its object is. Every address made
+//! from a reference stays within the heap's slot whatever the reference holds (see
+//! `ephem_module::gc`), and the runtime reads objects only through ranges it checks against
+//! the heap's length.
+
+use std::cell::{Cell, OnceCell, UnsafeCell};
+
+use ephem_module::gc::{self, ALIGN, HEADER, LENGTH};
+use ephem_module::{MemoryType, StorageType, TypeDef, VmGcHeap, native};
+
+use crate::memory::LinearMemory;
+
+/// The heap's first size, in 64 KiB pages; it at least doubles when it grows.
+const FIRST_PAGES: u32 = 1;
+const PAGE: u64 = 65536;
+
+/// A store's GC heap (see the module documentation).
+pub(crate) struct GcHeap {
+    /// What every vmctx of the store points at. Boxed with the store: its address is fixed.
+    vm: UnsafeCell<VmGcHeap>,
+    memory: OnceCell<LinearMemory>,
+    /// Where the next object goes.
+    next: Cell<u64>,
+}
+
+impl Default for GcHeap {
+    fn default() -> GcHeap {
+        GcHeap {
+            vm: UnsafeCell::new(VmGcHeap {
+                base: std::ptr::null_mut(),
+            }),
+            memory: OnceCell::new(),
+            next: Cell::new(u64::from(ALIGN)),
+        }
+    }
+}
+
+/// What making an object of a module's struct or array type takes: its header word and its
+/// size (a struct's) or its element (an array's).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Shape {
+    Struct { word: u32, size: u32 },
+    Array { word: u32, elem: StorageType },
+}
+
+impl Shape {
+    /// The shape of type `ty` (a struct or array type of `types`) with canonical id `id`.
+    pub(crate) fn of(types: &[ephem_module::ArchivedTypeDef], ty: u32, id: u32) -> Option<Shape> {
+        let def: TypeDef = native(types.get(ty as usize)?);
+        let word = gc::type_word(&def, id);
+        match def {
+            TypeDef::Struct(fields) => Some(Shape::Struct {
+                word,
+                size: gc::struct_layout(&fields).size,
+            }),
+            TypeDef::Array(elem) => Some(Shape::Array {
+                word,
+                elem: elem.storage,
+            }),
+            TypeDef::Func(_) => None,
+        }
+    }
+}
+
+impl GcHeap {
+    /// What the vmctx's `GC_HEAP` points at.
+    pub(crate) fn vm(&self) -> *mut VmGcHeap {
+        self.vm.get()
+    }
+
+    /// A new object of `shape` (an array of `len` elements), zero past its header; `None` when
+    /// the heap cannot hold it. `may_grow(current, delta)` asks the store's limiter.
+    pub(crate) fn alloc(
+        &self,
+        engine: &crate::Engine,
+        shape: Shape,
+        len: u32,
+        may_grow: impl FnOnce(usize, usize) -> bool,
+    ) -> Option<u32> {
+        let (word, size, len) = match shape {
+            Shape::Struct { word, size } => (word, size, 0),
+            Shape::Array { word, elem } => (word, gc::array_size(elem, len)?, len),
+        };
+        let at = self.next.get();
+        let end = at + u64::from(size);
+        let memory = self.room(engine, end, may_grow)?;
+        self.next.set(end);
+        let mut header = [0; HEADER as usize];
+        header[..4].copy_from_slice(&word.to_le_bytes());
+        header[LENGTH as usize..].copy_from_slice(&len.to_le_bytes());
+        // SAFETY: `room` made `[at, end)` part of the memory; no wasm code runs on the heap
+        // while the runtime allocates (generated code is suspended in a builtin, or none runs).
+        // The whole object is marked, so its slot's reset finds what code writes in it.
+        unsafe { memory.to_write(at as usize, size as usize)[..HEADER as usize].copy_from_slice(&header) };
+        Some(at as u32)
+    }
+
+    /// The heap, with its length at least `end`: made, or grown, if the engine's bound and
+    /// the limiter allow.
+    fn room(
+        &self,
+        engine: &crate::Engine,
+        end: u64,
+        may_grow: impl FnOnce(usize, usize) -> bool,
+    ) -> Option<&LinearMemory> {
+        // (Offsets are 32-bit: the heap ends below 4 GiB.)
+        let max = (engine.max_gc_heap_bytes() as u64).min((1 << 32) - PAGE);
+        if end > max {
+            return None;
+        }
+        let Some(memory) = self.memory.get() else {
+            let first = (end.div_ceil(PAGE) as u32).max(FIRST_PAGES);
+            if !may_grow(0, (u64::from(first) * PAGE) as usize) {
+                return None;
+            }
+            let ty = MemoryType {
+                min: first,
+                max: Some((max / PAGE) as u32),
+                page_size_log2: 16,
+                memory64: false,
+                shared: false,
+            };
+            let image: Option<&crate::load::ArtifactImage<'_>> = None;
+            let memory = LinearMemory::pooled(engine, ty, image, true).ok()?;
+            // SAFETY: the heap's own definition, written once, before any object exists.
+            unsafe { (*self.vm.get()).base = memory.base() };
+            return Some(self.memory.get_or_init(|| memory));
+        };
+        let len = memory.len() as u64;
+        if end > len {
+            let want = end.max(len * 2).min(max);
+            let delta = (want - len).div_ceil(PAGE);
+            if !may_grow(len as usize, (delta * PAGE) as usize) {
+                return None;
+            }
+            memory.grow(delta as u32)?;
+        }
+        Some(memory)
+    }
+
+    /// `[at, at + len)` of the heap to read and write, if it lies within the heap.
+    ///
+    /// # Safety
+    /// No wasm code may run on the heap while the slice is alive, and no other slice of the
+    /// heap may be.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes(&self, at: u64, len: u64) -> Option<&mut [u8]> {
+        let memory = self.memory.get()?;
+        let end = crate::instance::end_within(at, len, memory.len())?;
+        // SAFETY: per the contract; the range lies within the memory. The range lies within
+        // an object, whose bytes the allocation marked.
+        Some(unsafe { &mut memory.to_write(at as usize, end - at as usize)[..] })
+    }
+
+    /// Array `r`'s length and the byte range of its elements `[index, index + count)`, each
+    /// of `size` bytes, if they lie within it (and it within the heap).
+    pub(crate) fn elements(&self, r: u64, index: u32, count: u32, size: u32) -> Option<(u64, u64)> {
+        // SAFETY: a read of the header, no other slice alive (builtins take one at a time).
+        let header = unsafe { self.bytes(r, u64::from(HEADER))? };
+        let len = u32::from_le_bytes(header[LENGTH as usize..].try_into().ok()?);
+        let end = index.checked_add(count)?;
+        (end <= len).then(|| {
+            let start = r + u64::from(HEADER) + u64::from(index) * u64::from(size);
+            (start, u64::from(count) * u64::from(size))
+        })
+    }
+}
+
+/// Writes `value` (its low `size` bytes; `lo` and `hi` are its low and high 8 bytes) into each
+/// `size`-byte element of `out`.
+pub(crate) fn fill(out: &mut [u8], size: u32, lo: u64, hi: u64) {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&lo.to_le_bytes());
+    bytes[8..].copy_from_slice(&hi.to_le_bytes());
+    let value = &bytes[..size as usize];
+    for element in out.chunks_exact_mut(size as usize) {
+        element.copy_from_slice(value);
+    }
+}
