@@ -150,10 +150,16 @@ fn show(v: &Val) -> String {
         Val::F32(b) => f32::from_bits(*b).to_string(),
         Val::F64(b) => f64::from_bits(*b).to_string(),
         Val::FuncRef(f) => if f.is_some() { "funcref" } else { "null" }.to_owned(),
-        Val::ExternRef(r) => r.map_or("null".to_owned(), |r| format!("externref {}", r.0)),
+        Val::ExternRef(r) => r.map_or("null".to_owned(), |r| match r.data() {
+            Some(n) => format!("externref {n}"),
+            None => "externref".to_owned(),
+        }),
         Val::ExnRef(e) => if e.is_some() { "exnref" } else { "null" }.to_owned(),
         Val::AnyRef(None) => "null".to_owned(),
-        Val::AnyRef(Some(r)) => match *r {},
+        Val::AnyRef(Some(r)) => match r.as_i31() {
+            Some(i) => format!("i31 {}", i.get_i32()),
+            None => "anyref".to_owned(),
+        },
         Val::V128(v) => format!("{v:#034x}"),
     }
 }

@@ -192,10 +192,12 @@ fn global_type(g: wasmparser::GlobalType, types: &[TypeDef]) -> Result<GlobalTyp
     })
 }
 
-/// A (validated) constant expression: one instruction, or an extended one, folded into a
-/// constant when it reads no global and otherwise kept in `extended`.
+/// A (validated) constant expression: one instruction, or an extended one (integer arithmetic,
+/// GC's objects), folded into a constant when it is integer arithmetic on constants and
+/// otherwise kept in `extended`.
 fn const_expr(
     e: &wasmparser::ConstExpr<'_>,
+    types: &[TypeDef],
     extended: &mut Vec<Vec<ConstOp>>,
 ) -> Result<ConstExpr, CompileError> {
     let mut reader = e.get_operators_reader();
@@ -206,22 +208,21 @@ fn const_expr(
             op => ops.push(op),
         }
     }
-    // Validated: every constant instruction of WebAssembly 2.0 and extended constants is
-    // handled below, so what is left is one of GC's (`struct.new`, `ref.i31`, ...).
-    let unsupported =
-        |op: &Operator<'_>| CompileError::Unsupported(format!("constant expression {op:?} (GC)"));
     if let [op] = &ops[..] {
-        return Ok(match *op {
-            Operator::I32Const { value } => ConstExpr::I32(value),
-            Operator::I64Const { value } => ConstExpr::I64(value),
-            Operator::F32Const { value } => ConstExpr::F32(value.bits()),
-            Operator::F64Const { value } => ConstExpr::F64(value.bits()),
-            Operator::V128Const { value } => ConstExpr::V128(value.i128() as u128),
-            Operator::GlobalGet { global_index } => ConstExpr::GlobalGet(global_index),
-            Operator::RefNull { .. } => ConstExpr::RefNull,
-            Operator::RefFunc { function_index } => ConstExpr::RefFunc(function_index),
-            ref other => return Err(unsupported(other)),
-        });
+        let single = match *op {
+            Operator::I32Const { value } => Some(ConstExpr::I32(value)),
+            Operator::I64Const { value } => Some(ConstExpr::I64(value)),
+            Operator::F32Const { value } => Some(ConstExpr::F32(value.bits())),
+            Operator::F64Const { value } => Some(ConstExpr::F64(value.bits())),
+            Operator::V128Const { value } => Some(ConstExpr::V128(value.i128() as u128)),
+            Operator::GlobalGet { global_index } => Some(ConstExpr::GlobalGet(global_index)),
+            Operator::RefNull { .. } => Some(ConstExpr::RefNull),
+            Operator::RefFunc { function_index } => Some(ConstExpr::RefFunc(function_index)),
+            _ => None,
+        };
+        if let Some(single) = single {
+            return Ok(single);
+        }
     }
     let ops = ops
         .iter()
@@ -229,6 +230,9 @@ fn const_expr(
             Ok(match *op {
                 Operator::I32Const { value } => ConstOp::I32(value),
                 Operator::I64Const { value } => ConstOp::I64(value),
+                Operator::F32Const { value } => ConstOp::F32(value.bits()),
+                Operator::F64Const { value } => ConstOp::F64(value.bits()),
+                Operator::V128Const { value } => ConstOp::V128(value.i128() as u128),
                 Operator::GlobalGet { global_index } => ConstOp::GlobalGet(global_index),
                 Operator::I32Add => ConstOp::I32Add,
                 Operator::I32Sub => ConstOp::I32Sub,
@@ -236,19 +240,40 @@ fn const_expr(
                 Operator::I64Add => ConstOp::I64Add,
                 Operator::I64Sub => ConstOp::I64Sub,
                 Operator::I64Mul => ConstOp::I64Mul,
-                ref other => return Err(unsupported(other)),
+                Operator::RefNull { hty } => ConstOp::RefNull(heap_type(hty, types)?),
+                Operator::RefFunc { function_index } => ConstOp::RefFunc(function_index),
+                Operator::RefI31 => ConstOp::RefI31,
+                Operator::StructNew { struct_type_index } => ConstOp::StructNew(struct_type_index),
+                Operator::StructNewDefault { struct_type_index } => {
+                    ConstOp::StructNewDefault(struct_type_index)
+                }
+                Operator::ArrayNew { array_type_index } => ConstOp::ArrayNew(array_type_index),
+                Operator::ArrayNewDefault { array_type_index } => {
+                    ConstOp::ArrayNewDefault(array_type_index)
+                }
+                Operator::ArrayNewFixed {
+                    array_type_index,
+                    array_size,
+                } => ConstOp::ArrayNewFixed(array_type_index, array_size),
+                Operator::AnyConvertExtern => ConstOp::AnyConvertExtern,
+                Operator::ExternConvertAny => ConstOp::ExternConvertAny,
+                ref other => {
+                    return Err(CompileError::Unsupported(format!(
+                        "constant expression {other:?}"
+                    )));
+                }
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if ops.iter().any(|op| matches!(op, ConstOp::GlobalGet(_))) {
+    if !ops.iter().all(|op| op.is_integer_constant()) {
         extended.push(ops);
         return Ok(ConstExpr::Extended(extended.len() as u32 - 1));
     }
     // Validated, so the last operator gives the type.
-    let value = ConstOp::eval(ops.iter().copied(), |_| 0);
+    let value = ConstOp::eval(ops.iter().copied(), &NoEnv).unwrap_or(0);
     Ok(match ops.last() {
         Some(ConstOp::I64Add | ConstOp::I64Sub | ConstOp::I64Mul | ConstOp::I64(_)) => {
-            ConstExpr::I64(value as i64)
+            ConstExpr::I64(value as u64 as i64)
         }
         _ => ConstExpr::I32(value as u32 as i32),
     })
@@ -328,7 +353,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                     let table = table?;
                     let init = match table.init {
                         wasmparser::TableInit::RefNull => ConstExpr::RefNull,
-                        wasmparser::TableInit::Expr(e) => const_expr(&e, &mut info.extended)?,
+                        wasmparser::TableInit::Expr(e) => const_expr(&e, &info.types, &mut info.extended)?,
                     };
                     info.tables.push(table_type(table.ty, &info.types)?);
                     info.table_inits.push(init);
@@ -344,7 +369,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                     let global = global?;
                     info.globals.push(global_type(global.ty, &info.types)?);
                     info.global_inits
-                        .push(const_expr(&global.init_expr, &mut info.extended)?);
+                        .push(const_expr(&global.init_expr, &info.types, &mut info.extended)?);
                 }
             }
             Payload::ExportSection(reader) => {
@@ -382,7 +407,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                             offset_expr,
                         } => SegmentMode::Active {
                             index: table_index.unwrap_or(0),
-                            offset: const_expr(&offset_expr, &mut info.extended)?,
+                            offset: const_expr(&offset_expr, &info.types, &mut info.extended)?,
                         },
                     };
                     let (ty, items) = match elem.items {
@@ -399,7 +424,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                         ElementItems::Expressions(ty, exprs) => {
                             let mut items = Vec::new();
                             for e in exprs {
-                                items.push(const_expr(&e?, &mut info.extended)?);
+                                items.push(const_expr(&e?, &info.types, &mut info.extended)?);
                             }
                             (ref_type(ty, &info.types)?, items)
                         }
@@ -420,7 +445,7 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                             offset_expr,
                         } => SegmentMode::Active {
                             index: memory_index,
-                            offset: const_expr(&offset_expr, &mut info.extended)?,
+                            offset: const_expr(&offset_expr, &info.types, &mut info.extended)?,
                         },
                     };
                     info.datas.push(DataSegment { mode, range });

@@ -47,6 +47,8 @@ pub enum Value {
     Extern,
     /// A non-null exception reference.
     Exn,
+    /// A non-null GC value (a struct, an array, an `i31`, a host reference made an `anyref`).
+    Any,
 }
 
 impl PartialEq for Value {
@@ -771,8 +773,7 @@ fn ephem_value(v: &ephem::Val) -> Value {
         Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::Func),
         Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::Extern),
         Val::ExnRef(e) => e.map_or(Value::Null, |_| Value::Exn),
-        Val::AnyRef(None) => Value::Null,
-        Val::AnyRef(Some(r)) => match r {},
+        Val::AnyRef(r) => r.map_or(Value::Null, |_| Value::Any),
     }
 }
 

@@ -9,7 +9,8 @@
 //! artifact keeps names in a section of their own, which it checks itself.)
 
 use crate::{
-    ConstExpr, ConstOp, EntityIndex, HeapType, ImportKind, ModuleInfo, RefType, SegmentMode,
+    ConstExpr, ConstOp, EntityIndex, FieldType, HeapType, ImportKind, ModuleInfo, RefType,
+    SegmentMode, StorageType, TypeDef,
     ValType,
 };
 
@@ -144,7 +145,8 @@ impl ModuleInfo {
                 ConstExpr::Extended(i) => self
                     .extended
                     .get(i as usize)
-                    .is_some_and(|ops| self.extended_type(ops, visible) == Some(want)),
+                    .and_then(|ops| self.extended_type(ops, visible, &reps))
+                    .is_some_and(|t| canon(t).matches(canon(want))),
                 ConstExpr::RefNull => matches!(want, ValType::Ref(r) if r.nullable),
                 ConstExpr::RefFunc(f) => self.funcs.get(f as usize).is_some_and(|&t| {
                     let ty = RefType {
@@ -260,30 +262,126 @@ impl ModuleInfo {
     }
 
     /// The type an extended constant expression leaves, if it is a well-typed program that
-    /// reads only integer globals among the first `visible` and leaves exactly one value.
-    fn extended_type(&self, ops: &[ConstOp], visible: u32) -> Option<ValType> {
-        let mut stack = Vec::new();
+    /// reads only globals among the first `visible`, names only types and functions that
+    /// exist (a struct or array type where it makes one) and leaves exactly one value. `reps`
+    /// are the types' representatives ([`ModuleInfo::representatives`]).
+    fn extended_type(&self, ops: &[ConstOp], visible: u32, reps: &[u32]) -> Option<ValType> {
+        let canon = |t: ValType| t.map_concrete(|c| reps[c as usize]);
+        let mut stack: Vec<ValType> = Vec::new();
+        let pop = |stack: &mut Vec<ValType>, want: ValType| -> Option<()> {
+            let t = stack.pop()?;
+            canon(t).matches(canon(want)).then_some(())
+        };
+        let unpacked = |f: &FieldType| match f.storage {
+            StorageType::Val(t) => t,
+            _ => ValType::I32,
+        };
+        let made = |ty: u32| {
+            ValType::Ref(RefType {
+                nullable: false,
+                heap: self.types[ty as usize].heap(ty),
+            })
+        };
+        let array = |ty: u32| match self.types.get(ty as usize)? {
+            TypeDef::Array(elem) => Some(*elem),
+            _ => None,
+        };
+        let defaultable = |f: &FieldType| match f.storage {
+            StorageType::Val(t) => t.defaultable(),
+            _ => true,
+        };
         for op in ops {
-            let (operand, ty) = match *op {
-                ConstOp::I32(_) => (None, ValType::I32),
-                ConstOp::I64(_) => (None, ValType::I64),
+            let ty = match *op {
+                ConstOp::I32(_) => ValType::I32,
+                ConstOp::I64(_) => ValType::I64,
+                ConstOp::F32(_) => ValType::F32,
+                ConstOp::F64(_) => ValType::F64,
+                ConstOp::V128(_) => ValType::V128,
                 ConstOp::GlobalGet(g) => {
-                    let ty = self.globals.get(g as usize)?.ty;
-                    if g >= visible || !matches!(ty, ValType::I32 | ValType::I64) {
+                    if g >= visible {
                         return None;
                     }
-                    (None, ty)
+                    self.globals.get(g as usize)?.ty
                 }
                 ConstOp::I32Add | ConstOp::I32Sub | ConstOp::I32Mul => {
-                    (Some(ValType::I32), ValType::I32)
+                    pop(&mut stack, ValType::I32)?;
+                    pop(&mut stack, ValType::I32)?;
+                    ValType::I32
                 }
                 ConstOp::I64Add | ConstOp::I64Sub | ConstOp::I64Mul => {
-                    (Some(ValType::I64), ValType::I64)
+                    pop(&mut stack, ValType::I64)?;
+                    pop(&mut stack, ValType::I64)?;
+                    ValType::I64
+                }
+                ConstOp::RefNull(heap) => {
+                    if heap.concrete().is_some_and(|c| c as usize >= self.types.len()) {
+                        return None;
+                    }
+                    ValType::Ref(RefType {
+                        nullable: true,
+                        heap,
+                    })
+                }
+                ConstOp::RefFunc(f) => {
+                    let t = *self.funcs.get(f as usize)?;
+                    ValType::Ref(RefType {
+                        nullable: false,
+                        heap: HeapType::ConcreteFunc(t),
+                    })
+                }
+                ConstOp::RefI31 => {
+                    pop(&mut stack, ValType::I32)?;
+                    ValType::Ref(RefType {
+                        nullable: false,
+                        heap: HeapType::I31,
+                    })
+                }
+                ConstOp::AnyConvertExtern | ConstOp::ExternConvertAny => {
+                    let (from, to) = match op {
+                        ConstOp::AnyConvertExtern => (HeapType::Extern, HeapType::Any),
+                        _ => (HeapType::Any, HeapType::Extern),
+                    };
+                    let ValType::Ref(r) = stack.pop()? else {
+                        return None;
+                    };
+                    let nullable = RefType { heap: from, nullable: true };
+                    ValType::Ref(r).matches(ValType::Ref(nullable)).then_some(())?;
+                    ValType::Ref(RefType {
+                        nullable: r.nullable,
+                        heap: to,
+                    })
+                }
+                ConstOp::StructNew(ty) | ConstOp::StructNewDefault(ty) => {
+                    let Some(TypeDef::Struct(fields)) = self.types.get(ty as usize) else {
+                        return None;
+                    };
+                    if matches!(op, ConstOp::StructNew(_)) {
+                        for f in fields.iter().rev() {
+                            pop(&mut stack, unpacked(f))?;
+                        }
+                    } else if !fields.iter().all(defaultable) {
+                        return None;
+                    }
+                    made(ty)
+                }
+                ConstOp::ArrayNew(ty) | ConstOp::ArrayNewDefault(ty) => {
+                    let elem = array(ty)?;
+                    pop(&mut stack, ValType::I32)?;
+                    if matches!(op, ConstOp::ArrayNew(_)) {
+                        pop(&mut stack, unpacked(&elem))?;
+                    } else if !defaultable(&elem) {
+                        return None;
+                    }
+                    made(ty)
+                }
+                ConstOp::ArrayNewFixed(ty, n) => {
+                    let elem = array(ty)?;
+                    for _ in 0..n {
+                        pop(&mut stack, unpacked(&elem))?;
+                    }
+                    made(ty)
                 }
             };
-            if let Some(t) = operand {
-                (stack.pop() == Some(t) && stack.pop() == Some(t)).then_some(())?;
-            }
             stack.push(ty);
         }
         match stack[..] {

@@ -205,6 +205,10 @@ impl ModuleInfo {
                 ConstExpr::RefFunc(f) => Some(*f),
                 _ => None,
             })
+            .chain(self.extended.iter().flatten().filter_map(|op| match op {
+                ConstOp::RefFunc(f) => Some(*f),
+                _ => None,
+            }))
             .chain(self.exports.iter().filter_map(|e| match e.index {
                 EntityIndex::Func(f) => Some(f),
                 _ => None,

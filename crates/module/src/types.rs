@@ -979,11 +979,16 @@ impl ArchivedConstExpr {
     }
 }
 
-/// One instruction of an extended constant expression, a stack program.
+/// One instruction of an extended constant expression, a stack program: integer arithmetic
+/// on constants and globals (WebAssembly 3.0's extended constants), and GC's constant
+/// instructions, which make objects at instantiation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub enum ConstOp {
     I32(i32),
     I64(i64),
+    F32(u32),
+    F64(u64),
+    V128(u128),
     GlobalGet(u32),
     I32Add,
     I32Sub,
@@ -991,33 +996,149 @@ pub enum ConstOp {
     I64Add,
     I64Sub,
     I64Mul,
+    RefNull(HeapType),
+    RefFunc(u32),
+    RefI31,
+    StructNew(u32),
+    StructNewDefault(u32),
+    ArrayNew(u32),
+    ArrayNewDefault(u32),
+    ArrayNewFixed(u32, u32),
+    AnyConvertExtern,
+    ExternConvertAny,
+}
+
+/// How a constant expression's new object is filled.
+#[derive(Clone, Copy, Debug)]
+pub enum ObjectInit<'a> {
+    /// Zeros (`struct.new_default`, `array.new_default`).
+    Default,
+    /// Every element this value (`array.new`).
+    Fill(u128),
+    /// These fields or elements, in order.
+    Values(&'a [u128]),
+}
+
+/// What running a constant expression needs of the instance it initialises.
+pub trait ConstEnv {
+    /// Global `g`'s value.
+    fn global(&self, g: u32) -> u128;
+    /// Function `f`'s funcref, as generated code holds it.
+    fn ref_func(&self, f: u32) -> u64;
+    /// A new object of the module's type `ty` (`len` elements for an array); `None` when the
+    /// GC heap cannot hold it.
+    fn new_object(&self, ty: u32, len: u32, init: ObjectInit<'_>) -> Option<u64>;
+    /// How many fields the module's struct type `ty` has.
+    fn fields(&self, ty: u32) -> usize;
+}
+
+/// An environment for expressions that read nothing and make nothing (integer arithmetic on
+/// constants), as the compiler folds them.
+pub struct NoEnv;
+
+impl ConstEnv for NoEnv {
+    fn global(&self, _: u32) -> u128 {
+        0
+    }
+    fn ref_func(&self, _: u32) -> u64 {
+        0
+    }
+    fn new_object(&self, _: u32, _: u32, _: ObjectInit<'_>) -> Option<u64> {
+        None
+    }
+    fn fields(&self, _: u32) -> usize {
+        0
+    }
 }
 
 impl ConstOp {
-    /// Runs `ops` (a checked expression: see `ModuleInfo::check`) with `global` reading an
-    /// integer global's value; the result's low bits are the value.
-    pub fn eval(ops: impl IntoIterator<Item = ConstOp>, global: impl Fn(u32) -> u64) -> u64 {
-        let mut stack: Vec<u64> = Vec::with_capacity(4);
+    /// Whether this is integer arithmetic on constants (what the compiler folds).
+    pub fn is_integer_constant(self) -> bool {
+        matches!(
+            self,
+            ConstOp::I32(_)
+                | ConstOp::I64(_)
+                | ConstOp::I32Add
+                | ConstOp::I32Sub
+                | ConstOp::I32Mul
+                | ConstOp::I64Add
+                | ConstOp::I64Sub
+                | ConstOp::I64Mul
+        )
+    }
+
+    /// Runs `ops` (a checked expression: see `ModuleInfo::check`) in `env`; the result's low
+    /// bits are the value. `None` when an object it makes does not fit the GC heap.
+    pub fn eval(ops: impl IntoIterator<Item = ConstOp>, env: &impl ConstEnv) -> Option<u128> {
+        use crate::gc::{EXTERNALIZED, HOST_TAG, I31_TAG};
+        let mut stack: Vec<u128> = Vec::with_capacity(4);
+        let pop = |stack: &mut Vec<u128>| stack.pop().unwrap_or(0);
         for op in ops {
             let v = match op {
-                ConstOp::I32(v) => v as u32 as u64,
-                ConstOp::I64(v) => v as u64,
-                ConstOp::GlobalGet(g) => global(g),
+                ConstOp::I32(v) => v as u32 as u128,
+                ConstOp::I64(v) => v as u64 as u128,
+                ConstOp::F32(v) => v as u128,
+                ConstOp::F64(v) => v as u128,
+                ConstOp::V128(v) => v,
+                ConstOp::GlobalGet(g) => env.global(g),
+                ConstOp::RefNull(_) => 0,
+                ConstOp::RefFunc(f) => env.ref_func(f) as u128,
+                ConstOp::RefI31 => {
+                    let v = pop(&mut stack) as u32;
+                    u128::from((v << 1) | I31_TAG as u32)
+                }
+                ConstOp::AnyConvertExtern => {
+                    let e = pop(&mut stack) as u64;
+                    u128::from(match e {
+                        0 => 0,
+                        e if e & EXTERNALIZED != 0 => e & !EXTERNALIZED,
+                        e => (e << 2) | HOST_TAG,
+                    })
+                }
+                ConstOp::ExternConvertAny => {
+                    let r = pop(&mut stack) as u64;
+                    u128::from(match r {
+                        0 => 0,
+                        r if r & 3 == HOST_TAG => r >> 2,
+                        r => r | EXTERNALIZED,
+                    })
+                }
+                ConstOp::StructNewDefault(ty) => {
+                    u128::from(env.new_object(ty, 0, ObjectInit::Default)?)
+                }
+                ConstOp::ArrayNewDefault(ty) => {
+                    let len = pop(&mut stack) as u32;
+                    u128::from(env.new_object(ty, len, ObjectInit::Default)?)
+                }
+                ConstOp::ArrayNew(ty) => {
+                    let len = pop(&mut stack) as u32;
+                    let value = pop(&mut stack);
+                    u128::from(env.new_object(ty, len, ObjectInit::Fill(value))?)
+                }
+                ConstOp::StructNew(ty) | ConstOp::ArrayNewFixed(ty, _) => {
+                    let n = match op {
+                        ConstOp::ArrayNewFixed(_, n) => n as usize,
+                        _ => env.fields(ty),
+                    };
+                    let values = stack.split_off(stack.len().saturating_sub(n));
+                    let len = values.len() as u32;
+                    u128::from(env.new_object(ty, len, ObjectInit::Values(&values))?)
+                }
                 binary => {
-                    let (y, x) = (stack.pop().unwrap_or(0), stack.pop().unwrap_or(0));
-                    match binary {
+                    let (y, x) = (pop(&mut stack) as u64, pop(&mut stack) as u64);
+                    u128::from(match binary {
                         ConstOp::I64Add => x.wrapping_add(y),
                         ConstOp::I64Sub => x.wrapping_sub(y),
                         ConstOp::I64Mul => x.wrapping_mul(y),
                         ConstOp::I32Add => (x as u32).wrapping_add(y as u32).into(),
                         ConstOp::I32Sub => (x as u32).wrapping_sub(y as u32).into(),
                         _ => (x as u32).wrapping_mul(y as u32).into(),
-                    }
+                    })
                 }
             };
             stack.push(v);
         }
-        stack.pop().unwrap_or(0)
+        Some(stack.pop().unwrap_or(0))
     }
 }
 

@@ -29,7 +29,7 @@ use ephem_module::{FuncType, HeapType, HostFuncHeader, TrapKind, ValRaw, ValType
 use crate::context::{AsContext, AsContextMut, StoreContextMut};
 use crate::engine::TypeRef;
 use crate::store::{StoreId, StoreInner, StoreOpaque, Stored};
-use crate::{Engine, Error, Extern, Instance, Trap};
+use crate::{AnyRef, Engine, Error, Extern, ExternRef, Instance, Trap};
 
 /// A WebAssembly value. Floats are kept as bits so NaN payloads survive.
 #[derive(Clone, Copy, Debug)]
@@ -49,30 +49,10 @@ pub enum Val {
     /// An exception, or null.
     ExnRef(Option<crate::ExnRef>),
     /// A GC value (`anyref`, `eqref`, `i31ref`, `structref`, `arrayref`, a concrete struct or
-    /// array type, `nullref`), or null: always null today (see [`AnyRef`]).
+    /// array type, `nullref`), or null.
     AnyRef(Option<AnyRef>),
     /// A `v128`, as its bits (lane 0 in the low bits).
     V128(u128),
-}
-
-/// An opaque host reference: a number chosen by the embedder, which wasm can only pass around.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ExternRef(pub u32);
-
-/// A GC value: a struct, an array or an `i31`. ephem accepts GC's types (in signatures,
-/// globals, tables and recursion groups) but refuses the instructions that make such values,
-/// so none exists: this type has no values, and `Val::AnyRef` is always `None`. It becomes a
-/// handle when ephem makes GC objects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AnyRef {}
-
-impl ExternRef {
-    /// The reference in a value slot: its low 8 bytes (wasm code writes only those, so the
-    /// rest may hold what the slot held before, such as a `v128` argument), 0 for null.
-    pub(crate) fn from_raw(raw: ValRaw) -> Option<ExternRef> {
-        let raw = raw as u64;
-        (raw != 0).then(|| ExternRef((raw - 1) as u32))
-    }
 }
 
 impl Val {
@@ -118,11 +98,12 @@ impl Val {
             (Val::FuncRef(None), h) if h.is_func() => r.nullable,
             (Val::ExternRef(None), h) if h.is_extern() => r.nullable,
             (Val::AnyRef(None), h) if h.is_any() => r.nullable,
+            (Val::AnyRef(Some(a)), h) => a.fits(store, h),
             (Val::ExnRef(None), h) if h.is_exn() => r.nullable,
             (Val::ExnRef(Some(e)), HeapType::Exn) => e.0.store == store.id,
             (Val::FuncRef(Some(_)), HeapType::Func) => true,
             (Val::FuncRef(Some(f)), HeapType::ConcreteFunc(id)) => Func::type_id(*f, store) == id,
-            (Val::ExternRef(Some(_)), HeapType::Extern) => true,
+            (Val::ExternRef(Some(e)), HeapType::Extern) => e.to_raw(store).is_ok(),
             _ => false,
         }
     }
@@ -134,10 +115,9 @@ impl Val {
             Val::F32(v) => v as ValRaw,
             Val::F64(v) => v as ValRaw,
             Val::FuncRef(f) => f.map_or(Ok(0), |f| f.to_raw(store))? as ValRaw,
-            Val::ExternRef(r) => r.map_or(0, |r| r.0 as ValRaw + 1),
+            Val::ExternRef(r) => r.map_or(Ok(0), |r| r.to_raw(store))?,
             Val::ExnRef(e) => e.map_or(0, |e| e.to_raw(store)),
-            Val::AnyRef(None) => 0,
-            Val::AnyRef(Some(r)) => match r {},
+            Val::AnyRef(r) => r.map_or(Ok(0), |r| r.raw_in(store))?.into(),
             Val::V128(v) => v,
         })
     }
@@ -151,9 +131,8 @@ impl Val {
             ValType::V128 => Val::V128(raw),
             t if t.is_func_ref() => Val::FuncRef(Func::from_raw(store, raw as usize)),
             t if t.is_exn_ref() => Val::ExnRef(crate::ExnRef::from_raw(store, raw)),
-            // (Code makes no GC value: a slot of one only ever holds null.)
-            t if t.is_any_ref() => Val::AnyRef(None),
-            _ => Val::ExternRef(ExternRef::from_raw(raw)),
+            t if t.is_any_ref() => Val::AnyRef(AnyRef::from_raw(store, raw)),
+            _ => Val::ExternRef(ExternRef::from_raw(store, raw)),
         }
     }
 

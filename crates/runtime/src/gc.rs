@@ -171,12 +171,19 @@ impl GcHeap {
         Some(unsafe { &mut memory.to_write(at as usize, end - at as usize)[..] })
     }
 
+    /// Object `r`'s header words (type word, length), if `r` lies within the heap.
+    pub(crate) fn header(&self, r: u64) -> Option<(u32, u32)> {
+        // SAFETY: a read of the header, no other slice alive; no wasm runs on the heap while
+        // the host asks.
+        let header = unsafe { self.bytes(r, u64::from(HEADER))? };
+        let word = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or_default());
+        Some((word(0), word(LENGTH as usize)))
+    }
+
     /// Array `r`'s length and the byte range of its elements `[index, index + count)`, each
     /// of `size` bytes, if they lie within it (and it within the heap).
     pub(crate) fn elements(&self, r: u64, index: u32, count: u32, size: u32) -> Option<(u64, u64)> {
-        // SAFETY: a read of the header, no other slice alive (builtins take one at a time).
-        let header = unsafe { self.bytes(r, u64::from(HEADER))? };
-        let len = u32::from_le_bytes(header[LENGTH as usize..].try_into().ok()?);
+        let (_, len) = self.header(r)?;
         let end = index.checked_add(count)?;
         (end <= len).then(|| {
             let start = r + u64::from(HEADER) + u64::from(index) * u64::from(size);
@@ -194,5 +201,75 @@ pub(crate) fn fill(out: &mut [u8], size: u32, lo: u64, hi: u64) {
     let value = &bytes[..size as usize];
     for element in out.chunks_exact_mut(size as usize) {
         element.copy_from_slice(value);
+    }
+}
+
+/// A constant expression's environment while an instance is made or runs: its globals, its
+/// funcrefs, and its store's GC heap for the objects GC's constant instructions make.
+/// Allocations here ask only the engine's bound, not the store's limiter, which instantiation
+/// cannot ask while it holds the store.
+pub(crate) struct Consts<'a, G, F> {
+    pub(crate) store: &'a crate::store::StoreOpaque,
+    pub(crate) module: &'a crate::module::ModuleInner,
+    pub(crate) global: G,
+    pub(crate) funcref_at: F,
+}
+
+impl<G: Fn(u32) -> ephem_module::ValRaw, F: Fn(u32) -> usize> ephem_module::ConstEnv
+    for Consts<'_, G, F>
+{
+    fn global(&self, g: u32) -> u128 {
+        (self.global)(g)
+    }
+
+    fn ref_func(&self, f: u32) -> u64 {
+        (self.funcref_at)(f) as u64
+    }
+
+    fn fields(&self, ty: u32) -> usize {
+        match self.module.artifact.info().types.get(ty as usize) {
+            Some(ephem_module::ArchivedTypeDef::Struct(fields)) => fields.len(),
+            _ => 0,
+        }
+    }
+
+    fn new_object(&self, ty: u32, len: u32, init: ephem_module::ObjectInit<'_>) -> Option<u64> {
+        use ephem_module::ObjectInit;
+        let types = &self.module.artifact.info().types;
+        let id = *self.module.type_ids.get(ty as usize)?;
+        let shape = Shape::of(types, ty, id)?;
+        let heap = &self.store.gc;
+        let r = u64::from(heap.alloc(&self.store.engine, shape, len, |_, _| true)?);
+        // Where each value goes, and its size.
+        let places: Vec<(u64, u32)> = match native::<TypeDef, _>(&types[ty as usize]) {
+            TypeDef::Struct(fields) => {
+                let layout = gc::struct_layout(&fields);
+                (fields.iter().zip(layout.offsets))
+                    .map(|(f, at)| (r + u64::from(at), gc::storage_size(f.storage)))
+                    .collect()
+            }
+            TypeDef::Array(elem) => {
+                let size = gc::storage_size(elem.storage);
+                if let ObjectInit::Fill(v) = init {
+                    let (at, n) = heap.elements(r, 0, len, size)?;
+                    // SAFETY: the one slice of the heap alive; no wasm runs meanwhile.
+                    let out = unsafe { heap.bytes(at, n)? };
+                    fill(out, size, v as u64, (v >> 64) as u64);
+                    return Some(r);
+                }
+                (0..len)
+                    .map(|k| (r + u64::from(HEADER) + u64::from(k) * u64::from(size), size))
+                    .collect()
+            }
+            TypeDef::Func(_) => return None,
+        };
+        if let ObjectInit::Values(values) = init {
+            for (&(at, size), v) in places.iter().zip(values) {
+                // SAFETY: the one slice of the heap alive; no wasm runs meanwhile.
+                let out = unsafe { heap.bytes(at, u64::from(size))? };
+                out.copy_from_slice(&v.to_le_bytes()[..size as usize]);
+            }
+        }
+        Some(r)
     }
 }

@@ -63,6 +63,10 @@ pub(crate) struct InstanceData {
     pub(crate) tags: Vec<u32>,
     pub(crate) dropped_datas: RefCell<Vec<bool>>,
     pub(crate) dropped_elems: RefCell<Vec<bool>>,
+    /// Per element segment with items that are extended constant expressions (GC's objects):
+    /// every item's value, made once at instantiation as the specification says (two
+    /// `table.init`s of one segment give the same objects). Empty when no segment has one.
+    pub(crate) elem_values: Vec<Option<Box<[usize]>>>,
 }
 
 /// The vmctx bytes, 16-aligned, followed by the cells of the globals the instance defines
@@ -281,8 +285,15 @@ impl InstanceData {
             ConstExpr::I64(v) => v as u64,
             ConstExpr::GlobalGet(g) => global(g) as u64,
             ConstExpr::Extended(i) => {
-                let info = self.module.inner.artifact.info();
-                extended(info, i, |g| global(g) as u64) as u64
+                let inner = &self.module.inner;
+                let env = crate::gc::Consts {
+                    store,
+                    module: inner,
+                    global,
+                    funcref_at: |_| 0,
+                };
+                // (An offset is integer arithmetic: it makes nothing.)
+                extended(inner.artifact.info(), i, &env).unwrap_or(0) as u64
             }
             _ => unreachable!("validated: offsets are integer constants"),
         };
@@ -361,7 +372,9 @@ impl InstanceData {
         let (src, len) = (src as usize, len as usize);
         let slots = &self.module.inner.artifact.elem_slots(elem)[src..src + len];
         let funcrefs = self.vmctx.ptr() as usize + self.module.inner.offsets.funcref(0) as usize;
-        Some(items[src..src + len].iter().zip(slots).map(move |(item, slot)| match item {
+        let made = self.elem_values.get(elem as usize).and_then(|m| m.as_deref());
+        let items = items[src..src + len].iter().zip(slots).enumerate();
+        Some(items.map(move |(k, (item, slot))| match item {
             ArchivedConstExpr::RefFunc(_) => {
                 funcrefs + VmOffsets::FUNCREF_SIZE as usize * slot.to_native() as usize
             }
@@ -369,7 +382,8 @@ impl InstanceData {
             ArchivedConstExpr::GlobalGet(g) => {
                 self.globals[g.to_native() as usize].of(store).get() as usize
             }
-            _ => unreachable!("validated: element items are references"),
+            // (Made at instantiation: see `elem_values`.)
+            _ => made.map_or(0, |made| made[src + k]),
         }))
     }
 
@@ -491,14 +505,14 @@ pub(crate) fn end_within(at: u64, len: u64, limit: usize) -> Option<usize> {
 }
 
 /// The value of extended constant expression `index` of `info` (checked when the artifact was
-/// opened), with `global` reading a global of the instance.
+/// opened) in `env`; `None` when an object it makes does not fit the store's GC heap.
 pub(crate) fn extended(
     info: &ephem_module::ArchivedModuleInfo,
     index: u32,
-    global: impl Fn(u32) -> u64,
-) -> ValRaw {
+    env: &impl ephem_module::ConstEnv,
+) -> Option<ValRaw> {
     let ops = info.extended[index as usize]
         .iter()
         .map(native::<ConstOp, _>);
-    ConstOp::eval(ops, global) as ValRaw
+    ConstOp::eval(ops, env)
 }

@@ -240,8 +240,13 @@ pub(crate) unsafe fn instantiate(
         let ty = m.canonical_global(native(
             &info.globals[info.imported_globals.to_native() as usize + k],
         ));
-        let global = |g: u32| globals[g as usize].of(store).get();
-        let value = const_value(info, init.native(), global, funcref_at);
+        let env = crate::gc::Consts {
+            store,
+            module: m,
+            global: |g: u32| globals[g as usize].of(store).get(),
+            funcref_at,
+        };
+        let value = const_value(info, init.native(), &env)?;
         // SAFETY: a cell of this instance's vmctx, which the store keeps as long as the global.
         let global = unsafe { GlobalData::in_vmctx(ty, vmctx.global_cell(o.size, k), value) };
         globals.push(StoreGlobal(store.push_global(global).index));
@@ -253,9 +258,33 @@ pub(crate) unsafe fn instantiate(
     // Tables with an initialiser (typed tables) start full of it.
     let defined_tables = &tables[info.imported_tables.to_native() as usize..];
     for (init, table) in info.table_inits.iter().zip(defined_tables) {
-        let global = |g: u32| globals[g as usize].of(store).get();
-        let value = const_value(info, init.native(), global, funcref_at);
+        let env = crate::gc::Consts {
+            store,
+            module: m,
+            global: |g: u32| globals[g as usize].of(store).get(),
+            funcref_at,
+        };
+        let value = const_value(info, init.native(), &env)?;
         table.of(store).fill_all(value as usize);
+    }
+
+    // Element segments' extended items (GC's objects), made once (see `elem_values`).
+    let mut elem_values = Vec::new();
+    for (i, seg) in info.elems.iter().enumerate() {
+        if !seg.items.iter().any(|e| matches!(e, ephem_module::ArchivedConstExpr::Extended(_))) {
+            continue;
+        }
+        let env = crate::gc::Consts {
+            store,
+            module: m,
+            global: |g: u32| globals[g as usize].of(store).get(),
+            funcref_at,
+        };
+        let values = (seg.items.iter())
+            .map(|e| const_value(info, e.native(), &env).map(|v| v as usize))
+            .collect::<Result<_, _>>()?;
+        elem_values.resize_with(i + 1, || None);
+        elem_values[i] = Some(values);
     }
 
     let handle = Instance(store.next_instance());
@@ -270,6 +299,7 @@ pub(crate) unsafe fn instantiate(
         tags,
         dropped_datas: RefCell::new(vec![false; info.datas.len()]),
         dropped_elems: RefCell::new(vec![false; info.elems.len()]),
+        elem_values,
     });
     // SAFETY: the instance pointer field of this vmctx; the boxed data does not move.
     unsafe {
@@ -293,25 +323,25 @@ pub(crate) unsafe fn instantiate(
     start.map(|()| handle)
 }
 
-/// The value of constant expression `init` (a global's or a table's initialiser), with
-/// `global` reading a global of the instance and `funcref_at` giving a function's funcref.
-fn const_value(
+/// The value of constant expression `init` (a global's or a table's initialiser, or an element
+/// segment's item) in `env`; a trap when an object it makes does not fit the GC heap.
+fn const_value<G: Fn(u32) -> ValRaw, F: Fn(u32) -> usize>(
     info: &ephem_module::ArchivedModuleInfo,
     init: ConstExpr,
-    global: impl Fn(u32) -> ValRaw,
-    funcref_at: impl Fn(u32) -> usize,
-) -> ValRaw {
-    match init {
+    env: &crate::gc::Consts<'_, G, F>,
+) -> Result<ValRaw, Error> {
+    Ok(match init {
         ConstExpr::I32(v) => v as u32 as ValRaw,
         ConstExpr::I64(v) => v as u64 as ValRaw,
         ConstExpr::F32(v) => v as ValRaw,
         ConstExpr::F64(v) => v as ValRaw,
         ConstExpr::V128(v) => v,
-        ConstExpr::GlobalGet(g) => global(g),
+        ConstExpr::GlobalGet(g) => (env.global)(g),
         ConstExpr::RefNull => 0,
-        ConstExpr::RefFunc(f) => funcref_at(f) as ValRaw,
-        ConstExpr::Extended(i) => extended(info, i, |g| global(g) as u64),
-    }
+        ConstExpr::RefFunc(f) => (env.funcref_at)(f) as ValRaw,
+        ConstExpr::Extended(i) => extended(info, i, env)
+            .ok_or_else(|| Error::Trap(Trap::new(TrapKind::GcHeapExhausted)))?,
+    })
 }
 
 /// What an instance starts from: its imported functions, and the store indices of its

@@ -50,6 +50,7 @@ mod module;
 // Public for `ephem bench syscalls`, which measures how its system call scales.
 #[doc(hidden)]
 pub mod pagemap;
+mod refs;
 mod shared;
 mod signals;
 mod store;
@@ -76,7 +77,8 @@ pub use ephem_module::{
 pub use error::{Error, ErrorKind};
 pub use exceptions::{ExnRef, Tag, TagType, ThrownException};
 pub use externals::{Extern, Global, Memory, Table};
-pub use func::{AnyRef, Caller, ExternRef, Func, HostError, Val};
+pub use func::{Caller, Func, HostError, Val};
+pub use refs::{AnyRef, ExternRef, I31};
 #[doc(hidden)]
 pub use instance::DefinedState;
 pub use instance::Instance;

@@ -12,10 +12,11 @@ use ephem_module::{FuncType, ValRaw, ValType};
 use crate::context::{AsContextMut, StoreContextMut};
 use crate::func::{HostError, HostFunc};
 use crate::store::{StoreInner, StoreOpaque};
-use crate::{Caller, Engine, Error, ExternRef, Func};
+use crate::{AnyRef, Caller, Engine, Error, ExternRef, Func};
 
 /// A Rust type that is a WebAssembly value type: `i32`, `u32`, `i64`, `u64`, `f32`, `f64`,
-/// `Option<Func>` (funcref), `Option<ExternRef>` (externref) and `Option<ExnRef>` (exnref).
+/// `Option<Func>` (funcref), `Option<ExternRef>` (externref), `Option<AnyRef>` (anyref) and
+/// `Option<ExnRef>` (exnref).
 pub trait WasmTy: Sized + Send + 'static {
     /// The wasm type.
     const TY: ValType;
@@ -54,12 +55,25 @@ wasm_ty!(f32, ValType::F32, |x| x.to_bits() as ValRaw, |r| {
 wasm_ty!(f64, ValType::F64, |x| x.to_bits() as ValRaw, |r| {
     f64::from_bits(r as u64)
 });
-wasm_ty!(
-    Option<ExternRef>,
-    ValType::EXTERNREF,
-    |x| x.map_or(0, |r| r.0 as ValRaw + 1),
-    |r| ExternRef::from_raw(r)
-);
+impl WasmTy for Option<ExternRef> {
+    const TY: ValType = ValType::EXTERNREF;
+    fn into_raw(self, store: &StoreOpaque) -> Result<ValRaw, Error> {
+        self.map_or(Ok(0), |r| r.to_raw(store))
+    }
+    fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Self {
+        ExternRef::from_raw(store, raw)
+    }
+}
+
+impl WasmTy for Option<AnyRef> {
+    const TY: ValType = ValType::ANYREF;
+    fn into_raw(self, store: &StoreOpaque) -> Result<ValRaw, Error> {
+        Ok(self.map_or(Ok(0), |r| r.raw_in(store))?.into())
+    }
+    fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Self {
+        AnyRef::from_raw(store, raw)
+    }
+}
 
 impl WasmTy for Option<Func> {
     const TY: ValType = ValType::FUNCREF;

@@ -381,8 +381,7 @@ pub fn to_json(v: &Val) -> Value {
         Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::from("funcref")),
         Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::from("externref")),
         Val::ExnRef(e) => e.map_or(Value::Null, |_| Value::from("exnref")),
-        Val::AnyRef(None) => Value::Null,
-        Val::AnyRef(Some(r)) => match r {},
+        Val::AnyRef(r) => r.map_or(Value::Null, |_| Value::from("anyref")),
     }
 }
 

@@ -126,6 +126,7 @@ fn value(v: &Val) -> Value {
         Val::FuncRef(f) => f.map_or(Value::Null, |_| Value::Func),
         Val::ExternRef(r) => r.map_or(Value::Null, |_| Value::Extern),
         Val::ExnRef(e) => e.map_or(Value::Null, |_| Value::Exn),
+        Val::AnyRef(r) => r.map_or(Value::Null, |_| Value::Any),
         _ => Value::Null,
     }
 }

@@ -352,8 +352,8 @@ fn typed_funcs_take_and_return_references() {
         .get_typed_func::<Option<ExternRef>, Option<ExternRef>>(&mut store, "same")
         .unwrap();
     assert_eq!(
-        same.call(&mut store, Some(ExternRef(5))).unwrap(),
-        Some(ExternRef(5))
+        same.call(&mut store, Some(ExternRef::new(5))).unwrap(),
+        Some(ExternRef::new(5))
     );
     assert_eq!(same.call(&mut store, None).unwrap(), None);
     let nine = instance

@@ -1,0 +1,210 @@
+//! The host's handles on references other than functions and exceptions: [`ExternRef`] (a
+//! host reference), [`AnyRef`] (a GC value: a struct, an array, an `i31`, or a host reference
+//! made into an `anyref`) and [`I31`]. How their bits look to generated code is
+//! `ephem_module::gc`'s.
+//!
+//! # Why no rooting
+//! wasmtime hands out `Rooted<AnyRef>`s, scoped so that its collector knows what the host
+//! holds. ephem's GC heap collects nothing yet and lives exactly as long as its store (see
+//! `gc`), so an [`AnyRef`] is a plain copyable handle: its store's id and the reference's
+//! bits. It stays valid for as long as the store does, and every use checks that it is given
+//! to its own store. When a collector comes, it will have to treat host-held handles as
+//! roots (or move to scoped roots as wasmtime does).
+
+use ephem_module::gc::{self, EXTERNALIZED, HOST_TAG, I31_TAG};
+use ephem_module::{HeapType, ValRaw};
+
+use crate::Error;
+use crate::context::AsContext;
+use crate::store::{StoreId, StoreOpaque};
+
+/// An `externref`: a number the embedder chose, which wasm can only pass around, or a GC value
+/// that wasm made into an `externref` (`extern.convert_any`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExternRef(ExternData);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum ExternData {
+    Host(u32),
+    Any(AnyRef),
+}
+
+impl ExternRef {
+    /// A host reference carrying `data`.
+    pub const fn new(data: u32) -> ExternRef {
+        ExternRef(ExternData::Host(data))
+    }
+
+    /// The number the embedder chose; `None` for a GC value made into an `externref`.
+    pub fn data(&self) -> Option<u32> {
+        match self.0 {
+            ExternData::Host(n) => Some(n),
+            ExternData::Any(_) => None,
+        }
+    }
+
+    /// `any` as an `externref`, as `extern.convert_any` makes it.
+    pub fn convert_any(any: AnyRef) -> ExternRef {
+        match any.raw & 3 {
+            HOST_TAG => ExternRef::new(((any.raw >> 2) - 1) as u32),
+            _ => ExternRef(ExternData::Any(any)),
+        }
+    }
+
+    /// The reference as generated code holds it; an error for a GC value of another store.
+    pub(crate) fn to_raw(self, store: &StoreOpaque) -> Result<ValRaw, Error> {
+        Ok(match self.0 {
+            ExternData::Host(n) => ValRaw::from(n) + 1,
+            ExternData::Any(a) => ValRaw::from(a.raw_in(store)? | EXTERNALIZED),
+        })
+    }
+
+    /// The reference in a value slot of `store`: its low 8 bytes (wasm code writes only those,
+    /// so the rest may hold what the slot held before, such as a `v128` argument), 0 for null.
+    pub(crate) fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Option<ExternRef> {
+        match raw as u64 {
+            0 => None,
+            r if r & EXTERNALIZED != 0 => Some(ExternRef(ExternData::Any(AnyRef {
+                store: store.id,
+                raw: r & !EXTERNALIZED,
+            }))),
+            r => Some(ExternRef::new((r - 1) as u32)),
+        }
+    }
+}
+
+/// A GC value: a struct, an array, an `i31`, or a host reference made into an `anyref`
+/// (`any.convert_extern`). A handle of the store that made it (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AnyRef {
+    store: StoreId,
+    raw: u64,
+}
+
+/// A 31-bit integer as a GC value (`i31ref`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct I31(u32);
+
+impl I31 {
+    /// `value`, if it fits 31 bits unsigned.
+    pub fn new_u32(value: u32) -> Option<I31> {
+        (value < 1 << 31).then_some(I31(value))
+    }
+
+    /// `value`, if it fits 31 bits signed.
+    pub fn new_i32(value: i32) -> Option<I31> {
+        (-(1 << 30)..1 << 30)
+            .contains(&value)
+            .then_some(I31(value as u32 & 0x7fff_ffff))
+    }
+
+    /// `value`'s low 31 bits (what `ref.i31` keeps).
+    pub fn wrapping_u32(value: u32) -> I31 {
+        I31(value & 0x7fff_ffff)
+    }
+
+    /// The value, zero-extended (`i31.get_u`).
+    pub fn get_u32(self) -> u32 {
+        self.0
+    }
+
+    /// The value, sign-extended (`i31.get_s`).
+    pub fn get_i32(self) -> i32 {
+        ((self.0 << 1) as i32) >> 1
+    }
+}
+
+impl AnyRef {
+    /// `value` as a GC value of `store`.
+    pub fn from_i31(store: impl AsContext, value: I31) -> AnyRef {
+        AnyRef {
+            store: store.as_context().opaque().id,
+            raw: u64::from(value.0 << 1) | I31_TAG,
+        }
+    }
+
+    /// `e` as an `anyref` of `store`, as `any.convert_extern` makes it.
+    pub fn convert_extern(store: impl AsContext, e: ExternRef) -> AnyRef {
+        match e.0 {
+            ExternData::Any(a) => a,
+            ExternData::Host(n) => AnyRef {
+                store: store.as_context().opaque().id,
+                raw: ((u64::from(n) + 1) << 2) | HOST_TAG,
+            },
+        }
+    }
+
+    /// The `i31`, if this is one.
+    pub fn as_i31(&self) -> Option<I31> {
+        (self.raw & I31_TAG != 0).then_some(I31((self.raw as u32) >> 1))
+    }
+
+    /// Whether this is an `i31`.
+    pub fn is_i31(&self) -> bool {
+        self.as_i31().is_some()
+    }
+
+    /// Whether this is a struct.
+    pub fn is_struct(&self, store: impl AsContext) -> bool {
+        self.header(store.as_context().opaque())
+            .is_some_and(|(word, _)| word & gc::ARRAY_BIT == 0)
+    }
+
+    /// Whether this is an array.
+    pub fn is_array(&self, store: impl AsContext) -> bool {
+        self.header(store.as_context().opaque())
+            .is_some_and(|(word, _)| word & gc::ARRAY_BIT != 0)
+    }
+
+    /// The array's length, if this is an array.
+    pub fn array_len(&self, store: impl AsContext) -> Option<u32> {
+        let (word, len) = self.header(store.as_context().opaque())?;
+        (word & gc::ARRAY_BIT != 0).then_some(len)
+    }
+
+    /// The object's header words (type word, length), if this is an object of `store`.
+    fn header(&self, store: &StoreOpaque) -> Option<(u32, u32)> {
+        if self.store != store.id || self.raw & 3 != 0 {
+            return None;
+        }
+        store.gc.header(self.raw)
+    }
+
+    /// The reference as generated code holds it; an error for one of another store.
+    pub(crate) fn raw_in(self, store: &StoreOpaque) -> Result<u64, Error> {
+        if self.store != store.id {
+            return Err(Error::Usage(
+                "a GC value of another store was passed to wasm".into(),
+            ));
+        }
+        Ok(self.raw)
+    }
+
+    /// The reference in a value slot of `store` (its low 8 bytes), `None` for null.
+    pub(crate) fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Option<AnyRef> {
+        let raw = raw as u64;
+        (raw != 0).then_some(AnyRef {
+            store: store.id,
+            raw,
+        })
+    }
+
+    /// Whether this (a value of `store`) is a value of `heap`, a heap type of the `any`
+    /// hierarchy whose concrete types are canonical ids.
+    pub(crate) fn fits(&self, store: &StoreOpaque, heap: HeapType) -> bool {
+        if self.store != store.id {
+            return false;
+        }
+        let header = || self.header(store).map(|(word, _)| word);
+        match heap {
+            HeapType::Any => true,
+            HeapType::Eq => self.raw & 3 != HOST_TAG,
+            HeapType::I31 => self.is_i31(),
+            HeapType::Struct => header().is_some_and(|w| w & gc::ARRAY_BIT == 0),
+            HeapType::Array => header().is_some_and(|w| w & gc::ARRAY_BIT != 0),
+            HeapType::ConcreteStruct(id) => header() == Some(id),
+            HeapType::ConcreteArray(id) => header() == Some(id | gc::ARRAY_BIT),
+            _ => false,
+        }
+    }
+}
