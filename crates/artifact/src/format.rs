@@ -194,8 +194,11 @@ pub(crate) fn small_ids(info: &ModuleInfo) -> Vec<u32> {
     (info.types.iter().enumerate())
         .map(
             |(i, t)| match ephem_module::group_of(&info.rec_groups, i as u32) {
-                Some(_) => NOT_SMALL,
-                None => t.small_id().unwrap_or(NOT_SMALL),
+                // (A type that declares subtyping is not identified by its structure alone.)
+                None if info.sub(i as u32) == ephem_module::Sub::FINAL => {
+                    t.small_id().unwrap_or(NOT_SMALL)
+                }
+                _ => NOT_SMALL,
             },
         )
         .collect()
@@ -212,6 +215,7 @@ fn type_digests(info: &ModuleInfo) -> Vec<[u8; 32]> {
         ImportKind::Func(t) | ImportKind::Tag(t) => {
             (info.types.get(*t as usize)).is_some_and(|t| t.concrete().next().is_some())
                 || ephem_module::group_of(&info.rec_groups, *t).is_some()
+                || info.sub(*t) != ephem_module::Sub::FINAL
         }
         ImportKind::Table(t) => concrete(&t.elem),
         ImportKind::Global(g) => concrete(&g.ty),
@@ -229,7 +233,8 @@ fn type_digests(info: &ModuleInfo) -> Vec<[u8; 32]> {
             Some(d) => out.extend_from_slice(d),
             None => out.extend_from_slice(&t.to_le_bytes()),
         };
-        ephem_module::type_key(types, &info.rec_groups, i, &mut key, outside);
+        let sub = |t: u32| info.sub(t);
+        ephem_module::type_key(types, &sub, &info.rec_groups, i, &mut key, outside);
         digests.push(*blake3::hash(&key).as_bytes());
     }
     digests

@@ -102,13 +102,18 @@ pub(crate) fn heap_type(h: wasmparser::HeapType, types: &[TypeDef]) -> Result<He
     })
 }
 
-/// A type of a module's type section, final and declaring no supertype (the part of GC's
-/// types ephem implements), naming `types`.
+/// What a type of a module's type section declares of subtyping.
+fn sub_of(sub: &wasmparser::SubType) -> Sub {
+    Sub {
+        // (Validated: at most one, a module index.)
+        supertype: sub.supertype_idxs.first().and_then(|s| s.as_module_index()),
+        is_final: sub.is_final,
+    }
+}
+
+/// A type of a module's type section, naming `types`.
 fn type_def(sub: &wasmparser::SubType, types: &[TypeDef]) -> Result<TypeDef, CompileError> {
     let unsupported = |what: &str| Err(CompileError::Unsupported(format!("{what} (GC)")));
-    if !sub.is_final || !sub.supertype_idxs.is_empty() {
-        return unsupported("a type that declares or allows subtypes");
-    }
     let c = &sub.composite_type;
     if c.shared || c.descriptor_idx.is_some() || c.describes_idx.is_some() {
         return unsupported("a shared type, or one with a descriptor");
@@ -296,6 +301,14 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                     for (k, sub) in group.types().enumerate() {
                         let ty = type_def(sub, &info.types)?;
                         info.types[start as usize + k] = ty;
+                        // (`subs` stays empty until a type declares something.)
+                        let declared = sub_of(sub);
+                        if declared != Sub::FINAL && info.subs.is_empty() {
+                            info.subs = vec![Sub::FINAL; start as usize + k];
+                        }
+                        if info.subs.len() == start as usize + k {
+                            info.subs.push(declared);
+                        }
                     }
                     let len = info.types.len() as u32 - start;
                     if len > 1 {

@@ -53,9 +53,40 @@ impl ModuleInfo {
                 return Err(format!("type {i} names {h:?}, not a type of that kind"));
             }
         }
+        // What types declare of subtyping: a supertype before them, of their kind, not final.
+        if !self.subs.is_empty() && self.subs.len() != types {
+            return Err("one subtyping declaration per type is wanted".into());
+        }
+        for (i, sub) in self.subs.iter().enumerate() {
+            let Some(s) = sub.supertype else { continue };
+            let kind = |t: u32| self.types[t as usize].heap(0);
+            if s as usize >= i || self.sub(s).is_final || kind(s) != kind(i as u32) {
+                return Err(format!("type {i} cannot declare type {s} its supertype"));
+            }
+        }
         // Types compare as WebAssembly compares them: a module may declare one type twice.
         let reps = self.representatives();
         let canon = |t: ValType| t.map_concrete(|c| reps[c as usize]);
+        // Whether representative `a` is below representative `b` by declared supertypes.
+        let below = |a: u32, b: u32| {
+            let mut t = a;
+            while let Some(s) = self.sub(t).supertype.filter(|&s| s < t) {
+                if reps[s as usize] == b {
+                    return true;
+                }
+                t = s;
+            }
+            false
+        };
+        let fits = |t: ValType, want: ValType| canon(t).matches_with(canon(want), &below);
+        // A declared supertype's fields, parameters and results fit the subtype's.
+        for (i, sub) in self.subs.iter().enumerate() {
+            if let Some(s) = sub.supertype
+                && !self.extends(&self.types[i], &self.types[s as usize], &fits)
+            {
+                return Err(format!("type {i} does not extend its supertype {s}"));
+            }
+        }
         let concrete_ok = |t: ValType| t.as_ref().is_none_or(|r| kind_ok(r.heap));
         let value_types = (self.tables.iter().map(|t| t.elem))
             .chain(self.globals.iter().map(|g| g.ty))
@@ -145,18 +176,18 @@ impl ModuleInfo {
                 ConstExpr::Extended(i) => self
                     .extended
                     .get(i as usize)
-                    .and_then(|ops| self.extended_type(ops, visible, &reps))
-                    .is_some_and(|t| canon(t).matches(canon(want))),
+                    .and_then(|ops| self.extended_type(ops, visible, &fits))
+                    .is_some_and(|t| fits(t, want)),
                 ConstExpr::RefNull => matches!(want, ValType::Ref(r) if r.nullable),
                 ConstExpr::RefFunc(f) => self.funcs.get(f as usize).is_some_and(|&t| {
                     let ty = RefType {
                         nullable: false,
                         heap: HeapType::ConcreteFunc(reps[t as usize]),
                     };
-                    ValType::Ref(ty).matches(canon(want))
+                    ValType::Ref(ty).matches_with(canon(want), &below)
                 }),
                 ConstExpr::GlobalGet(g) => {
-                    g < visible && canon(self.globals[g as usize].ty).matches(canon(want))
+                    g < visible && fits(self.globals[g as usize].ty, want)
                 }
             };
             if ok {
@@ -212,7 +243,7 @@ impl ModuleInfo {
             }
             if let SegmentMode::Active { index, offset } = &seg.mode {
                 let table = self.tables.get(*index as usize);
-                let Some(table) = table.filter(|t| canon(seg.ty).matches(canon(t.elem))) else {
+                let Some(table) = table.filter(|t| fits(seg.ty, t.elem)) else {
                     return Err(format!("element segment {i} does not fit table {index}"));
                 };
                 const_type(offset, table.index_type(), all)?;
@@ -242,6 +273,7 @@ impl ModuleInfo {
         let concrete = |t: &ValType| t.concrete().is_some();
         let any_concrete = self.types.iter().any(|t| t.concrete().next().is_some())
             || !self.rec_groups.is_empty()
+            || !self.subs.is_empty()
             || self.tables.iter().any(|t| concrete(&t.elem))
             || self.globals.iter().any(|g| concrete(&g.ty))
             || self.elems.iter().any(|e| concrete(&e.ty));
@@ -255,22 +287,55 @@ impl ModuleInfo {
         let mut key = Vec::new();
         for i in 0..self.types.len() as u32 {
             let outside = &mut |c: u32, out: &mut Vec<u8>| crate::id_key(reps[c as usize], out);
-            crate::type_key(&self.types, &self.rec_groups, i, &mut key, outside);
+            let sub = |t: u32| self.sub(t);
+            crate::type_key(&self.types, &sub, &self.rec_groups, i, &mut key, outside);
             reps.push(*first.entry(key.clone()).or_insert(i));
         }
         reps
     }
 
+    /// Whether `sub` may declare `sup` its supertype (of one kind, checked before): its
+    /// signature takes what `sup`'s takes and returns what it returns, or its fields begin
+    /// with `sup`'s, each the same where mutable and below where not.
+    fn extends(&self, sub: &TypeDef, sup: &TypeDef, fits: &dyn Fn(ValType, ValType) -> bool) -> bool {
+        let field = |a: &FieldType, b: &FieldType| {
+            a.mutable == b.mutable
+                && match (a.storage, b.storage) {
+                    (StorageType::Val(x), StorageType::Val(y)) => {
+                        fits(x, y) && (!a.mutable || fits(y, x))
+                    }
+                    (x, y) => x == y,
+                }
+        };
+        match (sub, sup) {
+            (TypeDef::Func(a), TypeDef::Func(b)) => {
+                a.params.len() == b.params.len()
+                    && a.results.len() == b.results.len()
+                    && a.params.iter().zip(&b.params).all(|(&x, &y)| fits(y, x))
+                    && a.results.iter().zip(&b.results).all(|(&x, &y)| fits(x, y))
+            }
+            (TypeDef::Struct(a), TypeDef::Struct(b)) => {
+                a.len() >= b.len() && a.iter().zip(b).all(|(x, y)| field(x, y))
+            }
+            (TypeDef::Array(a), TypeDef::Array(b)) => field(a, b),
+            _ => false,
+        }
+    }
+
     /// The type an extended constant expression leaves, if it is a well-typed program that
     /// reads only globals among the first `visible`, names only types and functions that
-    /// exist (a struct or array type where it makes one) and leaves exactly one value. `reps`
-    /// are the types' representatives ([`ModuleInfo::representatives`]).
-    fn extended_type(&self, ops: &[ConstOp], visible: u32, reps: &[u32]) -> Option<ValType> {
-        let canon = |t: ValType| t.map_concrete(|c| reps[c as usize]);
+    /// exist (a struct or array type where it makes one) and leaves exactly one value.
+    /// `fits(t, want)` says whether a value of `t` is one of `want`.
+    fn extended_type(
+        &self,
+        ops: &[ConstOp],
+        visible: u32,
+        fits: &dyn Fn(ValType, ValType) -> bool,
+    ) -> Option<ValType> {
         let mut stack: Vec<ValType> = Vec::new();
         let pop = |stack: &mut Vec<ValType>, want: ValType| -> Option<()> {
             let t = stack.pop()?;
-            canon(t).matches(canon(want)).then_some(())
+            fits(t, want).then_some(())
         };
         let unpacked = |f: &FieldType| match f.storage {
             StorageType::Val(t) => t,

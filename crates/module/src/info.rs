@@ -113,6 +113,9 @@ pub struct ModuleInfo {
     /// The recursion groups of more than one type, in order (see [`crate::RecGroup`]); empty
     /// for most modules.
     pub rec_groups: Vec<crate::RecGroup>,
+    /// What each type declares of subtyping, by index; empty when every type is final and
+    /// names no supertype (WebAssembly 2.0's types, and most modules'). See [`ModuleInfo::sub`].
+    pub subs: Vec<crate::Sub>,
     pub imports: Vec<Import>,
     /// Type index of every function, imported ones first.
     pub funcs: Vec<u32>,
@@ -238,6 +241,23 @@ impl ModuleInfo {
     pub fn defined_funcs(&self) -> usize {
         self.funcs.len() - self.imported_funcs as usize
     }
+    /// What type `ty` declares of subtyping (see [`ModuleInfo::subs`]).
+    pub fn sub(&self, ty: u32) -> crate::Sub {
+        self.subs.get(ty as usize).copied().unwrap_or(crate::Sub::FINAL)
+    }
+    /// Whether type `a` is `b` or declares it as a supertype, directly or not (supertypes
+    /// come before their subtypes, so the walk ends).
+    pub fn is_subtype(&self, mut a: u32, b: u32) -> bool {
+        loop {
+            if a == b {
+                return true;
+            }
+            match self.sub(a).supertype {
+                Some(s) if s < a => a = s,
+                _ => return false,
+            }
+        }
+    }
     /// Whether code compares accesses to memory `m` with its length (see
     /// [`ModuleInfo::faults_bound`]); where not, the memory must be tight.
     pub fn checks_memory(&self, m: u32) -> bool {
@@ -261,6 +281,10 @@ impl ArchivedModuleInfo {
     }
     pub fn defined_funcs(&self) -> usize {
         self.funcs.len() - self.imported_funcs.to_native() as usize
+    }
+    /// See [`ModuleInfo::sub`].
+    pub fn sub(&self, ty: u32) -> crate::Sub {
+        self.subs.get(ty as usize).map_or(crate::Sub::FINAL, |s| s.native())
     }
     /// See [`ModuleInfo::checks_memory`].
     pub fn checks_memory(&self, m: u32) -> bool {

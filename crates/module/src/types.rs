@@ -106,13 +106,21 @@ impl HeapType {
     }
 
     /// Whether `self` is a subtype of `other`, where concrete indices of both are in one
-    /// index space and equal types have equal indices (canonical ids, or one module's types).
-    /// Every type is final (ephem refuses declared subtypes), so a concrete type is below
-    /// only itself and its abstract kinds.
+    /// index space and equal types have equal indices (canonical ids, or one module's types),
+    /// and no concrete type declares a supertype (see [`HeapType::matches_with`]).
     pub fn matches(self, other: HeapType) -> bool {
+        self.matches_with(other, &|_, _| false)
+    }
+
+    /// As [`HeapType::matches`], where `below(a, b)` says whether concrete type `a` is a
+    /// declared subtype (directly or not) of `b`, another type of its kind.
+    pub fn matches_with(self, other: HeapType, below: &dyn Fn(u32, u32) -> bool) -> bool {
         use HeapType::*;
         match (self, other) {
             (a, b) if a == b => true,
+            (ConcreteFunc(a), ConcreteFunc(b))
+            | (ConcreteStruct(a), ConcreteStruct(b))
+            | (ConcreteArray(a), ConcreteArray(b)) => below(a, b),
             (NoFunc, ConcreteFunc(_) | Func) | (ConcreteFunc(_), Func) => true,
             (NoExtern, Extern) | (NoExn, Exn) => true,
             (None, b) => b.is_any(),
@@ -189,7 +197,12 @@ impl RefType {
 
     /// See [`HeapType::matches`]; a nullable type is never below a non-nullable one.
     pub fn matches(self, other: RefType) -> bool {
-        (!self.nullable || other.nullable) && self.heap.matches(other.heap)
+        self.matches_with(other, &|_, _| false)
+    }
+
+    /// See [`HeapType::matches_with`].
+    pub fn matches_with(self, other: RefType, below: &dyn Fn(u32, u32) -> bool) -> bool {
+        (!self.nullable || other.nullable) && self.heap.matches_with(other.heap, below)
     }
 }
 
@@ -257,8 +270,13 @@ impl ValType {
 
     /// Whether `self` is a subtype of `other` (see [`HeapType::matches`] for the indices).
     pub fn matches(self, other: ValType) -> bool {
+        self.matches_with(other, &|_, _| false)
+    }
+
+    /// See [`HeapType::matches_with`].
+    pub fn matches_with(self, other: ValType, below: &dyn Fn(u32, u32) -> bool) -> bool {
         match (self, other) {
-            (ValType::Ref(a), ValType::Ref(b)) => a.matches(b),
+            (ValType::Ref(a), ValType::Ref(b)) => a.matches_with(b, below),
             (a, b) => a == b,
         }
     }
@@ -418,6 +436,7 @@ pub fn group_of(groups: &[RecGroup], i: u32) -> Option<RecGroup> {
 /// earlier types or members of their own group (`ModuleInfo::check`).
 pub fn type_key<T: KeyedType>(
     types: &[T],
+    sub: &dyn Fn(u32) -> Sub,
     groups: &[RecGroup],
     i: u32,
     out: &mut Vec<u8>,
@@ -429,10 +448,12 @@ pub fn type_key<T: KeyedType>(
         let Some(ty) = types.get(i as usize) else {
             return out.clear();
         };
-        return ty.key_into(out, &mut |c, o| match c < i {
+        let mut concrete = |c: u32, o: &mut Vec<u8>| match c < i {
             true => outside(c, o),
             false => o.push(1),
-        });
+        };
+        ty.key_into(out, &mut concrete);
+        return sub(i).prefix_key(out, &mut concrete);
     };
     out.clear();
     // A lone type's key starts with its parameter count, never `u32::MAX`.
@@ -440,14 +461,16 @@ pub fn type_key<T: KeyedType>(
     out.extend_from_slice(&g.len.to_le_bytes());
     out.extend_from_slice(&(i - g.start).to_le_bytes());
     let mut member = Vec::new();
-    for ty in types.iter().skip(g.start as usize).take(g.len as usize) {
-        ty.key_into(&mut member, &mut |c, o| match c.checked_sub(g.start) {
+    for (m, ty) in (g.start..).zip(types.iter().skip(g.start as usize).take(g.len as usize)) {
+        let mut concrete = |c: u32, o: &mut Vec<u8>| match c.checked_sub(g.start) {
             Some(at) if at < g.len => {
                 o.push(2);
                 o.extend_from_slice(&at.to_le_bytes());
             }
             _ => outside(c, o),
-        });
+        };
+        ty.key_into(&mut member, &mut concrete);
+        sub(m).prefix_key(&mut member, &mut concrete);
         out.extend_from_slice(&(member.len() as u32).to_le_bytes());
         out.extend_from_slice(&member);
     }
@@ -605,8 +628,66 @@ pub struct FuncType {
     pub results: Vec<ValType>,
 }
 
-/// A type of a module's type section (WebAssembly 3.0's composite types). Every type is final
-/// and declares no supertype: ephem refuses the rest of GC's subtyping.
+/// What a type of a module's type section declares of subtyping (GC): its supertype, if any
+/// (an earlier type of its kind), and whether it is final (no type may name it as its
+/// supertype). WebAssembly 2.0's types are final and name none ([`Sub::FINAL`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
+pub struct Sub {
+    pub supertype: Option<u32>,
+    pub is_final: bool,
+}
+
+/// A key of a type that declares a supertype or is not final starts with this in place of a
+/// signature's parameter count (see [`type_key`]).
+const SUB_KEY: u32 = u32::MAX - 3;
+
+impl Sub {
+    pub const FINAL: Sub = Sub {
+        supertype: None,
+        is_final: true,
+    };
+
+    /// Puts what identifies this declaration before the type's own key `out` (nothing for
+    /// [`Sub::FINAL`], so that such a type's key is its own), a supertype written by
+    /// `concrete`.
+    fn prefix_key(self, out: &mut Vec<u8>, concrete: &mut dyn FnMut(u32, &mut Vec<u8>)) {
+        if self == Sub::FINAL {
+            return;
+        }
+        let mut prefix = SUB_KEY.to_le_bytes().to_vec();
+        prefix.push(self.is_final as u8);
+        match self.supertype {
+            Some(s) => {
+                prefix.push(1);
+                concrete(s, &mut prefix);
+            }
+            None => prefix.push(0),
+        }
+        out.splice(0..0, prefix);
+    }
+}
+
+impl Sub {
+    /// This declaration with its supertype's index mapped by `f` (to a canonical id).
+    pub fn canonical(self, f: impl FnOnce(u32) -> u32) -> Sub {
+        Sub {
+            supertype: self.supertype.map(f),
+            ..self
+        }
+    }
+}
+
+impl ArchivedSub {
+    pub fn native(&self) -> Sub {
+        Sub {
+            supertype: self.supertype.as_ref().map(|s| s.to_native()),
+            is_final: self.is_final,
+        }
+    }
+}
+
+/// A type of a module's type section (WebAssembly 3.0's composite types); what it declares of
+/// subtyping is beside it ([`ModuleInfo::subs`](crate::ModuleInfo::subs)).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
 pub enum TypeDef {
     /// A function signature.

@@ -178,6 +178,9 @@ macro_rules! for_each_builtin {
             /// object, 5 when a data or element segment's range is out of bounds. Their arrays
             /// are non-null (generated code checks), and an array index out of bounds is flag 1.
             GcAlloc gc_alloc(ty: i32, len: i32) -> i64;
+            /// (actual, expected) -> 1 when the type with canonical id `actual` is a declared
+            /// subtype (directly or not) of the one with id `expected`, else 0
+            IsSubtype is_subtype(actual: i32, expected: i32) -> i32;
             /// (type, len, lo, hi) -> a new array of `len` elements, each the value whose
             /// low 8 bytes are `lo` and high 8 `hi`; or a GC flag
             ArrayNew array_new(ty: i32, len: i32, lo: i64, hi: i64) -> i64;

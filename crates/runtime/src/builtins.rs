@@ -411,6 +411,13 @@ builtin! {
 }
 
 builtin! {
+    /// The slow path of a cast to, or an indirect call of, a type that is not final.
+    fn is_subtype[_i, store](actual: u32, expected: u32) -> u32 {
+        u32::from(store.engine.is_subtype(actual, expected))
+    }
+}
+
+builtin! {
     /// `array.new`: a new array of `len` elements of one value, or a GC flag.
     fn array_new[i, store](ty: u32, len: u32, lo: u64, hi: u64) -> u64 {
         if let Some(stop) = i.begin_bulk(store, u64::from(len)) {

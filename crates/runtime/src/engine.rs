@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use ephem_artifact::{Artifact, ArtifactKey};
 use ephem_code_memory::{CodePool, PoolConfig};
-use ephem_module::{ArchivedTypeDef, FuncType, RecGroup, TypeDef};
+use ephem_module::{ArchivedTypeDef, FuncType, RecGroup, Sub, TypeDef};
 
 use crate::memory::{MemoryConfig, MemoryPool};
 
@@ -119,6 +119,9 @@ struct Types {
     /// By id minus [`REGISTERED`]. Shared with every [`crate::Func`] of the type: cloning a
     /// function allocates nothing.
     list: Vec<Registered>,
+    /// What each registered type declares of subtyping (its supertype as a canonical id), by
+    /// id minus [`REGISTERED`]. A small id's type is final and declares no supertype.
+    subs: Vec<Sub>,
 }
 
 /// A registered type: a signature shared with functions, or a struct or an array type (which
@@ -177,28 +180,48 @@ const REGISTERED: u32 = 1 << 30;
 
 impl Types {
     /// The id of the type with `key`, registering it as `ty(id)` makes it if it is new.
-    fn id(&mut self, key: &[u8], ty: impl FnOnce(u32) -> TypeDef) -> u32 {
+    fn id(&mut self, key: &[u8], ty: impl FnOnce(u32) -> (TypeDef, Sub)) -> u32 {
         if let Some(&id) = self.ids.get(key) {
             return id;
         }
         let id = REGISTERED + self.list.len() as u32;
-        self.list.push(ty(id).into());
+        let (ty, sub) = ty(id);
+        self.list.push(ty.into());
+        self.subs.push(sub);
         self.ids.insert(key.into(), id);
         id
     }
 
     /// The ids of a recursion group whose members have `keys`: consecutive, the first the
     /// group's; a group not seen before gets new ones, and `types(first)` its members.
-    fn group(&mut self, keys: &[Vec<u8>], types: impl FnOnce(u32) -> Vec<TypeDef>) -> u32 {
+    fn group(&mut self, keys: &[Vec<u8>], types: impl FnOnce(u32) -> Vec<(TypeDef, Sub)>) -> u32 {
         if let Some(&first) = self.ids.get(keys[0].as_slice()) {
             return first;
         }
         let first = REGISTERED + self.list.len() as u32;
-        for (k, (key, ty)) in keys.iter().zip(types(first)).enumerate() {
+        for (k, (key, (ty, sub))) in keys.iter().zip(types(first)).enumerate() {
             self.list.push(ty.into());
+            self.subs.push(sub);
             self.ids.insert(key.as_slice().into(), first + k as u32);
         }
         first
+    }
+
+    /// Whether the type with id `a` is the one with id `b` or declares it a supertype, directly
+    /// or not. Supertypes are registered before their subtypes, so the walk ends.
+    fn is_subtype(&self, mut a: u32, b: u32) -> bool {
+        loop {
+            if a == b {
+                return true;
+            }
+            let Some(sub) = a.checked_sub(REGISTERED).and_then(|i| self.subs.get(i as usize)) else {
+                return false;
+            };
+            match sub.supertype {
+                Some(s) if s < a => a = s,
+                _ => return false,
+            }
+        }
     }
 }
 
@@ -393,7 +416,7 @@ impl Engine {
         let mut key = Vec::new();
         ty.key(&mut key, &mut ephem_module::id_key);
         let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
-        reg.id(&key, |_| ty.clone().into())
+        reg.id(&key, |_| (ty.clone().into(), Sub::FINAL))
     }
 
     /// The canonical ids of the types of `artifact`'s module: only types without a small id
@@ -404,16 +427,19 @@ impl Engine {
         artifact.type_ids(self.id(), || {
             let info = artifact.info();
             let groups: Vec<RecGroup> = info.rec_groups.iter().map(|g| g.native()).collect();
-            self.register(&info.types, &groups, artifact.small_ids())
+            let subs: Vec<Sub> = (0..info.types.len() as u32).map(|t| info.sub(t)).collect();
+            self.register(&info.types, &subs, &groups, artifact.small_ids())
         })
     }
 
     fn register(
         &self,
         types: &[ArchivedTypeDef],
+        subs: &[Sub],
         groups: &[RecGroup],
         small: impl ExactSizeIterator<Item = Option<u32>>,
     ) -> Vec<u32> {
+        let sub = |t: u32| subs[t as usize];
         let mut key = Vec::new();
         let mut reg = None;
         let mut ids: Vec<u32> = Vec::with_capacity(types.len());
@@ -422,7 +448,7 @@ impl Engine {
         let key_of = |m: u32, ids: &[u32], key: &mut Vec<u8>| {
             let outside =
                 &mut |c: u32, out: &mut Vec<u8>| ephem_module::id_key(ids[c as usize], out);
-            ephem_module::type_key(types, groups, m, key, outside);
+            ephem_module::type_key(types, &sub, groups, m, key, outside);
         };
         for (i, small) in (0..types.len() as u32).zip(small) {
             if let Some(id) = small {
@@ -434,9 +460,9 @@ impl Engine {
             let Some(g) = ephem_module::group_of(groups, i) else {
                 key_of(i, &ids, &mut key);
                 let id = reg.id(&key, |own| {
-                    types[i as usize]
-                        .native()
-                        .map_concrete(|c| ids.get(c as usize).copied().unwrap_or(own))
+                    let canonical = |c: u32| ids.get(c as usize).copied().unwrap_or(own);
+                    let ty = types[i as usize].native().map_concrete(canonical);
+                    (ty, sub(i).canonical(canonical))
                 });
                 ids.push(id);
                 continue;
@@ -454,18 +480,32 @@ impl Engine {
             let first = reg.group(&keys, |first| {
                 (g.start..g.start + g.len)
                     .map(|m| {
-                        types[m as usize]
-                            .native()
-                            .map_concrete(|c| match c.checked_sub(g.start) {
-                                Some(at) if at < g.len => first + at,
-                                _ => ids[c as usize],
-                            })
+                        let canonical = |c: u32| match c.checked_sub(g.start) {
+                            Some(at) if at < g.len => first + at,
+                            _ => ids[c as usize],
+                        };
+                        let ty = types[m as usize].native().map_concrete(canonical);
+                        (ty, sub(m).canonical(canonical))
                     })
                     .collect()
             });
             ids.extend(first..first + g.len);
         }
         ids
+    }
+
+    /// Whether the type with canonical id `a` is the one with id `b` or one of its declared
+    /// subtypes, directly or not.
+    pub fn is_subtype(&self, a: u32, b: u32) -> bool {
+        a == b || {
+            let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+            types.is_subtype(a, b)
+        }
+    }
+
+    /// Whether a value of `a` is one of `b`, both of this engine's canonical ids.
+    pub fn matches(&self, a: ephem_module::ValType, b: ephem_module::ValType) -> bool {
+        a.matches_with(b, &|x, y| self.is_subtype(x, y))
     }
 
     /// The type with canonical id `id` (as a concrete reference type of this engine names it),

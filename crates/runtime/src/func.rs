@@ -102,7 +102,9 @@ impl Val {
             (Val::ExnRef(None), h) if h.is_exn() => r.nullable,
             (Val::ExnRef(Some(e)), HeapType::Exn) => e.0.store == store.id,
             (Val::FuncRef(Some(_)), HeapType::Func) => true,
-            (Val::FuncRef(Some(f)), HeapType::ConcreteFunc(id)) => Func::type_id(*f, store) == id,
+            (Val::FuncRef(Some(f)), HeapType::ConcreteFunc(id)) => {
+                store.engine.is_subtype(Func::type_id(*f, store), id)
+            }
             (Val::ExternRef(Some(e)), HeapType::Extern) => e.to_raw(store).is_ok(),
             _ => false,
         }

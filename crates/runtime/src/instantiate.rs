@@ -430,7 +430,7 @@ pub(crate) fn check_import(
     };
     match (&import.kind, ext) {
         (ImportKind::Func(t), Extern::Func(f)) => {
-            if f.type_id(store) != m.type_ids[*t as usize] {
+            if !(m.engine).is_subtype(f.type_id(store), m.type_ids[*t as usize]) {
                 let expected = m.canonical_func(*t);
                 let actual = FuncType::clone(&f.shared_ty(store));
                 return Err(mismatch(
@@ -468,7 +468,7 @@ pub(crate) fn check_import(
             // cannot change may be of a subtype.
             let fits = match ty.mutable {
                 true => actual == *ty,
-                false => !actual.mutable && actual.ty.matches(ty.ty),
+                false => !actual.mutable && m.engine.matches(actual.ty, ty.ty),
             };
             if !fits {
                 return Err(mismatch(

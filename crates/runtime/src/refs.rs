@@ -202,8 +202,12 @@ impl AnyRef {
             HeapType::I31 => self.is_i31(),
             HeapType::Struct => header().is_some_and(|w| w & gc::ARRAY_BIT == 0),
             HeapType::Array => header().is_some_and(|w| w & gc::ARRAY_BIT != 0),
-            HeapType::ConcreteStruct(id) => header() == Some(id),
-            HeapType::ConcreteArray(id) => header() == Some(id | gc::ARRAY_BIT),
+            HeapType::ConcreteStruct(id) => header().is_some_and(|w| {
+                w & gc::ARRAY_BIT == 0 && store.engine.is_subtype(w, id)
+            }),
+            HeapType::ConcreteArray(id) => header().is_some_and(|w| {
+                w & gc::ARRAY_BIT != 0 && store.engine.is_subtype(w & !gc::ARRAY_BIT, id)
+            }),
             _ => false,
         }
     }

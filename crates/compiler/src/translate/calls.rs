@@ -151,8 +151,13 @@ impl Translator<'_, '_> {
             self.vmctx,
             self.env.offsets.type_id(type_index) as i32,
         );
-        let mismatch = self.b.ins().icmp(IntCC::NotEqual, actual, expected);
-        self.b.ins().trapnz(mismatch, code::BAD_SIGNATURE);
+        if self.env.info.sub(type_index).is_final {
+            let mismatch = self.b.ins().icmp(IntCC::NotEqual, actual, expected);
+            self.b.ins().trapnz(mismatch, code::BAD_SIGNATURE);
+        } else {
+            let fits = self.same_or_below(actual, expected, type_index);
+            self.b.ins().trapz(fits, code::BAD_SIGNATURE);
+        }
         self.call_funcref(funcref, type_index, tail);
     }
 

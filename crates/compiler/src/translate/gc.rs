@@ -214,8 +214,7 @@ impl Translator<'_, '_> {
                 self.when_header(r, None, |t, _| {
                     let actual =
                         (t.b.ins()).load(I32, trusted(), r, VmOffsets::FUNCREF_TYPE_ID as i32);
-                    let same = t.b.ins().icmp(IntCC::Equal, actual, expected);
-                    t.b.ins().uextend(I32, same)
+                    t.same_or_below(actual, expected, ty)
                 })
             }
             HeapType::Struct | HeapType::Array | HeapType::ConcreteStruct(_) => {
@@ -226,14 +225,37 @@ impl Translator<'_, '_> {
         self.b.ins().select(null, when_null, non_null)
     }
 
+    /// Whether canonical id `actual` is `expected`, the id of module type `ty`, or (when `ty`
+    /// is not final) one of its subtypes, which the runtime is asked only when they differ:
+    /// an `i32` 0 or 1.
+    pub(super) fn same_or_below(&mut self, actual: Value, expected: Value, ty: u32) -> Value {
+        let same = self.b.ins().icmp(IntCC::Equal, actual, expected);
+        if self.env.info.sub(ty).is_final {
+            return self.b.ins().uextend(I32, same);
+        }
+        let ask = self.b.create_block();
+        let join = self.b.create_block();
+        let v = self.b.append_block_param(join, I32);
+        self.b.set_cold_block(ask);
+        let one = self.b.ins().iconst(I32, 1);
+        self.b.ins().brif(same, join, &[one.into()], ask, &[]);
+        self.b.seal_block(ask);
+        self.b.switch_to_block(ask);
+        let below = self.builtin(Builtin::IsSubtype, &[actual, expected]).expect("a result");
+        self.b.ins().jump(join, &[below.into()]);
+        self.b.seal_block(join);
+        self.b.switch_to_block(join);
+        v
+    }
+
     /// Of a non-null `anyref` `r`: whether it is an object of `heap` (`struct`, `array` or a
     /// concrete one of them), reading its header only when it is an object.
     fn object_test(&mut self, r: Value, heap: HeapType) -> Value {
         let expected = match heap {
-            HeapType::ConcreteStruct(ty) => Some(self.canonical_id(ty)),
+            HeapType::ConcreteStruct(ty) => Some((ty, self.canonical_id(ty))),
             HeapType::ConcreteArray(ty) => {
                 let id = self.canonical_id(ty);
-                Some(self.b.ins().bor_imm_u(id, gc::ARRAY_BIT as i64))
+                Some((ty, self.b.ins().bor_imm_u(id, gc::ARRAY_BIT as i64)))
             }
             _ => None,
         };
@@ -243,7 +265,19 @@ impl Translator<'_, '_> {
             let obj = t.object(r);
             let word = t.b.ins().load(I32, trusted(), obj, gc::TYPE_ID as i32);
             let v = match (heap, expected) {
-                (_, Some(expected)) => t.b.ins().icmp(IntCC::Equal, word, expected),
+                // (A supertype is of its subtype's kind: the runtime compares ids alone.)
+                (_, Some((ty, expected))) => {
+                    let same = t.b.ins().icmp(IntCC::Equal, word, expected);
+                    if t.env.info.sub(ty).is_final {
+                        same
+                    } else {
+                        let mask = !(gc::ARRAY_BIT as i64);
+                        let (actual, expected) =
+                            (t.b.ins().band_imm_u(word, mask), t.b.ins().band_imm_u(expected, mask));
+                        let below = t.same_or_below(actual, expected, ty);
+                        t.b.ins().icmp_imm_u(IntCC::NotEqual, below, 0)
+                    }
+                }
                 (HeapType::Array, None) => {
                     t.b.ins()
                         .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, word, gc::ARRAY_BIT as i64)
