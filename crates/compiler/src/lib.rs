@@ -110,14 +110,12 @@ pub struct Proposals {
     /// `rethrow` (what clang emits by default, and Emscripten's older builds; wasmtime does
     /// not run it).
     pub legacy_exceptions: bool,
-    /// Of garbage collection, its types: recursion groups (types that name each other,
-    /// identified by their group, iso-recursively, in every module), struct and array types,
-    /// and the references of the `any` hierarchy (`anyref`, `eqref`, `i31ref`, `structref`,
-    /// `arrayref`, `nullref`, concrete struct and array types) in signatures, locals, globals
-    /// and tables. Only null is a value of those: GC's instructions, which would make one, are
-    /// refused, and so are declared subtypes (validation runs with GC on, so that the types are
-    /// read).
-    pub gc_types: bool,
+    /// Garbage collection: recursion groups (types that name each other, identified by their
+    /// group, iso-recursively, in every module), struct and array types with subtyping, the
+    /// references of the `any` hierarchy (`anyref`, `eqref`, `i31ref`, `structref`,
+    /// `arrayref`, `nullref`, concrete struct and array types), and the instructions that make
+    /// and read GC objects, cast and convert them. Builds on typed function references.
+    pub gc: bool,
     /// Memories of one-byte pages (`(pagesize 1)`), besides WebAssembly's 64 KiB ones. Code
     /// that reaches such a memory always checks bounds: a fault can only stop an access a
     /// whole host page past the end.
@@ -147,7 +145,7 @@ impl Proposals {
         wide_arithmetic: true,
         exceptions: true,
         legacy_exceptions: true,
-        gc_types: true,
+        gc: true,
         custom_page_sizes: true,
         memory64: true,
         threads: true,
@@ -163,7 +161,7 @@ impl Proposals {
         wide_arithmetic: false,
         exceptions: false,
         legacy_exceptions: false,
-        gc_types: false,
+        gc: false,
         custom_page_sizes: false,
         memory64: false,
         threads: false,

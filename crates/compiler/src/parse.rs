@@ -29,7 +29,7 @@ pub fn features(proposals: Proposals) -> WasmFeatures {
         (proposals.reference_types, WasmFeatures::REFERENCE_TYPES),
         // (GC's types build on typed function references: off with them.)
         (
-            proposals.gc_types && proposals.function_references,
+            proposals.gc && proposals.function_references,
             WasmFeatures::GC,
         ),
     ] {
@@ -64,7 +64,10 @@ fn ref_type(r: wasmparser::RefType, types: &[TypeDef]) -> Result<ValType, Compil
 }
 
 /// `h`, where a concrete type is one of `types` (its kind is what matters).
-pub(crate) fn heap_type(h: wasmparser::HeapType, types: &[TypeDef]) -> Result<HeapType, CompileError> {
+pub(crate) fn heap_type(
+    h: wasmparser::HeapType,
+    types: &[TypeDef],
+) -> Result<HeapType, CompileError> {
     use wasmparser::{AbstractHeapType as A, HeapType as H, UnpackedIndex};
     Ok(match h {
         H::Abstract { shared: false, ty } => match ty {
@@ -303,10 +306,8 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                         info.types[start as usize + k] = ty;
                         // (`subs` stays empty until a type declares something.)
                         let declared = sub_of(sub);
-                        if declared != Sub::FINAL && info.subs.is_empty() {
-                            info.subs = vec![Sub::FINAL; start as usize + k];
-                        }
-                        if info.subs.len() == start as usize + k {
+                        if declared != Sub::FINAL || !info.subs.is_empty() {
+                            info.subs.resize(start as usize + k, Sub::FINAL);
                             info.subs.push(declared);
                         }
                     }
@@ -366,7 +367,9 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                     let table = table?;
                     let init = match table.init {
                         wasmparser::TableInit::RefNull => ConstExpr::RefNull,
-                        wasmparser::TableInit::Expr(e) => const_expr(&e, &info.types, &mut info.extended)?,
+                        wasmparser::TableInit::Expr(e) => {
+                            const_expr(&e, &info.types, &mut info.extended)?
+                        }
                     };
                     info.tables.push(table_type(table.ty, &info.types)?);
                     info.table_inits.push(init);
@@ -381,8 +384,11 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
                 for global in reader {
                     let global = global?;
                     info.globals.push(global_type(global.ty, &info.types)?);
-                    info.global_inits
-                        .push(const_expr(&global.init_expr, &info.types, &mut info.extended)?);
+                    info.global_inits.push(const_expr(
+                        &global.init_expr,
+                        &info.types,
+                        &mut info.extended,
+                    )?);
                 }
             }
             Payload::ExportSection(reader) => {

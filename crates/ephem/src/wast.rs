@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use anyhow::{Context, anyhow, bail};
 use ephem_compiler::Compiler;
 use ephem_runtime::{
-    AnyRef, Engine, Error, Extern, ExternRef, FuncType, Global, GlobalType, Instance, Linker, Memory,
-    MemoryType, Module, Store, Table, TableType, TrapKind, Val, ValType,
+    AnyRef, Engine, Error, Extern, ExternRef, FuncType, Global, GlobalType, Instance, Linker,
+    Memory, MemoryType, Module, Store, Table, TableType, TrapKind, Val, ValType,
 };
 use wast::core::{AbstractHeapType, HeapType, NanPattern, V128Pattern, WastArgCore, WastRetCore};
 use wast::parser::{self, ParseBuffer};
@@ -480,7 +480,9 @@ fn matches(store: &Store<()>, actual: &Val, expected: &WastRetCore<'_>) -> bool 
             .is_none_or(|h| heap_is_any(h) || matches!(h, HeapType::Concrete(_))),
         (Val::ExnRef(None), WastRetCore::RefNull(h)) => h.as_ref().is_none_or(heap_is_exn),
         (Val::ExternRef(None), WastRetCore::RefNull(h)) => h.as_ref().is_none_or(heap_is_extern),
-        (Val::ExternRef(Some(a)), WastRetCore::RefExtern(e)) => e.is_none_or(|e| Some(e) == a.data()),
+        (Val::ExternRef(Some(a)), WastRetCore::RefExtern(e)) => {
+            e.is_none_or(|e| Some(e) == a.data())
+        }
         (Val::AnyRef(Some(a)), WastRetCore::RefHost(n)) => host(a) == Some(*n),
         (Val::AnyRef(Some(_)), WastRetCore::RefAny) => true,
         (Val::AnyRef(Some(a)), WastRetCore::RefEq) => host(a).is_none(),

@@ -10,8 +10,7 @@
 
 use crate::{
     ConstExpr, ConstOp, EntityIndex, FieldType, HeapType, ImportKind, ModuleInfo, RefType,
-    SegmentMode, StorageType, TypeDef,
-    ValType,
+    SegmentMode, StorageType, TypeDef, ValType,
 };
 
 impl ModuleInfo {
@@ -186,9 +185,7 @@ impl ModuleInfo {
                     };
                     ValType::Ref(ty).matches_with(canon(want), &below)
                 }),
-                ConstExpr::GlobalGet(g) => {
-                    g < visible && fits(self.globals[g as usize].ty, want)
-                }
+                ConstExpr::GlobalGet(g) => g < visible && fits(self.globals[g as usize].ty, want),
             };
             if ok {
                 Ok(())
@@ -297,7 +294,12 @@ impl ModuleInfo {
     /// Whether `sub` may declare `sup` its supertype (of one kind, checked before): its
     /// signature takes what `sup`'s takes and returns what it returns, or its fields begin
     /// with `sup`'s, each the same where mutable and below where not.
-    fn extends(&self, sub: &TypeDef, sup: &TypeDef, fits: &dyn Fn(ValType, ValType) -> bool) -> bool {
+    fn extends(
+        &self,
+        sub: &TypeDef,
+        sup: &TypeDef,
+        fits: &dyn Fn(ValType, ValType) -> bool,
+    ) -> bool {
         let field = |a: &FieldType, b: &FieldType| {
             a.mutable == b.mutable
                 && match (a.storage, b.storage) {
@@ -379,7 +381,10 @@ impl ModuleInfo {
                     ValType::I64
                 }
                 ConstOp::RefNull(heap) => {
-                    if heap.concrete().is_some_and(|c| c as usize >= self.types.len()) {
+                    if heap
+                        .concrete()
+                        .is_some_and(|c| c as usize >= self.types.len())
+                    {
                         return None;
                     }
                     ValType::Ref(RefType {
@@ -409,8 +414,13 @@ impl ModuleInfo {
                     let ValType::Ref(r) = stack.pop()? else {
                         return None;
                     };
-                    let nullable = RefType { heap: from, nullable: true };
-                    ValType::Ref(r).matches(ValType::Ref(nullable)).then_some(())?;
+                    let nullable = RefType {
+                        heap: from,
+                        nullable: true,
+                    };
+                    ValType::Ref(r)
+                        .matches(ValType::Ref(nullable))
+                        .then_some(())?;
                     ValType::Ref(RefType {
                         nullable: r.nullable,
                         heap: to,

@@ -243,7 +243,10 @@ impl ModuleInfo {
     }
     /// What type `ty` declares of subtyping (see [`ModuleInfo::subs`]).
     pub fn sub(&self, ty: u32) -> crate::Sub {
-        self.subs.get(ty as usize).copied().unwrap_or(crate::Sub::FINAL)
+        self.subs
+            .get(ty as usize)
+            .copied()
+            .unwrap_or(crate::Sub::FINAL)
     }
     /// Whether type `a` is `b` or declares it as a supertype, directly or not (supertypes
     /// come before their subtypes, so the walk ends).
@@ -284,7 +287,9 @@ impl ArchivedModuleInfo {
     }
     /// See [`ModuleInfo::sub`].
     pub fn sub(&self, ty: u32) -> crate::Sub {
-        self.subs.get(ty as usize).map_or(crate::Sub::FINAL, |s| s.native())
+        self.subs
+            .get(ty as usize)
+            .map_or(crate::Sub::FINAL, |s| s.native())
     }
     /// See [`ModuleInfo::checks_memory`].
     pub fn checks_memory(&self, m: u32) -> bool {

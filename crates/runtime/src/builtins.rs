@@ -384,9 +384,7 @@ fn alloc(i: &InstanceData, store: &StoreOpaque, ty: u32, len: u32) -> u64 {
     let may_grow = |current, delta| {
         // SAFETY: the running call's store pointer was derived as `raw_store` derives it, and
         // while wasm runs nothing but shared references to the store's opaque part is alive.
-        unsafe {
-            StoreOpaque::may_grow_by(running_store(), Growing::Memory, current, delta, None)
-        }
+        unsafe { StoreOpaque::may_grow_by(running_store(), Growing::Memory, current, delta, None) }
     };
     match store.gc.alloc(&store.engine, shape, len, may_grow) {
         Some(r) => u64::from(r),
@@ -486,10 +484,19 @@ builtin! {
 
 /// Writes element segment `elem`'s items `src..src + len` into array `r` from `dst` (both
 /// ranges checked by the caller).
-fn write_elems(i: &InstanceData, store: &StoreOpaque, elem: u32, src: u32, len: u32, r: u64, dst: u32) {
-    let (Some(values), Some((at, n))) =
-        (i.elem_values(store, elem, src, len), store.gc.elements(r, dst, len, 8))
-    else {
+fn write_elems(
+    i: &InstanceData,
+    store: &StoreOpaque,
+    elem: u32,
+    src: u32,
+    len: u32,
+    r: u64,
+    dst: u32,
+) {
+    let (Some(values), Some((at, n))) = (
+        i.elem_values(store, elem, src, len),
+        store.gc.elements(r, dst, len, 8),
+    ) else {
         return;
     };
     // SAFETY: the one slice of the heap alive (`values` reads globals and the vmctx); generated

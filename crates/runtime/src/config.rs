@@ -232,16 +232,16 @@ impl Config {
         self
     }
 
-    /// Garbage collection: not yet supported; `true` is refused by `Engine::new`. The part of
-    /// its type system ephem implements (`Proposals::gc_types`: recursion groups, struct and
-    /// array types, GC's reference types, all final) is on by default; `false` turns it off
-    /// too.
+    /// Whether garbage collection (`Proposals::gc`: struct and array types, subtyping, GC
+    /// references and instructions) is accepted (default: yes). Objects live in a heap per
+    /// store, bounded by [`EngineConfig::max_gc_heap_bytes`](crate::EngineConfig).
     pub fn wasm_gc(&mut self, on: bool) -> &mut Config {
         #[cfg(feature = "cranelift")]
         {
-            self.compiler.proposals.gc_types = on;
+            self.compiler.proposals.gc = on;
         }
-        self.not_yet("garbage collection", on)
+        let _ = on;
+        self
     }
 
     /// Whether 64-bit memories (addressed by `i64`) are accepted, up to 8 GiB less a page

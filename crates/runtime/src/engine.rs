@@ -214,7 +214,10 @@ impl Types {
             if a == b {
                 return true;
             }
-            let Some(sub) = a.checked_sub(REGISTERED).and_then(|i| self.subs.get(i as usize)) else {
+            let Some(sub) = a
+                .checked_sub(REGISTERED)
+                .and_then(|i| self.subs.get(i as usize))
+            else {
                 return false;
             };
             match sub.supertype {

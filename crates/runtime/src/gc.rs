@@ -94,7 +94,7 @@ impl GcHeap {
         engine: &crate::Engine,
         shape: Shape,
         len: u32,
-        may_grow: impl FnOnce(usize, usize) -> bool,
+        may_grow: impl Fn(usize, usize) -> bool,
     ) -> Option<u32> {
         let (word, size, len) = match shape {
             Shape::Struct { word, size } => (word, size, 0),
@@ -110,7 +110,9 @@ impl GcHeap {
         // SAFETY: `room` made `[at, end)` part of the memory; no wasm code runs on the heap
         // while the runtime allocates (generated code is suspended in a builtin, or none runs).
         // The whole object is marked, so its slot's reset finds what code writes in it.
-        unsafe { memory.to_write(at as usize, size as usize)[..HEADER as usize].copy_from_slice(&header) };
+        unsafe {
+            memory.to_write(at as usize, size as usize)[..HEADER as usize].copy_from_slice(&header)
+        };
         Some(at as u32)
     }
 
@@ -120,7 +122,7 @@ impl GcHeap {
         &self,
         engine: &crate::Engine,
         end: u64,
-        may_grow: impl FnOnce(usize, usize) -> bool,
+        may_grow: impl Fn(usize, usize) -> bool,
     ) -> Option<&LinearMemory> {
         // (Offsets are 32-bit: the heap ends below 4 GiB.)
         let max = (engine.max_gc_heap_bytes() as u64).min((1 << 32) - PAGE);
@@ -147,11 +149,12 @@ impl GcHeap {
         };
         let len = memory.len() as u64;
         if end > len {
-            let want = end.max(len * 2).min(max);
-            let delta = (want - len).div_ceil(PAGE);
-            if !may_grow(len as usize, (delta * PAGE) as usize) {
-                return None;
-            }
+            // Twice the size if allowed (growth is rare then), else just enough.
+            let needed = (end - len).div_ceil(PAGE);
+            let doubled = (end.max(len * 2).min(max) - len).div_ceil(PAGE);
+            let delta = [doubled, needed]
+                .into_iter()
+                .find(|&d| may_grow(len as usize, (d * PAGE) as usize))?;
             memory.grow(delta as u32)?;
         }
         Some(memory)
@@ -176,7 +179,8 @@ impl GcHeap {
         // SAFETY: a read of the header, no other slice alive; no wasm runs on the heap while
         // the host asks.
         let header = unsafe { self.bytes(r, u64::from(HEADER))? };
-        let word = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or_default());
+        let word =
+            |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or_default());
         Some((word(0), word(LENGTH as usize)))
     }
 

@@ -340,8 +340,10 @@ impl InstanceData {
         len: u32,
     ) -> bool {
         let table = self.table(store, table);
-        let (Some(d), Some(values)) = (table.range(dst, len), self.elem_values(store, elem, src, len))
-        else {
+        let (Some(d), Some(values)) = (
+            table.range(dst, len),
+            self.elem_values(store, elem, src, len),
+        ) else {
             return false;
         };
         // SAFETY: no other reference to the table's elements is alive while the host fills it
@@ -368,11 +370,15 @@ impl InstanceData {
         } else {
             &seg.items
         };
-        src.checked_add(len).filter(|&e| e as usize <= items.len())?;
+        src.checked_add(len)
+            .filter(|&e| e as usize <= items.len())?;
         let (src, len) = (src as usize, len as usize);
         let slots = &self.module.inner.artifact.elem_slots(elem)[src..src + len];
         let funcrefs = self.vmctx.ptr() as usize + self.module.inner.offsets.funcref(0) as usize;
-        let made = self.elem_values.get(elem as usize).and_then(|m| m.as_deref());
+        let made = self
+            .elem_values
+            .get(elem as usize)
+            .and_then(|m| m.as_deref());
         let items = items[src..src + len].iter().zip(slots).enumerate();
         Some(items.map(move |(k, (item, slot))| match item {
             ArchivedConstExpr::RefFunc(_) => {

@@ -271,7 +271,11 @@ pub(crate) unsafe fn instantiate(
     // Element segments' extended items (GC's objects), made once (see `elem_values`).
     let mut elem_values = Vec::new();
     for (i, seg) in info.elems.iter().enumerate() {
-        if !seg.items.iter().any(|e| matches!(e, ephem_module::ArchivedConstExpr::Extended(_))) {
+        if !seg
+            .items
+            .iter()
+            .any(|e| matches!(e, ephem_module::ArchivedConstExpr::Extended(_)))
+        {
             continue;
         }
         let env = crate::gc::Consts {

@@ -64,8 +64,7 @@ pub use config::{Config, OptLevel};
 pub use context::{AsContext, AsContextMut, StoreContext, StoreContextMut};
 pub use engine::{
     DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_EXCEPTION_BYTES, DEFAULT_MAX_GC_HEAP_BYTES,
-    DEFAULT_MAX_WASM_STACK, Engine, EngineConfig,
-    EpochTicker,
+    DEFAULT_MAX_WASM_STACK, Engine, EngineConfig, EpochTicker,
 };
 pub use ephem_artifact::{Artifact, ArtifactKey, Cache, Outcome};
 pub use ephem_code_memory::{PoolConfig, Strategy};
@@ -78,7 +77,6 @@ pub use error::{Error, ErrorKind};
 pub use exceptions::{ExnRef, Tag, TagType, ThrownException};
 pub use externals::{Extern, Global, Memory, Table};
 pub use func::{Caller, Func, HostError, Val};
-pub use refs::{AnyRef, ExternRef, I31};
 #[doc(hidden)]
 pub use instance::DefinedState;
 pub use instance::Instance;
@@ -88,6 +86,7 @@ pub use linker::{InstancePre, Linker};
 pub use memory::MemoryConfig;
 pub use memory::{HostBytes, SharedMemory, WaitResult};
 pub use module::{ExportRef, ExternType, ImportRef, Module};
+pub use refs::{AnyRef, ExternRef, I31};
 pub use shared::Shared;
 pub use signals::trap_signals;
 pub use store::Store;

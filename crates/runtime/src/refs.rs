@@ -202,9 +202,9 @@ impl AnyRef {
             HeapType::I31 => self.is_i31(),
             HeapType::Struct => header().is_some_and(|w| w & gc::ARRAY_BIT == 0),
             HeapType::Array => header().is_some_and(|w| w & gc::ARRAY_BIT != 0),
-            HeapType::ConcreteStruct(id) => header().is_some_and(|w| {
-                w & gc::ARRAY_BIT == 0 && store.engine.is_subtype(w, id)
-            }),
+            HeapType::ConcreteStruct(id) => {
+                header().is_some_and(|w| w & gc::ARRAY_BIT == 0 && store.engine.is_subtype(w, id))
+            }
             HeapType::ConcreteArray(id) => header().is_some_and(|w| {
                 w & gc::ARRAY_BIT != 0 && store.engine.is_subtype(w & !gc::ARRAY_BIT, id)
             }),

@@ -130,7 +130,10 @@ impl Translator<'_, '_> {
     /// Calls a GC builtin that makes an object: the object, or a trap by its GC flag.
     fn gc_make(&mut self, which: Builtin, args: &[Value], segment: TrapCode) -> Value {
         let r = self.builtin(which, args).expect("has a result");
-        let flagged = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, r, gc::ALIGN as i64);
+        let flagged = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedLessThan, r, gc::ALIGN as i64);
         let make = self.b.create_block();
         let join = self.b.create_block();
         self.b.set_cold_block(make);
@@ -241,7 +244,9 @@ impl Translator<'_, '_> {
         self.b.ins().brif(same, join, &[one.into()], ask, &[]);
         self.b.seal_block(ask);
         self.b.switch_to_block(ask);
-        let below = self.builtin(Builtin::IsSubtype, &[actual, expected]).expect("a result");
+        let below = self
+            .builtin(Builtin::IsSubtype, &[actual, expected])
+            .expect("a result");
         self.b.ins().jump(join, &[below.into()]);
         self.b.seal_block(join);
         self.b.switch_to_block(join);
@@ -272,16 +277,19 @@ impl Translator<'_, '_> {
                         same
                     } else {
                         let mask = !(gc::ARRAY_BIT as i64);
-                        let (actual, expected) =
-                            (t.b.ins().band_imm_u(word, mask), t.b.ins().band_imm_u(expected, mask));
+                        let (actual, expected) = (
+                            t.b.ins().band_imm_u(word, mask),
+                            t.b.ins().band_imm_u(expected, mask),
+                        );
                         let below = t.same_or_below(actual, expected, ty);
                         t.b.ins().icmp_imm_u(IntCC::NotEqual, below, 0)
                     }
                 }
-                (HeapType::Array, None) => {
-                    t.b.ins()
-                        .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, word, gc::ARRAY_BIT as i64)
-                }
+                (HeapType::Array, None) => t.b.ins().icmp_imm_u(
+                    IntCC::UnsignedGreaterThanOrEqual,
+                    word,
+                    gc::ARRAY_BIT as i64,
+                ),
                 _ => {
                     t.b.ins()
                         .icmp_imm_u(IntCC::UnsignedLessThan, word, gc::ARRAY_BIT as i64)
@@ -326,7 +334,9 @@ impl Translator<'_, '_> {
     pub(super) fn gc_op(&mut self, op: &Operator<'_>) -> Result<bool, CompileError> {
         use Operator as O;
         match *op {
-            O::StructNew { struct_type_index: ty } => {
+            O::StructNew {
+                struct_type_index: ty,
+            } => {
                 let fields = self.struct_fields(ty).to_vec();
                 let values = self.take(fields.len());
                 let zero = self.iconst32(0);
@@ -338,7 +348,9 @@ impl Translator<'_, '_> {
                 }
                 self.push(r);
             }
-            O::StructNewDefault { struct_type_index: ty } => {
+            O::StructNewDefault {
+                struct_type_index: ty,
+            } => {
                 let zero = self.iconst32(0);
                 let r = self.alloc(ty, zero);
                 self.push(r);
@@ -367,14 +379,22 @@ impl Translator<'_, '_> {
                 let obj = self.object(r);
                 self.store_field(storage, v, obj, at);
             }
-            O::ArrayNew { array_type_index: ty } => {
+            O::ArrayNew {
+                array_type_index: ty,
+            } => {
                 let (v, len) = self.pop2();
                 let [lo, hi] = self.as_words(self.array_elem(ty), v);
                 let t = self.iconst32(ty);
-                let r = self.gc_make(Builtin::ArrayNew, &[t, len, lo, hi], code::GC_HEAP_EXHAUSTED);
+                let r = self.gc_make(
+                    Builtin::ArrayNew,
+                    &[t, len, lo, hi],
+                    code::GC_HEAP_EXHAUSTED,
+                );
                 self.push(r);
             }
-            O::ArrayNewDefault { array_type_index: ty } => {
+            O::ArrayNewDefault {
+                array_type_index: ty,
+            } => {
                 let len = self.pop();
                 let r = self.alloc(ty, len);
                 self.push(r);
@@ -420,10 +440,18 @@ impl Translator<'_, '_> {
                 );
                 self.push(r);
             }
-            O::ArrayGet { array_type_index: ty } => self.array_get(ty, Extend::Unsigned),
-            O::ArrayGetS { array_type_index: ty } => self.array_get(ty, Extend::Signed),
-            O::ArrayGetU { array_type_index: ty } => self.array_get(ty, Extend::Unsigned),
-            O::ArraySet { array_type_index: ty } => {
+            O::ArrayGet {
+                array_type_index: ty,
+            } => self.array_get(ty, Extend::Unsigned),
+            O::ArrayGetS {
+                array_type_index: ty,
+            } => self.array_get(ty, Extend::Signed),
+            O::ArrayGetU {
+                array_type_index: ty,
+            } => self.array_get(ty, Extend::Unsigned),
+            O::ArraySet {
+                array_type_index: ty,
+            } => {
                 let (r, index, v) = self.pop3();
                 self.b.ins().trapz(r, code::NULL_REFERENCE);
                 let addr = self.element(ty, r, index);
@@ -436,7 +464,9 @@ impl Translator<'_, '_> {
                 let len = self.b.ins().load(I32, trusted(), obj, gc::LENGTH as i32);
                 self.push(len);
             }
-            O::ArrayFill { array_type_index: ty } => {
+            O::ArrayFill {
+                array_type_index: ty,
+            } => {
                 let len = self.pop();
                 let (r, dst, v) = self.pop3();
                 self.b.ins().trapz(r, code::NULL_REFERENCE);
@@ -582,7 +612,11 @@ impl Translator<'_, '_> {
     }
 
     /// The type a cast names.
-    fn cast_type(&self, heap: wasmparser::HeapType, nullable: bool) -> Result<RefType, CompileError> {
+    fn cast_type(
+        &self,
+        heap: wasmparser::HeapType,
+        nullable: bool,
+    ) -> Result<RefType, CompileError> {
         Ok(RefType {
             nullable,
             heap: crate::parse::heap_type(heap, &self.env.info.types)?,

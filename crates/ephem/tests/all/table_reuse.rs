@@ -163,7 +163,8 @@ fn a_kept_buffer_still_holds_what_its_own_table_writes() {
         let e = instance.get_table(&mut store, "e").unwrap();
         let f = instance.get_table(&mut store, "f").unwrap();
         for i in 0..64 {
-            let x = matches!(e.get(&store, i), Some(Val::ExternRef(Some(r))) if r.data() == Some(7));
+            let x =
+                matches!(e.get(&store, i), Some(Val::ExternRef(Some(r))) if r.data() == Some(7));
             let func = matches!(f.get(&store, i), Some(Val::FuncRef(Some(_))));
             assert_eq!(x, (40..44).contains(&i), "externref element {i}");
             assert_eq!(func, (40..44).contains(&i), "funcref element {i}");

@@ -67,6 +67,8 @@ pub(crate) fn apply(compiled: CompiledModule, wasm: &[u8]) -> CompiledModule {
         // catches as one) and on the engine's bound on exceptions: known only at run time.
         || !info.tags.is_empty()
         || holds_references(&info.globals[info.imported_globals as usize..])
+        // GC objects live in the store's heap, which no snapshot keeps.
+        || info.types.iter().any(|t| t.as_func().is_none())
         || !only_pure_operators(wasm)
     {
         return compiled;

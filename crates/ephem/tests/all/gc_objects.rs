@@ -1,0 +1,329 @@
+//! GC objects: structs, arrays and `i31`s made by wasm and by constant expressions, read by
+//! the host through `AnyRef`; the store's GC heap, bounded by the engine and the limiter (an
+//! allocation past the bound traps with `GcHeapExhausted`), and never showing one store's
+//! objects to the next store that takes its slot; casts across modules by declared subtyping.
+
+use ephem::{
+    AnyRef, Config, Engine, ExternRef, I31, Instance, Linker, Module, Store, StoreLimitsBuilder,
+    TrapKind, Val,
+};
+
+const OBJECTS: &str = r#"(module
+  (type $point (struct (field $x (mut i32)) (field $y i8) (field $v v128) (field $next (mut (ref null $point)))))
+  (type $bytes (array (mut i8)))
+  (type $longs (array (mut i64)))
+  (global $origin (export "origin") (ref $point)
+    (struct.new $point (i32.const -5) (i32.const 200) (v128.const i64x2 1 2) (ref.null $point)))
+  (global (export "small") i31ref (ref.i31 (i32.const -1)))
+  (table $t (export "t") 4 anyref)
+  (data $d "\01\02\03\04")
+  (func (export "chain") (param $n i32) (result (ref null $point))
+    (local $p (ref null $point))
+    (loop $more
+      (local.set $p (struct.new $point (local.get $n) (local.get $n) (v128.const i64x2 0 0) (local.get $p)))
+      (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+      (br_if $more (local.get $n)))
+    (local.get $p))
+  ;; Sum of x over a chain, and of the packed y read signed.
+  (func (export "sum") (param $p (ref null $point)) (result i32 i32)
+    (local $x i32) (local $y i32)
+    (block $end
+      (loop $more
+        (br_if $end (ref.is_null (local.get $p)))
+        (local.set $x (i32.add (local.get $x) (struct.get $point $x (local.get $p))))
+        (local.set $y (i32.add (local.get $y) (struct.get_s $point $y (local.get $p))))
+        (local.set $p (struct.get $point $next (local.get $p)))
+        (br $more)))
+    (local.get $x) (local.get $y))
+  (func (export "origin_y") (result i32 i32 i64)
+    (struct.get_s $point $y (global.get $origin))
+    (struct.get_u $point $y (global.get $origin))
+    (i64x2.extract_lane 1 (struct.get $point $v (global.get $origin))))
+  (func (export "bytes") (param $len i32) (result (ref $bytes))
+    (array.new $bytes (i32.const 0xAB) (local.get $len)))
+  (func (export "data") (result i32)
+    (local $a (ref $bytes))
+    (local.set $a (array.new_data $bytes $d (i32.const 1) (i32.const 3)))
+    (array.copy $bytes $bytes (local.get $a) (i32.const 0) (local.get $a) (i32.const 1) (i32.const 2))
+    (i32.add (i32.mul (array.get_u $bytes (local.get $a) (i32.const 0)) (i32.const 100))
+      (i32.add (i32.mul (array.get_u $bytes (local.get $a) (i32.const 1)) (i32.const 10))
+        (array.len (local.get $a)))))
+  (func (export "zeros") (param $len i32) (result i64)
+    (local $a (ref $longs)) (local $i i32) (local $or i64)
+    (local.set $a (array.new_default $longs (local.get $len)))
+    (block $end
+      (loop $more
+        (br_if $end (i32.ge_u (local.get $i) (local.get $len)))
+        (local.set $or (i64.or (local.get $or) (array.get $longs (local.get $a) (local.get $i))))
+        (array.set $longs (local.get $a) (local.get $i) (i64.const -1))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $more)))
+    (local.get $or))
+  (func (export "get") (param $a (ref null $bytes)) (param $i i32) (result i32)
+    (array.get_s $bytes (local.get $a) (local.get $i)))
+  (func (export "keep") (param anyref) (table.set $t (i32.const 0) (local.get 0)))
+  (func (export "is_point") (param anyref) (result i32) (ref.test (ref $point) (local.get 0)))
+  (func (export "eq") (param eqref eqref) (result i32) (ref.eq (local.get 0) (local.get 1)))
+  (func (export "internalize") (param externref) (result anyref) (any.convert_extern (local.get 0)))
+  (func (export "externalize") (param anyref) (result externref) (extern.convert_any (local.get 0)))
+)"#;
+
+fn setup(engine: &Engine) -> (Store<()>, Instance) {
+    let module = Module::new(engine, OBJECTS).unwrap();
+    let mut store = Store::new(engine, ());
+    let instance = Instance::new(&mut store, &module, &[]).unwrap();
+    (store, instance)
+}
+
+fn call(
+    store: &mut Store<()>,
+    i: Instance,
+    name: &str,
+    args: &[Val],
+) -> Result<Vec<Val>, ephem::Error> {
+    let f = i.get_func(&mut *store, name).unwrap();
+    let ty = f.ty(&*store);
+    let mut out: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
+    f.call(&mut *store, args, &mut out).map(|()| out)
+}
+
+fn any(v: &Val) -> AnyRef {
+    match v {
+        Val::AnyRef(Some(a)) => *a,
+        other => panic!("not a GC value: {other:?}"),
+    }
+}
+
+#[test]
+fn structs_arrays_and_i31s_are_made_read_and_written_by_wasm_and_seen_by_the_host() {
+    let engine = Engine::default();
+    let (mut store, i) = setup(&engine);
+    // A chain of 100 structs, summed back: x = 1..=100, y the same as i8 (wrapping past 127).
+    let chain = call(&mut store, i, "chain", &[Val::I32(100)]).unwrap();
+    assert!(any(&chain[0]).is_struct(&store) && !any(&chain[0]).is_array(&store));
+    let sums = call(&mut store, i, "sum", &chain).unwrap();
+    let y: i32 = (1..=100).map(|n| n as i8 as i32).sum();
+    assert_eq!((sums[0].i32(), sums[1].i32()), (Some(5050), Some(y)));
+    // A constant expression's struct: packed 200 reads -56 signed, 200 unsigned; its v128.
+    let o = call(&mut store, i, "origin_y", &[]).unwrap();
+    assert_eq!(
+        (o[0].i32(), o[1].i32(), o[2].i64()),
+        (Some(-56), Some(200), Some(2))
+    );
+    let small = i.get_global(&mut store, "small").unwrap().get(&store);
+    let small = any(&small).as_i31().unwrap();
+    assert_eq!((small.get_i32(), small.get_u32()), (-1, 0x7fff_ffff));
+    // Arrays: filled, from a data segment and copied within itself, zeroed by default.
+    let bytes = call(&mut store, i, "bytes", &[Val::I32(10)]).unwrap();
+    assert_eq!(any(&bytes[0]).array_len(&store), Some(10));
+    let got = call(&mut store, i, "get", &[bytes[0], Val::I32(9)]).unwrap();
+    assert_eq!(got[0].i32(), Some(0xAB_u8 as i8 as i32));
+    assert_eq!(
+        call(&mut store, i, "data", &[]).unwrap()[0].i32(),
+        Some(343)
+    );
+    assert_eq!(
+        call(&mut store, i, "zeros", &[Val::I32(5000)]).unwrap()[0].i64(),
+        Some(0)
+    );
+    // An index one past the end traps; so does null.
+    let e = call(&mut store, i, "get", &[bytes[0], Val::I32(10)]).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::ArrayOutOfBounds);
+    let e = call(&mut store, i, "get", &[Val::AnyRef(None), Val::I32(0)]).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::NullReference);
+}
+
+#[test]
+fn the_host_passes_gc_values_back_and_they_keep_their_identity_and_type() {
+    let engine = Engine::default();
+    let (mut store, i) = setup(&engine);
+    let chain = call(&mut store, i, "chain", &[Val::I32(2)]).unwrap();
+    let bytes = call(&mut store, i, "bytes", &[Val::I32(1)]).unwrap();
+    let is_point =
+        |store: &mut Store<()>, v: Val| call(store, i, "is_point", &[v]).unwrap()[0].i32();
+    assert_eq!(is_point(&mut store, chain[0]), Some(1));
+    assert_eq!(is_point(&mut store, bytes[0]), Some(0));
+    let seven = AnyRef::from_i31(&store, I31::new_i32(7).unwrap());
+    assert_eq!(is_point(&mut store, Val::AnyRef(Some(seven))), Some(0));
+    let eq = call(&mut store, i, "eq", &[chain[0], chain[0]]).unwrap();
+    assert_eq!(eq[0].i32(), Some(1));
+    let other = AnyRef::from_i31(&store, I31::new_i32(7).unwrap());
+    let eq = call(
+        &mut store,
+        i,
+        "eq",
+        &[Val::AnyRef(Some(seven)), Val::AnyRef(Some(other))],
+    );
+    assert_eq!(eq.unwrap()[0].i32(), Some(1), "equal i31s are one value");
+    // Kept in a table, read back by the host.
+    call(&mut store, i, "keep", &[bytes[0]]).unwrap();
+    let t = i.get_table(&mut store, "t").unwrap();
+    assert_eq!(any(&t.get(&store, 0).unwrap()).array_len(&store), Some(1));
+    // A struct where the function wants its own struct type only: refused.
+    let sum = i.get_func(&mut store, "sum").unwrap();
+    let mut out = [Val::I32(0), Val::I32(0)];
+    assert!(sum.call(&mut store, &bytes, &mut out).is_err());
+    // externref <-> anyref, both ways, as the specification's round trips.
+    let host = call(
+        &mut store,
+        i,
+        "internalize",
+        &[Val::ExternRef(Some(ExternRef::new(9)))],
+    );
+    let host = any(&host.unwrap()[0]);
+    assert_eq!(ExternRef::convert_any(host).data(), Some(9));
+    let out = call(&mut store, i, "externalize", &[chain[0]]).unwrap();
+    let Val::ExternRef(Some(e)) = out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(e.data(), None);
+    assert_eq!(AnyRef::convert_extern(&store, e), any(&chain[0]));
+    // A GC value of another store is refused, not read in this one's heap.
+    let (mut other_store, j) = setup(&engine);
+    let e = call(&mut other_store, j, "is_point", &[chain[0]]).unwrap_err();
+    assert!(e.to_string().contains("do not match"), "{e}");
+}
+
+#[test]
+fn the_heap_is_bounded_and_a_full_heap_traps_without_harming_the_store() {
+    let mut config = Config::new();
+    config.max_gc_heap_bytes(1 << 20);
+    let engine = Engine::new(&config).unwrap();
+    let (mut store, i) = setup(&engine);
+    // 100 KiB at a time: the tenth or so does not fit 1 MiB.
+    let mut made = 0;
+    let e = loop {
+        match call(&mut store, i, "bytes", &[Val::I32(100 << 10)]) {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(e.trap().unwrap().kind, TrapKind::GcHeapExhausted);
+    assert!(
+        (8..=10).contains(&made),
+        "{made} arrays of 100 KiB in 1 MiB"
+    );
+    // An array larger than any heap, and a negative length, trap the same way.
+    let e = call(&mut store, i, "bytes", &[Val::I32(-1)]).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::GcHeapExhausted);
+    // Small objects still fit what is left; the next store starts empty.
+    call(&mut store, i, "chain", &[Val::I32(10)]).unwrap();
+    drop(store);
+    let (mut store, i) = setup(&engine);
+    for _ in 0..made {
+        call(&mut store, i, "bytes", &[Val::I32(100 << 10)]).unwrap();
+    }
+}
+
+#[test]
+fn the_store_limiter_bounds_the_heap_as_a_memory() {
+    let engine = Engine::default();
+    let module = Module::new(&engine, OBJECTS).unwrap();
+    let limits = StoreLimitsBuilder::new().memory_size(256 << 10).build();
+    let mut store = Store::new(&engine, limits);
+    store.limiter(|l| l);
+    let i = Instance::new(&mut store, &module, &[]).unwrap();
+    let bytes = i.get_func(&mut store, "bytes").unwrap();
+    let mut out = [Val::I32(0)];
+    bytes
+        .call(&mut store, &[Val::I32(100 << 10)], &mut out)
+        .unwrap();
+    let e = bytes
+        .call(&mut store, &[Val::I32(300 << 10)], &mut out)
+        .unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::GcHeapExhausted);
+}
+
+#[test]
+fn nothing_of_one_stores_objects_is_visible_to_the_next_store_that_takes_its_slot() {
+    let engine = Engine::default();
+    for round in 0..20 {
+        let (mut store, i) = setup(&engine);
+        // Every element of a new default array is zero, though the last store's heap (the
+        // same slot, from the pool) held arrays of -1 where this one's are.
+        let or = call(&mut store, i, "zeros", &[Val::I32(20_000)]).unwrap();
+        assert_eq!(or[0].i64(), Some(0), "round {round}");
+        let bytes = call(&mut store, i, "bytes", &[Val::I32(4096)]).unwrap();
+        assert_eq!(any(&bytes[0]).array_len(&store), Some(4096));
+    }
+    // A linear memory that takes a slot a heap gave back is all zeros too.
+    for _ in 0..4 {
+        let (mut store, i) = setup(&engine);
+        call(&mut store, i, "zeros", &[Val::I32(100_000)]).unwrap();
+        drop(store);
+        let mut store = Store::new(&engine, ());
+        let memory = ephem::Memory::new(&mut store, ephem::MemoryType::new(16, None)).unwrap();
+        let data = memory.data(&store);
+        assert!(data.iter().all(|&b| b == 0));
+    }
+}
+
+#[test]
+fn metered_array_operations_pay_per_element() {
+    let mut config = Config::new();
+    config.consume_fuel(true);
+    let engine = Engine::new(&config).unwrap();
+    let (mut store, i) = setup(&engine);
+    store.set_fuel(1_000).unwrap();
+    let e = call(&mut store, i, "bytes", &[Val::I32(5_000)]).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::OutOfFuel);
+    store.set_fuel(10_000).unwrap();
+    call(&mut store, i, "bytes", &[Val::I32(5_000)]).unwrap();
+}
+
+#[test]
+fn casts_and_indirect_calls_follow_subtyping_declared_in_another_module() {
+    let engine = Engine::default();
+    let exporter = Module::new(
+        &engine,
+        r#"(module
+          (type $shape (sub (struct (field i32))))
+          (type $circle (sub $shape (struct (field i32) (field f64))))
+          (type $f (sub (func (result i32))))
+          (type $g (sub $f (func (result i32))))
+          (func $three (export "three") (type $g) (i32.const 3))
+          (table (export "t") funcref (elem $three))
+          (func (export "circle") (result anyref)
+            (struct.new $circle (i32.const 7) (f64.const 1.5))))"#,
+    )
+    .unwrap();
+    let mut store = Store::new(&engine, ());
+    let e = Instance::new(&mut store, &exporter, &[]).unwrap();
+    let mut linker = Linker::new(&engine);
+    linker.instance(&mut store, "m", e).unwrap();
+    let importer = Module::new(
+        &engine,
+        r#"(module
+          (type $shape (sub (struct (field i32))))
+          (type $circle (sub $shape (struct (field i32) (field f64))))
+          (type $square (sub $shape (struct (field i32) (field i64))))
+          (type $f (sub (func (result i32))))
+          (import "m" "three" (func $three (type $f)))
+          (import "m" "t" (table 1 funcref))
+          (import "m" "circle" (func $circle (result anyref)))
+          (func (export "shape") (result i32)
+            (struct.get $shape 0 (ref.cast (ref $shape) (call $circle))))
+          (func (export "square") (result i32)
+            (ref.test (ref $square) (call $circle)))
+          (func (export "indirect") (result i32)
+            (call_indirect (type $f) (i32.const 0))))"#,
+    )
+    .unwrap();
+    let i = linker.instantiate(&mut store, &importer).unwrap();
+    assert_eq!(call(&mut store, i, "shape", &[]).unwrap()[0].i32(), Some(7));
+    assert_eq!(
+        call(&mut store, i, "square", &[]).unwrap()[0].i32(),
+        Some(0)
+    );
+    assert_eq!(
+        call(&mut store, i, "indirect", &[]).unwrap()[0].i32(),
+        Some(3)
+    );
+    // The same structure declared final is another type: the import does not link.
+    let final_f = Module::new(
+        &engine,
+        r#"(module (type $f (func (result i32))) (import "m" "three" (func (type $f))))"#,
+    )
+    .unwrap();
+    assert!(linker.instantiate(&mut store, &final_f).is_err());
+}
