@@ -31,13 +31,31 @@
 use crate::{FieldType, StorageType, TypeDef, ValType};
 
 /// What the vmctx's [`VmOffsets::GC_HEAP`](crate::VmOffsets::GC_HEAP) points at: the store's GC
-/// heap. `base` is null until the store's first allocation makes the heap, and never changes
-/// after: every non-null object reference was made after it was set.
+/// heap, into which generated code bumps objects itself while they fit.
+///
+/// # Invariant
+/// `base` is null until the store's first allocation makes the heap, and never changes after:
+/// every non-null object reference was made after it was set. `[base, base + end)` is the
+/// heap's accessible memory, and `[next, end)` of it is zero; `next` is a multiple of
+/// [`ALIGN`], at least [`ALIGN`]. Generated code may take `[next, next + n)` for an object
+/// where `next + n <= end`, by setting `next` past it; anything else asks the runtime.
 #[repr(C)]
 #[derive(Debug)]
 pub struct VmGcHeap {
     pub base: *mut u8,
+    pub next: u64,
+    pub end: u64,
 }
+
+impl VmGcHeap {
+    pub const BASE: u32 = 0;
+    pub const NEXT: u32 = 8;
+    pub const END: u32 = 16;
+}
+
+const _: () = assert!(std::mem::offset_of!(VmGcHeap, base) == VmGcHeap::BASE as usize);
+const _: () = assert!(std::mem::offset_of!(VmGcHeap, next) == VmGcHeap::NEXT as usize);
+const _: () = assert!(std::mem::offset_of!(VmGcHeap, end) == VmGcHeap::END as usize);
 
 /// An object's alignment, and the bytes at the heap's start that hold none.
 pub const ALIGN: u32 = 8;

@@ -4,9 +4,11 @@
 //! # Made for a fresh instance per call
 //! A store's objects all die with it, and most stores live for one call. So the heap is one
 //! linear-memory slot taken from the engine's pool on the store's first allocation, objects
-//! are bumped into it one after another, and the store gives the slot back when it is dropped:
-//! the slot's reset (by the write marks each allocation sets, see `memory`) costs what the
-//! store allocated and makes no system call, as a memory's does. Growing the heap grows the
+//! are bumped into it one after another (by generated code itself while they fit, see
+//! `ephem_module::VmGcHeap`; by the runtime otherwise), and the store gives the slot back when
+//! it is dropped: the slot's reset, by the write marks the drop sets over everything ever
+//! allocated (see `memory`), costs what the store allocated and makes no system call, as a
+//! memory's does. Growing the heap grows the
 //! slot's memory within its reservation, under the engine's bound
 //! ([`crate::EngineConfig::max_gc_heap_bytes`]) and the store's limiter, which sees it as a
 //! memory (as wasmtime's does).
@@ -22,7 +24,7 @@
 //! `ephem_module::gc`), and the runtime reads objects only through ranges it checks against
 //! the heap's length.
 
-use std::cell::{Cell, OnceCell, UnsafeCell};
+use std::cell::{OnceCell, UnsafeCell};
 
 use ephem_module::gc::{self, ALIGN, HEADER, LENGTH};
 use ephem_module::{MemoryType, StorageType, TypeDef, VmGcHeap, native};
@@ -38,8 +40,6 @@ pub(crate) struct GcHeap {
     /// What every vmctx of the store points at. Boxed with the store: its address is fixed.
     vm: UnsafeCell<VmGcHeap>,
     memory: OnceCell<LinearMemory>,
-    /// Where the next object goes.
-    next: Cell<u64>,
 }
 
 impl Default for GcHeap {
@@ -47,9 +47,10 @@ impl Default for GcHeap {
         GcHeap {
             vm: UnsafeCell::new(VmGcHeap {
                 base: std::ptr::null_mut(),
+                next: u64::from(ALIGN),
+                end: 0,
             }),
             memory: OnceCell::new(),
-            next: Cell::new(u64::from(ALIGN)),
         }
     }
 }
@@ -100,19 +101,21 @@ impl GcHeap {
             Shape::Struct { word, size } => (word, size, 0),
             Shape::Array { word, elem } => (word, gc::array_size(elem, len)?, len),
         };
-        let at = self.next.get();
+        let vm = self.vm.get();
+        // SAFETY: the heap's definition, which generated code writes only while it runs; it is
+        // suspended in a builtin, or none runs, while the runtime allocates.
+        let at = unsafe { (*vm).next };
         let end = at + u64::from(size);
         let memory = self.room(engine, end, may_grow)?;
-        self.next.set(end);
+        // SAFETY: as above.
+        unsafe { (*vm).next = end };
         let mut header = [0; HEADER as usize];
         header[..4].copy_from_slice(&word.to_le_bytes());
         header[LENGTH as usize..].copy_from_slice(&len.to_le_bytes());
         // SAFETY: `room` made `[at, end)` part of the memory; no wasm code runs on the heap
         // while the runtime allocates (generated code is suspended in a builtin, or none runs).
-        // The whole object is marked, so its slot's reset finds what code writes in it.
-        unsafe {
-            memory.to_write(at as usize, size as usize)[..HEADER as usize].copy_from_slice(&header)
-        };
+        // (What code writes in the object is marked when the heap is dropped.)
+        unsafe { memory.to_write(at as usize, HEADER as usize).copy_from_slice(&header) };
         Some(at as u32)
     }
 
@@ -143,8 +146,13 @@ impl GcHeap {
             };
             let image: Option<&crate::load::ArtifactImage<'_>> = None;
             let memory = LinearMemory::pooled(engine, ty, image, true).ok()?;
-            // SAFETY: the heap's own definition, written once, before any object exists.
-            unsafe { (*self.vm.get()).base = memory.base() };
+            // SAFETY: the heap's own definition, written before any object exists, while no
+            // generated code runs on it.
+            unsafe {
+                let vm = self.vm.get();
+                (*vm).base = memory.base();
+                (*vm).end = memory.len() as u64;
+            }
             return Some(self.memory.get_or_init(|| memory));
         };
         let len = memory.len() as u64;
@@ -156,6 +164,8 @@ impl GcHeap {
                 .into_iter()
                 .find(|&d| may_grow(len as usize, (d * PAGE) as usize))?;
             memory.grow(delta as u32)?;
+            // SAFETY: the heap's definition; no generated code runs on it meanwhile.
+            unsafe { (*self.vm.get()).end = memory.len() as u64 };
         }
         Some(memory)
     }
@@ -193,6 +203,17 @@ impl GcHeap {
             let start = r + u64::from(HEADER) + u64::from(index) * u64::from(size);
             (start, u64::from(count) * u64::from(size))
         })
+    }
+}
+
+impl Drop for GcHeap {
+    /// Marks everything ever allocated as written, so that the slot's reset clears it (the
+    /// objects generated code bumped set no marks of their own).
+    fn drop(&mut self) {
+        if let Some(memory) = self.memory.get() {
+            let next = self.vm.get_mut().next as usize;
+            memory.mark(0, next.min(memory.len()));
+        }
     }
 }
 

@@ -13,7 +13,9 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I8, I16, I32, I64, I64X2};
 use cranelift_codegen::ir::{self, InstBuilder, MemFlagsData, TrapCode, Value};
 use ephem_module::gc::{self, HOST_TAG, I31_TAG};
-use ephem_module::{Builtin, HeapType, RefType, StorageType, TypeDef, ValType, VmOffsets};
+use ephem_module::{
+    Builtin, HeapType, RefType, StorageType, TypeDef, ValType, VmGcHeap, VmOffsets,
+};
 use wasmparser::Operator;
 
 use super::{Translator, ir_type, readonly, trusted};
@@ -168,10 +170,56 @@ impl Translator<'_, '_> {
         self.b.ins().trapnz(flag, code::ARRAY_OUT_OF_BOUNDS);
     }
 
-    /// A new object of module type `ty` (`len` elements for an array).
+    /// A new object of module type `ty` (`len` elements for an array), zero past its header:
+    /// bumped into the heap inline while it fits (see `ephem_module::VmGcHeap`), made by the
+    /// runtime (a cold call) when it does not, or before the heap exists.
     fn alloc(&mut self, ty: u32, len: Value) -> Value {
+        let (size, word) = match &self.env.info.types[ty as usize] {
+            TypeDef::Struct(fields) => {
+                let size = gc::struct_layout(fields).size;
+                (self.b.ins().iconst(I64, size as i64), self.canonical_id(ty))
+            }
+            TypeDef::Array(elem) => {
+                // (At most 2^36 bytes: past the heap's end, whatever it holds.)
+                let bytes = self.b.ins().uextend(I64, len);
+                let bytes = (self.b.ins()).imul_imm_u(bytes, gc::storage_size(elem.storage) as i64);
+                let rounded = gc::HEADER as i64 + gc::ALIGN as i64 - 1;
+                let bytes = self.b.ins().iadd_imm_u(bytes, rounded);
+                let size = self.b.ins().band_imm_u(bytes, -(gc::ALIGN as i64));
+                let id = self.canonical_id(ty);
+                (size, self.b.ins().bor_imm_u(id, gc::ARRAY_BIT as i64))
+            }
+            TypeDef::Func(_) => unreachable!("validated: a struct or array type"),
+        };
+        let heap = (self.b.ins()).load(I64, readonly(), self.vmctx, VmOffsets::GC_HEAP as i32);
+        let next = (self.b.ins()).load(I64, trusted(), heap, VmGcHeap::NEXT as i32);
+        let end = (self.b.ins()).load(I64, trusted(), heap, VmGcHeap::END as i32);
+        let after = self.b.ins().iadd(next, size);
+        let fits = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, after, end);
+        let bump = self.b.create_block();
+        let ask = self.b.create_block();
+        let join = self.b.create_block();
+        let r = self.b.append_block_param(join, I64);
+        self.b.set_cold_block(ask);
+        self.b.ins().brif(fits, bump, &[], ask, &[]);
+        self.b.seal_block(bump);
+        self.b.seal_block(ask);
+        self.b.switch_to_block(bump);
+        (self.b.ins()).store(trusted(), after, heap, VmGcHeap::NEXT as i32);
+        let base = (self.b.ins()).load(I64, trusted(), heap, VmGcHeap::BASE as i32);
+        let obj = self.b.ins().iadd(base, next);
+        (self.b.ins()).store(trusted(), word, obj, gc::TYPE_ID as i32);
+        if matches!(self.env.info.types[ty as usize], TypeDef::Array(_)) {
+            (self.b.ins()).store(trusted(), len, obj, gc::LENGTH as i32);
+        }
+        self.b.ins().jump(join, &[next.into()]);
+        self.b.switch_to_block(ask);
         let t = self.iconst32(ty);
-        self.gc_make(Builtin::GcAlloc, &[t, len], code::GC_HEAP_EXHAUSTED)
+        let made = self.gc_make(Builtin::GcAlloc, &[t, len], code::GC_HEAP_EXHAUSTED);
+        self.b.ins().jump(join, &[made.into()]);
+        self.b.seal_block(join);
+        self.b.switch_to_block(join);
+        r
     }
 
     /// `r` (a non-null array's reference) checked for element `index`: its address, the
