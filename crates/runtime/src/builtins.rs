@@ -370,9 +370,7 @@ builtin! {
 
 /// The shape of the calling module's struct or array type `ty`.
 fn shape(i: &InstanceData, ty: u32) -> Option<Shape> {
-    let inner = &i.module.inner;
-    let id = *inner.type_ids.get(ty as usize)?;
-    Shape::of(&inner.artifact.info().types, ty, id)
+    i.module.inner.gc_shape(ty)
 }
 
 /// A new object of the calling module's type `ty` (`len` elements for an array) in the

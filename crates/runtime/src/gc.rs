@@ -106,16 +106,15 @@ impl GcHeap {
         // suspended in a builtin, or none runs, while the runtime allocates.
         let at = unsafe { (*vm).next };
         let end = at + u64::from(size);
-        let memory = self.room(engine, end, may_grow)?;
+        self.room(engine, end, may_grow)?;
         // SAFETY: as above.
         unsafe { (*vm).next = end };
         let mut header = [0; HEADER as usize];
         header[..4].copy_from_slice(&word.to_le_bytes());
         header[LENGTH as usize..].copy_from_slice(&len.to_le_bytes());
-        // SAFETY: `room` made `[at, end)` part of the memory; no wasm code runs on the heap
-        // while the runtime allocates (generated code is suspended in a builtin, or none runs).
-        // (What code writes in the object is marked when the heap is dropped.)
-        unsafe { memory.to_write(at as usize, HEADER as usize).copy_from_slice(&header) };
+        // SAFETY: no wasm code runs on the heap while the runtime allocates (generated code is
+        // suspended in a builtin, or none runs), and no other slice of it is alive.
+        unsafe { self.bytes(at, u64::from(HEADER))?.copy_from_slice(&header) };
         Some(at as u32)
     }
 
@@ -170,24 +169,29 @@ impl GcHeap {
         Some(memory)
     }
 
-    /// `[at, at + len)` of the heap to read and write, if it lies within the heap.
+    /// `[at, at + len)` of the heap to read and write, if it lies within the heap's
+    /// accessible memory. (Nothing is marked: the heap's drop marks all it allocated.)
     ///
     /// # Safety
     /// No wasm code may run on the heap while the slice is alive, and no other slice of the
     /// heap may be.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn bytes(&self, at: u64, len: u64) -> Option<&mut [u8]> {
-        let memory = self.memory.get()?;
-        let end = crate::instance::end_within(at, len, memory.len())?;
-        // SAFETY: per the contract; the range lies within the memory. The range lies within
-        // an object, whose bytes the allocation marked.
-        Some(unsafe { &mut memory.to_write(at as usize, end - at as usize)[..] })
+        // SAFETY: a read of the heap's definition, which no generated code writes meanwhile.
+        let vm = unsafe { &*self.vm.get() };
+        let end = at.checked_add(len)?;
+        if vm.base.is_null() || end > vm.end {
+            return None;
+        }
+        // SAFETY: `[base, base + end)` is the heap's accessible memory (the invariant of
+        // `VmGcHeap`), and per the contract nothing else reads or writes it meanwhile.
+        Some(unsafe { std::slice::from_raw_parts_mut(vm.base.add(at as usize), len as usize) })
     }
 
     /// Object `r`'s header words (type word, length), if `r` lies within the heap.
     pub(crate) fn header(&self, r: u64) -> Option<(u32, u32)> {
         // SAFETY: a read of the header, no other slice alive; no wasm runs on the heap while
-        // the host asks.
+        // the runtime or the host asks.
         let header = unsafe { self.bytes(r, u64::from(HEADER))? };
         let word =
             |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or_default());
@@ -261,8 +265,7 @@ impl<G: Fn(u32) -> ephem_module::ValRaw, F: Fn(u32) -> usize> ephem_module::Cons
     fn new_object(&self, ty: u32, len: u32, init: ephem_module::ObjectInit<'_>) -> Option<u64> {
         use ephem_module::ObjectInit;
         let types = &self.module.artifact.info().types;
-        let id = *self.module.type_ids.get(ty as usize)?;
-        let shape = Shape::of(types, ty, id)?;
+        let shape = self.module.gc_shape(ty)?;
         let heap = &self.store.gc;
         let r = u64::from(heap.alloc(&self.store.engine, shape, len, |_, _| true)?);
         // Where each value goes, and its size.

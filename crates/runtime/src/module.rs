@@ -25,9 +25,23 @@ pub(crate) struct ModuleInner {
     pub(crate) artifact: Artifact,
     pub(crate) offsets: VmOffsets,
     pub(crate) type_ids: Arc<[u32]>,
+    /// What making an object of each struct or array type takes, worked out on first use
+    /// (see `gc`).
+    gc_shapes: std::sync::OnceLock<Box<[Option<crate::gc::Shape>]>>,
 }
 
 impl ModuleInner {
+    /// What making an object of type `ty` takes, if it is a struct or array type.
+    pub(crate) fn gc_shape(&self, ty: u32) -> Option<crate::gc::Shape> {
+        let shapes = self.gc_shapes.get_or_init(|| {
+            let types = &self.artifact.info().types;
+            (0..types.len() as u32)
+                .map(|t| crate::gc::Shape::of(types, t, self.type_ids[t as usize]))
+                .collect()
+        });
+        *shapes.get(ty as usize)?
+    }
+
     /// The vmctx funcref slot of function `func`, which is imported or eager: the only
     /// functions the host takes a funcref of (the metadata checks hold every export, kept
     /// element item, global initialiser and start function to that).
@@ -162,6 +176,7 @@ impl Module {
                 artifact,
                 offsets,
                 type_ids,
+                gc_shapes: std::sync::OnceLock::new(),
             }),
         }
     }

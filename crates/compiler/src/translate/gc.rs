@@ -195,7 +195,10 @@ impl Translator<'_, '_> {
         let next = (self.b.ins()).load(I64, trusted(), heap, VmGcHeap::NEXT as i32);
         let end = (self.b.ins()).load(I64, trusted(), heap, VmGcHeap::END as i32);
         let after = self.b.ins().iadd(next, size);
-        let fits = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, after, end);
+        let fits = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, after, end);
         let bump = self.b.create_block();
         let ask = self.b.create_block();
         let join = self.b.create_block();

@@ -1,0 +1,61 @@
+;; Strings as byte arrays: `run(n)` builds n strings, each the decimal digits of a number
+;; concatenated with a word from a data segment and the previous string's last 8 bytes (new
+;; arrays each time: `array.new_data`, `array.new_default`, `array.copy`), and returns a hash of
+;; every string's bytes.
+(module
+  (type $str (array (mut i8)))
+  (data $word "-gc-strings-")
+  (func $digits (param $x i32) (result (ref $str))
+    (local $buf (ref $str)) (local $at i32) (local $out (ref $str))
+    (local.set $buf (array.new_default $str (i32.const 10)))
+    (local.set $at (i32.const 10))
+    (loop $more
+      (local.set $at (i32.sub (local.get $at) (i32.const 1)))
+      (array.set $str (local.get $buf) (local.get $at)
+        (i32.add (i32.const 48) (i32.rem_u (local.get $x) (i32.const 10))))
+      (local.set $x (i32.div_u (local.get $x) (i32.const 10)))
+      (br_if $more (local.get $x)))
+    (local.set $out (array.new_default $str (i32.sub (i32.const 10) (local.get $at))))
+    (array.copy $str $str (local.get $out) (i32.const 0) (local.get $buf) (local.get $at)
+      (i32.sub (i32.const 10) (local.get $at)))
+    (local.get $out))
+  (func $concat (param $a (ref $str)) (param $b (ref $str)) (result (ref $str))
+    (local $out (ref $str))
+    (local.set $out (array.new_default $str (i32.add (array.len (local.get $a)) (array.len (local.get $b)))))
+    (array.copy $str $str (local.get $out) (i32.const 0) (local.get $a) (i32.const 0) (array.len (local.get $a)))
+    (array.copy $str $str (local.get $out) (array.len (local.get $a)) (local.get $b) (i32.const 0) (array.len (local.get $b)))
+    (local.get $out))
+  (func $tail (param $s (ref $str)) (result (ref $str))
+    (local $n i32) (local $out (ref $str))
+    (local.set $n (select (i32.const 8) (array.len (local.get $s)) (i32.gt_u (array.len (local.get $s)) (i32.const 8))))
+    (local.set $out (array.new_default $str (local.get $n)))
+    (array.copy $str $str (local.get $out) (i32.const 0) (local.get $s)
+      (i32.sub (array.len (local.get $s)) (local.get $n)) (local.get $n))
+    (local.get $out))
+  (func $hash (param $h i32) (param $s (ref $str)) (result i32)
+    (local $i i32)
+    (block $done
+      (loop $byte
+        (br_if $done (i32.ge_u (local.get $i) (array.len (local.get $s))))
+        (local.set $h (i32.mul (i32.xor (local.get $h) (array.get_u $str (local.get $s) (local.get $i)))
+          (i32.const 16777619)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $byte)))
+    (local.get $h))
+  (func $run (export "run") (param $n i32) (result i32)
+    (local $prev (ref $str)) (local $s (ref $str)) (local $i i32) (local $h i32)
+    (local.set $h (i32.const -2128831035))
+    (local.set $prev (array.new_default $str (i32.const 0)))
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_s (local.get $i) (local.get $n)))
+        (local.set $s (call $concat
+          (call $concat (call $digits (i32.mul (local.get $i) (i32.const 7919)))
+            (array.new_data $str $word (i32.const 0) (i32.const 12)))
+          (call $tail (local.get $prev))))
+        (local.set $h (call $hash (local.get $h) (local.get $s)))
+        (local.set $prev (local.get $s))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $next)))
+    (local.get $h))
+  (func (export "main") (result i32) (call $run (i32.const 50))))
