@@ -537,12 +537,7 @@ impl Translator<'_, '_> {
                 let (dst, dst_index) = self.pop2();
                 self.b.ins().trapz(dst, code::NULL_REFERENCE);
                 self.b.ins().trapz(src, code::NULL_REFERENCE);
-                let t = self.iconst32(ty);
-                self.gc_checked(
-                    Builtin::ArrayCopy,
-                    &[t, dst, dst_index, src, src_index, len],
-                    code::ARRAY_OUT_OF_BOUNDS,
-                );
+                self.array_copy(ty, [dst, dst_index, src, src_index, len]);
             }
             O::ArrayInitData {
                 array_type_index: ty,
@@ -660,6 +655,87 @@ impl Translator<'_, '_> {
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// `array.copy` of non-null arrays of type `ty` (`[dst, dst_index, src, src_index, len]`):
+    /// a few elements copied inline (the strings that languages' runtimes build), more by the
+    /// runtime; metered code always asks the runtime, which charges per element.
+    fn array_copy(&mut self, ty: u32, [dst, di, src, si, len]: [Value; 5]) {
+        /// The most elements copied inline.
+        const INLINE: i64 = 16;
+        let size = gc::storage_size(self.array_elem(ty));
+        let t = self.iconst32(ty);
+        let args = [t, dst, di, src, si, len];
+        if self.fuel.is_some() || size > 8 {
+            return self.gc_checked(Builtin::ArrayCopy, &args, code::ARRAY_OUT_OF_BOUNDS);
+        }
+        let call = self.b.create_block();
+        let inline = self.b.create_block();
+        let done = self.b.create_block();
+        let few = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedLessThanOrEqual, len, INLINE);
+        self.b.ins().brif(few, inline, &[], call, &[]);
+        self.b.seal_block(call);
+        self.b.seal_block(inline);
+        self.b.switch_to_block(call);
+        self.gc_checked(Builtin::ArrayCopy, &args, code::ARRAY_OUT_OF_BOUNDS);
+        self.b.ins().jump(done, &[]);
+        // Inline: both ranges checked (in 64 bits: no wrap), then element by element, backward
+        // when the destination lies after the source (one array, overlapping).
+        self.b.switch_to_block(inline);
+        let start = |t: &mut Self, r: Value, index: Value| {
+            let obj = t.object(r);
+            let end = t.b.ins().uextend(I64, index);
+            let n = t.b.ins().uextend(I64, len);
+            let end = t.b.ins().iadd(end, n);
+            let alen = t.b.ins().load(I32, trusted(), obj, gc::LENGTH as i32);
+            let alen = t.b.ins().uextend(I64, alen);
+            let out = t.b.ins().icmp(IntCC::UnsignedGreaterThan, end, alen);
+            t.b.ins().trapnz(out, code::ARRAY_OUT_OF_BOUNDS);
+            let at = t.b.ins().uextend(I64, index);
+            let at = t.b.ins().imul_imm_u(at, size as i64);
+            let at = t.b.ins().iadd(obj, at);
+            t.b.ins().iadd_imm_u(at, gc::HEADER as i64)
+        };
+        let to = start(self, dst, di);
+        let from = start(self, src, si);
+        let ty_of = match size {
+            1 => I8,
+            2 => I16,
+            4 => I32,
+            _ => I64,
+        };
+        let bytes = self.b.ins().uextend(I64, len);
+        let bytes = self.b.ins().imul_imm_u(bytes, size as i64);
+        let backward = self.b.ins().icmp(IntCC::UnsignedGreaterThan, to, from);
+        let forth = self.b.ins().iconst(I64, size as i64);
+        let back = self.b.ins().ineg(forth);
+        let step = self.b.ins().select(backward, back, forth);
+        // The offsets of the first element copied and of the one past the last, in that order.
+        let zero = self.b.ins().iconst(I64, 0);
+        let last = self.b.ins().isub(bytes, forth);
+        let first = self.b.ins().select(backward, last, zero);
+        let stop = self.b.ins().select(backward, back, bytes);
+        let head = self.b.create_block();
+        let body = self.b.create_block();
+        let at = self.b.append_block_param(head, I64);
+        self.b.ins().jump(head, &[first.into()]);
+        self.b.switch_to_block(head);
+        let finished = self.b.ins().icmp(IntCC::Equal, at, stop);
+        self.b.ins().brif(finished, done, &[], body, &[]);
+        self.b.seal_block(body);
+        self.b.switch_to_block(body);
+        let s_at = self.b.ins().iadd(from, at);
+        let v = self.b.ins().load(ty_of, trusted(), s_at, 0);
+        let d_at = self.b.ins().iadd(to, at);
+        self.b.ins().store(trusted(), v, d_at, 0);
+        let next = self.b.ins().iadd(at, step);
+        self.b.ins().jump(head, &[next.into()]);
+        self.b.seal_block(head);
+        self.b.seal_block(done);
+        self.b.switch_to_block(done);
     }
 
     /// The type a cast names.

@@ -327,3 +327,94 @@ fn casts_and_indirect_calls_follow_subtyping_declared_in_another_module() {
     .unwrap();
     assert!(linker.instantiate(&mut store, &final_f).is_err());
 }
+
+/// `array.copy` within one array, both ways round, of few elements (copied inline) and of
+/// many (by the runtime), agrees with `copy_within`; a range one element past either end traps.
+#[test]
+fn array_copy_within_one_array_moves_what_memmove_would_and_checks_both_ranges() {
+    let engine = Engine::default();
+    for (elem, size) in [("i8", 1), ("i16", 2), ("i32", 4), ("i64", 8), ("f64", 8)] {
+        let (set, get) = match elem {
+            "f64" => (
+                "(f64.convert_i32_u (local.get $i))",
+                "(i64.trunc_f64_u (array.get $a (local.get $arr) (local.get $i)))",
+            ),
+            "i64" => (
+                "(i64.extend_i32_u (local.get $i))",
+                "(array.get $a (local.get $arr) (local.get $i))",
+            ),
+            "i32" => (
+                "(local.get $i)",
+                "(i64.extend_i32_u (array.get $a (local.get $arr) (local.get $i)))",
+            ),
+            _ => (
+                "(local.get $i)",
+                "(i64.extend_i32_u (array.get_u $a (local.get $arr) (local.get $i)))",
+            ),
+        };
+        let wat = format!(
+            r#"(module
+              (type $a (array (mut {elem})))
+              ;; An array of 40 elements 0..40, copied within, then every element times its
+              ;; place plus one, summed.
+              (func (export "copy") (param $len i32) (param $di i32) (param $si i32) (result i64)
+                (local $arr (ref $a)) (local $i i32) (local $sum i64)
+                (local.set $arr (array.new_default $a (i32.const 40)))
+                (block $made (loop $make
+                  (br_if $made (i32.ge_u (local.get $i) (i32.const 40)))
+                  (array.set $a (local.get $arr) (local.get $i) {set})
+                  (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                  (br $make)))
+                (array.copy $a $a (local.get $arr) (local.get $di) (local.get $arr) (local.get $si) (local.get $len))
+                (local.set $i (i32.const 0))
+                (block $summed (loop $sum
+                  (br_if $summed (i32.ge_u (local.get $i) (i32.const 40)))
+                  (local.set $sum (i64.add (local.get $sum)
+                    (i64.mul {get} (i64.extend_i32_u (i32.add (local.get $i) (i32.const 1))))))
+                  (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                  (br $sum)))
+                (local.get $sum)))"#
+        );
+        let module = Module::new(&engine, &wat).unwrap();
+        let mut store = Store::new(&engine, ());
+        let i = Instance::new(&mut store, &module, &[]).unwrap();
+        let copy = i
+            .get_typed_func::<(i32, i32, i32), i64>(&mut store, "copy")
+            .unwrap();
+        let wrap = |v: u64| match size {
+            1 => v as u8 as u64,
+            2 => v as u16 as u64,
+            _ => v,
+        };
+        for len in [0, 1, 3, 15, 16, 17, 20] {
+            for (di, si) in [
+                (0, 0),
+                (0, 5),
+                (5, 0),
+                (2, 3),
+                (3, 2),
+                (40 - len, 0),
+                (0, 40 - len),
+            ] {
+                let mut want: Vec<u64> = (0..40).collect();
+                want.copy_within(si as usize..(si + len) as usize, di as usize);
+                let want: u64 = (want.iter().enumerate())
+                    .map(|(k, &v)| wrap(v) * (k as u64 + 1))
+                    .sum();
+                let got = copy.call(&mut store, (len, di, si)).unwrap();
+                assert_eq!(got as u64, want, "{elem}: copy {len} from {si} to {di}");
+            }
+            // One past the end of either range.
+            for (di, si) in [(41 - len, 0), (0, 41 - len)] {
+                let e = copy
+                    .call(&mut store, (len.max(1), di.min(40), si.min(40)))
+                    .unwrap_err();
+                assert_eq!(
+                    e.trap().unwrap().kind,
+                    TrapKind::ArrayOutOfBounds,
+                    "{elem}: {len} {di} {si}"
+                );
+            }
+        }
+    }
+}
