@@ -116,10 +116,11 @@ fn sub_of(sub: &wasmparser::SubType) -> Sub {
 
 /// A type of a module's type section, naming `types`.
 fn type_def(sub: &wasmparser::SubType, types: &[TypeDef]) -> Result<TypeDef, CompileError> {
-    let unsupported = |what: &str| Err(CompileError::Unsupported(format!("{what} (GC)")));
+    // (Proposals past WebAssembly 3.0, which the validator refuses before this.)
+    let unsupported = |what: &str| Err(CompileError::Unsupported(what.into()));
     let c = &sub.composite_type;
     if c.shared || c.descriptor_idx.is_some() || c.describes_idx.is_some() {
-        return unsupported("a shared type, or one with a descriptor");
+        return unsupported("a shared type (shared-everything threads), or one with a descriptor");
     }
     let vals = |ts: &[wasmparser::ValType]| -> Result<Vec<ValType>, CompileError> {
         ts.iter().map(|&t| val_type(t, types)).collect()
@@ -143,7 +144,9 @@ fn type_def(sub: &wasmparser::SubType, types: &[TypeDef]) -> Result<TypeDef, Com
             TypeDef::Struct(s.fields.iter().map(field).collect::<Result<_, _>>()?)
         }
         wasmparser::CompositeInnerType::Array(a) => TypeDef::Array(field(&a.0)?),
-        wasmparser::CompositeInnerType::Cont(_) => return unsupported("continuation types"),
+        wasmparser::CompositeInnerType::Cont(_) => {
+            return unsupported("continuation types (stack switching)");
+        }
     })
 }
 

@@ -62,7 +62,7 @@ impl PartialEq for Value {
             (F32(a), F32(b)) => a == b || nan32(a) && nan32(b),
             (F64(a), F64(b)) => a == b || nan64(a) && nan64(b),
             (V128(a), V128(b)) => a == b,
-            (Null, Null) | (Func, Func) | (Extern, Extern) | (Exn, Exn) => true,
+            (Null, Null) | (Func, Func) | (Extern, Extern) | (Exn, Exn) | (Any, Any) => true,
             _ => false,
         }
     }
@@ -78,6 +78,8 @@ pub enum Type {
     V128,
     FuncRef,
     ExternRef,
+    /// Any other nullable reference (exceptions', GC's): the plans pass null.
+    OtherRef,
 }
 
 /// Why execution stopped: ephem's trap kinds, which the reference's traps are mapped to (ephem's
@@ -92,8 +94,13 @@ pub enum Trap {
     Other(String),
 }
 
-/// A call or instantiation that ran out of fuel.
-pub const OUT_OF_FUEL: Trap = Trap::Wasm(ephem::TrapKind::OutOfFuel);
+/// Whether a call or instantiation ended for want of a resource whose amount the engines
+/// decide for themselves (fuel, whose costs differ; GC heap, whose bounds do): what follows is
+/// not comparable.
+pub fn exhausted<T>(r: Option<&Result<T, Trap>>) -> bool {
+    use ephem::TrapKind::{GcHeapExhausted, OutOfFuel};
+    matches!(r, Some(Err(Trap::Wasm(OutOfFuel | GcHeapExhausted))))
+}
 
 /// One call of the plan: an exported function and its arguments.
 #[derive(Clone, Debug)]
@@ -254,7 +261,7 @@ pub fn config() -> wasm_smith::Config {
         multi_value_enabled: true,
         saturating_float_to_int_enabled: true,
         sign_extension_ops_enabled: true,
-        gc_enabled: false,
+        gc_enabled: true,
         exceptions_enabled: true,
         memory64_enabled: true,
         threads_enabled: true,
@@ -372,7 +379,7 @@ fn zero(t: Type) -> Value {
         Type::F32 => Value::F32(0),
         Type::F64 => Value::F64(0),
         Type::V128 => Value::V128(0),
-        Type::FuncRef | Type::ExternRef => Value::Null,
+        Type::FuncRef | Type::ExternRef | Type::OtherRef => Value::Null,
     }
 }
 
@@ -415,7 +422,7 @@ fn draw(u: &mut Unstructured<'_>, t: Type) -> Value {
         )),
         Type::F64 => Value::F64(u.arbitrary().unwrap_or(0)),
         Type::V128 => Value::V128(u.arbitrary().unwrap_or(0)),
-        Type::FuncRef | Type::ExternRef => Value::Null,
+        Type::FuncRef | Type::ExternRef | Type::OtherRef => Value::Null,
     }
 }
 
@@ -432,8 +439,15 @@ fn exported_functions(wasm: &[u8]) -> Vec<(String, Vec<Type>)> {
         };
         match payload {
             Payload::TypeSection(r) => {
-                for ty in r.into_iter_err_on_gc_types().flatten() {
-                    types.push(ty.params().iter().map(|&t| val_type(t)).collect::<Vec<_>>());
+                for group in r.into_iter().flatten() {
+                    for sub in group.types() {
+                        // (A struct or array type is no function's: no parameters to plan.)
+                        let params = match &sub.composite_type.inner {
+                            wasmparser::CompositeInnerType::Func(f) => f.params(),
+                            _ => &[],
+                        };
+                        types.push(params.iter().map(|&t| val_type(t)).collect::<Vec<_>>());
+                    }
                 }
             }
             Payload::ImportSection(r) => {
@@ -472,6 +486,7 @@ fn val_type(t: wasmparser::ValType) -> Option<Type> {
         wasmparser::ValType::V128 => Type::V128,
         wasmparser::ValType::Ref(r) if r.is_func_ref() => Type::FuncRef,
         wasmparser::ValType::Ref(r) if r.is_extern_ref() => Type::ExternRef,
+        wasmparser::ValType::Ref(r) if r.is_nullable() => Type::OtherRef,
         wasmparser::ValType::Ref(_) => return None,
     })
 }
@@ -486,14 +501,11 @@ impl fmt::Display for Difference {
     }
 }
 
-/// The calls of the plan both observations can be compared on: those that ran out of fuel in
-/// neither engine (the engines' costs differ) and, on one instance, only those before the first
-/// that did (what followed it is not comparable).
+/// The calls of the plan both observations can be compared on: those that ran out of fuel or
+/// GC heap in neither engine (see [`exhausted`]) and, on one instance, only those before the
+/// first that did (what followed it is not comparable).
 pub fn comparable(plan: &Plan, ephem: &Observation, reference: &Observation) -> Vec<usize> {
-    let fed = |i: &usize| {
-        ephem.calls.get(*i) != Some(&Err(OUT_OF_FUEL))
-            && reference.calls.get(*i) != Some(&Err(OUT_OF_FUEL))
-    };
+    let fed = |i: &usize| !exhausted(ephem.calls.get(*i)) && !exhausted(reference.calls.get(*i));
     let n = ephem.calls.len().min(reference.calls.len());
     if plan.fresh {
         (0..n).filter(fed).collect()
@@ -505,7 +517,7 @@ pub fn comparable(plan: &Plan, ephem: &Observation, reference: &Observation) -> 
 /// The first difference between ephem's observation and the reference's, if any.
 pub fn compare(plan: &Plan, ephem: &Observation, reference: &Observation) -> Option<Difference> {
     let diff = |what: String| Some(Difference(what));
-    if ephem.instantiated == Err(OUT_OF_FUEL) || reference.instantiated == Err(OUT_OF_FUEL) {
+    if exhausted(Some(&ephem.instantiated)) || exhausted(Some(&reference.instantiated)) {
         return None;
     }
     if ephem.instantiated != reference.instantiated {
@@ -593,7 +605,7 @@ pub fn run_case(
         (Ok(a), Ok(b)) => match compare(plan, &a, &b) {
             None => {
                 let calls = comparable(plan, &a, &b).len();
-                let starved = |o: &Observation| o.instantiated == Err(OUT_OF_FUEL);
+                let starved = |o: &Observation| exhausted(Some(&o.instantiated));
                 let unfinished = calls < a.calls_made() || starved(&a) || starved(&b);
                 Verdict::Agree { calls, unfinished }
             }
@@ -842,9 +854,6 @@ impl Ephem {
                     run_metered(&self.engine, &module);
                 }
                 (false, Err(_)) => {}
-                // Validation runs with GC on for its types, the part of GC ephem implements;
-                // the rest it refuses by design, saying so (issue 46).
-                (true, Err(e)) if e.to_string().contains("(GC)") => {}
                 (true, Err(e)) => return Err(format!("a valid mutant was refused: {e}")),
                 (false, Ok(_)) => return Err("an invalid mutant compiled".into()),
             }

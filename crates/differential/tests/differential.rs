@@ -17,7 +17,7 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     let wasmtime = wasmtime_observer::Wasmtime::new().unwrap();
     let (mut calls, mut modules, mut wide, mut exceptions) = (0, 0, 0, 0);
     let (mut small_pages, mut memory64, mut table64) = (0, 0, 0);
-    let (mut shared, mut atomics) = (0, 0);
+    let (mut shared, mut atomics, mut gc) = (0, 0, 0);
     let mut differences = Vec::new();
     for seed in SEEDS {
         let wasm = generate(seed).unwrap();
@@ -33,6 +33,14 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
         table64 += tables(&wasm);
         shared += memories(&wasm, |m| m.shared);
         atomics += count(&wasm, |op| format!("{op:?}").contains("Atomic"));
+        gc += count(&wasm, |op| {
+            let name = format!("{op:?}");
+            [
+                "Struct", "Array", "I31", "RefCast", "RefTest", "BrOnCast", "Convert", "RefEq",
+            ]
+            .iter()
+            .any(|p| name.starts_with(p))
+        });
         exceptions += count(&wasm, |op| {
             use wasmparser::Operator as O;
             matches!(op, O::TryTable { .. } | O::Throw { .. } | O::ThrowRef)
@@ -51,7 +59,7 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     println!(
         "{modules} modules, {calls} calls compared; {wide} wide-arithmetic and {exceptions} \
          exception operators, {small_pages} memories of one-byte pages, {memory64} 64-bit ones, {table64} 64-bit tables, \
-         {shared} shared memories, {atomics} atomic operators"
+         {shared} shared memories, {atomics} atomic operators, {gc} GC operators"
     );
     // Guards against a slice that stopped calling anything, or lost a proposal.
     assert!(calls > 4_000, "only {calls} calls compared");
@@ -68,6 +76,7 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     assert!(table64 > 20, "only {table64} 64-bit tables");
     assert!(shared > 20, "only {shared} shared memories");
     assert!(atomics > 200, "only {atomics} atomic operators");
+    assert!(gc > 200, "only {gc} GC operators generated");
 }
 
 /// A wait on a shared memory whose value matches returns only when its timeout passes:

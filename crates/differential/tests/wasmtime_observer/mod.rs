@@ -111,6 +111,11 @@ fn trap(e: &wasmtime::Error) -> Trap {
         Some(T::NullReference) => K::NullReference,
         Some(T::HeapMisaligned) => K::UnalignedAtomic,
         Some(T::AtomicWaitNonSharedMemory) => K::WaitOnUnsharedMemory,
+        Some(T::CastFailure) => K::CastFailure,
+        Some(T::ArrayOutOfBounds) => K::ArrayOutOfBounds,
+        Some(T::AllocationTooLarge) => K::GcHeapExhausted,
+        // (A full GC heap is an error of its own in wasmtime, not a trap.)
+        _ if format!("{e:#}").contains("GC heap out of memory") => K::GcHeapExhausted,
         _ => return Trap::Other(format!("{e:#}")),
     };
     Trap::Wasm(kind)
