@@ -43,10 +43,7 @@ pub struct RefType {
 /// A concrete type is named by index: in a module's own description, the index of one of its
 /// types; in a type an engine hands out (`Engine::func_type`, an export's type), the engine's
 /// canonical type id. Its variant says which kind of type it names, so that which hierarchy a
-/// reference belongs to needs no type list.
-///
-/// ephem makes no GC objects yet: a value of the `any` hierarchy is always null, and modules
-/// that would make one (GC's instructions) are refused.
+/// reference belongs to needs no type list. (How a reference's bits look: [`crate::gc`].)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Archive, Serialize, Deserialize)]
 pub enum HeapType {
     /// Any function.
@@ -250,8 +247,8 @@ impl ValType {
         matches!(self, ValType::Ref(r) if r.heap.is_extern())
     }
 
-    /// Whether this is a reference of GC's `any` hierarchy, possibly null: always null in
-    /// ephem today (see [`HeapType`]), represented as 0.
+    /// Whether this is a reference of GC's `any` hierarchy, possibly null (see [`crate::gc`]
+    /// for its bits).
     pub fn is_any_ref(self) -> bool {
         matches!(self, ValType::Ref(r) if r.heap.is_any())
     }

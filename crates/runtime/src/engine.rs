@@ -124,18 +124,19 @@ struct Types {
     subs: Vec<Sub>,
 }
 
-/// A registered type: a signature shared with functions, or a struct or an array type (which
-/// only its id stands for: ephem makes no values of one).
+/// A registered type: a signature shared with functions, or a struct or an array type (an
+/// object's header holds its id; the host reads fields through it), its concrete types
+/// canonical ids.
 enum Registered {
     Func(Arc<FuncType>),
-    Gc,
+    Gc(Arc<TypeDef>),
 }
 
 impl From<TypeDef> for Registered {
     fn from(ty: TypeDef) -> Registered {
         match ty {
             TypeDef::Func(f) => Registered::Func(Arc::new(f)),
-            TypeDef::Struct(_) | TypeDef::Array(_) => Registered::Gc,
+            gc => Registered::Gc(Arc::new(gc)),
         }
     }
 }
@@ -506,6 +507,16 @@ impl Engine {
         }
     }
 
+    /// The struct or array type with canonical id `id`, its concrete types canonical ids, if
+    /// this engine gave that id to one.
+    pub(crate) fn gc_type(&self, id: u32) -> Option<Arc<TypeDef>> {
+        let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        match types.list.get(id.checked_sub(REGISTERED)? as usize)? {
+            Registered::Gc(ty) => Some(ty.clone()),
+            Registered::Func(_) => None,
+        }
+    }
+
     /// Whether a value of `a` is one of `b`, both of this engine's canonical ids.
     pub fn matches(&self, a: ephem_module::ValType, b: ephem_module::ValType) -> bool {
         a.matches_with(b, &|x, y| self.is_subtype(x, y))
@@ -519,7 +530,7 @@ impl Engine {
                 let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
                 match types.list.get(i as usize)? {
                     Registered::Func(f) => Some(FuncType::clone(f)),
-                    Registered::Gc => None,
+                    Registered::Gc(_) => None,
                 }
             }
             None => ephem_module::from_small_id(id),
@@ -533,7 +544,7 @@ impl Engine {
                 let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
                 match &types.list[i as usize] {
                     Registered::Func(f) => TypeRef::Shared(f.clone()),
-                    Registered::Gc => unreachable!("a function's type id names a signature"),
+                    Registered::Gc(_) => unreachable!("a function's type id names a signature"),
                 }
             }
             None => TypeRef::Small(

@@ -12,11 +12,11 @@
 //! roots (or move to scoped roots as wasmtime does).
 
 use ephem_module::gc::{self, EXTERNALIZED, HOST_TAG, I31_TAG};
-use ephem_module::{HeapType, ValRaw};
+use ephem_module::{HeapType, StorageType, TypeDef, ValRaw};
 
-use crate::Error;
-use crate::context::AsContext;
+use crate::context::{AsContext, AsContextMut};
 use crate::store::{StoreId, StoreOpaque};
+use crate::{Error, Val};
 
 /// An `externref`: a number the embedder chose, which wasm can only pass around, or a GC value
 /// that wasm made into an `externref` (`extern.convert_any`).
@@ -79,6 +79,28 @@ impl ExternRef {
 pub struct AnyRef {
     store: StoreId,
     raw: u64,
+}
+
+/// A field of a struct or an element of an array.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    Field(usize),
+    Element(u32),
+}
+
+/// The value of `storage` at `at` in `store`'s heap (a packed one zero-extended).
+fn read(store: &StoreOpaque, at: u64, storage: StorageType) -> Option<Val> {
+    let size = gc::storage_size(storage) as usize;
+    // SAFETY: no wasm runs on the heap while the host holds the store; no other slice of it is
+    // alive.
+    let bytes = unsafe { store.gc.bytes(at, size as u64)? };
+    let mut raw = [0; 16];
+    raw[..size].copy_from_slice(bytes);
+    let raw = ValRaw::from_le_bytes(raw);
+    Some(match storage {
+        StorageType::I8 | StorageType::I16 => Val::I32(raw as i32),
+        StorageType::Val(t) => Val::from_raw(store, t, raw),
+    })
 }
 
 /// A 31-bit integer as a GC value (`i31ref`).
@@ -160,6 +182,94 @@ impl AnyRef {
     pub fn array_len(&self, store: impl AsContext) -> Option<u32> {
         let (word, len) = self.header(store.as_context().opaque())?;
         (word & gc::ARRAY_BIT != 0).then_some(len)
+    }
+
+    /// Field `index` of this struct (a packed one zero-extended), if this is a struct of
+    /// `store` with that field.
+    pub fn field(&self, store: impl AsContext, index: usize) -> Option<Val> {
+        let ctx = store.as_context();
+        let store = ctx.opaque();
+        let (at, storage, _) = self.place(store, Place::Field(index))?;
+        read(store, at, storage)
+    }
+
+    /// Writes `value` into field `index` of this struct (a packed one takes an `i32`'s low
+    /// bits); an error where there is no such mutable field or `value` is not of its type.
+    pub fn set_field(
+        &self,
+        mut store: impl AsContextMut,
+        index: usize,
+        value: Val,
+    ) -> Result<(), Error> {
+        let mut ctx = store.as_context_mut();
+        self.write(ctx.opaque(), Place::Field(index), value)
+    }
+
+    /// Element `index` of this array (a packed one zero-extended), if this is an array of
+    /// `store` with that element.
+    pub fn array_get(&self, store: impl AsContext, index: u32) -> Option<Val> {
+        let ctx = store.as_context();
+        let store = ctx.opaque();
+        let (at, storage, _) = self.place(store, Place::Element(index))?;
+        read(store, at, storage)
+    }
+
+    /// Writes `value` into element `index` of this array; an error where there is no such
+    /// element, the array is immutable or `value` is not of its element type.
+    pub fn array_set(
+        &self,
+        mut store: impl AsContextMut,
+        index: u32,
+        value: Val,
+    ) -> Result<(), Error> {
+        let mut ctx = store.as_context_mut();
+        self.write(ctx.opaque(), Place::Element(index), value)
+    }
+
+    /// Where a field or element of this object is in `store`'s heap: its offset, what it
+    /// stores, whether it may change.
+    fn place(&self, store: &StoreOpaque, place: Place) -> Option<(u64, StorageType, bool)> {
+        let (word, len) = self.header(store)?;
+        let ty = store.engine.gc_type(word & !gc::ARRAY_BIT)?;
+        match (&*ty, place) {
+            (TypeDef::Struct(fields), Place::Field(i)) => {
+                let f = fields.get(i)?;
+                let at = self.raw + u64::from(gc::struct_layout(fields).offsets[i]);
+                Some((at, f.storage, f.mutable))
+            }
+            (TypeDef::Array(elem), Place::Element(i)) if i < len => {
+                let size = u64::from(gc::storage_size(elem.storage));
+                let at = self.raw + u64::from(gc::HEADER) + u64::from(i) * size;
+                Some((at, elem.storage, elem.mutable))
+            }
+            _ => None,
+        }
+    }
+
+    fn write(&self, store: &StoreOpaque, place: Place, value: Val) -> Result<(), Error> {
+        let usage = |what: &str| Err(Error::Usage(format!("{what} ({place:?} of {self:?})")));
+        let Some((at, storage, mutable)) = self.place(store, place) else {
+            return usage("no such field or element");
+        };
+        if !mutable {
+            return usage("an immutable field or element");
+        }
+        let fits = match storage {
+            StorageType::Val(t) => value.fits(store, t),
+            StorageType::I8 | StorageType::I16 => matches!(value, Val::I32(_)),
+        };
+        if !fits {
+            return usage("a value of another type");
+        }
+        let raw = value.to_raw(store)?;
+        let size = gc::storage_size(storage) as usize;
+        // SAFETY: no wasm runs on the heap while the host holds the store; no other slice of
+        // it is alive.
+        match unsafe { store.gc.bytes(at, size as u64) } {
+            Some(out) => out.copy_from_slice(&raw.to_le_bytes()[..size]),
+            None => return usage("outside the heap"),
+        }
+        Ok(())
     }
 
     /// The object's header words (type word, length), if this is an object of `store`.

@@ -418,3 +418,52 @@ fn array_copy_within_one_array_moves_what_memmove_would_and_checks_both_ranges()
         }
     }
 }
+
+/// The host reads and writes fields and elements, as their types allow.
+#[test]
+fn the_host_reads_and_writes_fields_and_elements_as_their_types_allow() {
+    let engine = Engine::default();
+    let (mut store, i) = setup(&engine);
+    let origin = any(&i.get_global(&mut store, "origin").unwrap().get(&store));
+    assert_eq!(origin.field(&store, 0).and_then(|v| v.i32()), Some(-5));
+    // A packed i8 field reads zero-extended.
+    assert_eq!(origin.field(&store, 1).and_then(|v| v.i32()), Some(200));
+    assert!(matches!(origin.field(&store, 2), Some(Val::V128(v)) if v == 1 | 2 << 64));
+    assert!(matches!(origin.field(&store, 3), Some(Val::AnyRef(None))));
+    assert!(origin.field(&store, 4).is_none());
+    origin.set_field(&mut store, 0, Val::I32(11)).unwrap();
+    let o = call(&mut store, i, "sum", &[Val::AnyRef(Some(origin))]).unwrap();
+    assert_eq!(o[0].i32(), Some(11), "wasm sees the host's write");
+    assert!(
+        origin.set_field(&mut store, 1, Val::I32(1)).is_err(),
+        "immutable"
+    );
+    assert!(
+        origin.set_field(&mut store, 0, Val::I64(1)).is_err(),
+        "wrong type"
+    );
+    let chain = call(&mut store, i, "chain", &[Val::I32(1)]).unwrap();
+    origin.set_field(&mut store, 3, chain[0]).unwrap();
+    let bytes = call(&mut store, i, "bytes", &[Val::I32(10)]).unwrap();
+    assert!(
+        origin.set_field(&mut store, 3, bytes[0]).is_err(),
+        "an array is no point"
+    );
+    let o = call(&mut store, i, "sum", &[Val::AnyRef(Some(origin))]).unwrap();
+    assert_eq!(
+        o[0].i32(),
+        Some(12),
+        "the chain goes on through the host's link"
+    );
+    // Arrays: an i8 element reads zero-extended and takes an i32's low bits.
+    let a = any(&bytes[0]);
+    assert_eq!(a.array_get(&store, 3).and_then(|v| v.i32()), Some(0xAB));
+    a.array_set(&mut store, 3, Val::I32(0x1FF)).unwrap();
+    let got = call(&mut store, i, "get", &[bytes[0], Val::I32(3)]).unwrap();
+    assert_eq!(got[0].i32(), Some(-1));
+    assert!(a.array_get(&store, 10).is_none() && a.array_set(&mut store, 10, Val::I32(0)).is_err());
+    assert!(a.field(&store, 0).is_none() && origin.array_get(&store, 0).is_none());
+    // An i31 has neither.
+    let small = AnyRef::from_i31(&store, I31::wrapping_u32(3));
+    assert!(small.field(&store, 0).is_none() && small.array_get(&store, 0).is_none());
+}
