@@ -268,7 +268,23 @@ impl<G: Fn(u32) -> ephem_module::ValRaw, F: Fn(u32) -> usize> ephem_module::Cons
         let shape = self.module.gc_shape(ty)?;
         let heap = &self.store.gc;
         let r = u64::from(heap.alloc(&self.store.engine, shape, len, |_, _| true)?);
-        // Where each value goes, and its size.
+        let values = match init {
+            ObjectInit::Default => return Some(r),
+            ObjectInit::Fill(v) => {
+                let Shape::Array { elem, .. } = shape else {
+                    return None;
+                };
+                let size = gc::storage_size(elem);
+                let (at, n) = heap.elements(r, 0, len, size)?;
+                // SAFETY: the one slice of the heap alive; no wasm runs meanwhile.
+                let out = unsafe { heap.bytes(at, n)? };
+                fill(out, size, v as u64, (v >> 64) as u64);
+                return Some(r);
+            }
+            ObjectInit::Values(values) => values,
+        };
+        // Where each value goes, and its size: as many as the expression gave (`len`, which
+        // may be large for the other kinds of initialisation, plays no part).
         let places: Vec<(u64, u32)> = match native::<TypeDef, _>(&types[ty as usize]) {
             TypeDef::Struct(fields) => {
                 let layout = gc::struct_layout(&fields);
@@ -278,25 +294,16 @@ impl<G: Fn(u32) -> ephem_module::ValRaw, F: Fn(u32) -> usize> ephem_module::Cons
             }
             TypeDef::Array(elem) => {
                 let size = gc::storage_size(elem.storage);
-                if let ObjectInit::Fill(v) = init {
-                    let (at, n) = heap.elements(r, 0, len, size)?;
-                    // SAFETY: the one slice of the heap alive; no wasm runs meanwhile.
-                    let out = unsafe { heap.bytes(at, n)? };
-                    fill(out, size, v as u64, (v >> 64) as u64);
-                    return Some(r);
-                }
-                (0..len)
-                    .map(|k| (r + u64::from(HEADER) + u64::from(k) * u64::from(size), size))
+                (0..values.len() as u64)
+                    .map(|k| (r + u64::from(HEADER) + k * u64::from(size), size))
                     .collect()
             }
             TypeDef::Func(_) => return None,
         };
-        if let ObjectInit::Values(values) = init {
-            for (&(at, size), v) in places.iter().zip(values) {
-                // SAFETY: the one slice of the heap alive; no wasm runs meanwhile.
-                let out = unsafe { heap.bytes(at, u64::from(size))? };
-                out.copy_from_slice(&v.to_le_bytes()[..size as usize]);
-            }
+        for (&(at, size), v) in places.iter().zip(values) {
+            // SAFETY: the one slice of the heap alive; no wasm runs meanwhile.
+            let out = unsafe { heap.bytes(at, u64::from(size))? };
+            out.copy_from_slice(&v.to_le_bytes()[..size as usize]);
         }
         Some(r)
     }

@@ -467,3 +467,30 @@ fn the_host_reads_and_writes_fields_and_elements_as_their_types_allow() {
     let small = AnyRef::from_i31(&store, I31::wrapping_u32(3));
     assert!(small.field(&store, 0).is_none() && small.array_get(&store, 0).is_none());
 }
+
+/// A constant expression that makes a large array costs the host what the array takes in the
+/// heap, nothing per element beside it (the fuzzer found instantiation building a list of
+/// every element's place: gigabytes of host memory for an `array.new_default` of 500 million).
+#[test]
+fn a_large_array_made_by_a_constant_expression_costs_the_host_nothing_per_element() {
+    let engine = Engine::default();
+    let module = Module::new(
+        &engine,
+        r#"(module
+          (type $a (array (mut i8)))
+          (global $big (ref $a) (array.new_default $a (i32.const 500000000)))
+          (global $few (ref $a) (array.new_fixed $a 3 (i32.const 1) (i32.const 2) (i32.const 3)))
+          (func (export "len") (result i32) (array.len (global.get $big)))
+          (func (export "third") (result i32) (array.get_u $a (global.get $few) (i32.const 2))))"#,
+    )
+    .unwrap();
+    for _ in 0..3 {
+        let mut store = Store::new(&engine, ());
+        let i = Instance::new(&mut store, &module, &[]).unwrap();
+        assert_eq!(
+            call(&mut store, i, "len", &[]).unwrap()[0].i32(),
+            Some(500_000_000)
+        );
+        assert_eq!(call(&mut store, i, "third", &[]).unwrap()[0].i32(), Some(3));
+    }
+}
