@@ -86,7 +86,7 @@ pub use linker::{InstancePre, Linker};
 pub use memory::MemoryConfig;
 pub use memory::{HostBytes, SharedMemory, WaitResult};
 pub use module::{ExportRef, ExternType, ImportRef, Module};
-pub use refs::{AnyRef, ExternRef, I31};
+pub use refs::{AnyRef, ArrayRef, ExternRef, I31, StructRef};
 pub use shared::Shared;
 pub use signals::trap_signals;
 pub use store::Store;

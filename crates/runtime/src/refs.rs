@@ -1,6 +1,7 @@
 //! The host's handles on references other than functions and exceptions: [`ExternRef`] (a
 //! host reference), [`AnyRef`] (a GC value: a struct, an array, an `i31`, or a host reference
-//! made into an `anyref`) and [`I31`]. How their bits look to generated code is
+//! made into an `anyref`), [`StructRef`] and [`ArrayRef`] (which read and write fields and
+//! elements) and [`I31`]. How their bits look to generated code is
 //! `ephem_module::gc`'s.
 //!
 //! # Why no rooting
@@ -79,6 +80,67 @@ impl ExternRef {
 pub struct AnyRef {
     store: StoreId,
     raw: u64,
+}
+
+/// A struct (wasmtime's name): a handle as an [`AnyRef`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StructRef(AnyRef);
+
+impl StructRef {
+    /// Field `index` (a packed one zero-extended to an `i32`); an error where there is none.
+    pub fn field(&self, store: impl AsContext, index: usize) -> Result<Val, Error> {
+        self.0.get(store, Place::Field(index))
+    }
+
+    /// Writes `value` into field `index` (a packed one takes an `i32`'s low bits); an error
+    /// where there is no such mutable field or `value` is not of its type.
+    pub fn set_field(
+        &self,
+        mut store: impl AsContextMut,
+        index: usize,
+        value: Val,
+    ) -> Result<(), Error> {
+        let mut ctx = store.as_context_mut();
+        self.0.write(ctx.opaque(), Place::Field(index), value)
+    }
+
+    pub fn to_anyref(self) -> AnyRef {
+        self.0
+    }
+}
+
+/// An array (wasmtime's name): a handle as an [`AnyRef`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ArrayRef(AnyRef);
+
+impl ArrayRef {
+    /// How many elements it has.
+    pub fn len(&self, store: impl AsContext) -> u32 {
+        self.0
+            .header(store.as_context().opaque())
+            .map_or(0, |(_, len)| len)
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(&self, store: impl AsContext) -> bool {
+        self.len(store) == 0
+    }
+
+    /// Element `index` (a packed one zero-extended to an `i32`); an error past the end.
+    pub fn get(&self, store: impl AsContext, index: u32) -> Result<Val, Error> {
+        self.0.get(store, Place::Element(index))
+    }
+
+    /// Writes `value` into element `index`; an error past the end, in an immutable array, or
+    /// where `value` is not of the element type.
+    pub fn set(&self, mut store: impl AsContextMut, index: u32, value: Val) -> Result<(), Error> {
+        let mut ctx = store.as_context_mut();
+        self.0.write(ctx.opaque(), Place::Element(index), value)
+    }
+
+    pub fn to_anyref(self) -> AnyRef {
+        self.0
+    }
 }
 
 /// A field of a struct or an element of an array.
@@ -178,52 +240,25 @@ impl AnyRef {
             .is_some_and(|(word, _)| word & gc::ARRAY_BIT != 0)
     }
 
-    /// The array's length, if this is an array.
-    pub fn array_len(&self, store: impl AsContext) -> Option<u32> {
-        let (word, len) = self.header(store.as_context().opaque())?;
-        (word & gc::ARRAY_BIT != 0).then_some(len)
+    /// This as a struct, if it is one.
+    pub fn as_struct(&self, store: impl AsContext) -> Option<StructRef> {
+        self.is_struct(store).then_some(StructRef(*self))
     }
 
-    /// Field `index` of this struct (a packed one zero-extended), if this is a struct of
-    /// `store` with that field.
-    pub fn field(&self, store: impl AsContext, index: usize) -> Option<Val> {
+    /// This as an array, if it is one.
+    pub fn as_array(&self, store: impl AsContext) -> Option<ArrayRef> {
+        self.is_array(store).then_some(ArrayRef(*self))
+    }
+
+    /// The value at `place` (a packed one zero-extended).
+    fn get(&self, store: impl AsContext, place: Place) -> Result<Val, Error> {
         let ctx = store.as_context();
         let store = ctx.opaque();
-        let (at, storage, _) = self.place(store, Place::Field(index))?;
-        read(store, at, storage)
-    }
-
-    /// Writes `value` into field `index` of this struct (a packed one takes an `i32`'s low
-    /// bits); an error where there is no such mutable field or `value` is not of its type.
-    pub fn set_field(
-        &self,
-        mut store: impl AsContextMut,
-        index: usize,
-        value: Val,
-    ) -> Result<(), Error> {
-        let mut ctx = store.as_context_mut();
-        self.write(ctx.opaque(), Place::Field(index), value)
-    }
-
-    /// Element `index` of this array (a packed one zero-extended), if this is an array of
-    /// `store` with that element.
-    pub fn array_get(&self, store: impl AsContext, index: u32) -> Option<Val> {
-        let ctx = store.as_context();
-        let store = ctx.opaque();
-        let (at, storage, _) = self.place(store, Place::Element(index))?;
-        read(store, at, storage)
-    }
-
-    /// Writes `value` into element `index` of this array; an error where there is no such
-    /// element, the array is immutable or `value` is not of its element type.
-    pub fn array_set(
-        &self,
-        mut store: impl AsContextMut,
-        index: u32,
-        value: Val,
-    ) -> Result<(), Error> {
-        let mut ctx = store.as_context_mut();
-        self.write(ctx.opaque(), Place::Element(index), value)
+        self.place(store, place)
+            .and_then(|(at, storage, _)| read(store, at, storage))
+            .ok_or_else(|| {
+                Error::Usage(format!("no such field or element ({place:?} of {self:?})"))
+            })
     }
 
     /// Where a field or element of this object is in `store`'s heap: its offset, what it

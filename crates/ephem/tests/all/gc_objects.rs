@@ -115,7 +115,10 @@ fn structs_arrays_and_i31s_are_made_read_and_written_by_wasm_and_seen_by_the_hos
     assert_eq!((small.get_i32(), small.get_u32()), (-1, 0x7fff_ffff));
     // Arrays: filled, from a data segment and copied within itself, zeroed by default.
     let bytes = call(&mut store, i, "bytes", &[Val::I32(10)]).unwrap();
-    assert_eq!(any(&bytes[0]).array_len(&store), Some(10));
+    assert_eq!(
+        any(&bytes[0]).as_array(&store).map(|a| a.len(&store)),
+        Some(10)
+    );
     let got = call(&mut store, i, "get", &[bytes[0], Val::I32(9)]).unwrap();
     assert_eq!(got[0].i32(), Some(0xAB_u8 as i8 as i32));
     assert_eq!(
@@ -158,7 +161,12 @@ fn the_host_passes_gc_values_back_and_they_keep_their_identity_and_type() {
     // Kept in a table, read back by the host.
     call(&mut store, i, "keep", &[bytes[0]]).unwrap();
     let t = i.get_table(&mut store, "t").unwrap();
-    assert_eq!(any(&t.get(&store, 0).unwrap()).array_len(&store), Some(1));
+    assert_eq!(
+        any(&t.get(&store, 0).unwrap())
+            .as_array(&store)
+            .map(|a| a.len(&store)),
+        Some(1)
+    );
     // A struct where the function wants its own struct type only: refused.
     let sum = i.get_func(&mut store, "sum").unwrap();
     let mut out = [Val::I32(0), Val::I32(0)];
@@ -244,7 +252,10 @@ fn nothing_of_one_stores_objects_is_visible_to_the_next_store_that_takes_its_slo
         let or = call(&mut store, i, "zeros", &[Val::I32(20_000)]).unwrap();
         assert_eq!(or[0].i64(), Some(0), "round {round}");
         let bytes = call(&mut store, i, "bytes", &[Val::I32(4096)]).unwrap();
-        assert_eq!(any(&bytes[0]).array_len(&store), Some(4096));
+        assert_eq!(
+            any(&bytes[0]).as_array(&store).map(|a| a.len(&store)),
+            Some(4096)
+        );
     }
     // A linear memory that takes a slot a heap gave back is all zeros too.
     for _ in 0..4 {
@@ -425,28 +436,31 @@ fn the_host_reads_and_writes_fields_and_elements_as_their_types_allow() {
     let engine = Engine::default();
     let (mut store, i) = setup(&engine);
     let origin = any(&i.get_global(&mut store, "origin").unwrap().get(&store));
-    assert_eq!(origin.field(&store, 0).and_then(|v| v.i32()), Some(-5));
+    assert!(origin.as_array(&store).is_none());
+    let point = origin.as_struct(&store).unwrap();
+    let field = |store: &Store<()>, k| point.field(store, k).ok();
+    assert_eq!(field(&store, 0).and_then(|v| v.i32()), Some(-5));
     // A packed i8 field reads zero-extended.
-    assert_eq!(origin.field(&store, 1).and_then(|v| v.i32()), Some(200));
-    assert!(matches!(origin.field(&store, 2), Some(Val::V128(v)) if v == 1 | 2 << 64));
-    assert!(matches!(origin.field(&store, 3), Some(Val::AnyRef(None))));
-    assert!(origin.field(&store, 4).is_none());
-    origin.set_field(&mut store, 0, Val::I32(11)).unwrap();
+    assert_eq!(field(&store, 1).and_then(|v| v.i32()), Some(200));
+    assert!(matches!(field(&store, 2), Some(Val::V128(v)) if v == 1 | 2 << 64));
+    assert!(matches!(field(&store, 3), Some(Val::AnyRef(None))));
+    assert!(field(&store, 4).is_none());
+    point.set_field(&mut store, 0, Val::I32(11)).unwrap();
     let o = call(&mut store, i, "sum", &[Val::AnyRef(Some(origin))]).unwrap();
     assert_eq!(o[0].i32(), Some(11), "wasm sees the host's write");
     assert!(
-        origin.set_field(&mut store, 1, Val::I32(1)).is_err(),
+        point.set_field(&mut store, 1, Val::I32(1)).is_err(),
         "immutable"
     );
     assert!(
-        origin.set_field(&mut store, 0, Val::I64(1)).is_err(),
+        point.set_field(&mut store, 0, Val::I64(1)).is_err(),
         "wrong type"
     );
     let chain = call(&mut store, i, "chain", &[Val::I32(1)]).unwrap();
-    origin.set_field(&mut store, 3, chain[0]).unwrap();
+    point.set_field(&mut store, 3, chain[0]).unwrap();
     let bytes = call(&mut store, i, "bytes", &[Val::I32(10)]).unwrap();
     assert!(
-        origin.set_field(&mut store, 3, bytes[0]).is_err(),
+        point.set_field(&mut store, 3, bytes[0]).is_err(),
         "an array is no point"
     );
     let o = call(&mut store, i, "sum", &[Val::AnyRef(Some(origin))]).unwrap();
@@ -456,16 +470,16 @@ fn the_host_reads_and_writes_fields_and_elements_as_their_types_allow() {
         "the chain goes on through the host's link"
     );
     // Arrays: an i8 element reads zero-extended and takes an i32's low bits.
-    let a = any(&bytes[0]);
-    assert_eq!(a.array_get(&store, 3).and_then(|v| v.i32()), Some(0xAB));
-    a.array_set(&mut store, 3, Val::I32(0x1FF)).unwrap();
+    let a = any(&bytes[0]).as_array(&store).unwrap();
+    assert_eq!(a.get(&store, 3).unwrap().i32(), Some(0xAB));
+    a.set(&mut store, 3, Val::I32(0x1FF)).unwrap();
     let got = call(&mut store, i, "get", &[bytes[0], Val::I32(3)]).unwrap();
     assert_eq!(got[0].i32(), Some(-1));
-    assert!(a.array_get(&store, 10).is_none() && a.array_set(&mut store, 10, Val::I32(0)).is_err());
-    assert!(a.field(&store, 0).is_none() && origin.array_get(&store, 0).is_none());
-    // An i31 has neither.
+    assert!(a.get(&store, 10).is_err() && a.set(&mut store, 10, Val::I32(0)).is_err());
+    assert!(any(&bytes[0]).as_struct(&store).is_none());
+    // An i31 is neither.
     let small = AnyRef::from_i31(&store, I31::wrapping_u32(3));
-    assert!(small.field(&store, 0).is_none() && small.array_get(&store, 0).is_none());
+    assert!(small.as_struct(&store).is_none() && small.as_array(&store).is_none());
 }
 
 /// A constant expression that makes a large array costs the host what the array takes in the
