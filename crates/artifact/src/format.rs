@@ -51,8 +51,10 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// across calls that cannot grow a memory; 26: exception handling, `ModuleInfo::tags`, the vmctx's
 /// tags, `Meta::call_sites`; `ModuleInfo::rec_groups`, whose types have no small id; 27: shared
 /// memories and 64-bit memories past 4 GiB; 28: `ModuleInfo::types` are `TypeDef`s, struct and
-/// array types among them, and `HeapType` has GC's heap types; `ModuleInfo::faults_bound`).
-pub const FORMAT_VERSION: u32 = 28;
+/// array types among them, and `HeapType` has GC's heap types; `ModuleInfo::faults_bound`; 29:
+/// GC's objects: `ModuleInfo::subs`, `ConstOp`'s GC instructions, the vmctx's `GC_HEAP`, new
+/// trap kinds and builtins).
+pub const FORMAT_VERSION: u32 = 29;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;

@@ -432,9 +432,10 @@ fn types_of_recursion_groups_are_their_group_and_place() {
         let e = linker.instantiate(&mut store, &m).unwrap_err();
         assert!(matches!(e, Error::Link(_)), "{other}: {e}");
     }
-    // Declared subtypes are refused, with a reason (struct types and GC's instructions:
-    // `gc_types.rs`).
-    let gc = "(module (type $s (sub (func))) (type (sub $s (func))))";
-    let e = Module::new(&engine, gc).unwrap_err();
-    assert!(e.to_string().contains("GC"), "{gc}: {e}");
+    // Declared subtypes compile (how they link and cast across modules: `gc_objects.rs`).
+    let open = Module::new(
+        &engine,
+        "(module (type $s (sub (func))) (type (sub $s (func))))",
+    );
+    open.unwrap();
 }
