@@ -255,15 +255,16 @@ pub(crate) unsafe fn instantiate(
         // SAFETY: the global pointer field `i` of this vmctx, per this module's `VmOffsets`.
         unsafe { vmctx.write(o.global(i as u32), g.of(store).vm()) };
     }
+    // The globals are all made: the other constant expressions may read any of them.
+    let env = crate::gc::Consts {
+        store,
+        module: m,
+        global: |g: u32| globals[g as usize].of(store).get(),
+        funcref_at,
+    };
     // Tables with an initialiser (typed tables) start full of it.
     let defined_tables = &tables[info.imported_tables.to_native() as usize..];
     for (init, table) in info.table_inits.iter().zip(defined_tables) {
-        let env = crate::gc::Consts {
-            store,
-            module: m,
-            global: |g: u32| globals[g as usize].of(store).get(),
-            funcref_at,
-        };
         let value = const_value(info, init.native(), &env)?;
         table.of(store).fill_all(value as usize);
     }
@@ -278,12 +279,6 @@ pub(crate) unsafe fn instantiate(
         {
             continue;
         }
-        let env = crate::gc::Consts {
-            store,
-            module: m,
-            global: |g: u32| globals[g as usize].of(store).get(),
-            funcref_at,
-        };
         let values = (seg.items.iter())
             .map(|e| const_value(info, e.native(), &env).map(|v| v as usize))
             .collect::<Result<_, _>>()?;

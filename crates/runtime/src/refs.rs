@@ -104,6 +104,7 @@ impl StructRef {
         self.0.write(ctx.opaque(), Place::Field(index), value)
     }
 
+    /// This as an [`AnyRef`].
     pub fn to_anyref(self) -> AnyRef {
         self.0
     }
@@ -138,6 +139,7 @@ impl ArrayRef {
         self.0.write(ctx.opaque(), Place::Element(index), value)
     }
 
+    /// This as an [`AnyRef`].
     pub fn to_anyref(self) -> AnyRef {
         self.0
     }
