@@ -2,7 +2,8 @@
 //! open, loading their code into a `dual` slot (copied from the bytes read on open),
 //! instantiating in a new store (a pooled memory slot of the right size, which keeps its image
 //! for the next instance of the same module), calling and tearing down (dropping the store,
-//! which resets the memory by its write marks) all run under seccomp's strict mode, where any
+//! which resets the memory by its write marks; a GC module's heap too) all run under seccomp's
+//! strict mode, where any
 //! system call but read, write and exit kills the process. (Opening a file, mapping large texts
 //! or an image into a slot the first time, and discarding pages beyond a slot's resident part
 //! do make system calls; this is the part that must not.) Its own test binary: it forks.
@@ -36,11 +37,27 @@ fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
           (local.set $seen (i32.load (i32.const 4096)))
           (i32.store (i32.const 4096) (i32.const 99))
           (i32.add (local.get $seen) (i32.const 2))))"#;
+    // GC objects: a store's heap comes from the pool at its first allocation (most objects
+    // bumped inline, an array made and copied by builtins) and goes back reset by marks.
+    let gc = r#"(module
+        (type $node (struct (field i32) (field (ref null $node))))
+        (type $bytes (array (mut i8)))
+        (func (export "g") (result i32)
+          (local $n (ref null $node)) (local $i i32) (local $a (ref $bytes))
+          (loop $more
+            (local.set $n (struct.new $node (local.get $i) (local.get $n)))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $more (i32.lt_u (local.get $i) (i32.const 1000))))
+          (local.set $a (array.new $bytes (i32.const 40) (i32.const 100)))
+          (array.copy $bytes $bytes (local.get $a) (i32.const 0) (local.get $a) (i32.const 50)
+            (i32.const 30))
+          (i32.add (array.get_u $bytes (local.get $a) (i32.const 3)) (i32.const 2))))"#;
     let dir = ephem_test_support::temp_dir();
     let engine = Engine::default();
     let modules = [
         open(&engine, dir.path(), "plain.ephem", plain),
         open(&engine, dir.path(), "imaged.ephem", imaged),
+        open(&engine, dir.path(), "gc.ephem", gc),
     ];
     assert!(
         modules[1].artifact().image(0).is_some(),
