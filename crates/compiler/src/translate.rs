@@ -26,7 +26,7 @@
 //! unless those are turned off (`marks.rs`). Fuel is charged only in metered code
 //! (`fuel.rs`). Deadlines need no code here: the runtime interrupts a call past its deadline
 //! with a signal; only the bulk-memory builtins, which run in the host, report one (their trap
-//! flag 3).
+//! flag 3). GC objects are reached as the GC heap's base plus a reference (`gc.rs`).
 //!
 //! This file holds the translator's state, the function's entry and exit, the operand stack,
 //! locals and globals; each other concern is a file under `translate/`: `control.rs` (frames,

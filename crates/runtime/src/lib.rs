@@ -12,6 +12,9 @@
 //! ([`Linker::func_wrap`]) that get a [`Caller`]: the store's data and the calling instance's
 //! exports.
 //!
+//! GC objects live in a heap per store (see `gc`), which the host reads through [`AnyRef`],
+//! [`StructRef`] and [`ArrayRef`].
+//!
 //! Bounding guests: a store's [`ResourceLimiter`] (see `limits`) bounds what it may take; an
 //! epoch deadline ([`Store::set_epoch_deadline`]) interrupts any module (see `interrupt`), and
 //! fuel ([`Store::set_fuel`]) meters modules compiled for it.

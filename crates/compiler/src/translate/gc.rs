@@ -1,9 +1,10 @@
 //! GC's instructions: structs, arrays, `i31`, `ref.eq`, casts, and the conversions between
 //! `anyref` and `externref` (the layout and the reference encoding are `ephem_module::gc`'s).
 //!
-//! Objects are made by builtins, which find room in the store's GC heap (made on the first
-//! allocation); fields and elements are read and written inline at the heap's base plus the
-//! reference. A reference of a concrete type is trusted to be an object of that type (the
+//! Objects are bumped into the store's GC heap inline while they fit (`Translator::alloc`), and
+//! made by a builtin otherwise (which makes the heap on the first allocation and grows it);
+//! bulk array operations are builtins, but for short copies. Fields and elements are read and
+//! written inline at the heap's base plus the reference. A reference of a concrete type is trusted to be an object of that type (the
 //! validator proved it, and the runtime checks every reference the host passes in), so a
 //! field access checks only for null and an array access its index against the length. Each
 //! address is the base plus a 32-bit offset plus at most a struct's size, which cannot leave
@@ -265,7 +266,7 @@ impl Translator<'_, '_> {
             }
             HeapType::ConcreteFunc(ty) => {
                 let expected = self.canonical_id(ty);
-                self.when_header(r, None, |t, _| {
+                self.when_header(r, None, |t| {
                     let actual =
                         (t.b.ins()).load(I32, trusted(), r, VmOffsets::FUNCREF_TYPE_ID as i32);
                     t.same_or_below(actual, expected, ty)
@@ -317,7 +318,7 @@ impl Translator<'_, '_> {
         };
         let low = self.b.ins().band_imm_u(r, 3);
         let is_object = self.b.ins().icmp_imm_u(IntCC::Equal, low, 0);
-        self.when_header(r, Some(is_object), |t, _| {
+        self.when_header(r, Some(is_object), |t| {
             let obj = t.object(r);
             let word = t.b.ins().load(I32, trusted(), obj, gc::TYPE_ID as i32);
             let v = match (heap, expected) {
@@ -350,13 +351,13 @@ impl Translator<'_, '_> {
         })
     }
 
-    /// `read(r)` where `r` is not null (and `when` holds, if given), else 0: the read happens
-    /// in a block of its own.
+    /// `read()` where `r` is not null (and `when` holds, if given), else 0: the read happens in
+    /// a block of its own.
     fn when_header(
         &mut self,
         r: Value,
         when: Option<Value>,
-        read: impl FnOnce(&mut Self, Value) -> Value,
+        read: impl FnOnce(&mut Self) -> Value,
     ) -> Value {
         let cond = match when {
             Some(when) => {
@@ -374,7 +375,7 @@ impl Translator<'_, '_> {
             .brif(cond, read_block, &[], join, &[zero.into()]);
         self.b.seal_block(read_block);
         self.b.switch_to_block(read_block);
-        let got = read(self, r);
+        let got = read(self);
         self.b.ins().jump(join, &[got.into()]);
         self.b.seal_block(join);
         self.b.switch_to_block(join);
