@@ -5,7 +5,7 @@
 use crate::shared::Shared;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use ephem_artifact::{Artifact, ArtifactKey};
 use ephem_code_memory::{CodePool, PoolConfig};
@@ -97,7 +97,9 @@ struct EngineInner {
     memories: Arc<MemoryPool>,
     map_text_at: usize,
     reuse_texts: bool,
-    types: Mutex<Types>,
+    /// Written only when a type is new to the engine; read by casts' and links' subtype
+    /// checks, which take it shared.
+    types: RwLock<Types>,
     /// See [`crate::Config::artifact_key`].
     artifact_key: OnceLock<ArtifactKey>,
     #[cfg(feature = "cranelift")]
@@ -271,7 +273,7 @@ impl Engine {
                 memories: Arc::new(MemoryPool::new(config.memory)),
                 map_text_at: config.map_text_at.unwrap_or(DEFAULT_MAP_TEXT_AT),
                 reuse_texts: config.reuse_texts,
-                types: Mutex::default(),
+                types: RwLock::default(),
                 artifact_key: artifact_key.map(OnceLock::from).unwrap_or_default(),
                 #[cfg(feature = "cranelift")]
                 compiler: crate::compile::EngineCompiler::new(compiler),
@@ -419,7 +421,7 @@ impl Engine {
         }
         let mut key = Vec::new();
         ty.key(&mut key, &mut ephem_module::id_key);
-        let mut reg = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reg = self.inner.types.write().unwrap_or_else(|e| e.into_inner());
         reg.id(&key, |_| (ty.clone().into(), Sub::FINAL))
     }
 
@@ -460,7 +462,7 @@ impl Engine {
                 continue;
             }
             let reg = reg
-                .get_or_insert_with(|| self.inner.types.lock().unwrap_or_else(|e| e.into_inner()));
+                .get_or_insert_with(|| self.inner.types.write().unwrap_or_else(|e| e.into_inner()));
             let Some(g) = ephem_module::group_of(groups, i) else {
                 key_of(i, &ids, &mut key);
                 let id = reg.id(&key, |own| {
@@ -502,7 +504,7 @@ impl Engine {
     /// subtypes, directly or not.
     pub fn is_subtype(&self, a: u32, b: u32) -> bool {
         a == b || {
-            let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+            let types = self.inner.types.read().unwrap_or_else(|e| e.into_inner());
             types.is_subtype(a, b)
         }
     }
@@ -510,7 +512,7 @@ impl Engine {
     /// The struct or array type with canonical id `id`, its concrete types canonical ids, if
     /// this engine gave that id to one.
     pub(crate) fn gc_type(&self, id: u32) -> Option<Arc<TypeDef>> {
-        let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+        let types = self.inner.types.read().unwrap_or_else(|e| e.into_inner());
         match types.list.get(id.checked_sub(REGISTERED)? as usize)? {
             Registered::Gc(ty) => Some(ty.clone()),
             Registered::Func(_) => None,
@@ -527,7 +529,7 @@ impl Engine {
     pub fn func_type(&self, id: u32) -> Option<FuncType> {
         match id.checked_sub(REGISTERED) {
             Some(i) => {
-                let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+                let types = self.inner.types.read().unwrap_or_else(|e| e.into_inner());
                 match types.list.get(i as usize)? {
                     Registered::Func(f) => Some(FuncType::clone(f)),
                     Registered::Gc(_) => None,
@@ -541,7 +543,7 @@ impl Engine {
     pub(crate) fn shared_func_type(&self, id: u32) -> TypeRef {
         match id.checked_sub(REGISTERED) {
             Some(i) => {
-                let types = self.inner.types.lock().unwrap_or_else(|e| e.into_inner());
+                let types = self.inner.types.read().unwrap_or_else(|e| e.into_inner());
                 match &types.list[i as usize] {
                     Registered::Func(f) => TypeRef::Shared(f.clone()),
                     Registered::Gc(_) => unreachable!("a function's type id names a signature"),

@@ -508,3 +508,39 @@ fn a_large_array_made_by_a_constant_expression_costs_the_host_nothing_per_elemen
         assert_eq!(call(&mut store, i, "third", &[]).unwrap()[0].i32(), Some(3));
     }
 }
+
+/// An object thrown in an exception's payload is the same object where it is caught, in wasm
+/// and, uncaught, in the host.
+#[test]
+fn objects_travel_in_exception_payloads() {
+    let engine = Engine::default();
+    let module = Module::new(
+        &engine,
+        r#"(module
+          (type $box (struct (field (mut i32))))
+          (tag $t (param (ref $box)))
+          (func $thrower (param i32) (throw $t (struct.new $box (local.get 0))))
+          (func (export "caught") (param i32) (result i32)
+            (local $b (ref $box))
+            (local.set $b
+              (block $h (result (ref $box))
+                (try_table (catch $t $h) (call $thrower (local.get 0)))
+                (unreachable)))
+            (struct.set $box 0 (local.get $b) (i32.add (struct.get $box 0 (local.get $b)) (i32.const 1)))
+            (struct.get $box 0 (local.get $b)))
+          (func (export "uncaught") (param i32) (call $thrower (local.get 0))))"#,
+    )
+    .unwrap();
+    let mut store = Store::new(&engine, ());
+    let i = Instance::new(&mut store, &module, &[]).unwrap();
+    assert_eq!(
+        call(&mut store, i, "caught", &[Val::I32(41)]).unwrap()[0].i32(),
+        Some(42)
+    );
+    let e = call(&mut store, i, "uncaught", &[Val::I32(7)]).unwrap_err();
+    assert!(matches!(e, ephem::Error::Exception(_)), "{e}");
+    let exn = store.take_pending_exception().unwrap();
+    let payload = exn.fields(&store);
+    let b = any(&payload[0]).as_struct(&store).unwrap();
+    assert_eq!(b.field(&store, 0).unwrap().i32(), Some(7));
+}
