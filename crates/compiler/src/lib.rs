@@ -405,6 +405,7 @@ impl Compiler {
                 bounds_checks && !ty.needs_bounds_checks() && (ty.shared || fixed)
             })
             .collect();
+        let subtypes = translate::subtypes_of(&parsed.info);
         let env = translate::Env {
             info: &parsed.info,
             offsets: &offsets,
@@ -414,6 +415,7 @@ impl Compiler {
             fuel_costs: self.fuel.map(|(_, costs)| costs),
             raise_checks: arch.raises_failed_checks(),
             growth: &growth,
+            subtypes: &subtypes,
         };
 
         // Units: defined functions, then an entry trampoline and a host adapter per type.

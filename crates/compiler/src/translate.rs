@@ -110,7 +110,31 @@ pub struct Env<'a> {
     pub raise_checks: bool,
     /// Which calls may grow a memory, after which lengths are read again.
     pub growth: &'a crate::growth::Growth,
+    /// Per type open to subtypes, the module's own types below it (a few): what a cast to it
+    /// compares inline before it asks the runtime (see `gc.rs`).
+    pub subtypes: &'a std::collections::HashMap<u32, Vec<u32>>,
 }
+
+/// The module's types below each type that has some, at most [`INLINE_SUBTYPES`] per type (the
+/// nearest first: a type is listed under each of its ancestors, in index order).
+pub fn subtypes_of(info: &ModuleInfo) -> std::collections::HashMap<u32, Vec<u32>> {
+    let mut below: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+    for t in 0..info.subs.len() as u32 {
+        let mut at = t;
+        // (Supertypes come before their subtypes, so the walk ends.)
+        while let Some(s) = info.sub(at).supertype.filter(|&s| s < at) {
+            let list = below.entry(s).or_default();
+            if list.len() < INLINE_SUBTYPES {
+                list.push(t);
+            }
+            at = s;
+        }
+    }
+    below
+}
+
+/// See [`subtypes_of`].
+const INLINE_SUBTYPES: usize = 8;
 
 fn trusted() -> MemFlagsData {
     MemFlagsData::trusted()

@@ -281,12 +281,19 @@ impl Translator<'_, '_> {
     }
 
     /// Whether canonical id `actual` is `expected`, the id of module type `ty`, or (when `ty`
-    /// is not final) one of its subtypes, which the runtime is asked only when they differ:
-    /// an `i32` 0 or 1.
+    /// is not final) one of its subtypes: compared inline with `ty` and the module's own types
+    /// below it ([`super::subtypes_of`], whose canonical ids are below `ty`'s, as the engine
+    /// registered them), and asked of the runtime when none is `actual`: an `i32` 0 or 1.
     pub(super) fn same_or_below(&mut self, actual: Value, expected: Value, ty: u32) -> Value {
-        let same = self.b.ins().icmp(IntCC::Equal, actual, expected);
+        let mut same = self.b.ins().icmp(IntCC::Equal, actual, expected);
         if self.env.info.sub(ty).is_final {
             return self.b.ins().uextend(I32, same);
+        }
+        let env = self.env;
+        for &d in env.subtypes.get(&ty).into_iter().flatten() {
+            let id = self.canonical_id(d);
+            let is = self.b.ins().icmp(IntCC::Equal, actual, id);
+            same = self.b.ins().bor(same, is);
         }
         let ask = self.b.create_block();
         let join = self.b.create_block();
