@@ -22,7 +22,9 @@
 //!
 //! # Objects
 //! Each starts with an 8-byte header: the engine-wide canonical id of its type, with
-//! [`ARRAY_BIT`] set for an array, then (arrays) the number of elements. Struct fields follow
+//! [`ARRAY_BIT`] set for an array, then the number of elements (an array's) or its type's
+//! depth, how many supertypes are above it (a struct's: a cast to a struct type of depth `d`
+//! needs to ask about supertypes only for a struct deeper than `d`). Struct fields follow
 //! in order, each aligned to its size (at most 8); array elements follow packed. A reference
 //! field takes 8 bytes. Every address generated code makes from a reference is the heap's base
 //! plus a 32-bit offset plus at most a struct's size, so it lies within the heap's slot
@@ -63,7 +65,7 @@ pub const ALIGN: u32 = 8;
 pub const HEADER: u32 = 8;
 /// Where the header holds the type id (a `u32`, [`ARRAY_BIT`] set for arrays).
 pub const TYPE_ID: u32 = 0;
-/// Where an array's header holds its length (a `u32`).
+/// Where an array's header holds its length, and a struct's its type's depth (a `u32`).
 pub const LENGTH: u32 = 4;
 /// Set in an array's type id word. Canonical ids stay below it (see the runtime's engine).
 pub const ARRAY_BIT: u32 = 1 << 31;

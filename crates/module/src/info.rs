@@ -248,6 +248,14 @@ impl ModuleInfo {
             .copied()
             .unwrap_or(crate::Sub::FINAL)
     }
+    /// How many supertypes are above type `ty` (see `gc`: a struct's header holds it).
+    pub fn depth(&self, mut ty: u32) -> u32 {
+        let mut depth = 0;
+        while let Some(s) = self.sub(ty).supertype.filter(|&s| s < ty) {
+            (depth, ty) = (depth + 1, s);
+        }
+        depth
+    }
     /// Whether type `a` is `b` or declares it as a supertype, directly or not (supertypes
     /// come before their subtypes, so the walk ends).
     pub fn is_subtype(&self, mut a: u32, b: u32) -> bool {
@@ -290,6 +298,14 @@ impl ArchivedModuleInfo {
         self.subs
             .get(ty as usize)
             .map_or(crate::Sub::FINAL, |s| s.native())
+    }
+    /// See [`ModuleInfo::depth`].
+    pub fn depth(&self, mut ty: u32) -> u32 {
+        let mut depth = 0;
+        while let Some(s) = self.sub(ty).supertype.filter(|&s| s < ty) {
+            (depth, ty) = (depth + 1, s);
+        }
+        depth
     }
     /// See [`ModuleInfo::checks_memory`].
     pub fn checks_memory(&self, m: u32) -> bool {

@@ -56,22 +56,23 @@ impl Default for GcHeap {
 }
 
 /// What making an object of a module's struct or array type takes: its header word and its
-/// size (a struct's) or its element (an array's).
+/// size and depth (a struct's) or its element (an array's).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Shape {
-    Struct { word: u32, size: u32 },
+    Struct { word: u32, size: u32, depth: u32 },
     Array { word: u32, elem: StorageType },
 }
 
 impl Shape {
-    /// The shape of type `ty` (a struct or array type of `types`) with canonical id `id`.
-    pub(crate) fn of(types: &[ephem_module::ArchivedTypeDef], ty: u32, id: u32) -> Option<Shape> {
-        let def: TypeDef = native(types.get(ty as usize)?);
+    /// The shape of type `ty` (a struct or array type of `info`) with canonical id `id`.
+    pub(crate) fn of(info: &ephem_module::ArchivedModuleInfo, ty: u32, id: u32) -> Option<Shape> {
+        let def: TypeDef = native(info.types.get(ty as usize)?);
         let word = gc::type_word(&def, id);
         match def {
             TypeDef::Struct(fields) => Some(Shape::Struct {
                 word,
                 size: gc::struct_layout(&fields).size,
+                depth: info.depth(ty),
             }),
             TypeDef::Array(elem) => Some(Shape::Array {
                 word,
@@ -98,7 +99,8 @@ impl GcHeap {
         may_grow: impl Fn(usize, usize) -> bool,
     ) -> Option<u32> {
         let (word, size, len) = match shape {
-            Shape::Struct { word, size } => (word, size, 0),
+            // (A struct's second header word is its type's depth: see `ephem_module::gc`.)
+            Shape::Struct { word, size, depth } => (word, size, depth),
             Shape::Array { word, elem } => (word, gc::array_size(elem, len)?, len),
         };
         let vm = self.vm.get();

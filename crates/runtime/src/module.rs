@@ -34,9 +34,9 @@ impl ModuleInner {
     /// What making an object of type `ty` takes, if it is a struct or array type.
     pub(crate) fn gc_shape(&self, ty: u32) -> Option<crate::gc::Shape> {
         let shapes = self.gc_shapes.get_or_init(|| {
-            let types = &self.artifact.info().types;
-            (0..types.len() as u32)
-                .map(|t| crate::gc::Shape::of(types, t, self.type_ids[t as usize]))
+            let info = self.artifact.info();
+            (0..info.types.len() as u32)
+                .map(|t| crate::gc::Shape::of(info, t, self.type_ids[t as usize]))
                 .collect()
         });
         *shapes.get(ty as usize)?

@@ -155,7 +155,7 @@ impl Translator<'_, '_> {
             let mismatch = self.b.ins().icmp(IntCC::NotEqual, actual, expected);
             self.b.ins().trapnz(mismatch, code::BAD_SIGNATURE);
         } else {
-            let fits = self.same_or_below(actual, expected, type_index);
+            let fits = self.same_or_below(actual, expected, type_index, None);
             self.b.ins().trapz(fits, code::BAD_SIGNATURE);
         }
         self.call_funcref(funcref, type_index, tail);

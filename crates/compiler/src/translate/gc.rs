@@ -213,9 +213,12 @@ impl Translator<'_, '_> {
         let base = (self.b.ins()).load(I64, trusted(), heap, VmGcHeap::BASE as i32);
         let obj = self.b.ins().iadd(base, next);
         (self.b.ins()).store(trusted(), word, obj, gc::TYPE_ID as i32);
-        if matches!(self.env.info.types[ty as usize], TypeDef::Array(_)) {
-            (self.b.ins()).store(trusted(), len, obj, gc::LENGTH as i32);
-        }
+        // An array's length, or a struct type's depth (see `ephem_module::gc`).
+        let second = match self.env.info.types[ty as usize] {
+            TypeDef::Array(_) => len,
+            _ => self.iconst32(self.env.info.depth(ty)),
+        };
+        (self.b.ins()).store(trusted(), second, obj, gc::LENGTH as i32);
         self.b.ins().jump(join, &[next.into()]);
         self.b.switch_to_block(ask);
         let t = self.iconst32(ty);
@@ -269,7 +272,7 @@ impl Translator<'_, '_> {
                 self.when_header(r, None, |t| {
                     let actual =
                         (t.b.ins()).load(I32, trusted(), r, VmOffsets::FUNCREF_TYPE_ID as i32);
-                    t.same_or_below(actual, expected, ty)
+                    t.same_or_below(actual, expected, ty, None)
                 })
             }
             HeapType::Struct | HeapType::Array | HeapType::ConcreteStruct(_) => {
@@ -284,7 +287,15 @@ impl Translator<'_, '_> {
     /// is not final) one of its subtypes: compared inline with `ty` and the module's own types
     /// below it ([`super::subtypes_of`], whose canonical ids are below `ty`'s, as the engine
     /// registered them), and asked of the runtime when none is `actual`: an `i32` 0 or 1.
-    pub(super) fn same_or_below(&mut self, actual: Value, expected: Value, ty: u32) -> Value {
+    /// `deeper`, where given, says whether `actual` may be below `ty` at all (a struct deeper
+    /// than `ty`): the runtime is asked only then.
+    pub(super) fn same_or_below(
+        &mut self,
+        actual: Value,
+        expected: Value,
+        ty: u32,
+        deeper: Option<Value>,
+    ) -> Value {
         let mut same = self.b.ins().icmp(IntCC::Equal, actual, expected);
         if self.env.info.sub(ty).is_final {
             return self.b.ins().uextend(I32, same);
@@ -299,8 +310,15 @@ impl Translator<'_, '_> {
         let join = self.b.create_block();
         let v = self.b.append_block_param(join, I32);
         self.b.set_cold_block(ask);
-        let one = self.b.ins().iconst(I32, 1);
-        self.b.ins().brif(same, join, &[one.into()], ask, &[]);
+        let known = self.b.ins().uextend(I32, same);
+        let unknown = match deeper {
+            Some(deeper) => {
+                let differ = self.b.ins().bxor_imm_u(same, 1);
+                self.b.ins().band(differ, deeper)
+            }
+            None => self.b.ins().bxor_imm_u(same, 1),
+        };
+        self.b.ins().brif(unknown, ask, &[], join, &[known.into()]);
         self.b.seal_block(ask);
         self.b.switch_to_block(ask);
         let below = self
@@ -335,12 +353,29 @@ impl Translator<'_, '_> {
                     if t.env.info.sub(ty).is_final {
                         same
                     } else {
+                        // Only a struct deeper than a struct type can be below it (see
+                        // `ephem_module::gc`); an array type's objects say nothing of depth.
+                        let deeper = match heap {
+                            HeapType::ConcreteStruct(_) => {
+                                let depth = t.b.ins().load(I32, trusted(), obj, gc::LENGTH as i32);
+                                let d = t.env.info.depth(ty) as i64;
+                                let deeper =
+                                    t.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, depth, d);
+                                let is_struct = t.b.ins().icmp_imm_u(
+                                    IntCC::UnsignedLessThan,
+                                    word,
+                                    gc::ARRAY_BIT as i64,
+                                );
+                                Some(t.b.ins().band(deeper, is_struct))
+                            }
+                            _ => None,
+                        };
                         let mask = !(gc::ARRAY_BIT as i64);
                         let (actual, expected) = (
                             t.b.ins().band_imm_u(word, mask),
                             t.b.ins().band_imm_u(expected, mask),
                         );
-                        let below = t.same_or_below(actual, expected, ty);
+                        let below = t.same_or_below(actual, expected, ty, deeper);
                         t.b.ins().icmp_imm_u(IntCC::NotEqual, below, 0)
                     }
                 }
