@@ -544,3 +544,67 @@ fn objects_travel_in_exception_payloads() {
     let b = any(&payload[0]).as_struct(&store).unwrap();
     assert_eq!(b.field(&store, 0).unwrap().i32(), Some(7));
 }
+
+/// Casts down a three-level hierarchy (and beside it) answer as subtyping says, whether the
+/// answer comes inline (the type itself, the module's own subtypes, a struct not deeper than
+/// the type) or from the runtime (a deeper struct from another module).
+#[test]
+fn casts_down_a_hierarchy_answer_as_subtyping_says_however_they_are_decided() {
+    let engine = Engine::default();
+    let types = r#"
+      (type $a (sub (struct (field i32))))
+      (type $b (sub $a (struct (field i32) (field i64))))
+      (type $c (sub $b (struct (field i32) (field i64) (field f32))))
+      (type $side (sub $a (struct (field i32) (field f64))))"#;
+    // Another module's types: the same four, and one deeper than any of them.
+    let other = Module::new(
+        &engine,
+        format!(
+            r#"(module {types}
+              (type $d (sub $c (struct (field i32) (field i64) (field f32) (field i8))))
+              (func (export "deep") (result anyref)
+                (struct.new $d (i32.const 0) (i64.const 0) (f32.const 0) (i32.const 0))))"#
+        ),
+    )
+    .unwrap();
+    let module = Module::new(
+        &engine,
+        format!(
+            r#"(module {types}
+              (func (export "make") (param i32) (result anyref)
+                (block $c (block $b (block $s (br_table $s $b $c (local.get 0)))
+                  (return (struct.new $side (i32.const 0) (f64.const 0))))
+                  (return (struct.new $b (i32.const 0) (i64.const 0))))
+                (struct.new $c (i32.const 0) (i64.const 0) (f32.const 0)))
+              (func (export "is") (param anyref) (result i32)
+                (i32.or (i32.or
+                  (ref.test (ref $a) (local.get 0))
+                  (i32.shl (ref.test (ref $b) (local.get 0)) (i32.const 1)))
+                  (i32.or
+                    (i32.shl (ref.test (ref $c) (local.get 0)) (i32.const 2))
+                    (i32.shl (ref.test (ref $side) (local.get 0)) (i32.const 3))))))"#
+        ),
+    )
+    .unwrap();
+    let mut store = Store::new(&engine, ());
+    let o = Instance::new(&mut store, &other, &[]).unwrap();
+    let i = Instance::new(&mut store, &module, &[]).unwrap();
+    // Bits: a, b, c, side.
+    for (k, want) in [(0, 0b1001), (1, 0b0011), (2, 0b0111)] {
+        let made = call(&mut store, i, "make", &[Val::I32(k)]).unwrap();
+        let is = call(&mut store, i, "is", &made).unwrap();
+        assert_eq!(is[0].i32(), Some(want), "object {k}");
+    }
+    let deep = call(&mut store, o, "deep", &[]).unwrap();
+    let is = call(&mut store, i, "is", &deep).unwrap();
+    assert_eq!(
+        is[0].i32(),
+        Some(0b0111),
+        "a struct two levels below $b, from elsewhere"
+    );
+    let seven = Val::AnyRef(Some(AnyRef::from_i31(&store, I31::wrapping_u32(7))));
+    assert_eq!(
+        call(&mut store, i, "is", &[seven]).unwrap()[0].i32(),
+        Some(0)
+    );
+}
