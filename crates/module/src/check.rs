@@ -67,16 +67,7 @@ impl ModuleInfo {
         let reps = self.representatives();
         let canon = |t: ValType| t.map_concrete(|c| reps[c as usize]);
         // Whether representative `a` is below representative `b` by declared supertypes.
-        let below = |a: u32, b: u32| {
-            let mut t = a;
-            while let Some(s) = self.sub(t).supertype.filter(|&s| s < t) {
-                if reps[s as usize] == b {
-                    return true;
-                }
-                t = s;
-            }
-            false
-        };
+        let below = |a: u32, b: u32| self.supertypes(a).any(|s| reps[s as usize] == b);
         let fits = |t: ValType, want: ValType| canon(t).matches_with(canon(want), &below);
         // A declared supertype's fields, parameters and results fit the subtype's.
         for (i, sub) in self.subs.iter().enumerate() {

@@ -248,26 +248,13 @@ impl ModuleInfo {
             .copied()
             .unwrap_or(crate::Sub::FINAL)
     }
-    /// How many supertypes are above type `ty` (see `gc`: a struct's header holds it).
-    pub fn depth(&self, mut ty: u32) -> u32 {
-        let mut depth = 0;
-        while let Some(s) = self.sub(ty).supertype.filter(|&s| s < ty) {
-            (depth, ty) = (depth + 1, s);
-        }
-        depth
+    /// The types above type `ty` by declared supertypes, nearest first.
+    pub fn supertypes(&self, ty: u32) -> impl Iterator<Item = u32> + '_ {
+        supertypes(move |t| self.sub(t), ty)
     }
-    /// Whether type `a` is `b` or declares it as a supertype, directly or not (supertypes
-    /// come before their subtypes, so the walk ends).
-    pub fn is_subtype(&self, mut a: u32, b: u32) -> bool {
-        loop {
-            if a == b {
-                return true;
-            }
-            match self.sub(a).supertype {
-                Some(s) if s < a => a = s,
-                _ => return false,
-            }
-        }
+    /// How many supertypes are above type `ty` (see `gc`: a struct's header holds it).
+    pub fn depth(&self, ty: u32) -> u32 {
+        self.supertypes(ty).count() as u32
     }
     /// Whether code compares accesses to memory `m` with its length (see
     /// [`ModuleInfo::faults_bound`]); where not, the memory must be tight.
@@ -300,17 +287,19 @@ impl ArchivedModuleInfo {
             .map_or(crate::Sub::FINAL, |s| s.native())
     }
     /// See [`ModuleInfo::depth`].
-    pub fn depth(&self, mut ty: u32) -> u32 {
-        let mut depth = 0;
-        while let Some(s) = self.sub(ty).supertype.filter(|&s| s < ty) {
-            (depth, ty) = (depth + 1, s);
-        }
-        depth
+    pub fn depth(&self, ty: u32) -> u32 {
+        supertypes(|t| self.sub(t), ty).count() as u32
     }
     /// See [`ModuleInfo::checks_memory`].
     pub fn checks_memory(&self, m: u32) -> bool {
         self.checks_bounds && !self.faults_bound.get(m as usize).is_some_and(|&f| f)
     }
+}
+
+/// The types above `ty` by the supertypes `sub` says each declares, nearest first. A supertype
+/// comes before its subtype (`ModuleInfo::check`), so the walk ends; one that does not ends it.
+fn supertypes(sub: impl Fn(u32) -> crate::Sub, ty: u32) -> impl Iterator<Item = u32> {
+    std::iter::successors(Some(ty), move |&t| sub(t).supertype.filter(|&s| s < t)).skip(1)
 }
 
 #[cfg(test)]
