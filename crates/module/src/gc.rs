@@ -79,6 +79,29 @@ pub const EXTERNALIZED: u64 = 1 << 63;
 /// heap being full does).
 pub const MAX_OBJECT: u64 = 1 << 30;
 
+/// The reference `ref.i31` makes of `value` (its low 31 bits).
+pub fn i31(value: u32) -> u64 {
+    u64::from(value << 1) | I31_TAG
+}
+
+/// `any.convert_extern`: the `anyref` word of `externref` word `e`.
+pub fn internalize(e: u64) -> u64 {
+    match e {
+        0 => 0,
+        e if e & EXTERNALIZED != 0 => e & !EXTERNALIZED,
+        e => (e << 2) | HOST_TAG,
+    }
+}
+
+/// `extern.convert_any`: the `externref` word of `anyref` word `r`.
+pub fn externalize(r: u64) -> u64 {
+    match r {
+        0 => 0,
+        r if r & 3 == HOST_TAG => r >> 2,
+        r => r | EXTERNALIZED,
+    }
+}
+
 /// Bytes a field or element of `storage` takes in an object.
 pub fn storage_size(storage: StorageType) -> u32 {
     match storage {
@@ -155,6 +178,24 @@ mod tests {
         assert_eq!(layout.offsets, [8, 16, 24, 26, 32, 48]);
         assert_eq!(layout.size, 56);
         assert_eq!(struct_layout(&[]).size, HEADER);
+    }
+
+    #[test]
+    fn the_conversions_between_anyref_and_externref_undo_each_other() {
+        let host = 5 + 1;
+        let object = 64;
+        for any in [0, i31(7), i31(u32::MAX), object, internalize(host)] {
+            assert_eq!(internalize(externalize(any)), any, "{any:#x}");
+        }
+        for e in [0, host, externalize(object), externalize(i31(3))] {
+            assert_eq!(externalize(internalize(e)), e, "{e:#x}");
+        }
+        assert_eq!(internalize(host) & 3, HOST_TAG);
+        assert_eq!(
+            i31(u32::MAX),
+            0xffff_ffff,
+            "31 bits, tagged; bits 32 and up clear"
+        );
     }
 
     #[test]

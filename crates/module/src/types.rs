@@ -1148,7 +1148,7 @@ impl ConstOp {
     /// Runs `ops` (a checked expression: see `ModuleInfo::check`) in `env`; the result's low
     /// bits are the value. `None` when an object it makes does not fit the GC heap.
     pub fn eval(ops: impl IntoIterator<Item = ConstOp>, env: &impl ConstEnv) -> Option<u128> {
-        use crate::gc::{EXTERNALIZED, HOST_TAG, I31_TAG};
+        use crate::gc;
         let mut stack: Vec<u128> = Vec::with_capacity(4);
         let pop = |stack: &mut Vec<u128>| stack.pop().unwrap_or(0);
         for op in ops {
@@ -1161,26 +1161,9 @@ impl ConstOp {
                 ConstOp::GlobalGet(g) => env.global(g),
                 ConstOp::RefNull(_) => 0,
                 ConstOp::RefFunc(f) => env.ref_func(f) as u128,
-                ConstOp::RefI31 => {
-                    let v = pop(&mut stack) as u32;
-                    u128::from((v << 1) | I31_TAG as u32)
-                }
-                ConstOp::AnyConvertExtern => {
-                    let e = pop(&mut stack) as u64;
-                    u128::from(match e {
-                        0 => 0,
-                        e if e & EXTERNALIZED != 0 => e & !EXTERNALIZED,
-                        e => (e << 2) | HOST_TAG,
-                    })
-                }
-                ConstOp::ExternConvertAny => {
-                    let r = pop(&mut stack) as u64;
-                    u128::from(match r {
-                        0 => 0,
-                        r if r & 3 == HOST_TAG => r >> 2,
-                        r => r | EXTERNALIZED,
-                    })
-                }
+                ConstOp::RefI31 => u128::from(gc::i31(pop(&mut stack) as u32)),
+                ConstOp::AnyConvertExtern => u128::from(gc::internalize(pop(&mut stack) as u64)),
+                ConstOp::ExternConvertAny => u128::from(gc::externalize(pop(&mut stack) as u64)),
                 ConstOp::StructNewDefault(ty) => {
                     u128::from(env.new_object(ty, 0, ObjectInit::Default)?)
                 }

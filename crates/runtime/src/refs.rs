@@ -46,9 +46,9 @@ impl ExternRef {
 
     /// `any` as an `externref`, as `extern.convert_any` makes it.
     pub fn convert_any(any: AnyRef) -> ExternRef {
-        match any.raw & 3 {
-            HOST_TAG => ExternRef::new(((any.raw >> 2) - 1) as u32),
-            _ => ExternRef(ExternData::Any(any)),
+        match gc::externalize(any.raw) {
+            e if e & EXTERNALIZED != 0 => ExternRef(ExternData::Any(any)),
+            host => ExternRef::new((host - 1) as u32),
         }
     }
 
@@ -205,7 +205,7 @@ impl AnyRef {
     pub fn from_i31(store: impl AsContext, value: I31) -> AnyRef {
         AnyRef {
             store: store.as_context().opaque().id,
-            raw: u64::from(value.0 << 1) | I31_TAG,
+            raw: gc::i31(value.0),
         }
     }
 
@@ -215,7 +215,7 @@ impl AnyRef {
             ExternData::Any(a) => a,
             ExternData::Host(n) => AnyRef {
                 store: store.as_context().opaque().id,
-                raw: ((u64::from(n) + 1) << 2) | HOST_TAG,
+                raw: gc::internalize(u64::from(n) + 1),
             },
         }
     }
