@@ -120,14 +120,14 @@ impl GcHeap {
         Some(at as u32)
     }
 
-    /// The heap, with its length at least `end`: made, or grown, if the engine's bound and
-    /// the limiter allow.
+    /// Makes the heap's length at least `end`: makes the heap, or grows it, if the engine's
+    /// bound and the limiter allow.
     fn room(
         &self,
         engine: &crate::Engine,
         end: u64,
         may_grow: impl Fn(usize, usize) -> bool,
-    ) -> Option<&LinearMemory> {
+    ) -> Option<()> {
         // (Offsets are 32-bit: the heap ends below 4 GiB.)
         let max = (engine.max_gc_heap_bytes() as u64).min((1 << 32) - PAGE);
         if end > max {
@@ -154,7 +154,8 @@ impl GcHeap {
                 (*vm).base = memory.base();
                 (*vm).end = memory.len() as u64;
             }
-            return Some(self.memory.get_or_init(|| memory));
+            self.memory.get_or_init(|| memory);
+            return Some(());
         };
         let len = memory.len() as u64;
         if end > len {
@@ -168,7 +169,7 @@ impl GcHeap {
             // SAFETY: the heap's definition; no generated code runs on it meanwhile.
             unsafe { (*self.vm.get()).end = memory.len() as u64 };
         }
-        Some(memory)
+        Some(())
     }
 
     /// `[at, at + len)` of the heap to read and write, if it lies within the heap's
@@ -285,27 +286,28 @@ impl<G: Fn(u32) -> ephem_module::ValRaw, F: Fn(u32) -> usize> ephem_module::Cons
             }
             ObjectInit::Values(values) => values,
         };
-        // Where each value goes, and its size: as many as the expression gave (`len`, which
-        // may be large for the other kinds of initialisation, plays no part).
-        let places: Vec<(u64, u32)> = match native::<TypeDef, _>(&types[ty as usize]) {
-            TypeDef::Struct(fields) => {
-                let layout = gc::struct_layout(&fields);
-                (fields.iter().zip(layout.offsets))
-                    .map(|(f, at)| (r + u64::from(at), gc::storage_size(f.storage)))
-                    .collect()
-            }
-            TypeDef::Array(elem) => {
-                let size = gc::storage_size(elem.storage);
-                (0..values.len() as u64)
-                    .map(|k| (r + u64::from(HEADER) + k * u64::from(size), size))
-                    .collect()
-            }
-            TypeDef::Func(_) => return None,
-        };
-        for (&(at, size), v) in places.iter().zip(values) {
+        // Each value the expression gave at its place (`len`, which may be large for the other
+        // kinds of initialisation, plays no part).
+        let write = |at: u64, size: u32, v: &u128| {
             // SAFETY: the one slice of the heap alive; no wasm runs meanwhile.
             let out = unsafe { heap.bytes(at, u64::from(size))? };
             out.copy_from_slice(&v.to_le_bytes()[..size as usize]);
+            Some(())
+        };
+        match native::<TypeDef, _>(&types[ty as usize]) {
+            TypeDef::Struct(fields) => {
+                let offsets = gc::struct_layout(&fields).offsets;
+                for ((f, at), v) in fields.iter().zip(offsets).zip(values) {
+                    write(r + u64::from(at), gc::storage_size(f.storage), v)?;
+                }
+            }
+            TypeDef::Array(elem) => {
+                let size = gc::storage_size(elem.storage);
+                for (k, v) in (0u64..).zip(values) {
+                    write(r + u64::from(HEADER) + k * u64::from(size), size, v)?;
+                }
+            }
+            TypeDef::Func(_) => return None,
         }
         Some(r)
     }

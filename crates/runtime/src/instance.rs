@@ -395,8 +395,14 @@ impl InstanceData {
 
     /// The bytes of data segment `data` (none once dropped, or when its image applied it).
     pub(crate) fn data_bytes(&self, data: u32) -> &[u8] {
+        self.data_bytes_at(self.module.inner.artifact.data_slot(data))
+    }
+
+    /// The bytes of the segment in `slot` of the artifact's kept segments (none once dropped;
+    /// `None`: an active segment its image applied).
+    fn data_bytes_at(&self, slot: Option<usize>) -> &[u8] {
         let artifact = &self.module.inner.artifact;
-        match artifact.data_slot(data) {
+        match slot {
             Some(k) if !self.dropped_datas.borrow()[k] => {
                 let range = &artifact.info().datas[k].range;
                 &artifact.data()[range.start.to_native() as usize..range.end.to_native() as usize]
@@ -478,14 +484,7 @@ impl InstanceData {
         src: u32,
         len: u32,
     ) -> bool {
-        let artifact = &self.module.inner.artifact;
-        let bytes: &[u8] = match slot {
-            Some(k) if !self.dropped_datas.borrow()[k] => {
-                let range = &artifact.info().datas[k].range;
-                &artifact.data()[range.start.to_native() as usize..range.end.to_native() as usize]
-            }
-            _ => &[],
-        };
+        let bytes = self.data_bytes_at(slot);
         let memory = self.memory(store, mem);
         let Some(src_end) = end_within(src.into(), len.into(), bytes.len()) else {
             return false;
