@@ -406,6 +406,7 @@ impl Compiler {
             })
             .collect();
         let subtypes = translate::subtypes_of(&parsed.info);
+        let layouts = translate::struct_layouts(&parsed.info);
         let env = translate::Env {
             info: &parsed.info,
             offsets: &offsets,
@@ -416,6 +417,7 @@ impl Compiler {
             raise_checks: arch.raises_failed_checks(),
             growth: &growth,
             subtypes: &subtypes,
+            layouts: &layouts,
         };
 
         // Units: defined functions, then an entry trampoline and a host adapter per type.

@@ -113,6 +113,18 @@ pub struct Env<'a> {
     /// Per type open to subtypes, the module's own types below it (a few): what a cast to it
     /// compares inline before it asks the runtime (see `gc.rs`).
     pub subtypes: &'a std::collections::HashMap<u32, Vec<u32>>,
+    /// Per type, where a struct type's fields are (worked out once: every `struct.*` reads it).
+    pub layouts: &'a [Option<ephem_module::gc::StructLayout>],
+}
+
+/// The layout of each of the module's struct types ([`Env::layouts`]).
+pub fn struct_layouts(info: &ModuleInfo) -> Vec<Option<ephem_module::gc::StructLayout>> {
+    (info.types.iter())
+        .map(|t| match t {
+            ephem_module::TypeDef::Struct(fields) => Some(ephem_module::gc::struct_layout(fields)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The module's types below each type that has some, at most [`INLINE_SUBTYPES`] per type (the
@@ -120,14 +132,11 @@ pub struct Env<'a> {
 pub fn subtypes_of(info: &ModuleInfo) -> std::collections::HashMap<u32, Vec<u32>> {
     let mut below: std::collections::HashMap<u32, Vec<u32>> = Default::default();
     for t in 0..info.subs.len() as u32 {
-        let mut at = t;
-        // (Supertypes come before their subtypes, so the walk ends.)
-        while let Some(s) = info.sub(at).supertype.filter(|&s| s < at) {
+        for s in info.supertypes(t) {
             let list = below.entry(s).or_default();
             if list.len() < INLINE_SUBTYPES {
                 list.push(t);
             }
-            at = s;
         }
     }
     below

@@ -41,7 +41,7 @@ fn field_flags(storage: StorageType) -> MemFlagsData {
     }
 }
 
-impl Translator<'_, '_> {
+impl<'a> Translator<'a, '_> {
     /// The store's GC heap base: loaded where it is used, since the first allocation (in any
     /// call) sets it.
     fn gc_base(&mut self) -> Value {
@@ -61,11 +61,19 @@ impl Translator<'_, '_> {
         self.b.ins().load(I32, readonly(), self.vmctx, at)
     }
 
-    fn struct_fields(&self, ty: u32) -> &[ephem_module::FieldType] {
-        match &self.env.info.types[ty as usize] {
-            TypeDef::Struct(fields) => fields,
+    /// Struct type `ty`'s fields and where they are.
+    fn struct_fields(&self, ty: u32) -> (&'a [ephem_module::FieldType], &'a gc::StructLayout) {
+        let env = self.env;
+        match (&env.info.types[ty as usize], &env.layouts[ty as usize]) {
+            (TypeDef::Struct(fields), Some(layout)) => (fields, layout),
             _ => unreachable!("validated: a struct type"),
         }
+    }
+
+    /// Field `f` of struct type `ty`: what it stores and where.
+    fn field(&self, ty: u32, f: u32) -> (StorageType, u32) {
+        let (fields, layout) = self.struct_fields(ty);
+        (fields[f as usize].storage, layout.offsets[f as usize])
     }
 
     fn array_elem(&self, ty: u32) -> StorageType {
@@ -176,8 +184,8 @@ impl Translator<'_, '_> {
     /// runtime (a cold call) when it does not, or before the heap exists.
     fn alloc(&mut self, ty: u32, len: Value) -> Value {
         let (size, word) = match &self.env.info.types[ty as usize] {
-            TypeDef::Struct(fields) => {
-                let size = gc::struct_layout(fields).size;
+            TypeDef::Struct(_) => {
+                let size = self.struct_fields(ty).1.size;
                 (self.b.ins().iconst(I64, size as i64), self.canonical_id(ty))
             }
             TypeDef::Array(elem) => {
@@ -431,13 +439,12 @@ impl Translator<'_, '_> {
             O::StructNew {
                 struct_type_index: ty,
             } => {
-                let fields = self.struct_fields(ty).to_vec();
+                let (fields, layout) = self.struct_fields(ty);
                 let values = self.take(fields.len());
                 let zero = self.iconst32(0);
                 let r = self.alloc(ty, zero);
-                let layout = gc::struct_layout(&fields);
                 let obj = self.object(r);
-                for ((f, v), at) in fields.iter().zip(values).zip(layout.offsets) {
+                for ((f, v), &at) in fields.iter().zip(values).zip(&layout.offsets) {
                     self.store_field(f.storage, v, obj, at);
                 }
                 self.push(r);
@@ -467,9 +474,7 @@ impl Translator<'_, '_> {
             } => {
                 let (r, v) = self.pop2();
                 self.b.ins().trapz(r, code::NULL_REFERENCE);
-                let fields = self.struct_fields(ty);
-                let storage = fields[f as usize].storage;
-                let at = gc::struct_layout(fields).offsets[f as usize];
+                let (storage, at) = self.field(ty, f);
                 let obj = self.object(r);
                 self.store_field(storage, v, obj, at);
             }
@@ -510,28 +515,19 @@ impl Translator<'_, '_> {
             }
             O::ArrayNewData {
                 array_type_index: ty,
-                array_data_index: data,
-            } => {
-                let (src, len) = self.pop2();
-                let (t, d) = (self.iconst32(ty), self.iconst32(data));
-                let r = self.gc_make(
-                    Builtin::ArrayNewData,
-                    &[t, d, src, len],
-                    TrapCode::HEAP_OUT_OF_BOUNDS,
-                );
-                self.push(r);
+                array_data_index: seg,
             }
-            O::ArrayNewElem {
+            | O::ArrayNewElem {
                 array_type_index: ty,
-                array_elem_index: elem,
+                array_elem_index: seg,
             } => {
+                let (which, out_of_segment) = match op {
+                    O::ArrayNewData { .. } => (Builtin::ArrayNewData, TrapCode::HEAP_OUT_OF_BOUNDS),
+                    _ => (Builtin::ArrayNewElem, code::TABLE_OUT_OF_BOUNDS),
+                };
                 let (src, len) = self.pop2();
-                let (t, e) = (self.iconst32(ty), self.iconst32(elem));
-                let r = self.gc_make(
-                    Builtin::ArrayNewElem,
-                    &[t, e, src, len],
-                    code::TABLE_OUT_OF_BOUNDS,
-                );
+                let (t, s) = (self.iconst32(ty), self.iconst32(seg));
+                let r = self.gc_make(which, &[t, s, src, len], out_of_segment);
                 self.push(r);
             }
             O::ArrayGet {
@@ -584,31 +580,23 @@ impl Translator<'_, '_> {
             }
             O::ArrayInitData {
                 array_type_index: ty,
-                array_data_index: data,
-            } => {
-                let (src, len) = self.pop2();
-                let (r, dst) = self.pop2();
-                self.b.ins().trapz(r, code::NULL_REFERENCE);
-                let (t, d) = (self.iconst32(ty), self.iconst32(data));
-                self.gc_checked(
-                    Builtin::ArrayInitData,
-                    &[t, r, dst, d, src, len],
-                    TrapCode::HEAP_OUT_OF_BOUNDS,
-                );
+                array_data_index: seg,
             }
-            O::ArrayInitElem {
+            | O::ArrayInitElem {
                 array_type_index: ty,
-                array_elem_index: elem,
+                array_elem_index: seg,
             } => {
+                let (which, out_of_segment) = match op {
+                    O::ArrayInitData { .. } => {
+                        (Builtin::ArrayInitData, TrapCode::HEAP_OUT_OF_BOUNDS)
+                    }
+                    _ => (Builtin::ArrayInitElem, code::TABLE_OUT_OF_BOUNDS),
+                };
                 let (src, len) = self.pop2();
                 let (r, dst) = self.pop2();
                 self.b.ins().trapz(r, code::NULL_REFERENCE);
-                let (t, e) = (self.iconst32(ty), self.iconst32(elem));
-                self.gc_checked(
-                    Builtin::ArrayInitElem,
-                    &[t, r, dst, e, src, len],
-                    code::TABLE_OUT_OF_BOUNDS,
-                );
+                let (t, s) = (self.iconst32(ty), self.iconst32(seg));
+                self.gc_checked(which, &[t, r, dst, s, src, len], out_of_segment);
             }
             O::RefI31 => {
                 let v = self.pop();
@@ -796,9 +784,7 @@ impl Translator<'_, '_> {
     fn struct_get(&mut self, ty: u32, f: u32, ext: Extend) {
         let r = self.pop();
         self.b.ins().trapz(r, code::NULL_REFERENCE);
-        let fields = self.struct_fields(ty);
-        let storage = fields[f as usize].storage;
-        let at = gc::struct_layout(fields).offsets[f as usize];
+        let (storage, at) = self.field(ty, f);
         let obj = self.object(r);
         let v = self.load_field(storage, ext, obj, at);
         self.push(v);
