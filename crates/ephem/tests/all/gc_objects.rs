@@ -483,8 +483,8 @@ fn the_host_reads_and_writes_fields_and_elements_as_their_types_allow() {
 }
 
 /// A constant expression that makes a large array costs the host what the array takes in the
-/// heap, nothing per element beside it (the fuzzer found instantiation building a list of
-/// every element's place: gigabytes of host memory for an `array.new_default` of 500 million).
+/// heap, nothing per element beside it: host memory per element would be gigabytes for an
+/// `array.new_default` of 500 million (FUZZING.md tells how this was found).
 #[test]
 fn a_large_array_made_by_a_constant_expression_costs_the_host_nothing_per_element() {
     let engine = Engine::default();
