@@ -54,7 +54,7 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// array types among them, and `HeapType` has GC's heap types; `ModuleInfo::faults_bound`; 29:
 /// GC's objects: `ModuleInfo::subs`, `ConstOp`'s GC instructions, the vmctx's `GC_HEAP`, new
 /// trap kinds and builtins).
-pub const FORMAT_VERSION: u32 = 29;
+pub const FORMAT_VERSION: u32 = 30;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;

@@ -418,6 +418,7 @@ impl Compiler {
             growth: &growth,
             subtypes: &subtypes,
             layouts: &layouts,
+            validated: (parsed.validated.as_ref()).filter(|_| parsed.info.holds_objects()),
         };
 
         // Units: defined functions, then an entry trampoline and a host adapter per type.
@@ -554,8 +555,9 @@ impl Compiler {
     }
 }
 
-/// The calls of a function that have exception handlers, as the runtime's unwinder reads them
-/// (offsets within the function; see `translate/exceptions.rs`).
+/// The calls of a function that have exception handlers or stack maps, as the runtime's
+/// unwinder and collector read them (offsets within the function, sorted; see
+/// `translate/exceptions.rs` and `translate.rs`).
 fn call_sites(
     buffer: &cranelift_codegen::MachBufferFinalized<cranelift_codegen::Final>,
 ) -> Result<Vec<ephem_module::CallSite>, CompileError> {
@@ -599,7 +601,33 @@ fn call_sites(
             frame_offset,
             vmctx_at,
             catches,
+            refs: Vec::new(),
         });
+    }
+    // Stack maps: the calls across which references to GC objects live (see `translate`).
+    for (ret, span, map) in buffer.user_stack_maps() {
+        let refs: Vec<u32> = map.entries().map(|(_, offset)| offset).collect();
+        if refs.is_empty() {
+            continue;
+        }
+        match sites.binary_search_by_key(ret, |s| s.ret) {
+            Ok(i) if sites[i].frame_offset == *span => sites[i].refs = refs,
+            Ok(_) => {
+                return Err(CompileError::Codegen(format!(
+                    "a call at {ret} with two frame sizes"
+                )));
+            }
+            Err(i) => sites.insert(
+                i,
+                ephem_module::CallSite {
+                    ret: *ret,
+                    frame_offset: *span,
+                    vmctx_at: 0,
+                    catches: Vec::new(),
+                    refs,
+                },
+            ),
+        }
     }
     Ok(sites)
 }

@@ -42,6 +42,10 @@ pub struct Parsed<'a> {
     pub info: ModuleInfo,
     pub bodies: Vec<FunctionBody<'a>>,
     pub data: Vec<u8>,
+    /// What the validator knew of the module, for a second look at each body's operand types
+    /// where references to GC objects need stack maps (see `translate`); `None` for a module
+    /// without function bodies.
+    pub validated: Option<(wasmparser::ValidatorResources, WasmFeatures)>,
 }
 
 /// `ty`, where a concrete type is one of `types`.
@@ -290,10 +294,37 @@ fn const_expr(
     })
 }
 
+/// Validates `bytes` as a module with `features` (what `Validator::validate_all` does), keeping
+/// what the validator knew of it (see [`Parsed::validated`]).
+fn validate(
+    bytes: &[u8],
+    features: WasmFeatures,
+) -> Result<Option<(wasmparser::ValidatorResources, WasmFeatures)>, CompileError> {
+    let mut validator = Validator::new_with_features(features);
+    let mut parser = Parser::new(0);
+    parser.set_features(features);
+    // Bodies after every section, as `validate_all` does, so that errors come in its order.
+    let mut funcs = Vec::new();
+    for payload in parser.parse_all(bytes) {
+        if let wasmparser::ValidPayload::Func(func, body) = validator.payload(&payload?)? {
+            funcs.push((func, body));
+        }
+    }
+    let mut allocations = wasmparser::FuncValidatorAllocations::default();
+    let mut kept = None;
+    for (func, body) in funcs {
+        kept.get_or_insert_with(|| (func.resources.clone(), func.features));
+        let mut v = func.into_validator(allocations);
+        v.validate(&body)?;
+        allocations = v.into_allocations();
+    }
+    Ok(kept)
+}
+
 /// Validates `bytes` as a module (WebAssembly 2.0 and `proposals`) and reads what the compiler
 /// needs.
 pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileError> {
-    Validator::new_with_features(features(proposals)).validate_all(bytes)?;
+    let validated = validate(bytes, features(proposals))?;
     let mut info = ModuleInfo::default();
     let mut bodies = Vec::new();
     let mut data = Vec::new();
@@ -483,7 +514,12 @@ pub fn parse(bytes: &[u8], proposals: Proposals) -> Result<Parsed<'_>, CompileEr
             _ => {}
         }
     }
-    Ok(Parsed { info, bodies, data })
+    Ok(Parsed {
+        info,
+        bodies,
+        data,
+        validated,
+    })
 }
 
 /// The function names of a name section, by ascending index, as far as it can be read.

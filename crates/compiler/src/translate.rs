@@ -115,6 +115,10 @@ pub struct Env<'a> {
     pub subtypes: &'a std::collections::HashMap<u32, Vec<u32>>,
     /// Per type, where a struct type's fields are (worked out once: every `struct.*` reads it).
     pub layouts: &'a [Option<ephem_module::gc::StructLayout>],
+    /// What the validator knew of the module, where its code keeps stack maps (a module whose
+    /// values may name GC objects, `ModuleInfo::holds_objects`): each body is validated again
+    /// beside its translation for the types of its operands (see [`Operands`]).
+    pub validated: Option<&'a (wasmparser::ValidatorResources, wasmparser::WasmFeatures)>,
 }
 
 /// The layout of each of the module's struct types ([`Env::layouts`]).
@@ -161,7 +165,9 @@ struct Translator<'a, 'b> {
     env: &'a Env<'a>,
     b: FunctionBuilder<'b>,
     vmctx: Value,
-    stack: Vec<Value>,
+    stack: Operands,
+    /// The body validated again, for its operands' types, where code keeps stack maps.
+    types: Option<wasmparser::FuncValidator<wasmparser::ValidatorResources>>,
     frames: Vec<Frame>,
     /// Nesting depth of frames opened in unreachable code (not translated).
     dead_depth: usize,
@@ -255,19 +261,39 @@ pub fn translate(
     b.seal_block(entry);
     let vmctx = b.block_params(entry)[0];
 
+    let mut types = env.validated.map(|(resources, features)| {
+        let func = wasmparser::FuncToValidate {
+            resources: resources.clone(),
+            index: func,
+            ty: env.info.funcs[func as usize],
+            features: *features,
+        };
+        func.into_validator(Default::default())
+    });
+    let maps = types.is_some();
     let mut locals = Vec::new();
     for (i, &t) in ty.params.iter().enumerate() {
         let var = b.declare_var(ir_type(t));
+        if maps && t.holds_objects() {
+            b.declare_var_needs_stack_map(var);
+        }
         let v = b.block_params(entry)[i + 2];
         b.def_var(var, v);
         locals.push(var);
     }
     let mut reader = body.get_locals_reader()?;
     for _ in 0..reader.get_count() {
+        let offset = reader.original_position();
         let (count, t) = reader.read()?;
+        if let Some(v) = &mut types {
+            v.define_locals(offset as u64, count, t)?;
+        }
         let t = crate::parse::val_type(t, &env.info.types)?;
         for _ in 0..count {
             let var = b.declare_var(ir_type(t));
+            if maps && t.holds_objects() {
+                b.declare_var_needs_stack_map(var);
+            }
             let zero = zero(&mut b, t);
             b.def_var(var, zero);
             locals.push(var);
@@ -282,7 +308,8 @@ pub fn translate(
         env,
         b,
         vmctx,
-        stack: Vec::new(),
+        stack: Operands::default(),
+        types,
         frames: vec![Frame::function(ret, ty.results.len())],
         dead_depth: 0,
         reachable: true,
@@ -307,8 +334,15 @@ pub fn translate(
     }
     let mut ops = body.get_operators_reader()?;
     while !ops.eof() {
+        let offset = ops.original_position();
         let op = ops.read()?;
+        if let Some(v) = &mut t.types {
+            v.op(offset as u64, &op)?;
+        }
         t.op(op)?;
+        if t.reachable {
+            t.declare_objects()?;
+        }
     }
     // The final `end` switched to `ret`.
     let results = t.top(t.stack.len());
@@ -337,7 +371,94 @@ fn zero(b: &mut FunctionBuilder<'_>, t: ValType) -> Value {
     }
 }
 
+/// The operand stack, which also knows how much of it has not changed since its values' types
+/// were last looked at (see [`Translator::declare_objects`]).
+#[derive(Default)]
+struct Operands {
+    values: Vec<Value>,
+    /// The bottom values unchanged since their types were looked at.
+    settled: usize,
+}
+
+impl Operands {
+    fn pop(&mut self) -> Option<Value> {
+        let v = self.values.pop();
+        self.settled = self.settled.min(self.values.len());
+        v
+    }
+    fn push(&mut self, v: Value) {
+        self.values.push(v);
+    }
+    fn truncate(&mut self, len: usize) {
+        self.values.truncate(len);
+        self.settled = self.settled.min(len);
+    }
+    fn extend(&mut self, values: impl IntoIterator<Item = Value>) {
+        self.values.extend(values);
+    }
+}
+
+impl std::ops::Deref for Operands {
+    type Target = [Value];
+    fn deref(&self) -> &[Value] {
+        &self.values
+    }
+}
+
+/// Whether values of `ty`, as the validator of a body with `resources` gives it, may name GC
+/// objects (see `ephem_module::HeapType::holds_objects`).
+fn holds_objects(
+    resources: &wasmparser::ValidatorResources,
+    types: &[ephem_module::TypeDef],
+    ty: wasmparser::ValType,
+) -> bool {
+    use wasmparser::{AbstractHeapType as A, HeapType as H, UnpackedIndex as U};
+    use wasmparser::{CompositeInnerType, WasmModuleResources};
+    let wasmparser::ValType::Ref(r) = ty else {
+        return false;
+    };
+    match r.heap_type() {
+        H::Abstract { ty, .. } => matches!(ty, A::Any | A::Eq | A::Struct | A::Array | A::Extern),
+        H::Concrete(i) | H::Exact(i) => match i {
+            U::Module(i) => !matches!(types.get(i as usize), Some(ephem_module::TypeDef::Func(_))),
+            U::Id(id) => !matches!(
+                resources.sub_type_at_id(id).composite_type.inner,
+                CompositeInnerType::Func(_)
+            ),
+            U::RecGroup(_) => true,
+        },
+    }
+}
+
 impl Translator<'_, '_> {
+    /// Where code keeps stack maps: makes Cranelift keep every operand the last operator left
+    /// that may name a GC object in the stack maps of the calls it lives across (spilled before
+    /// them, reloaded after: a collection in the call may move the object). Locals of such
+    /// types are declared once, at the start; temporaries of one operator that live across a
+    /// call of it, where it makes one (`gc.rs`), declare themselves.
+    fn declare_objects(&mut self) -> Result<(), CompileError> {
+        let Some(v) = &self.types else {
+            return Ok(());
+        };
+        let n = self.stack.len();
+        if v.operand_stack_height() as usize != n {
+            return Err(CompileError::Codegen(format!(
+                "operand stack of {n} values where the validator has {}",
+                v.operand_stack_height()
+            )));
+        }
+        for i in self.stack.settled..n {
+            let Some(Some(ty)) = v.get_operand_type(n - 1 - i) else {
+                continue;
+            };
+            if holds_objects(v.resources(), &self.env.info.types, ty) {
+                self.b.declare_value_needs_stack_map(self.stack[i]);
+            }
+        }
+        self.stack.settled = n;
+        Ok(())
+    }
+
     fn pop(&mut self) -> Value {
         self.stack
             .pop()

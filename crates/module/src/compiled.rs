@@ -189,10 +189,12 @@ pub struct CompiledModule {
     pub max_image_bytes: u64,
 }
 
-/// A call inside a `try_table` (or several): what the runtime's unwinder needs to find and
-/// enter a handler when an exception reaches the call's frame. Every frame keeps a frame
-/// pointer, so the frame is found by its return address; the handler runs with the stack
-/// pointer the call had and the exception's record in the first return register.
+/// A call inside a `try_table` (or several), or one across which references to GC objects
+/// live: what the runtime's unwinder needs to find and enter a handler when an exception
+/// reaches the call's frame, and what its collector needs to find and update those
+/// references (the call's stack map). Every frame keeps a frame pointer, so the frame is found
+/// by its return address; a handler runs with the stack pointer the call had and the
+/// exception's record in the first return register.
 #[derive(Clone, Debug, PartialEq, Eq, Archive, Serialize, Deserialize)]
 pub struct CallSite {
     /// The call's return address (text offset).
@@ -204,6 +206,10 @@ pub struct CallSite {
     pub vmctx_at: u32,
     /// The handlers, innermost first; the first that matches is taken.
     pub catches: Vec<Catch>,
+    /// Where references that may name GC objects live across the call (each in 8 bytes):
+    /// bytes above the stack pointer. Code reloads them after the call, so a collection
+    /// during it may move their objects.
+    pub refs: Vec<u32>,
 }
 
 /// One `catch` clause of a [`CallSite`].

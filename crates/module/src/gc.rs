@@ -7,18 +7,16 @@
 //! its byte offset in the heap, a multiple of [`ALIGN`] and never 0 (the heap's first
 //! [`ALIGN`] bytes hold none), so that an offset is a reference as it is.
 //!
-//! # References of the `any` hierarchy (`anyref`, `eqref`, `i31ref`, structs, arrays)
+//! # References of the `any` and `extern` hierarchies
+//! Both hierarchies share one encoding, so that every such word says by itself whether it
+//! names an object (which a collector must find and may move), and `any.convert_extern` and
+//! `extern.convert_any` change nothing, as the specification's round trips require:
 //! - `0`: null;
 //! - low bit set: an `i31`, its 31 bits in bits 1 to 31 (bits 32 and up clear), so that two
 //!   equal `i31`s are equal words and `ref.eq` compares words;
-//! - low bits `10`: a host reference made into an `anyref` by `any.convert_extern`, the
-//!   `externref`'s own word shifted left by two ([`HOST_TAG`]);
-//! - low bits `00` and not zero: an object, at that offset.
-//!
-//! # `externref`
-//! `0` is null; a host's `ExternRef` is its number plus one; an `anyref` made into an
-//! `externref` by `extern.convert_any` is that `anyref`'s word with [`EXTERNALIZED`] set. The
-//! two conversions undo each other, as the specification requires.
+//! - low bits `10`: a host reference (an `ExternRef`), its number plus one shifted left by
+//!   two ([`HOST_TAG`], [`host`]);
+//! - low bits `00` and not zero: an object, at that offset ([`is_object`]).
 //!
 //! # Objects
 //! Each starts with an 8-byte header: the engine-wide canonical id of its type, with
@@ -73,8 +71,6 @@ pub const ARRAY_BIT: u32 = 1 << 31;
 pub const I31_TAG: u64 = 1;
 /// The low two bits of an `anyref` that holds a host reference.
 pub const HOST_TAG: u64 = 2;
-/// Set in an `externref` that holds an `anyref`.
-pub const EXTERNALIZED: u64 = 1 << 63;
 /// The largest object, in bytes: a larger array cannot be made (its allocation fails as the
 /// heap being full does).
 pub const MAX_OBJECT: u64 = 1 << 30;
@@ -84,22 +80,19 @@ pub fn i31(value: u32) -> u64 {
     u64::from(value << 1) | I31_TAG
 }
 
-/// `any.convert_extern`: the `anyref` word of `externref` word `e`.
-pub fn internalize(e: u64) -> u64 {
-    match e {
-        0 => 0,
-        e if e & EXTERNALIZED != 0 => e & !EXTERNALIZED,
-        e => (e << 2) | HOST_TAG,
-    }
+/// The word of host reference number `n` (an `ExternRef`'s).
+pub fn host(n: u32) -> u64 {
+    ((u64::from(n) + 1) << 2) | HOST_TAG
 }
 
-/// `extern.convert_any`: the `externref` word of `anyref` word `r`.
-pub fn externalize(r: u64) -> u64 {
-    match r {
-        0 => 0,
-        r if r & 3 == HOST_TAG => r >> 2,
-        r => r | EXTERNALIZED,
-    }
+/// The number of host reference `word`, if it is one.
+pub fn host_number(word: u64) -> Option<u32> {
+    (word & 3 == HOST_TAG).then(|| ((word >> 2) - 1) as u32)
+}
+
+/// Whether reference `word` (of the `any` or `extern` hierarchy) names an object.
+pub fn is_object(word: u64) -> bool {
+    word != 0 && word & 3 == 0
 }
 
 /// Bytes a field or element of `storage` takes in an object.
@@ -181,16 +174,18 @@ mod tests {
     }
 
     #[test]
-    fn the_conversions_between_anyref_and_externref_undo_each_other() {
-        let host = 5 + 1;
-        let object = 64;
-        for any in [0, i31(7), i31(u32::MAX), object, internalize(host)] {
-            assert_eq!(internalize(externalize(any)), any, "{any:#x}");
+    fn each_word_says_what_it_is() {
+        for n in [0, 1, 7, u32::MAX] {
+            let w = host(n);
+            assert_eq!(host_number(w), Some(n), "{w:#x}");
+            assert!(!is_object(w) && w & I31_TAG == 0 && w != 0);
         }
-        for e in [0, host, externalize(object), externalize(i31(3))] {
-            assert_eq!(externalize(internalize(e)), e, "{e:#x}");
+        for v in [0, 1, u32::MAX] {
+            let w = i31(v);
+            assert!(!is_object(w) && host_number(w).is_none());
         }
-        assert_eq!(internalize(host) & 3, HOST_TAG);
+        assert!(is_object(64) && host_number(64).is_none());
+        assert!(!is_object(0) && host_number(0).is_none());
         assert_eq!(
             i31(u32::MAX),
             0xffff_ffff,

@@ -185,6 +185,20 @@ pub struct FuncName {
 }
 
 impl ModuleInfo {
+    /// Whether any value of this module's code may name a GC object: what makes its code
+    /// keep stack maps (see `gc`). A module that mentions no such type anywhere (in its
+    /// types, globals, tables or element segments) can make or receive none, only hold null
+    /// or `i31`s in locals of such types.
+    pub fn holds_objects(&self) -> bool {
+        let val = |t: &ValType| t.holds_objects();
+        self.types.iter().any(|t| match t {
+            crate::TypeDef::Func(f) => f.params.iter().chain(&f.results).any(val),
+            crate::TypeDef::Struct(_) | crate::TypeDef::Array(_) => true,
+        }) || self.globals.iter().any(|g| val(&g.ty))
+            || self.tables.iter().any(|t| val(&t.elem))
+            || self.elems.iter().any(|e| val(&e.ty))
+    }
+
     /// The defined functions whose funcref anything can see (module indices, sorted): those in
     /// element segments, global initialisers and exports, and the start function. WebAssembly's
     /// `ref.func` may only name functions of the first three, and direct calls never read a

@@ -92,6 +92,22 @@ impl HeapType {
         matches!(self, HeapType::Exn | HeapType::NoExn)
     }
 
+    /// Whether values of this heap type may name GC objects, which a collector must find
+    /// (see `gc`): those of the `any` and `extern` hierarchies but the ones that hold no
+    /// object (`i31`, `none`, `noextern`).
+    pub fn holds_objects(self) -> bool {
+        matches!(
+            self,
+            HeapType::Any
+                | HeapType::Eq
+                | HeapType::Struct
+                | HeapType::Array
+                | HeapType::ConcreteStruct(_)
+                | HeapType::ConcreteArray(_)
+                | HeapType::Extern
+        )
+    }
+
     /// Whether values of this heap type are host values (the extern hierarchy).
     pub fn is_extern(self) -> bool {
         matches!(self, HeapType::Extern | HeapType::NoExtern)
@@ -204,6 +220,11 @@ impl RefType {
 }
 
 impl ValType {
+    /// Whether values of this type may name GC objects (see [`HeapType::holds_objects`]).
+    pub fn holds_objects(self) -> bool {
+        matches!(self, ValType::Ref(r) if r.heap.holds_objects())
+    }
+
     /// `funcref`.
     pub const FUNCREF: ValType = ValType::Ref(RefType::FUNCREF);
     /// `externref`.
@@ -1162,8 +1183,8 @@ impl ConstOp {
                 ConstOp::RefNull(_) => 0,
                 ConstOp::RefFunc(f) => env.ref_func(f) as u128,
                 ConstOp::RefI31 => u128::from(gc::i31(pop(&mut stack) as u32)),
-                ConstOp::AnyConvertExtern => u128::from(gc::internalize(pop(&mut stack) as u64)),
-                ConstOp::ExternConvertAny => u128::from(gc::externalize(pop(&mut stack) as u64)),
+                // (One encoding for both hierarchies: see `gc`.)
+                ConstOp::AnyConvertExtern | ConstOp::ExternConvertAny => pop(&mut stack),
                 ConstOp::StructNewDefault(ty) => {
                     u128::from(env.new_object(ty, 0, ObjectInit::Default)?)
                 }

@@ -27,7 +27,7 @@
 //! changes its length (see `memory`), and only growth past the slot's accessible pages, or a
 //! table's past its buffer, reaches the kernel or the allocator.
 
-use ephem_module::Builtin;
+use ephem_module::{Builtin, StorageType};
 
 use crate::gc::Shape;
 use crate::instance::{InstanceData, end_within};
@@ -63,6 +63,10 @@ macro_rules! builtin_table {
 use crate::arch::ephem_raise as raise;
 use crate::arch::ephem_throw as throw;
 use crate::arch::ephem_throw_ref as throw_ref;
+use crate::arch::{
+    ephem_array_new as array_new, ephem_array_new_data as array_new_data,
+    ephem_array_new_elem as array_new_elem, ephem_gc_alloc as gc_alloc,
+};
 
 ephem_module::for_each_builtin!(builtin_table);
 
@@ -80,7 +84,7 @@ fn running_store() -> *mut StoreOpaque {
 macro_rules! builtin {
     ($(#[$doc:meta])* fn $name:ident[$i:ident, $store:pat]($($arg:ident : $ty:ty),*) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
-        unsafe extern "C" fn $name(vmctx: *mut u8 $(, $arg: $ty)*) $(-> $ret)? {
+        pub(crate) unsafe extern "C" fn $name(vmctx: *mut u8 $(, $arg: $ty)*) $(-> $ret)? {
             // SAFETY: generated code calls builtins only through its own vmctx's table, with
             // that vmctx, while the instance's store runs the call: the instance is alive for
             // this call, and the store is the running call's, whose pointer `invoke` derived
@@ -374,8 +378,18 @@ fn shape(i: &InstanceData, ty: u32) -> Option<Shape> {
 }
 
 /// A new object of the calling module's type `ty` (`len` elements for an array) in the
-/// running store's heap: its reference, or GC flag 4.
-fn alloc(i: &InstanceData, store: &StoreOpaque, ty: u32, len: u32) -> u64 {
+/// running store's heap: its reference, or GC flag 4. The heap is collected first if the
+/// object does not fit (see `gc`): `fp` is the frame pointer of the stub through which
+/// generated code called the builtin (`arch::ephem_gc_alloc` and its siblings), and `extra`
+/// the references the builtin holds, updated if their objects move.
+fn alloc(
+    i: &InstanceData,
+    store: &StoreOpaque,
+    ty: u32,
+    len: u32,
+    fp: usize,
+    extra: &mut [u64],
+) -> u64 {
     let Some(shape) = shape(i, ty) else {
         return 4;
     };
@@ -384,7 +398,12 @@ fn alloc(i: &InstanceData, store: &StoreOpaque, ty: u32, len: u32) -> u64 {
         // while wasm runs nothing but shared references to the store's opaque part is alive.
         unsafe { StoreOpaque::may_grow_by(running_store(), Growing::Memory, current, delta, None) }
     };
-    match store.gc.alloc(&store.engine, shape, len, may_grow) {
+    let roots = |f: &mut dyn FnMut(*mut u64)| {
+        // SAFETY: `fp` is the stub's (the contract of the builtins that pass it), and the
+        // places stay valid while the collection runs: wasm is suspended here.
+        unsafe { crate::gc::roots(store, fp, extra, f) }
+    };
+    match (store.gc).alloc_collecting(&store.engine, shape, len, may_grow, roots) {
         Some(r) => u64::from(r),
         None => 4,
     }
@@ -400,9 +419,10 @@ fn elem_size(i: &InstanceData, ty: u32) -> u32 {
 
 builtin! {
     /// `struct.new`, `struct.new_default`, `array.new_default`, `array.new_fixed`: the new
-    /// object, zero past its header, or GC flag 4.
-    fn gc_alloc[i, store](ty: u32, len: u32) -> u64 {
-        alloc(i, store, ty, len)
+    /// object, zero past its header, or GC flag 4. Called through `arch::ephem_gc_alloc`,
+    /// which passes its frame pointer (as do the other builtins that allocate).
+    fn gc_alloc_from[i, store](ty: u32, len: u32, _c: u64, _d: u64, fp: usize) -> u64 {
+        alloc(i, store, ty, len, fp, &mut [])
     }
 }
 
@@ -415,11 +435,18 @@ builtin! {
 
 builtin! {
     /// `array.new`: a new array of `len` elements of one value, or a GC flag.
-    fn array_new[i, store](ty: u32, len: u32, lo: u64, hi: u64) -> u64 {
+    fn array_new_from[i, store](ty: u32, len: u32, lo: u64, hi: u64, fp: usize) -> u64 {
         if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
             return u64::from(stop);
         }
-        let r = alloc(i, store, ty, len);
+        // The value, when it is a reference, moves with its object.
+        let mut lo = [lo];
+        let held = match shape(i, ty) {
+            Some(Shape::Array { elem: StorageType::Val(t), .. }) if t.holds_objects() => &mut lo[..],
+            _ => &mut [],
+        };
+        let r = alloc(i, store, ty, len, fp, held);
+        let lo = lo[0];
         if r < u64::from(ephem_module::gc::ALIGN) {
             return r;
         }
@@ -437,7 +464,7 @@ builtin! {
 builtin! {
     /// `array.new_data`: a new array of `len` elements read from data segment `data` at byte
     /// `src`, or a GC flag.
-    fn array_new_data[i, store](ty: u32, data: u32, src: u32, len: u32) -> u64 {
+    fn array_new_data_from[i, store](ty: u32, data: u32, src: u32, len: u32, fp: usize) -> u64 {
         if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
             return u64::from(stop);
         }
@@ -447,7 +474,7 @@ builtin! {
         else {
             return 5;
         };
-        let r = alloc(i, store, ty, len);
+        let r = alloc(i, store, ty, len, fp, &mut []);
         if r < u64::from(ephem_module::gc::ALIGN) {
             return r;
         }
@@ -464,14 +491,15 @@ builtin! {
 builtin! {
     /// `array.new_elem`: a new array of element segment `elem`'s items `src..src + len`, or a
     /// GC flag.
-    fn array_new_elem[i, store](ty: u32, elem: u32, src: u32, len: u32) -> u64 {
+    fn array_new_elem_from[i, store](ty: u32, elem: u32, src: u32, len: u32, fp: usize) -> u64 {
         if let Some(stop) = i.begin_bulk(store, u64::from(len)) {
             return u64::from(stop);
         }
         if i.elem_values(store, elem, src, len).is_none() {
             return 5;
         }
-        let r = alloc(i, store, ty, len);
+        // (The items are read after the allocation, which may move the objects they name.)
+        let r = alloc(i, store, ty, len, fp, &mut []);
         if r < u64::from(ephem_module::gc::ALIGN) {
             return r;
         }

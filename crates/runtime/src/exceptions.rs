@@ -287,6 +287,28 @@ impl Exceptions {
         Some(record.as_mut_ptr())
     }
 
+    /// Calls `f` with where each value of an exception that may name a GC object is (see
+    /// `gc`): its tag's parameter types say which.
+    pub(crate) fn objects(&self, engine: &crate::Engine, f: &mut dyn FnMut(*mut u64)) {
+        let mut records = self.records.borrow_mut();
+        for record in records.iter_mut() {
+            let tag = header(record.as_ptr()).tag;
+            if tag.is_null() {
+                continue;
+            }
+            // SAFETY: a record's tag is one of this store's, boxed and alive with it.
+            let type_id = unsafe { (*tag).type_id };
+            let Some(ty) = engine.func_type(type_id) else {
+                continue;
+            };
+            for (k, t) in ty.params.iter().enumerate() {
+                if let (true, Some(value)) = (t.holds_objects(), record.get_mut(k + 1)) {
+                    f((value as *mut ValRaw).cast());
+                }
+            }
+        }
+    }
+
     /// Marks `record` as one that something can name (an `exnref`, the host), so that it is
     /// never reused.
     pub(crate) fn expose(&self, record: *mut ValRaw) {

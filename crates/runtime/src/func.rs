@@ -259,7 +259,7 @@ pub(crate) unsafe extern "C" fn host_call(
     fp: usize,
     pinned: i64,
 ) -> i64 {
-    let store = crate::signals::current_store().cast::<StoreOpaque>();
+    let store = crate::signals::enter_host(fp).cast::<StoreOpaque>();
     // SAFETY: the store running this call; no reference into it is live here, and its fuel
     // cell is only touched by this thread while the call runs.
     let fuel = unsafe { (*store).runs_metered().then(|| (*store).fuel.get()) };

@@ -13,9 +13,26 @@
 //! ([`crate::EngineConfig::max_gc_heap_bytes`]) and the store's limiter, which sees it as a
 //! memory (as wasmtime's does).
 //!
-//! Nothing is collected yet: an allocation that would take the heap past its bound traps
-//! with `GcHeapExhausted`. A collector needs the roots on the stack (Cranelift's stack maps),
-//! which generated code does not record yet.
+//! # Collection
+//! When an allocation of generated code does not fit, the heap is collected before it grows
+//! ([`GcHeap::alloc_collecting`]): a copying collection (Cheney's) into a fresh slot of the
+//! pool, which then replaces the old one (given back reset by marks, as at the store's drop).
+//! Copying suits the workload: its cost is what is alive, which is little in a call that
+//! made much garbage; it leaves the free space in one piece, so that allocation stays a bump;
+//! and it needs no free lists, no mark bits and no sweep. The price is that objects move: every
+//! place that holds a reference is found and updated ([`Roots`]): the wasm frames of the
+//! store's calls on this thread (the stack maps of the calls they are in, see
+//! `ephem_module::CallSite::refs`: generated code reloads such references after every call),
+//! globals, tables, element segments' items, exceptions' values, the host's handles (a root
+//! table, see `refs`) and the values a builtin holds. The new heap is then grown (doubled) when
+//! what survived takes more than half of it, under the same bound and limiter as growth. The
+//! old and new slots exist together only during the collection; the limiter is asked for the
+//! heap's size, not for that moment's twice as much.
+//!
+//! A collection happens only inside a builtin that generated code called to allocate, where
+//! every frame of the store's calls is a wasm frame with a stack map or a host frame that
+//! holds references only through handles. Allocations of the runtime itself (constant
+//! expressions while an instance is made) grow the heap instead.
 //!
 //! # Safety of what objects hold
 //! Objects are written only by generated code (fields and elements of objects the validator
@@ -24,7 +41,8 @@
 //! `ephem_module::gc`), and the runtime reads objects only through ranges it checks against
 //! the heap's length.
 
-use std::cell::{OnceCell, UnsafeCell};
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::collections::HashMap;
 
 use ephem_module::gc::{self, ALIGN, HEADER, LENGTH};
 use ephem_module::{MemoryType, StorageType, TypeDef, VmGcHeap, native};
@@ -39,7 +57,19 @@ const PAGE: u64 = 65536;
 pub(crate) struct GcHeap {
     /// What every vmctx of the store points at. Boxed with the store: its address is fixed.
     vm: UnsafeCell<VmGcHeap>,
-    memory: OnceCell<LinearMemory>,
+    /// The slot the heap is in, once made; a collection replaces it.
+    memory: RefCell<Option<LinearMemory>>,
+    /// The objects the host holds handles on (see `refs`).
+    held: RefCell<Held>,
+    /// Collections so far.
+    collections: Cell<u64>,
+}
+
+/// The host's handles: the words of the objects, and where each is (see `refs`).
+#[derive(Default)]
+struct Held {
+    words: Vec<u64>,
+    index: HashMap<u64, u64>,
 }
 
 impl Default for GcHeap {
@@ -50,7 +80,9 @@ impl Default for GcHeap {
                 next: u64::from(ALIGN),
                 end: 0,
             }),
-            memory: OnceCell::new(),
+            memory: RefCell::new(None),
+            held: RefCell::default(),
+            collections: Cell::new(0),
         }
     }
 }
@@ -133,7 +165,8 @@ impl GcHeap {
         if end > max {
             return None;
         }
-        let Some(memory) = self.memory.get() else {
+        let mut slot = self.memory.borrow_mut();
+        let Some(memory) = slot.as_ref() else {
             let first = (end.div_ceil(PAGE) as u32).max(FIRST_PAGES);
             if !may_grow(0, (u64::from(first) * PAGE) as usize) {
                 return None;
@@ -154,7 +187,7 @@ impl GcHeap {
                 (*vm).base = memory.base();
                 (*vm).end = memory.len() as u64;
             }
-            self.memory.get_or_init(|| memory);
+            *slot = Some(memory);
             return Some(());
         };
         let len = memory.len() as u64;
@@ -213,11 +246,372 @@ impl GcHeap {
     }
 }
 
+/// Marks an object of the old heap as copied: its type word, with where the copy is in its
+/// length word. (Canonical ids stay far below it: the engine's registry starts at 2^30.)
+const FORWARDED: u32 = u32::MAX;
+
+impl GcHeap {
+    /// How many collections the heap has had.
+    pub(crate) fn collections(&self) -> u64 {
+        self.collections.get()
+    }
+
+    /// The index of object `word`'s handle (see `refs`): the one it has, or a new one.
+    pub(crate) fn hold(&self, word: u64) -> u64 {
+        let mut held = self.held.borrow_mut();
+        if let Some(&i) = held.index.get(&word) {
+            return i;
+        }
+        let i = held.words.len() as u64;
+        held.words.push(word);
+        held.index.insert(word, i);
+        i
+    }
+
+    /// The word of the object of handle index `i`, where it is now.
+    pub(crate) fn held(&self, i: u64) -> u64 {
+        self.held
+            .borrow()
+            .words
+            .get(i as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// [`GcHeap::alloc`], but an object that does not fit the heap as it is gets a collection
+    /// first, when there is a heap to collect: `roots` gives every place outside the heap
+    /// that may hold a reference into it (see [`roots`]).
+    pub(crate) fn alloc_collecting(
+        &self,
+        engine: &crate::Engine,
+        shape: Shape,
+        len: u32,
+        may_grow: impl Fn(usize, usize) -> bool,
+        roots: impl FnOnce(&mut dyn FnMut(*mut u64)),
+    ) -> Option<u32> {
+        let size = match shape {
+            Shape::Struct { size, .. } => size,
+            Shape::Array { elem, .. } => gc::array_size(elem, len)?,
+        };
+        // SAFETY: a read of the heap's definition; generated code is suspended in a builtin.
+        let (next, end) = unsafe { ((*self.vm.get()).next, (*self.vm.get()).end) };
+        if next + u64::from(size) > end && self.memory.borrow().is_some() {
+            self.collect(engine, u64::from(size), &may_grow, roots);
+        }
+        self.alloc(engine, shape, len, may_grow)
+    }
+
+    /// Copies what `roots` and the host's handles reach into a fresh slot, which becomes the
+    /// heap, grown if what survived takes more than half of it (see the module
+    /// documentation); `size` is the allocation that asked. Does nothing when the pool has no
+    /// slot to copy into (the heap then grows, if it may).
+    fn collect(
+        &self,
+        engine: &crate::Engine,
+        size: u64,
+        may_grow: &dyn Fn(usize, usize) -> bool,
+        roots: impl FnOnce(&mut dyn FnMut(*mut u64)),
+    ) {
+        let mut slot = self.memory.borrow_mut();
+        let Some(from) = slot.as_ref() else {
+            return;
+        };
+        let max = (engine.max_gc_heap_bytes() as u64).min((1 << 32) - PAGE);
+        let ty = MemoryType {
+            min: (from.len() as u64 / PAGE) as u32,
+            max: Some((max / PAGE) as u32),
+            page_size_log2: 16,
+            memory64: false,
+            shared: false,
+        };
+        let image: Option<&crate::load::ArtifactImage<'_>> = None;
+        let Ok(to) = LinearMemory::pooled(engine, ty, image, true) else {
+            return;
+        };
+        // SAFETY: a read of the heap's definition; generated code is suspended in a builtin.
+        let used = unsafe { (*self.vm.get()).next } as usize;
+        let used = used.min(from.len());
+        // SAFETY: the old heap's allocated bytes and the new slot's accessible ones: two
+        // reservations, which nothing else reads or writes while the collection runs (wasm
+        // is suspended in the builtin that asked; the host holds no slice of the heap).
+        let (old, new) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(from.base(), used),
+                std::slice::from_raw_parts_mut(to.base(), to.len()),
+            )
+        };
+        let mut copy = Copying {
+            old,
+            new,
+            next: ALIGN as usize,
+            engine,
+            layouts: HashMap::new(),
+        };
+        // Each place once: an imported global or table may be listed twice.
+        let mut places = Vec::new();
+        roots(&mut |p| places.push(p));
+        places.sort_unstable();
+        places.dedup();
+        for p in places {
+            // SAFETY: `roots` gives places outside the heap that hold references, alive and
+            // not otherwise borrowed while the collection runs (its contract).
+            unsafe { *p = copy.forward(*p) };
+        }
+        {
+            let held = &mut *self.held.borrow_mut();
+            for w in &mut held.words {
+                *w = copy.forward(*w);
+            }
+            held.index = (held.words.iter().enumerate())
+                .map(|(i, &w)| (w, i as u64))
+                .collect();
+        }
+        copy.scan();
+        let live = copy.next as u64;
+        from.mark(0, used);
+        let vm = self.vm.get();
+        // SAFETY: the heap's definition; generated code is suspended in a builtin.
+        unsafe {
+            (*vm).base = to.base();
+            (*vm).next = live;
+            (*vm).end = to.len() as u64;
+        }
+        // (The old slot goes back to the pool, reset by its marks.)
+        *slot = Some(to);
+        drop(slot);
+        self.collections.set(self.collections.get() + 1);
+        // Half full or more after a collection: twice the room, so that the next is as far.
+        // SAFETY: as above.
+        let end = unsafe { (*vm).end };
+        if (live + size) * 2 > end {
+            let _ = self.room(engine, (live + size).max(end + 1), may_grow);
+        }
+    }
+}
+
+/// One collection's copying: from the old heap's allocated bytes to the new slot.
+struct Copying<'a> {
+    old: &'a mut [u8],
+    new: &'a mut [u8],
+    /// Where the next copy goes in the new slot.
+    next: usize,
+    engine: &'a crate::Engine,
+    /// What the collector needs of each type it met, by header word.
+    layouts: HashMap<u32, Option<Layout>>,
+}
+
+/// Where an object's references are, and its size.
+#[derive(Clone)]
+enum Layout {
+    Struct { size: u32, refs: std::rc::Rc<[u32]> },
+    Array { elem: StorageType, refs: bool },
+}
+
+impl Layout {
+    fn of(engine: &crate::Engine, word: u32) -> Option<Layout> {
+        let holds = |s: StorageType| matches!(s, StorageType::Val(t) if t.holds_objects());
+        match (
+            &*engine.gc_type(word & !gc::ARRAY_BIT)?,
+            word & gc::ARRAY_BIT != 0,
+        ) {
+            (TypeDef::Struct(fields), false) => {
+                let layout = gc::struct_layout(fields);
+                let refs = (fields.iter().zip(&layout.offsets))
+                    .filter(|(f, _)| holds(f.storage))
+                    .map(|(_, &at)| at)
+                    .collect();
+                Some(Layout::Struct {
+                    size: layout.size,
+                    refs,
+                })
+            }
+            (TypeDef::Array(elem), true) => Some(Layout::Array {
+                elem: elem.storage,
+                refs: holds(elem.storage),
+            }),
+            _ => None,
+        }
+    }
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default())
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
+}
+
+impl Copying<'_> {
+    fn layout(&mut self, word: u32) -> Option<Layout> {
+        let engine = self.engine;
+        (self.layouts.entry(word))
+            .or_insert_with(|| Layout::of(engine, word))
+            .clone()
+    }
+
+    /// Where reference `r` of the old heap is in the new one: its object copied there, the
+    /// first time. A word that names no object of the old heap stays as it is (only code of
+    /// a forged artifact makes one; its accesses stay sandboxed whatever it holds).
+    fn forward(&mut self, r: u64) -> u64 {
+        if !gc::is_object(r) {
+            return r;
+        }
+        let at = r as usize;
+        if !at.is_multiple_of(ALIGN as usize) || at + HEADER as usize > self.old.len() {
+            return r;
+        }
+        let (word, second) = (u32_at(self.old, at), u32_at(self.old, at + LENGTH as usize));
+        if word == FORWARDED {
+            return u64::from(second);
+        }
+        let size = match self.layout(word) {
+            Some(Layout::Struct { size, .. }) => size,
+            Some(Layout::Array { elem, .. }) => match gc::array_size(elem, second) {
+                Some(size) => size,
+                None => return r,
+            },
+            None => return r,
+        } as usize;
+        let to = self.next;
+        if at + size > self.old.len() || to + size > self.new.len() {
+            return r;
+        }
+        self.new[to..to + size].copy_from_slice(&self.old[at..at + size]);
+        self.old[at..at + 4].copy_from_slice(&FORWARDED.to_le_bytes());
+        self.old[at + 4..at + 8].copy_from_slice(&(to as u32).to_le_bytes());
+        self.next = to + size;
+        to as u64
+    }
+
+    /// Forwards the reference at `at` of the new heap.
+    fn forward_at(&mut self, at: usize) {
+        let r = u64_at(self.new, at);
+        let moved = self.forward(r);
+        if moved != r {
+            self.new[at..at + 8].copy_from_slice(&moved.to_le_bytes());
+        }
+    }
+
+    /// Forwards the references of every object copied, those it copies on the way too.
+    fn scan(&mut self) {
+        let mut at = ALIGN as usize;
+        while at < self.next {
+            let (word, len) = (u32_at(self.new, at), u32_at(self.new, at + LENGTH as usize));
+            let size = match self.layout(word) {
+                Some(Layout::Struct { size, refs }) => {
+                    for &field in refs.iter() {
+                        self.forward_at(at + field as usize);
+                    }
+                    size
+                }
+                Some(Layout::Array { elem, refs }) => {
+                    if refs {
+                        for k in 0..len as usize {
+                            self.forward_at(at + HEADER as usize + 8 * k);
+                        }
+                    }
+                    gc::array_size(elem, len).unwrap_or(u32::MAX)
+                }
+                // (Only what `forward` copied is here, and it knew the type.)
+                None => return,
+            };
+            at += size as usize;
+        }
+    }
+}
+
+/// Every place outside `store`'s heap that may hold a reference into it, while generated code
+/// of the store is suspended in a builtin called through a stub whose frame is at `fp`:
+/// what the stack maps of its wasm frames name, its globals, tables, element segments' items
+/// and exceptions' values, and `extra` (values the builtin holds).
+///
+/// # Safety
+/// `fp` is the frame pointer of a stub that generated code of `store`'s innermost call on
+/// this thread called; the places given stay valid until the collection ends.
+pub(crate) unsafe fn roots(
+    store: &crate::store::StoreOpaque,
+    fp: usize,
+    extra: &mut [u64],
+    f: &mut dyn FnMut(*mut u64),
+) {
+    let me = store as *const crate::store::StoreOpaque as *mut u8;
+    crate::signals::wasm_stretches(me, fp, |from, top| {
+        // SAFETY: per the contract: a stretch of this store's wasm frames on this thread.
+        unsafe { frame_roots(from, top, f) }
+    });
+    for g in &store.globals {
+        if g.ty.ty.holds_objects() {
+            f(g.vm().cast());
+        }
+    }
+    for t in &store.tables {
+        t.objects(f);
+    }
+    for i in &store.instances {
+        let elems = &i.module.inner.artifact.info().elems;
+        for (values, e) in i.elem_values.iter().zip(elems.iter()) {
+            let ty: ephem_module::ValType = native(&e.ty);
+            if let (true, Some(values)) = (ty.holds_objects(), values) {
+                for v in values.iter() {
+                    f((v as *const usize).cast_mut().cast());
+                }
+            }
+        }
+    }
+    if let Some(exceptions) = store.exceptions.get() {
+        exceptions.objects(&store.engine, f);
+    }
+    for e in extra {
+        f(e);
+    }
+}
+
+/// The places the stack maps name in the wasm frames from the one whose callee's frame
+/// pointer is `fp` up to `top`.
+///
+/// # Safety
+/// `[fp, top)` is a stretch of wasm frames of a call in progress on this thread, as
+/// [`crate::signals::wasm_stretches`] gives it.
+unsafe fn frame_roots(fp: usize, top: usize, f: &mut dyn FnMut(*mut u64)) {
+    use crate::module::ModuleInner;
+    let mut frame = fp;
+    while frame.is_multiple_of(8) && frame + 16 <= top {
+        // SAFETY: `[frame, frame + 16)` lies in this thread's stack between a stub's frame
+        // and the call's entry: a saved frame pointer and a return address.
+        let (caller_fp, ret) =
+            unsafe { (*(frame as *const usize), *((frame + 8) as *const usize)) };
+        let Some((code_start, code_tag)) = ephem_code_memory::registry::lookup(ret) else {
+            break;
+        };
+        // SAFETY: a registry tag is the `ModuleInner` of the published code, alive while the
+        // store that runs this call is (see `exceptions::unwind`).
+        let m = unsafe { &*(code_tag as *const ModuleInner) };
+        if let Some(site) = m.artifact.call_site((ret - code_start) as u32) {
+            let sp = caller_fp.wrapping_sub(site.frame_offset.to_native() as usize);
+            // The frame as the site describes it lies between this one and the entry
+            // (metadata that says otherwise, only a forged artifact's, is not followed).
+            if frame + 16 <= sp && sp < caller_fp && caller_fp <= top {
+                for r in site.refs.iter() {
+                    let at = sp + r.to_native() as usize;
+                    if at + 8 <= caller_fp {
+                        f(at as *mut u64);
+                    }
+                }
+            }
+        }
+        if caller_fp <= frame {
+            break;
+        }
+        frame = caller_fp;
+    }
+}
+
 impl Drop for GcHeap {
     /// Marks everything ever allocated as written, so that the slot's reset clears it (the
     /// objects generated code bumped set no marks of their own).
     fn drop(&mut self) {
-        if let Some(memory) = self.memory.get() {
+        if let Some(memory) = self.memory.get_mut() {
             let next = self.vm.get_mut().next as usize;
             memory.mark(0, next.min(memory.len()));
         }

@@ -4,15 +4,18 @@
 //! elements) and [`I31`]. How their bits look to generated code is
 //! `ephem_module::gc`'s.
 //!
-//! # Why no rooting
-//! wasmtime hands out `Rooted<AnyRef>`s, scoped so that its collector knows what the host
-//! holds. ephem's GC heap collects nothing yet and lives exactly as long as its store (see
-//! `gc`), so an [`AnyRef`] is a plain copyable handle: its store's id and the reference's
-//! bits. It stays valid for as long as the store does, and every use checks that it is given
-//! to its own store. When a collector comes, it will have to treat host-held handles as
-//! roots (or move to scoped roots as wasmtime does).
+//! # Handles that outlive collections
+//! wasmtime hands out `Rooted<AnyRef>`s in scopes, so that its collector knows what the host
+//! holds. ephem's stores live for one call as a rule, so a simpler handle serves: an
+//! [`AnyRef`] that names an object names an entry of its store's root table, which a
+//! collection updates when it moves the object (see `gc`), and every handle stays valid for
+//! as long as its store does. The table keeps one entry per object the host has been handed,
+//! so that two handles on one object are equal (`==` is identity, as `ref.eq`); its entries
+//! are roots until the store goes. A long-lived store that hands the host millions of
+//! distinct objects keeps them all: such an embedder drops the store, as ephem's workload
+//! does after every call. Every use checks that a handle is given to its own store.
 
-use ephem_module::gc::{self, EXTERNALIZED, HOST_TAG, I31_TAG};
+use ephem_module::gc::{self, HOST_TAG, I31_TAG};
 use ephem_module::{HeapType, StorageType, TypeDef, ValRaw};
 
 use crate::context::{AsContext, AsContextMut};
@@ -46,31 +49,25 @@ impl ExternRef {
 
     /// `any` as an `externref`, as `extern.convert_any` makes it.
     pub fn convert_any(any: AnyRef) -> ExternRef {
-        match gc::externalize(any.raw) {
-            e if e & EXTERNALIZED != 0 => ExternRef(ExternData::Any(any)),
-            host => ExternRef::new((host - 1) as u32),
+        match gc::host_number(any.handle) {
+            Some(n) => ExternRef::new(n),
+            None => ExternRef(ExternData::Any(any)),
         }
     }
 
     /// The reference as generated code holds it; an error for a GC value of another store.
     pub(crate) fn to_raw(self, store: &StoreOpaque) -> Result<ValRaw, Error> {
         Ok(match self.0 {
-            ExternData::Host(n) => ValRaw::from(n) + 1,
-            ExternData::Any(a) => ValRaw::from(a.raw_in(store)? | EXTERNALIZED),
+            ExternData::Host(n) => ValRaw::from(gc::host(n)),
+            ExternData::Any(a) => ValRaw::from(a.raw_in(store)?),
         })
     }
 
     /// The reference in a value slot of `store`: its low 8 bytes (wasm code writes only those,
     /// so the rest may hold what the slot held before, such as a `v128` argument), 0 for null.
     pub(crate) fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Option<ExternRef> {
-        match raw as u64 {
-            0 => None,
-            r if r & EXTERNALIZED != 0 => Some(ExternRef(ExternData::Any(AnyRef {
-                store: store.id,
-                raw: r & !EXTERNALIZED,
-            }))),
-            r => Some(ExternRef::new((r - 1) as u32)),
-        }
+        let any = AnyRef::from_raw(store, raw)?;
+        Some(ExternRef::convert_any(any))
     }
 }
 
@@ -79,7 +76,9 @@ impl ExternRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AnyRef {
     store: StoreId,
-    raw: u64,
+    /// The reference's word (see `ephem_module::gc`), except for an object's: one plus its
+    /// index in the store's root table, shifted left by two (see the module documentation).
+    handle: u64,
 }
 
 /// A struct (wasmtime's name): a handle as an [`AnyRef`] is.
@@ -205,7 +204,7 @@ impl AnyRef {
     pub fn from_i31(store: impl AsContext, value: I31) -> AnyRef {
         AnyRef {
             store: store.as_context().opaque().id,
-            raw: gc::i31(value.0),
+            handle: gc::i31(value.0),
         }
     }
 
@@ -215,14 +214,14 @@ impl AnyRef {
             ExternData::Any(a) => a,
             ExternData::Host(n) => AnyRef {
                 store: store.as_context().opaque().id,
-                raw: gc::internalize(u64::from(n) + 1),
+                handle: gc::host(n),
             },
         }
     }
 
     /// The `i31`, if this is one.
     pub fn as_i31(&self) -> Option<I31> {
-        (self.raw & I31_TAG != 0).then_some(I31((self.raw as u32) >> 1))
+        (self.handle & I31_TAG != 0).then_some(I31((self.handle as u32) >> 1))
     }
 
     /// Whether this is an `i31`.
@@ -271,12 +270,12 @@ impl AnyRef {
         match (&*ty, place) {
             (TypeDef::Struct(fields), Place::Field(i)) => {
                 let f = fields.get(i)?;
-                let at = self.raw + u64::from(gc::struct_layout(fields).offsets[i]);
+                let at = self.word(store) + u64::from(gc::struct_layout(fields).offsets[i]);
                 Some((at, f.storage, f.mutable))
             }
             (TypeDef::Array(elem), Place::Element(i)) if i < len => {
                 let size = u64::from(gc::storage_size(elem.storage));
-                let at = self.raw + u64::from(gc::HEADER) + u64::from(i) * size;
+                let at = self.word(store) + u64::from(gc::HEADER) + u64::from(i) * size;
                 Some((at, elem.storage, elem.mutable))
             }
             _ => None,
@@ -311,10 +310,18 @@ impl AnyRef {
 
     /// The object's header words (type word, length), if this is an object of `store`.
     fn header(&self, store: &StoreOpaque) -> Option<(u32, u32)> {
-        if self.store != store.id || self.raw & 3 != 0 {
+        if self.store != store.id || !gc::is_object(self.handle) {
             return None;
         }
-        store.gc.header(self.raw)
+        store.gc.header(self.word(store))
+    }
+
+    /// The reference's word now (an object's may have moved); `self` is of `store`.
+    fn word(&self, store: &StoreOpaque) -> u64 {
+        match gc::is_object(self.handle) {
+            true => store.gc.held((self.handle >> 2) - 1),
+            false => self.handle,
+        }
     }
 
     /// The reference as generated code holds it; an error for one of another store.
@@ -324,15 +331,19 @@ impl AnyRef {
                 "a GC value of another store was passed to wasm".into(),
             ));
         }
-        Ok(self.raw)
+        Ok(self.word(store))
     }
 
     /// The reference in a value slot of `store` (its low 8 bytes), `None` for null.
     pub(crate) fn from_raw(store: &StoreOpaque, raw: ValRaw) -> Option<AnyRef> {
         let raw = raw as u64;
+        let handle = match gc::is_object(raw) {
+            true => (store.gc.hold(raw) + 1) << 2,
+            false => raw,
+        };
         (raw != 0).then_some(AnyRef {
             store: store.id,
-            raw,
+            handle,
         })
     }
 
@@ -345,7 +356,7 @@ impl AnyRef {
         let header = || self.header(store).map(|(word, _)| word);
         match heap {
             HeapType::Any => true,
-            HeapType::Eq => self.raw & 3 != HOST_TAG,
+            HeapType::Eq => self.handle & 3 != HOST_TAG,
             HeapType::I31 => self.is_i31(),
             HeapType::Struct => header().is_some_and(|w| w & gc::ARRAY_BIT == 0),
             HeapType::Array => header().is_some_and(|w| w & gc::ARRAY_BIT != 0),

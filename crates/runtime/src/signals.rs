@@ -84,6 +84,12 @@ struct CallState {
     limit: usize,
     /// The call's deadline, as [`call`] was given it.
     deadline: Deadline,
+    /// The call this one is inside of on this thread (null for the outermost).
+    outer: *mut CallState,
+    /// The frame pointer of the latest host call out of this call's wasm (see
+    /// [`enter_host`]): where its wasm frames start while a call nested in that host call
+    /// runs.
+    exit_fp: usize,
 }
 
 /// What a call into wasm is interrupted by: its engine's epoch reaching its store's deadline.
@@ -126,6 +132,41 @@ pub fn current_store() -> *mut u8 {
     }
     // SAFETY: `state` is the CallState of a `call` frame still running on this thread.
     unsafe { (*state).store }
+}
+
+/// The store of the innermost call into wasm on this thread, from which its wasm calls a host
+/// function through the stub whose frame is at `fp` (see `func::host_call`): kept, so that a
+/// collection in a call nested in the host function finds this call's wasm frames.
+pub fn enter_host(fp: usize) -> *mut u8 {
+    let state = CURRENT.with(Cell::get);
+    // SAFETY: a host call comes from wasm, inside a call whose CallState is alive on this
+    // thread's stack; only this thread touches it.
+    unsafe {
+        (*state).exit_fp = fp;
+        (*state).store
+    }
+}
+
+/// Calls `f` with each stretch of `store`'s wasm frames on this thread, innermost first: the
+/// frame pointer to follow from (for the innermost call `fp`, a stub's that its wasm called,
+/// and for the others the host call they are in) and the entry's stack pointer, above which
+/// none lies.
+pub(crate) fn wasm_stretches(store: *mut u8, fp: usize, mut f: impl FnMut(usize, usize)) {
+    let mut state = CURRENT.with(Cell::get);
+    let mut from = fp;
+    while !state.is_null() {
+        // SAFETY: the CallStates of the calls in progress on this thread, each alive on its
+        // stack below the next outer one; only this thread touches them.
+        let s = unsafe { &*state };
+        if s.store == store && from != 0 {
+            f(from, s.saved_sp);
+        }
+        state = s.outer;
+        if !state.is_null() {
+            // SAFETY: as above. The outer call's wasm is in the host call it made last.
+            from = unsafe { (*state).exit_fp };
+        }
+    }
 }
 
 /// Whether the innermost call into wasm on this thread is past its deadline (false outside
@@ -179,6 +220,8 @@ pub unsafe fn call(
         store,
         limit,
         deadline,
+        outer,
+        exit_fp: 0,
     };
     CURRENT.with(|c| c.set(&mut state));
     // SAFETY: per the contract; the stub restores every callee-saved register on both exits.

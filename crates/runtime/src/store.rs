@@ -343,6 +343,12 @@ impl<T> Store<T> {
         self.inner.opaque.set_epoch_deadline(ticks);
     }
 
+    /// How many times the store's GC heap has been collected (see `gc`): a collection runs
+    /// when an allocation does not fit the heap.
+    pub fn gc_collections(&self) -> u64 {
+        self.inner.opaque.gc.collections()
+    }
+
     /// Gives the store `fuel` to run metered code with (see the compiler's `with_fuel`): what
     /// it runs is subtracted, and it traps with `OutOfFuel` once none is left; a call into wasm
     /// with none left traps before it runs anything. May be called again after that

@@ -209,6 +209,23 @@ impl TableData {
         Some(())
     }
 
+    /// Calls `f` with where each element that names a GC object is (see `gc`), in a table of
+    /// a type that may hold them.
+    pub(crate) fn objects(&self, f: &mut dyn FnMut(*mut u64)) {
+        if !self.ty.elem.holds_objects() {
+            return;
+        }
+        let len = self.len() as usize;
+        for i in 0..len {
+            // SAFETY: single-threaded; no other reference to the elements is alive, and this
+            // one ends before the next is made.
+            if ephem_module::gc::is_object(unsafe { self.read(i..i + 1)[0] } as u64) {
+                // SAFETY: as above; the element stays where it is while the collector runs.
+                f(unsafe { self.write(i..i + 1).as_mut_ptr() }.cast());
+            }
+        }
+    }
+
     /// Makes the never-written elements come from `lazy` (once, before anything reads them).
     pub(crate) fn set_lazy(&self, lazy: LazyInit) {
         self.lazy.set(Some(lazy));

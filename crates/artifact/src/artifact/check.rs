@@ -129,8 +129,9 @@ impl Artifact {
         self.check_call_sites()
     }
 
-    /// The calls with exception handlers: sorted by return address, each in a function with
-    /// its handlers, its frame a sane size holding the vmctx it names, its tags the module's.
+    /// The calls with exception handlers or stack maps: sorted by return address, each in a
+    /// function with its handlers, its frame a sane size holding the vmctx and the references
+    /// it names, its tags the module's.
     /// (The unwinder sets the stack pointer and jumps by these: only the seal vouches that the
     /// code agrees, but nothing here may send it outside the function or its frame.)
     fn check_call_sites(&self) -> Result<(), Error> {
@@ -154,14 +155,18 @@ impl Artifact {
                     .to_native()
                     .checked_add(8)
                     .is_some_and(|end| end <= frame)
+                && (site.refs.iter()).all(|r| {
+                    let r = r.to_native();
+                    r.is_multiple_of(8) && r.checked_add(8).is_some_and(|end| end <= frame)
+                })
                 && (site.catches.iter()).all(|c| {
                     in_func(c.target.to_native())
                         && c.tag.as_ref().is_none_or(|t| t.to_native() < tags)
                 });
             if !sound {
                 return Err(damaged(
-                    "the exception handlers are not sorted, lie outside their function or \
-                     frame, or name unknown tags",
+                    "the call sites are not sorted, their handlers or references lie outside \
+                     their function or frame, or they name unknown tags",
                 ));
             }
             last = Some(ret);

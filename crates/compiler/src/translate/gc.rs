@@ -621,30 +621,9 @@ impl<'a> Translator<'a, '_> {
                 let v = self.b.ins().uextend(I32, same);
                 self.push(v);
             }
-            O::AnyConvertExtern => {
-                let e = self.pop();
-                let unwrapped = self.b.ins().band_imm_u(e, !gc::EXTERNALIZED as i64);
-                let shifted = self.b.ins().ishl_imm_u(e, 2);
-                let hosted = self.b.ins().bor_imm_u(shifted, HOST_TAG as i64);
-                let zero = self.b.ins().iconst(I64, 0);
-                let null = self.b.ins().icmp_imm_u(IntCC::Equal, e, 0);
-                let hosted = self.b.ins().select(null, zero, hosted);
-                let externalized = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, e, 0);
-                let r = self.b.ins().select(externalized, unwrapped, hosted);
-                self.push(r);
-            }
-            O::ExternConvertAny => {
-                let r = self.pop();
-                let host = self.b.ins().ushr_imm_u(r, 2);
-                let wrapped = self.b.ins().bor_imm_u(r, gc::EXTERNALIZED as i64);
-                let zero = self.b.ins().iconst(I64, 0);
-                let null = self.b.ins().icmp_imm_u(IntCC::Equal, r, 0);
-                let wrapped = self.b.ins().select(null, zero, wrapped);
-                let low = self.b.ins().band_imm_u(r, 3);
-                let is_host = self.b.ins().icmp_imm_u(IntCC::Equal, low, HOST_TAG as i64);
-                let e = self.b.ins().select(is_host, host, wrapped);
-                self.push(e);
-            }
+            // One encoding serves both hierarchies (see `ephem_module::gc`): the conversions
+            // change nothing.
+            O::AnyConvertExtern | O::ExternConvertAny => {}
             O::RefTestNonNull { hty } | O::RefTestNullable { hty } => {
                 let to = self.cast_type(hty, matches!(op, O::RefTestNullable { .. }))?;
                 let r = self.pop();

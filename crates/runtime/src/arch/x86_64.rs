@@ -122,7 +122,49 @@ std::arch::global_asm!(
     "mov rax, rcx",
     "mov r15, r8",
     "jmp rdx",
+    // The builtins that allocate GC objects, which may collect: each passes its frame pointer
+    // as the sixth argument (they take at most five).
+    ".globl ephem_gc_alloc",
+    ".type ephem_gc_alloc,@function",
+    "ephem_gc_alloc:",
+    "push rbp",
+    "mov rbp, rsp",
+    "mov r9, rbp",
+    "call {gc_alloc}",
+    "pop rbp",
+    "ret",
+    ".globl ephem_array_new",
+    ".type ephem_array_new,@function",
+    "ephem_array_new:",
+    "push rbp",
+    "mov rbp, rsp",
+    "mov r9, rbp",
+    "call {array_new}",
+    "pop rbp",
+    "ret",
+    ".globl ephem_array_new_data",
+    ".type ephem_array_new_data,@function",
+    "ephem_array_new_data:",
+    "push rbp",
+    "mov rbp, rsp",
+    "mov r9, rbp",
+    "call {array_new_data}",
+    "pop rbp",
+    "ret",
+    ".globl ephem_array_new_elem",
+    ".type ephem_array_new_elem,@function",
+    "ephem_array_new_elem:",
+    "push rbp",
+    "mov rbp, rsp",
+    "mov r9, rbp",
+    "call {array_new_elem}",
+    "pop rbp",
+    "ret",
     host_call = sym crate::func::host_call,
+    gc_alloc = sym crate::builtins::gc_alloc_from,
+    array_new = sym crate::builtins::array_new_from,
+    array_new_data = sym crate::builtins::array_new_data_from,
+    array_new_elem = sym crate::builtins::array_new_elem_from,
     raise_trap = sym crate::signals::raise_trap,
     throw_new = sym crate::exceptions::throw_new,
     throw_ref = sym crate::exceptions::throw_ref,
@@ -154,6 +196,13 @@ unsafe extern "C" {
     /// The `ThrowRef` builtin: `exceptions::throw_ref` with this frame's pointer and the
     /// pinned register as third and fourth arguments, called as `ephem_throw` is.
     pub fn ephem_throw_ref(vmctx: *mut u8, exn: u64);
+    /// The `GcAlloc` builtin: `builtins::gc_alloc_from` with this frame's pointer as sixth
+    /// argument, so that a collection finds the wasm frames above it. `ephem_array_new`,
+    /// `ephem_array_new_data` and `ephem_array_new_elem` do the same for theirs.
+    pub fn ephem_gc_alloc(vmctx: *mut u8, ty: u32, len: u32) -> u64;
+    pub fn ephem_array_new(vmctx: *mut u8, ty: u32, len: u32, lo: u64, hi: u64) -> u64;
+    pub fn ephem_array_new_data(vmctx: *mut u8, ty: u32, data: u32, src: u32, len: u32) -> u64;
+    pub fn ephem_array_new_elem(vmctx: *mut u8, ty: u32, elem: u32, src: u32, len: u32) -> u64;
     /// Enters an exception handler at `pc` with stack pointer `sp`, frame pointer `fp`, the
     /// exception's record in the first return register and `fuel` in the pinned register:
     /// where a `try_call` lands, every other register counts as clobbered.
