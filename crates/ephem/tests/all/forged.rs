@@ -778,6 +778,11 @@ fn forged_exception_handlers_and_tags_are_refused() {
             site(|s| s.vmctx_at = s.frame_offset),
         ),
         (
+            "a GC reference outside the frame",
+            site(|s| s.refs.push(s.frame_offset)),
+        ),
+        ("an unaligned GC reference", site(|s| s.refs.push(4))),
+        (
             "call sites out of order",
             Box::new(|c| c.call_sites.push(c.call_sites[0].clone())),
         ),

@@ -13,6 +13,7 @@ mod examples;
 mod exceptions;
 mod forged;
 mod fuel;
+mod gc_collection;
 mod gc_objects;
 mod gc_types;
 mod hostile;
