@@ -286,7 +286,7 @@ pub fn translate(
         let offset = reader.original_position();
         let (count, t) = reader.read()?;
         if let Some(v) = &mut types {
-            v.define_locals(offset as u64, count, t)?;
+            v.define_locals(offset, count, t)?;
         }
         let t = crate::parse::val_type(t, &env.info.types)?;
         for _ in 0..count {
@@ -337,7 +337,7 @@ pub fn translate(
         let offset = ops.original_position();
         let op = ops.read()?;
         if let Some(v) = &mut t.types {
-            v.op(offset as u64, &op)?;
+            v.op(offset, &op)?;
         }
         t.op(op)?;
         if t.reachable {

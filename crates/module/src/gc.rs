@@ -34,8 +34,9 @@ use crate::{FieldType, StorageType, TypeDef, ValType};
 /// heap, into which generated code bumps objects itself while they fit.
 ///
 /// # Invariant
-/// `base` is null until the store's first allocation makes the heap, and never changes after:
-/// every non-null object reference was made after it was set. `[base, base + end)` is the
+/// `base` is null until the store's first allocation makes the heap; a collection changes it
+/// (and every reference), but only inside a call, after which generated code loads it again
+/// (it never keeps it across a call). `[base, base + end)` is the
 /// heap's accessible memory, and `[next, end)` of it is zero; `next` is a multiple of
 /// [`ALIGN`], at least [`ALIGN`]. Generated code may take `[next, next + n)` for an object
 /// where `next + n <= end`, by setting `next` past it; anything else asks the runtime.

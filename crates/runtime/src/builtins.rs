@@ -403,10 +403,18 @@ fn alloc(
         // places stay valid while the collection runs: wasm is suspended here.
         unsafe { crate::gc::roots(store, fp, extra, f) }
     };
-    match (store.gc).alloc_collecting(&store.engine, shape, len, may_grow, roots) {
-        Some(r) => u64::from(r),
-        None => 4,
+    let before = store.gc.collections();
+    let Some(r) = (store.gc).alloc_collecting(&store.engine, shape, len, may_grow, roots) else {
+        return 4;
+    };
+    // A collection costs a unit of fuel per word it copied, and ends a call past its deadline
+    // (a signal does nothing while it runs).
+    if store.gc.collections() != before
+        && let Some(stop) = i.begin_bulk(store, store.gc.survived() / 8)
+    {
+        return u64::from(stop);
     }
+    u64::from(r)
 }
 
 /// Bytes of an element of array type `ty`.

@@ -11,7 +11,7 @@
 //! is taken for the next exception, so a loop that throws and catches allocates once. What
 //! the records take is bounded per store (`EngineConfig::max_exception_bytes`): a `throw` past
 //! it traps with `TooManyExceptions`, so a guest that keeps exceptions cannot take the host's
-//! memory. (A collector that frees what no frame, global or table names is GC's work.)
+//! memory. (Records are not GC objects: a collection only updates the references they hold.)
 //!
 //! # Unwinding
 //! `throw` and `throw_ref` are builtins that never return (`arch::ephem_throw`,

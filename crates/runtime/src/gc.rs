@@ -63,6 +63,8 @@ pub(crate) struct GcHeap {
     held: RefCell<Held>,
     /// Collections so far.
     collections: Cell<u64>,
+    /// Bytes the last collection copied.
+    survived: Cell<u64>,
 }
 
 /// The host's handles: the words of the objects, and where each is (see `refs`).
@@ -83,6 +85,7 @@ impl Default for GcHeap {
             memory: RefCell::new(None),
             held: RefCell::default(),
             collections: Cell::new(0),
+            survived: Cell::new(0),
         }
     }
 }
@@ -256,6 +259,11 @@ impl GcHeap {
         self.collections.get()
     }
 
+    /// Bytes the last collection copied: what was alive.
+    pub(crate) fn survived(&self) -> u64 {
+        self.survived.get()
+    }
+
     /// The index of object `word`'s handle (see `refs`): the one it has, or a new one.
     pub(crate) fn hold(&self, word: u64) -> u64 {
         let mut held = self.held.borrow_mut();
@@ -380,6 +388,7 @@ impl GcHeap {
         *slot = Some(to);
         drop(slot);
         self.collections.set(self.collections.get() + 1);
+        self.survived.set(live);
         // Half full or more after a collection: twice the room, so that the next is as far.
         // SAFETY: as above.
         let end = unsafe { (*vm).end };
