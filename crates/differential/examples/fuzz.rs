@@ -67,8 +67,11 @@ fn main() -> anyhow::Result<()> {
     }
     println!(
         "{} s: seeds {}..{seed}: {modules} modules, {calls} calls compared, {refused} refused by \
-         both, {mutants} mutants ({valid_mutants} valid), {found} disagreements",
-        args.seconds, args.seed
+         both, {mutants} mutants ({valid_mutants} valid), {found} disagreements; {} GC \
+         collections",
+        args.seconds,
+        args.seed,
+        ephem.collections()
     );
     Ok(())
 }

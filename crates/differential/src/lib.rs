@@ -675,12 +675,16 @@ pub struct Ephem {
     metered: ephem::Compiler,
     /// Fuel for instantiation and each call, if cases run metered.
     fuel: Option<u64>,
+    /// GC collections the calls made (see [`Ephem::collections`]).
+    collections: std::cell::Cell<u64>,
 }
 
 impl Ephem {
     pub fn new() -> anyhow::Result<Ephem> {
         let engine = ephem::Engine::with_config(ephem::EngineConfig {
             max_wasm_stack: Some(MAX_WASM_STACK),
+            // Collections after every kilobyte, so that generated code meets the collector.
+            first_gc_heap_bytes: Some(1 << 10),
             ..ephem::EngineConfig::default()
         })?;
         Ok(Ephem {
@@ -688,7 +692,14 @@ impl Ephem {
             compiler: ephem::Compiler::new()?,
             metered: ephem::Compiler::new()?.with_fuel(),
             fuel: None,
+            collections: std::cell::Cell::new(0),
         })
+    }
+
+    /// How many GC collections the calls so far made: whether generated modules reach the
+    /// collector at all.
+    pub fn collections(&self) -> u64 {
+        self.collections.get()
     }
 
     /// An ephem side whose cases run metered, with `fuel` for instantiation and for each call
@@ -752,7 +763,10 @@ impl Side for Ephem {
         if let Some(fuel) = self.fuel {
             store.set_fuel(fuel).unwrap();
         }
-        Ok(match func.call(&mut *store, &args, &mut results) {
+        let before = store.gc_collections();
+        let outcome = func.call(&mut *store, &args, &mut results);
+        (self.collections).set(self.collections.get() + store.gc_collections() - before);
+        Ok(match outcome {
             Ok(()) => Ok(results.iter().map(ephem_value).collect()),
             Err(e) => Err(ephem_trap(&e)),
         })

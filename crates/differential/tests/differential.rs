@@ -59,7 +59,9 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     println!(
         "{modules} modules, {calls} calls compared; {wide} wide-arithmetic and {exceptions} \
          exception operators, {small_pages} memories of one-byte pages, {memory64} 64-bit ones, {table64} 64-bit tables, \
-         {shared} shared memories, {atomics} atomic operators, {gc} GC operators"
+         {shared} shared memories, {atomics} atomic operators, {gc} GC operators, {} GC \
+         collections",
+        ephem.collections()
     );
     // Guards against a slice that stopped calling anything, or lost a proposal.
     assert!(calls > 4_000, "only {calls} calls compared");
@@ -77,6 +79,11 @@ fn ephem_agrees_with_wasmtime_on_generated_modules() {
     assert!(shared > 20, "only {shared} shared memories");
     assert!(atomics > 200, "only {atomics} atomic operators");
     assert!(gc > 200, "only {gc} GC operators generated");
+    assert!(
+        ephem.collections() > 500,
+        "only {} GC collections",
+        ephem.collections()
+    );
 }
 
 /// A wait on a shared memory whose value matches returns only when its timeout passes:

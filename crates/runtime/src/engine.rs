@@ -44,6 +44,11 @@ pub struct EngineConfig {
     /// at most 4 GiB less 64 KiB): an allocation past it traps with `GcHeapExhausted`. The
     /// store's limiter is asked too, as for a memory.
     pub max_gc_heap_bytes: Option<usize>,
+    /// How many bytes a store's GC heap has when its first allocation makes it (default
+    /// [`DEFAULT_FIRST_GC_HEAP_BYTES`], rounded up to 8): the first collection comes when
+    /// they are used. A call that allocates less never collects; a small value makes
+    /// collections frequent (the differential fuzzer's use, to reach the collector often).
+    pub first_gc_heap_bytes: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -56,6 +61,7 @@ impl Default for EngineConfig {
             max_wasm_stack: None,
             max_exception_bytes: None,
             max_gc_heap_bytes: None,
+            first_gc_heap_bytes: None,
         }
     }
 }
@@ -65,6 +71,9 @@ pub const DEFAULT_MAX_EXCEPTION_BYTES: usize = 32 << 20;
 
 /// Default for [`EngineConfig::max_gc_heap_bytes`].
 pub const DEFAULT_MAX_GC_HEAP_BYTES: usize = 1 << 30;
+
+/// Default for [`EngineConfig::first_gc_heap_bytes`].
+pub const DEFAULT_FIRST_GC_HEAP_BYTES: usize = 64 << 10;
 
 /// Default for [`EngineConfig::max_wasm_stack`].
 pub const DEFAULT_MAX_WASM_STACK: usize = 512 << 10;
@@ -91,6 +100,7 @@ struct EngineInner {
     max_wasm_stack: usize,
     max_exception_bytes: usize,
     max_gc_heap_bytes: usize,
+    first_gc_heap_bytes: usize,
     /// The epoch, which stores' deadlines count (see `interrupt`).
     epoch: AtomicU64,
     pool: CodePool,
@@ -268,6 +278,9 @@ impl Engine {
                 max_exception_bytes: (config.max_exception_bytes)
                     .unwrap_or(DEFAULT_MAX_EXCEPTION_BYTES),
                 max_gc_heap_bytes: (config.max_gc_heap_bytes).unwrap_or(DEFAULT_MAX_GC_HEAP_BYTES),
+                first_gc_heap_bytes: (config.first_gc_heap_bytes)
+                    .unwrap_or(DEFAULT_FIRST_GC_HEAP_BYTES)
+                    .next_multiple_of(ephem_module::gc::ALIGN as usize),
                 epoch: AtomicU64::new(0),
                 pool: CodePool::new(config.code)?,
                 memories: Arc::new(MemoryPool::new(config.memory)),
@@ -330,6 +343,12 @@ impl Engine {
     /// How many bytes a store's GC heap may grow to (see [`EngineConfig::max_gc_heap_bytes`]).
     pub fn max_gc_heap_bytes(&self) -> usize {
         self.inner.max_gc_heap_bytes
+    }
+
+    /// How many bytes a store's GC heap starts with (see
+    /// [`EngineConfig::first_gc_heap_bytes`]).
+    pub fn first_gc_heap_bytes(&self) -> usize {
+        self.inner.first_gc_heap_bytes
     }
 
     /// Advances the epoch by one tick: every running guest whose store's deadline this reaches

@@ -49,8 +49,6 @@ use ephem_module::{MemoryType, StorageType, TypeDef, VmGcHeap, native};
 
 use crate::memory::LinearMemory;
 
-/// The heap's first size, in 64 KiB pages; it at least doubles when it grows.
-const FIRST_PAGES: u32 = 1;
 const PAGE: u64 = 65536;
 
 /// A store's GC heap (see the module documentation).
@@ -155,8 +153,10 @@ impl GcHeap {
         Some(at as u32)
     }
 
-    /// Makes the heap's length at least `end`: makes the heap, or grows it, if the engine's
-    /// bound and the limiter allow.
+    /// Makes the heap's length at least `end`: makes the heap, or grows it (to twice its
+    /// length if allowed: growth is rare then, else just enough), if the engine's bound and
+    /// the limiter allow. The heap's length (`VmGcHeap::end`) is its own, in bytes; its slot's
+    /// accessible pages cover it.
     fn room(
         &self,
         engine: &crate::Engine,
@@ -168,42 +168,37 @@ impl GcHeap {
         if end > max {
             return None;
         }
+        let vm = self.vm.get();
         let mut slot = self.memory.borrow_mut();
         let Some(memory) = slot.as_ref() else {
-            let first = (end.div_ceil(PAGE) as u32).max(FIRST_PAGES);
-            if !may_grow(0, (u64::from(first) * PAGE) as usize) {
+            let first = end.max(engine.first_gc_heap_bytes() as u64).min(max);
+            if !may_grow(0, first as usize) {
                 return None;
             }
-            let ty = MemoryType {
-                min: first,
-                max: Some((max / PAGE) as u32),
-                page_size_log2: 16,
-                memory64: false,
-                shared: false,
-            };
-            let image: Option<&crate::load::ArtifactImage<'_>> = None;
-            let memory = LinearMemory::pooled(engine, ty, image, true).ok()?;
+            let memory = pooled(engine, first, max)?;
             // SAFETY: the heap's own definition, written before any object exists, while no
             // generated code runs on it.
             unsafe {
-                let vm = self.vm.get();
                 (*vm).base = memory.base();
-                (*vm).end = memory.len() as u64;
+                (*vm).end = first;
             }
             *slot = Some(memory);
             return Some(());
         };
-        let len = memory.len() as u64;
+        // SAFETY: a read of the heap's definition; no generated code runs on it meanwhile.
+        let len = unsafe { (*vm).end };
         if end > len {
-            // Twice the size if allowed (growth is rare then), else just enough.
-            let needed = (end - len).div_ceil(PAGE);
-            let doubled = (end.max(len * 2).min(max) - len).div_ceil(PAGE);
-            let delta = [doubled, needed]
+            let doubled = end.max(len * 2).min(max);
+            let to = [doubled, end]
                 .into_iter()
-                .find(|&d| may_grow(len as usize, (d * PAGE) as usize))?;
-            memory.grow(delta as u32)?;
+                .find(|&to| may_grow(len as usize, (to - len) as usize))?;
+            let pages = (memory.len() as u64 / PAGE) as u32;
+            let delta = (to.div_ceil(PAGE) as u32).saturating_sub(pages);
+            if delta > 0 {
+                memory.grow(delta)?;
+            }
             // SAFETY: the heap's definition; no generated code runs on it meanwhile.
-            unsafe { (*self.vm.get()).end = memory.len() as u64 };
+            unsafe { (*vm).end = to };
         }
         Some(())
     }
@@ -247,6 +242,19 @@ impl GcHeap {
             (start, u64::from(count) * u64::from(size))
         })
     }
+}
+
+/// A fresh slot of `engine`'s pool for a heap of `bytes`, which may grow to `max`.
+fn pooled(engine: &crate::Engine, bytes: u64, max: u64) -> Option<LinearMemory> {
+    let ty = MemoryType {
+        min: bytes.div_ceil(PAGE) as u32,
+        max: Some((max / PAGE) as u32),
+        page_size_log2: 16,
+        memory64: false,
+        shared: false,
+    };
+    let image: Option<&crate::load::ArtifactImage<'_>> = None;
+    LinearMemory::pooled(engine, ty, image, true).ok()
 }
 
 /// Marks an object of the old heap as copied: its type word, with where the copy is in its
@@ -325,19 +333,12 @@ impl GcHeap {
             return;
         };
         let max = (engine.max_gc_heap_bytes() as u64).min((1 << 32) - PAGE);
-        let ty = MemoryType {
-            min: (from.len() as u64 / PAGE) as u32,
-            max: Some((max / PAGE) as u32),
-            page_size_log2: 16,
-            memory64: false,
-            shared: false,
-        };
-        let image: Option<&crate::load::ArtifactImage<'_>> = None;
-        let Ok(to) = LinearMemory::pooled(engine, ty, image, true) else {
+        let vm = self.vm.get();
+        // SAFETY: a read of the heap's definition; generated code is suspended in a builtin.
+        let (used, len) = unsafe { ((*vm).next as usize, (*vm).end) };
+        let Some(to) = pooled(engine, len, max) else {
             return;
         };
-        // SAFETY: a read of the heap's definition; generated code is suspended in a builtin.
-        let used = unsafe { (*self.vm.get()).next } as usize;
         let used = used.min(from.len());
         // SAFETY: the old heap's allocated bytes and the new slot's accessible ones: two
         // reservations, which nothing else reads or writes while the collection runs (wasm
@@ -377,12 +378,10 @@ impl GcHeap {
         copy.scan();
         let live = copy.next as u64;
         from.mark(0, used);
-        let vm = self.vm.get();
         // SAFETY: the heap's definition; generated code is suspended in a builtin.
         unsafe {
             (*vm).base = to.base();
             (*vm).next = live;
-            (*vm).end = to.len() as u64;
         }
         // (The old slot goes back to the pool, reset by its marks.)
         *slot = Some(to);

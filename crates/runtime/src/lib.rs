@@ -66,8 +66,8 @@ pub use compile::{compile_cached, compile_with, precompile, precompile_sealed};
 pub use config::{Config, OptLevel};
 pub use context::{AsContext, AsContextMut, StoreContext, StoreContextMut};
 pub use engine::{
-    DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_EXCEPTION_BYTES, DEFAULT_MAX_GC_HEAP_BYTES,
-    DEFAULT_MAX_WASM_STACK, Engine, EngineConfig, EpochTicker,
+    DEFAULT_FIRST_GC_HEAP_BYTES, DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_EXCEPTION_BYTES,
+    DEFAULT_MAX_GC_HEAP_BYTES, DEFAULT_MAX_WASM_STACK, Engine, EngineConfig, EpochTicker,
 };
 pub use ephem_artifact::{Artifact, ArtifactKey, Cache, Outcome};
 pub use ephem_code_memory::{PoolConfig, Strategy};
