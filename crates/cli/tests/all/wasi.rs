@@ -311,3 +311,46 @@ fn a_wasi_threads_program_ends_with_its_main_thread() {
         assert_eq!(out.status.code(), Some(code), "{thread} {end}: {stderr}");
     }
 }
+
+/// Real WasmGC programs: Kotlin/Wasm's WASI target (`guests/kotlin/*.kt`, built by
+/// `guests/build-kotlin.sh` with JetBrains' compiler from npm, once as it comes and once
+/// through Binaryen's production flags). Classes, data classes, lists, strings, maps,
+/// virtual calls, failed casts caught as exceptions: each prints what wasmtime 49 printed
+/// (`kotlin-hello.stdout.expected`), and each export returns what it returned; binary trees of
+/// depth 18 and a list of 200 000 longs make the collector work.
+#[test]
+fn kotlin_wasm_programs_print_and_return_what_wasmtime_does() {
+    let dir = ephem_test_support::temp_dir();
+    let expected =
+        std::fs::read_to_string(guest("kotlin-hello").replace(".wasm", ".stdout.expected"))
+            .unwrap();
+    for name in ["kotlin-hello", "kotlin-hello.opt"] {
+        let out = ephem(dir.path(), &[&guest(name)]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout(&out), expected, "{name}");
+    }
+    // What wasmtime 49 returned (`wasmtime run -W gc=y,function-references=y,exceptions=y
+    // --invoke NAME kotlin-compute.opt.wasm N`).
+    let compute = guest("kotlin-compute.opt");
+    for (export, arg, result) in [
+        ("binaryTrees", "18", "2097148"),
+        ("fib", "50", "12586269025"),
+        ("sieveCount", "100000", "9592"),
+        ("listSum", "200000", "1777764444511111"),
+        ("zoo", "100000", "1766656"),
+        ("stringHash", "100000", "-695628870"),
+        ("mapCount", "1000", "97055"),
+    ] {
+        let out = ephem(dir.path(), &["--invoke", export, &compute, arg]);
+        assert!(
+            out.status.success(),
+            "{export}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout(&out).trim(), result, "{export}({arg})");
+    }
+}
