@@ -1,11 +1,12 @@
 //! `gc-vs-wasmtime`: allocation-heavy GC programs (`programs/gc/`) on ephem and on wasmtime
 //! (its default configuration: GC on, its default collector), side by side in one run.
 //!
-//! A program exports `run(n) -> i32`. A round, per engine: a new store, an instance, the call
-//! `run(n)`, the store dropped; its time covers all of that, which is what a fresh instance per
-//! call costs. The engines take turns, round by round, and must return the same value. Every
-//! program given is reported, including one that fails in either engine (ephem collects
-//! nothing yet: a program that allocates past its GC heap's bound traps there).
+//! A program exports `run(n) -> i32`, or the export named after a `#` in its path
+//! (`compute.wasm#binaryTrees`). A round, per engine: a new store, an instance, the call, the
+//! store dropped; its time covers all of that, which is what a fresh instance per call costs.
+//! The engines take turns, round by round, and must return the same value. Every program given
+//! is reported, including one that fails in either engine. A program may import WASI's
+//! `random_get` (Kotlin/Wasm's runtime does), which both engines answer with zeros.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -15,8 +16,9 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(about = "Allocation-heavy GC programs on ephem and on wasmtime, side by side")]
 struct Args {
-    /// Programs (`.wat` or `.wasm`) exporting `run(n) -> i32`.
-    files: Vec<PathBuf>,
+    /// Programs (`.wat` or `.wasm`) exporting `run(n) -> i32`, or `FILE#EXPORT` for another
+    /// export of that type.
+    files: Vec<String>,
     /// What `run` is given, per program in the order given (the last repeats).
     #[arg(long, value_delimiter = ',', default_value = "14")]
     n: Vec<i32>,
@@ -25,29 +27,34 @@ struct Args {
     rounds: usize,
 }
 
+/// The module name and field of WASI's `random_get`, the one import a program may have.
+const RANDOM_GET: (&str, &str) = ("wasi_snapshot_preview1", "random_get");
+
 fn ephem_round(
-    engine: &ephem::Engine,
+    linker: &ephem::Linker<()>,
     module: &ephem::Module,
+    export: &str,
     n: i32,
 ) -> anyhow::Result<(Duration, i32)> {
     let start = Instant::now();
-    let mut store = ephem::Store::new(engine, ());
-    let instance = ephem::Instance::new(&mut store, module, &[])?;
-    let run = instance.get_typed_func::<i32, i32>(&mut store, "run")?;
+    let mut store = ephem::Store::new(linker.engine(), ());
+    let instance = linker.instantiate(&mut store, module)?;
+    let run = instance.get_typed_func::<i32, i32>(&mut store, export)?;
     let got = run.call(&mut store, n)?;
     drop(store);
     Ok((start.elapsed(), got))
 }
 
 fn wasmtime_round(
-    engine: &wasmtime::Engine,
+    linker: &wasmtime::Linker<()>,
     module: &wasmtime::Module,
+    export: &str,
     n: i32,
 ) -> anyhow::Result<(Duration, i32)> {
     let start = Instant::now();
-    let mut store = wasmtime::Store::new(engine, ());
-    let instance = wasmtime::Instance::new(&mut store, module, &[])?;
-    let run = instance.get_typed_func::<i32, i32>(&mut store, "run")?;
+    let mut store = wasmtime::Store::new(linker.engine(), ());
+    let instance = linker.instantiate(&mut store, module)?;
+    let run = instance.get_typed_func::<i32, i32>(&mut store, export)?;
     let got = run.call(&mut store, n)?;
     drop(store);
     Ok((start.elapsed(), got))
@@ -63,12 +70,21 @@ fn ms(d: Duration) -> String {
 }
 
 /// One program, both engines: (ephem's median, wasmtime's median).
-fn compare(file: &PathBuf, n: i32, rounds: usize) -> anyhow::Result<(Duration, Duration)> {
+fn compare(
+    file: &PathBuf,
+    export: &str,
+    n: i32,
+    rounds: usize,
+) -> anyhow::Result<(Duration, Duration)> {
     let wasm = wat::parse_file(file)?;
     let ephem_engine = ephem::Engine::default();
     let ephem_module = ephem::Module::new(&ephem_engine, &wasm)?;
+    let mut ephem_linker = ephem::Linker::new(&ephem_engine);
+    ephem_linker.func_wrap(RANDOM_GET.0, RANDOM_GET.1, |_: i32, _: i32| 0i32)?;
     let engine = wasmtime::Engine::new(&wasmtime::Config::new())?;
     let module = wasmtime::Module::new(&engine, &wasm)?;
+    let mut linker = wasmtime::Linker::new(&engine);
+    linker.func_wrap(RANDOM_GET.0, RANDOM_GET.1, |_: i32, _: i32| 0i32)?;
     let (mut e, mut w) = (Vec::new(), Vec::new());
     for r in 0..rounds {
         // Turns alternate which engine goes first.
@@ -79,9 +95,9 @@ fn compare(file: &PathBuf, n: i32, rounds: usize) -> anyhow::Result<(Duration, D
         let mut results = [0, 0];
         for which in both {
             let (time, got) = match which {
-                0 => ephem_round(&ephem_engine, &ephem_module, n)
+                0 => ephem_round(&ephem_linker, &ephem_module, export, n)
                     .map_err(|err| anyhow::anyhow!("ephem: {err:#}"))?,
-                _ => wasmtime_round(&engine, &module, n)
+                _ => wasmtime_round(&linker, &module, export, n)
                     .map_err(|err| anyhow::anyhow!("wasmtime: {err:#}"))?,
             };
             [&mut e, &mut w][which].push(time);
@@ -104,26 +120,32 @@ fn main() -> anyhow::Result<()> {
         args.rounds
     );
     println!(
-        "{:<20} {:>6} {:>10} {:>10} {:>8}",
+        "{:<36} {:>7} {:>10} {:>10} {:>8}",
         "program", "n", "ephem", "wasmtime", "ratio"
     );
     let (mut failed, mut logs) = (0, Vec::new());
-    for (k, file) in args.files.iter().enumerate() {
-        let name = file.file_stem().unwrap_or_default().to_string_lossy();
+    for (k, spec) in args.files.iter().enumerate() {
+        let (path, export) = spec.rsplit_once('#').unwrap_or((spec, "run"));
+        let file = PathBuf::from(path);
+        let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+        let name = match export {
+            "run" => stem.into_owned(),
+            _ => format!("{stem}#{export}"),
+        };
         let n = *args.n.get(k).or(args.n.last()).expect("a default");
-        match compare(file, n, args.rounds) {
+        match compare(&file, export, n, args.rounds) {
             Ok((e, w)) => {
                 let ratio = e.as_secs_f64() / w.as_secs_f64();
                 logs.push(ratio.ln());
                 println!(
-                    "{name:<20} {n:>6} {:>10} {:>10} {ratio:>7.2}×",
+                    "{name:<36} {n:>7} {:>10} {:>10} {ratio:>7.2}×",
                     ms(e),
                     ms(w)
                 );
             }
             Err(err) => {
                 failed += 1;
-                println!("{name:<20} {n:>6} failed: {err:#}");
+                println!("{name:<36} {n:>7} failed: {err:#}");
             }
         }
     }
