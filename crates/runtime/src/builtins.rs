@@ -401,7 +401,7 @@ fn alloc(
     let roots = |f: &mut dyn FnMut(*mut u64)| {
         // SAFETY: `fp` is the stub's (the contract of the builtins that pass it), and the
         // places stay valid while the collection runs: wasm is suspended here.
-        unsafe { crate::gc::roots(store, fp, extra, f) }
+        unsafe { crate::gc::roots(store, Some(fp), extra, f) }
     };
     let before = store.gc.collections();
     let Some(r) = (store.gc).alloc_collecting(&store.engine, shape, len, may_grow, roots) else {

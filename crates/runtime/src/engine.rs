@@ -444,6 +444,15 @@ impl Engine {
         reg.id(&key, |_| (ty.clone().into(), Sub::FINAL))
     }
 
+    /// The canonical id of struct or array type `ty` as the host makes it (final, no
+    /// supertype: the id of a module's final type of the same fields).
+    pub(crate) fn gc_type_id(&self, ty: &TypeDef) -> u32 {
+        let mut key = Vec::new();
+        ty.key(&mut key, &mut ephem_module::id_key);
+        let mut reg = self.inner.types.write().unwrap_or_else(|e| e.into_inner());
+        reg.id(&key, |_| (ty.clone(), Sub::FINAL))
+    }
+
     /// The canonical ids of the types of `artifact`'s module: only types without a small id
     /// are looked up, under at most one lock for all of them, and only the first time this
     /// engine asks for a kept artifact (see [`Artifact::type_ids`]): two threads loading

@@ -530,16 +530,18 @@ impl Copying<'_> {
 }
 
 /// Every place outside `store`'s heap that may hold a reference into it, while generated code
-/// of the store is suspended in a builtin called through a stub whose frame is at `fp`:
-/// what the stack maps of its wasm frames name, its globals, tables, element segments' items
-/// and exceptions' values, and `extra` (values the builtin holds).
+/// of the store is suspended in a builtin called through a stub whose frame is at `fp`, or
+/// (`fp` of `None`) while the host holds the store (in a host function wasm called, or
+/// outside any call): what the stack maps of its wasm frames name, its globals, tables,
+/// element segments' items and exceptions' values, and `extra` (values the caller holds).
 ///
 /// # Safety
 /// `fp` is the frame pointer of a stub that generated code of `store`'s innermost call on
-/// this thread called; the places given stay valid until the collection ends.
+/// this thread called, or `None` where no generated code of this thread runs but behind host
+/// calls; the places given stay valid until the collection ends.
 pub(crate) unsafe fn roots(
     store: &crate::store::StoreOpaque,
-    fp: usize,
+    fp: Option<usize>,
     extra: &mut [u64],
     f: &mut dyn FnMut(*mut u64),
 ) {

@@ -40,6 +40,7 @@ mod exceptions;
 mod externals;
 mod func;
 mod gc;
+mod gc_types;
 mod global;
 mod instance;
 mod instantiate;
@@ -74,12 +75,14 @@ pub use ephem_code_memory::{PoolConfig, Strategy};
 #[cfg(feature = "cranelift")]
 pub use ephem_compiler::{CompileError, Compiler, Proposals};
 pub use ephem_module::{
-    FuncType, GlobalType, HeapType, ImportKind, MemoryType, RefType, TableType, TrapKind, ValType,
+    FieldType, FuncType, GlobalType, HeapType, ImportKind, MemoryType, RefType, StorageType,
+    TableType, TrapKind, ValType,
 };
 pub use error::{Error, ErrorKind};
 pub use exceptions::{ExnRef, Tag, TagType, ThrownException};
 pub use externals::{Extern, Global, Memory, Table};
 pub use func::{Caller, Func, HostError, Val};
+pub use gc_types::{ArrayRefPre, ArrayType, StructRefPre, StructType};
 #[doc(hidden)]
 pub use instance::DefinedState;
 pub use instance::Instance;
@@ -89,7 +92,7 @@ pub use linker::{InstancePre, Linker};
 pub use memory::MemoryConfig;
 pub use memory::{HostBytes, SharedMemory, WaitResult};
 pub use module::{ExportRef, ExternType, ImportRef, Module};
-pub use refs::{AnyRef, ArrayRef, ExternRef, I31, StructRef};
+pub use refs::{AnyRef, ArrayRef, EqRef, ExternRef, I31, StructRef};
 pub use shared::Shared;
 pub use signals::trap_signals;
 pub use store::Store;

@@ -1,8 +1,10 @@
 //! The host's handles on references other than functions and exceptions: [`ExternRef`] (a
 //! host reference), [`AnyRef`] (a GC value: a struct, an array, an `i31`, or a host reference
-//! made into an `anyref`), [`StructRef`] and [`ArrayRef`] (which read and write fields and
-//! elements) and [`I31`]. How their bits look to generated code is
-//! `ephem_module::gc`'s.
+//! made into an `anyref`), [`EqRef`], [`StructRef`] and [`ArrayRef`] (which the host makes, of
+//! the types of `gc_types`, and whose fields and elements it reads and writes) and [`I31`]. How
+//! their bits look to generated code is `ephem_module::gc`'s. An allocation of the host
+//! collects the heap as one of generated code does when the object does not fit (the wasm
+//! frames of the store's calls are then all behind host calls).
 //!
 //! # Handles that outlive collections
 //! wasmtime hands out `Rooted<AnyRef>`s in scopes, so that its collector knows what the host
@@ -18,7 +20,10 @@
 use ephem_module::gc::{self, HOST_TAG, I31_TAG};
 use ephem_module::{HeapType, StorageType, TypeDef, ValRaw};
 
-use crate::context::{AsContext, AsContextMut};
+use crate::context::{AsContext, AsContextMut, raw_store};
+use crate::gc::Shape;
+use crate::gc_types::{ArrayRefPre, ArrayType, StructRefPre, StructType};
+use crate::limits::Growing;
 use crate::store::{StoreId, StoreOpaque};
 use crate::{Error, Val};
 
@@ -85,7 +90,125 @@ pub struct AnyRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StructRef(AnyRef);
 
+/// A value that `ref.eq` compares (wasmtime's name): a struct, an array or an `i31`; a handle
+/// as an [`AnyRef`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EqRef(AnyRef);
+
+impl EqRef {
+    /// `value` as a GC value of `store`.
+    pub fn from_i31(store: impl AsContext, value: I31) -> EqRef {
+        EqRef(AnyRef::from_i31(store, value))
+    }
+
+    /// The `i31`, if this is one.
+    pub fn as_i31(&self) -> Option<I31> {
+        self.0.as_i31()
+    }
+
+    /// Whether this is an `i31`.
+    pub fn is_i31(&self) -> bool {
+        self.0.is_i31()
+    }
+
+    /// This as a struct, if it is one.
+    pub fn as_struct(&self, store: impl AsContext) -> Option<StructRef> {
+        self.0.as_struct(store)
+    }
+
+    /// This as an array, if it is one.
+    pub fn as_array(&self, store: impl AsContext) -> Option<ArrayRef> {
+        self.0.as_array(store)
+    }
+
+    /// This as an [`AnyRef`].
+    pub fn to_anyref(self) -> AnyRef {
+        self.0
+    }
+}
+
+/// A new object of `shape` (`len` elements for an array) in the heap of the store `raw` is,
+/// collecting it first if it does not fit (the host holds the store: every call's wasm
+/// frames on this thread are behind host calls); an error when the heap cannot hold it.
+fn alloc_from_host(raw: *mut StoreOpaque, shape: Shape, len: u32) -> Result<AnyRef, Error> {
+    // SAFETY: `raw` is derived from the caller's exclusive borrow of the store; only shared
+    // references into it are alive while the limiter is asked and the heap collected.
+    let store = unsafe { &*raw };
+    let may_grow = |current, delta| {
+        // SAFETY: as above.
+        unsafe { StoreOpaque::may_grow_by(raw, Growing::Memory, current, delta, None) }
+    };
+    let roots = |f: &mut dyn FnMut(*mut u64)| {
+        // SAFETY: the host holds the store, so no generated code of this thread runs but
+        // behind host calls; the places stay valid while the collection runs.
+        unsafe { crate::gc::roots(store, None, &mut [], f) }
+    };
+    let r = (store.gc)
+        .alloc_collecting(&store.engine, shape, len, may_grow, roots)
+        .ok_or_else(|| Error::Limit("the GC heap cannot hold a new object".into()))?;
+    Ok(AnyRef::from_raw(store, ValRaw::from(r)).expect("an object is not null"))
+}
+
+/// Whether `value` fits a field or element that stores `storage`.
+fn fits(store: &StoreOpaque, value: &Val, storage: StorageType) -> bool {
+    match storage {
+        StorageType::Val(t) => value.fits(store, t),
+        StorageType::I8 | StorageType::I16 => matches!(value, Val::I32(_)),
+    }
+}
+
 impl StructRef {
+    /// A new struct of `pre`'s type in `store` with `fields` (wasmtime's signature); an error
+    /// where they do not fit its fields, or the heap cannot hold it (after a collection).
+    pub fn new(
+        mut store: impl AsContextMut,
+        pre: &StructRefPre,
+        fields: &[Val],
+    ) -> Result<StructRef, Error> {
+        let raw = raw_store(&mut store);
+        let ty = &pre.0;
+        {
+            // SAFETY: derived from the exclusive borrow above; a shared reference for checks.
+            let opaque = unsafe { &*raw };
+            let fit = fields.len() == ty.fields().len()
+                && (fields.iter().zip(ty.fields())).all(|(v, f)| fits(opaque, v, f.storage));
+            if !fit {
+                return Err(Error::Usage(format!(
+                    "{} values do not fit the fields of {ty:?}",
+                    fields.len()
+                )));
+            }
+        }
+        let all: Vec<ephem_module::FieldType> = ty.fields().collect();
+        let shape = Shape::Struct {
+            word: ty.id(),
+            size: gc::struct_layout(&all).size,
+            depth: 0,
+        };
+        let object = alloc_from_host(raw, shape, 0)?;
+        // SAFETY: as above; the values are written after the allocation, which may have moved
+        // the objects they name.
+        let opaque = unsafe { &*raw };
+        for (i, v) in fields.iter().enumerate() {
+            object.store_at(opaque, Place::Field(i), v.clone(), true)?;
+        }
+        Ok(StructRef(object))
+    }
+
+    /// Its type.
+    pub fn ty(&self, store: impl AsContext) -> Result<StructType, Error> {
+        let ctx = store.as_context();
+        let store = ctx.opaque();
+        (self.0.header(store))
+            .and_then(|(word, _)| StructType::of(&store.engine, word))
+            .ok_or_else(|| Error::Usage(format!("{self:?} is not a struct of this store")))
+    }
+
+    /// This as an [`EqRef`].
+    pub fn to_eqref(self) -> EqRef {
+        EqRef(self.0)
+    }
+
     /// Field `index` (a packed one zero-extended to an `i32`); an error where there is none.
     pub fn field(&self, store: impl AsContext, index: usize) -> Result<Val, Error> {
         self.0.get(store, Place::Field(index))
@@ -114,6 +237,89 @@ impl StructRef {
 pub struct ArrayRef(AnyRef);
 
 impl ArrayRef {
+    /// A new array of `pre`'s type in `store`: `len` elements of `elem` (wasmtime's
+    /// signature); an error where `elem` does not fit, or the heap cannot hold it (after a
+    /// collection).
+    pub fn new(
+        mut store: impl AsContextMut,
+        pre: &ArrayRefPre,
+        elem: &Val,
+        len: u32,
+    ) -> Result<ArrayRef, Error> {
+        let raw = raw_store(&mut store);
+        let array = ArrayRef::alloc(raw, pre, std::slice::from_ref(elem), len)?;
+        // SAFETY: derived from the exclusive borrow above, after the allocation.
+        let opaque = unsafe { &*raw };
+        let storage = pre.0.field_type().storage;
+        let size = gc::storage_size(storage);
+        let value = elem.clone().to_raw(opaque)?;
+        let word = array.0.word(opaque);
+        if let Some((at, n)) = opaque.gc.elements(word, 0, len, size) {
+            // SAFETY: no wasm runs on the heap while the host holds the store; the one slice.
+            if let Some(out) = unsafe { opaque.gc.bytes(at, n) } {
+                crate::gc::fill(out, size, value as u64, (value >> 64) as u64);
+            }
+        }
+        Ok(array)
+    }
+
+    /// A new array of `pre`'s type in `store` holding `elems` (wasmtime's signature).
+    pub fn new_fixed(
+        mut store: impl AsContextMut,
+        pre: &ArrayRefPre,
+        elems: &[Val],
+    ) -> Result<ArrayRef, Error> {
+        let raw = raw_store(&mut store);
+        let len = u32::try_from(elems.len())
+            .map_err(|_| Error::Limit("an array of more than 2^32 elements".into()))?;
+        let array = ArrayRef::alloc(raw, pre, elems, len)?;
+        // SAFETY: derived from the exclusive borrow above, after the allocation.
+        let opaque = unsafe { &*raw };
+        for (i, v) in (0..len).zip(elems) {
+            array
+                .0
+                .store_at(opaque, Place::Element(i), v.clone(), true)?;
+        }
+        Ok(array)
+    }
+
+    /// A new array of `len` elements of `pre`'s type, zero, once `values` are checked to fit.
+    fn alloc(
+        raw: *mut StoreOpaque,
+        pre: &ArrayRefPre,
+        values: &[Val],
+        len: u32,
+    ) -> Result<ArrayRef, Error> {
+        let ty = &pre.0;
+        let storage = ty.field_type().storage;
+        // SAFETY: derived from the caller's exclusive borrow; a shared reference for checks.
+        let opaque = unsafe { &*raw };
+        if let Some(v) = values.iter().find(|v| !fits(opaque, v, storage)) {
+            return Err(Error::Usage(format!(
+                "{v:?} does not fit the elements of {ty:?}"
+            )));
+        }
+        let shape = Shape::Array {
+            word: ty.id() | gc::ARRAY_BIT,
+            elem: storage,
+        };
+        Ok(ArrayRef(alloc_from_host(raw, shape, len)?))
+    }
+
+    /// Its type.
+    pub fn ty(&self, store: impl AsContext) -> Result<ArrayType, Error> {
+        let ctx = store.as_context();
+        let store = ctx.opaque();
+        (self.0.header(store))
+            .and_then(|(word, _)| ArrayType::of(&store.engine, word & !gc::ARRAY_BIT))
+            .ok_or_else(|| Error::Usage(format!("{self:?} is not an array of this store")))
+    }
+
+    /// This as an [`EqRef`].
+    pub fn to_eqref(self) -> EqRef {
+        EqRef(self.0)
+    }
+
     /// How many elements it has.
     pub fn len(&self, store: impl AsContext) -> u32 {
         self.0
@@ -229,6 +435,16 @@ impl AnyRef {
         self.as_i31().is_some()
     }
 
+    /// Whether `ref.eq` compares this: a struct, an array or an `i31`, not a host reference.
+    pub fn is_eqref(&self, _store: impl AsContext) -> bool {
+        self.handle & 3 != HOST_TAG
+    }
+
+    /// This as an [`EqRef`], if it is one.
+    pub fn as_eqref(&self, store: impl AsContext) -> Option<EqRef> {
+        self.is_eqref(store).then_some(EqRef(*self))
+    }
+
     /// Whether this is a struct.
     pub fn is_struct(&self, store: impl AsContext) -> bool {
         self.header(store.as_context().opaque())
@@ -283,11 +499,23 @@ impl AnyRef {
     }
 
     fn write(&self, store: &StoreOpaque, place: Place, value: Val) -> Result<(), Error> {
+        self.store_at(store, place, value, false)
+    }
+
+    /// Writes `value` at `place`, which must be mutable unless this is the object's
+    /// initialisation (`init`).
+    fn store_at(
+        &self,
+        store: &StoreOpaque,
+        place: Place,
+        value: Val,
+        init: bool,
+    ) -> Result<(), Error> {
         let usage = |what: &str| Err(Error::Usage(format!("{what} ({place:?} of {self:?})")));
         let Some((at, storage, mutable)) = self.place(store, place) else {
             return usage("no such field or element");
         };
-        if !mutable {
+        if !mutable && !init {
             return usage("an immutable field or element");
         }
         let fits = match storage {

@@ -149,11 +149,15 @@ pub fn enter_host(fp: usize) -> *mut u8 {
 
 /// Calls `f` with each stretch of `store`'s wasm frames on this thread, innermost first: the
 /// frame pointer to follow from (for the innermost call `fp`, a stub's that its wasm called,
-/// and for the others the host call they are in) and the entry's stack pointer, above which
-/// none lies.
-pub(crate) fn wasm_stretches(store: *mut u8, fp: usize, mut f: impl FnMut(usize, usize)) {
+/// or with `None` the host call it is in, as for the others) and the entry's stack pointer,
+/// above which none lies.
+pub(crate) fn wasm_stretches(store: *mut u8, fp: Option<usize>, mut f: impl FnMut(usize, usize)) {
     let mut state = CURRENT.with(Cell::get);
-    let mut from = fp;
+    // SAFETY: the innermost call's CallState, alive on this thread's stack.
+    let mut from = fp.unwrap_or_else(|| match state.is_null() {
+        true => 0,
+        false => unsafe { (*state).exit_fp },
+    });
     while !state.is_null() {
         // SAFETY: the CallStates of the calls in progress on this thread, each alive on its
         // stack below the next outer one; only this thread touches them.

@@ -5,7 +5,10 @@
 //! is alive past the heap's bound still traps; and the slots a collection gives back show
 //! nothing to the stores that take them next.
 
-use ephem::{AnyRef, Caller, Config, Engine, Func, Instance, Module, Store, TrapKind, Val};
+use ephem::{
+    AnyRef, ArrayRef, ArrayRefPre, ArrayType, Caller, Config, Engine, FieldType, Func, Instance,
+    Module, StorageType, Store, TrapKind, Val,
+};
 
 const NODES: &str = r#"(module
   (type $node (struct (field $v (mut i32)) (field $next (mut (ref null $node)))))
@@ -145,7 +148,6 @@ fn engine(bytes: usize) -> Engine {
 }
 
 fn setup(engine: &Engine) -> (Store<()>, Instance) {
-    let module = Module::new(engine, NODES).unwrap();
     let mut store = Store::new(engine, ());
     // The host function re-enters the instance that called it: `churn` of its own.
     let reenter = Func::wrap(&mut store, |mut caller: Caller<'_, ()>, junk: i32| {
@@ -158,6 +160,11 @@ fn setup(engine: &Engine) -> (Store<()>, Instance) {
             .unwrap();
         assert_eq!(i32s(&out), [0], "garbage arrays start zero");
     });
+    instantiate(store, reenter)
+}
+
+fn instantiate(mut store: Store<()>, reenter: Func) -> (Store<()>, Instance) {
+    let module = Module::new(store.engine(), NODES).unwrap();
     let instance = Instance::new(&mut store, &module, &[reenter.into()]).unwrap();
     (store, instance)
 }
@@ -298,4 +305,47 @@ fn slots_given_back_by_collections_show_nothing_to_later_stores() {
         );
         assert!(store.gc_collections() >= 10);
     }
+}
+
+#[test]
+fn the_host_allocating_inside_a_host_call_collects_and_keeps_the_callers_frames() {
+    let engine = engine(256 << 10);
+    let mut store = Store::new(&engine, ());
+    // The module's `$junk` type, made by the host: one canonical type.
+    let junk = ArrayType::new(
+        &engine,
+        FieldType {
+            storage: StorageType::I8,
+            mutable: true,
+        },
+    );
+    let reenter = Func::wrap(&mut store, move |mut caller: Caller<'_, ()>, n: i32| {
+        let Some(ephem::Extern::Func(churn)) = caller.get_export("churn") else {
+            panic!("churn is exported");
+        };
+        let pre = ArrayRefPre::new(&mut caller, junk.clone());
+        // Arrays the host keeps (its handles are roots for as long as the store lives), with
+        // wasm's garbage between them: the host's allocations find the heap full too.
+        let mut kept = Vec::new();
+        for k in 0..n {
+            kept.push(ArrayRef::new(&mut caller, &pre, &Val::I32(k), 1024).unwrap());
+            let mut out = [Val::I32(0)];
+            churn.call(&mut caller, &[Val::I32(20)], &mut out).unwrap();
+        }
+        for (k, a) in kept.iter().enumerate() {
+            assert_eq!(a.len(&caller), 1024);
+            assert_eq!(
+                i32s(&[a.get(&caller, 1023).unwrap()]),
+                [k as i32 as i8 as i32 & 0xff]
+            );
+        }
+    });
+    let (mut store, i) = instantiate(store, reenter);
+    let out = call(&mut store, i, "across_host", &[Val::I32(42), Val::I32(100)]).unwrap();
+    assert_eq!(i32s(&out), [42]);
+    assert!(
+        store.gc_collections() >= 5,
+        "{} collections",
+        store.gc_collections()
+    );
 }

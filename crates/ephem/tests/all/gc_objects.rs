@@ -608,3 +608,76 @@ fn casts_down_a_hierarchy_answer_as_subtyping_says_however_they_are_decided() {
         Some(0)
     );
 }
+
+#[test]
+fn the_host_makes_structs_and_arrays_of_types_it_makes_which_are_the_modules_types() {
+    use ephem::{
+        ArrayRef, ArrayRefPre, ArrayType, EqRef, FieldType, StorageType, StructRef, StructRefPre,
+        StructType, ValType,
+    };
+    let engine = Engine::default();
+    let (mut store, i) = setup(&engine);
+    let field = |storage, mutable| FieldType { storage, mutable };
+    // `(array (mut i8))` is the module's `$bytes`: wasm reads what the host made.
+    let bytes = ArrayType::new(&engine, field(StorageType::I8, true));
+    let pre = ArrayRefPre::new(&mut store, bytes.clone());
+    let a = ArrayRef::new(&mut store, &pre, &Val::I32(-3), 5).unwrap();
+    let out = call(
+        &mut store,
+        i,
+        "get",
+        &[Val::AnyRef(Some(a.to_anyref())), Val::I32(4)],
+    )
+    .unwrap();
+    assert!(matches!(out[0], Val::I32(-3)), "{out:?}");
+    let fixed = ArrayRef::new_fixed(&mut store, &pre, &[Val::I32(1), Val::I32(2)]).unwrap();
+    assert_eq!(fixed.len(&store), 2);
+    assert!(fixed.ty(&store).unwrap().matches(&bytes));
+    assert!(
+        ArrayRef::new(&mut store, &pre, &Val::I64(1), 1).is_err(),
+        "an i64 in an i8"
+    );
+    // A struct of an i32 and an immutable reference to an array of bytes.
+    let holder = StructType::new(
+        &engine,
+        [
+            field(StorageType::Val(ValType::I32), true),
+            field(
+                StorageType::Val(ValType::Ref(ephem::RefType {
+                    nullable: true,
+                    heap: bytes.heap_type(),
+                })),
+                false,
+            ),
+        ],
+    )
+    .unwrap();
+    let pre = StructRefPre::new(&mut store, holder.clone());
+    let s = StructRef::new(
+        &mut store,
+        &pre,
+        &[Val::I32(9), Val::AnyRef(Some(a.to_anyref()))],
+    )
+    .unwrap();
+    assert!(matches!(s.field(&store, 0).unwrap(), Val::I32(9)));
+    let Val::AnyRef(Some(inner)) = s.field(&store, 1).unwrap() else {
+        panic!("a reference");
+    };
+    assert_eq!(inner, a.to_anyref(), "the same array, by identity");
+    assert!(
+        s.set_field(&mut store, 1, Val::AnyRef(None)).is_err(),
+        "immutable"
+    );
+    assert_eq!(s.ty(&store).unwrap().fields().len(), 2);
+    assert!(
+        StructRef::new(&mut store, &pre, &[Val::I32(1)]).is_err(),
+        "one field of two"
+    );
+    // `eqref`s: structs, arrays and `i31`s, not host references.
+    let eq: EqRef = s.to_eqref();
+    assert!(eq.as_struct(&store).is_some() && eq.as_array(&store).is_none());
+    let small = EqRef::from_i31(&store, I31::wrapping_u32(5));
+    assert_eq!(small.as_i31().map(I31::get_u32), Some(5));
+    let host = AnyRef::convert_extern(&store, ExternRef::new(3));
+    assert!(host.as_eqref(&store).is_none() && a.to_anyref().as_eqref(&store).is_some());
+}
