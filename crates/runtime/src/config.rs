@@ -118,6 +118,13 @@ impl Config {
         self
     }
 
+    /// How many bytes a store's GC heap starts with: the first collection comes when they are
+    /// used (see [`EngineConfig::first_gc_heap_bytes`]).
+    pub fn first_gc_heap_bytes(&mut self, bytes: usize) -> &mut Config {
+        self.engine.first_gc_heap_bytes = Some(bytes);
+        self
+    }
+
     /// Cranelift's optimisation level for modules this engine compiles.
     #[cfg(feature = "cranelift")]
     pub fn cranelift_opt_level(&mut self, level: OptLevel) -> &mut Config {

@@ -349,3 +349,30 @@ fn the_host_allocating_inside_a_host_call_collects_and_keeps_the_callers_frames(
         store.gc_collections()
     );
 }
+
+#[test]
+fn a_collection_pays_fuel_for_what_it_copies() {
+    // The same metered code, with heaps that collect (64 KiB at first) and that never do.
+    let fuel_used = |first: usize| {
+        let mut config = Config::new();
+        config.consume_fuel(true).first_gc_heap_bytes(first);
+        let engine = Engine::new(&config).unwrap();
+        let (mut store, i) = setup(&engine);
+        store.set_fuel(u64::MAX / 2).unwrap();
+        call(&mut store, i, "keep_all", &[Val::I32(300)]).unwrap();
+        (
+            u64::MAX / 2 - store.get_fuel().unwrap(),
+            store.gc_collections(),
+        )
+    };
+    let (collecting, collections) = fuel_used(64 << 10);
+    let (plain, none) = fuel_used(64 << 20);
+    assert_eq!(none, 0);
+    assert!(collections >= 3, "{collections} collections");
+    // Each collection copied the arrays kept so far (1 KiB each, 128 words): at least the
+    // last one's worth, a hundred arrays or more.
+    assert!(
+        collecting >= plain + 100 * 128,
+        "{collecting} units of fuel with collections, {plain} without"
+    );
+}
