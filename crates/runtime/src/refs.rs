@@ -190,7 +190,7 @@ impl StructRef {
         // the objects they name.
         let opaque = unsafe { &*raw };
         for (i, v) in fields.iter().enumerate() {
-            object.store_at(opaque, Place::Field(i), v.clone(), true)?;
+            object.store_at(opaque, Place::Field(i), *v, true)?;
         }
         Ok(StructRef(object))
     }
@@ -252,7 +252,7 @@ impl ArrayRef {
         let opaque = unsafe { &*raw };
         let storage = pre.0.field_type().storage;
         let size = gc::storage_size(storage);
-        let value = elem.clone().to_raw(opaque)?;
+        let value = (*elem).to_raw(opaque)?;
         let word = array.0.word(opaque);
         if let Some((at, n)) = opaque.gc.elements(word, 0, len, size) {
             // SAFETY: no wasm runs on the heap while the host holds the store; the one slice.
@@ -276,9 +276,7 @@ impl ArrayRef {
         // SAFETY: derived from the exclusive borrow above, after the allocation.
         let opaque = unsafe { &*raw };
         for (i, v) in (0..len).zip(elems) {
-            array
-                .0
-                .store_at(opaque, Place::Element(i), v.clone(), true)?;
+            array.0.store_at(opaque, Place::Element(i), *v, true)?;
         }
         Ok(array)
     }

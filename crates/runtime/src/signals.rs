@@ -153,9 +153,9 @@ pub fn enter_host(fp: usize) -> *mut u8 {
 /// above which none lies.
 pub(crate) fn wasm_stretches(store: *mut u8, fp: Option<usize>, mut f: impl FnMut(usize, usize)) {
     let mut state = CURRENT.with(Cell::get);
-    // SAFETY: the innermost call's CallState, alive on this thread's stack.
     let mut from = fp.unwrap_or_else(|| match state.is_null() {
         true => 0,
+        // SAFETY: the innermost call's CallState, alive on this thread's stack.
         false => unsafe { (*state).exit_fp },
     });
     while !state.is_null() {
