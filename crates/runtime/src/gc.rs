@@ -354,7 +354,8 @@ impl GcHeap {
             new,
             next: ALIGN as usize,
             engine,
-            layouts: HashMap::new(),
+            layouts: HashMap::default(),
+            last: None,
         };
         // Each place once: an imported global or table may be listed twice.
         let mut places = Vec::new();
@@ -405,7 +406,28 @@ struct Copying<'a> {
     next: usize,
     engine: &'a crate::Engine,
     /// What the collector needs of each type it met, by header word.
-    layouts: HashMap<u32, Option<Layout>>,
+    layouts: HashMap<u32, Option<Layout>, std::hash::BuildHasherDefault<WordHasher>>,
+    /// The last header word looked up, and its layout: objects of one type come in runs.
+    last: Option<(u32, Option<Layout>)>,
+}
+
+/// A hasher for header words: one multiplication (they are small, distinct integers, and a
+/// collection looks one up per object it copies and per object it scans).
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl std::hash::Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, word: u32) {
+        self.0 = u64::from(word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// Where an object's references are, and its size.
@@ -452,10 +474,17 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 
 impl Copying<'_> {
     fn layout(&mut self, word: u32) -> Option<Layout> {
+        if let Some((last, layout)) = &self.last
+            && *last == word
+        {
+            return layout.clone();
+        }
         let engine = self.engine;
-        (self.layouts.entry(word))
+        let layout = (self.layouts.entry(word))
             .or_insert_with(|| Layout::of(engine, word))
-            .clone()
+            .clone();
+        self.last = Some((word, layout.clone()));
+        layout
     }
 
     /// Where reference `r` of the old heap is in the new one: its object copied there, the
