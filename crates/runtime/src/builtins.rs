@@ -407,10 +407,10 @@ fn alloc(
     let Some(r) = (store.gc).alloc_collecting(&store.engine, shape, len, may_grow, roots) else {
         return 4;
     };
-    // A collection costs a unit of fuel per word it copied, and ends a call past its deadline
-    // (a signal does nothing while it runs).
+    // A collection costs a unit of fuel per word it copied and per place it looked at, and
+    // ends a call past its deadline (a signal does nothing while it runs).
     if store.gc.collections() != before
-        && let Some(stop) = i.begin_bulk(store, store.gc.survived() / 8)
+        && let Some(stop) = i.begin_bulk(store, store.gc.last_work())
     {
         return u64::from(stop);
     }

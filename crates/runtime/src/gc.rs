@@ -61,8 +61,8 @@ pub(crate) struct GcHeap {
     held: RefCell<Held>,
     /// Collections so far.
     collections: Cell<u64>,
-    /// Bytes the last collection copied.
-    survived: Cell<u64>,
+    /// What the last collection's work is worth in fuel (see [`GcHeap::last_work`]).
+    work: Cell<u64>,
 }
 
 /// The host's handles: the words of the objects, and where each is (see `refs`).
@@ -83,7 +83,7 @@ impl Default for GcHeap {
             memory: RefCell::new(None),
             held: RefCell::default(),
             collections: Cell::new(0),
-            survived: Cell::new(0),
+            work: Cell::new(0),
         }
     }
 }
@@ -267,9 +267,10 @@ impl GcHeap {
         self.collections.get()
     }
 
-    /// Bytes the last collection copied: what was alive.
-    pub(crate) fn survived(&self) -> u64 {
-        self.survived.get()
+    /// What the last collection's work is worth in fuel: a unit per word it copied and per
+    /// place it looked at for references.
+    pub(crate) fn last_work(&self) -> u64 {
+        self.work.get()
     }
 
     /// The index of object `word`'s handle (see `refs`): the one it has, or a new one.
@@ -303,7 +304,7 @@ impl GcHeap {
         shape: Shape,
         len: u32,
         may_grow: impl Fn(usize, usize) -> bool,
-        roots: impl FnOnce(&mut dyn FnMut(*mut u64)),
+        roots: impl FnOnce(&mut dyn FnMut(*mut u64)) -> u64,
     ) -> Option<u32> {
         let size = match shape {
             Shape::Struct { size, .. } => size,
@@ -326,7 +327,7 @@ impl GcHeap {
         engine: &crate::Engine,
         size: u64,
         may_grow: &dyn Fn(usize, usize) -> bool,
-        roots: impl FnOnce(&mut dyn FnMut(*mut u64)),
+        roots: impl FnOnce(&mut dyn FnMut(*mut u64)) -> u64,
     ) {
         let mut slot = self.memory.borrow_mut();
         let Some(from) = slot.as_ref() else {
@@ -359,7 +360,7 @@ impl GcHeap {
         };
         // Each place once: an imported global or table may be listed twice.
         let mut places = Vec::new();
-        roots(&mut |p| places.push(p));
+        let looked = roots(&mut |p| places.push(p)) + places.len() as u64;
         places.sort_unstable();
         places.dedup();
         for p in places {
@@ -367,6 +368,7 @@ impl GcHeap {
             // not otherwise borrowed while the collection runs (its contract).
             unsafe { *p = copy.forward(*p) };
         }
+        let looked = looked + self.held.borrow().words.len() as u64;
         {
             let held = &mut *self.held.borrow_mut();
             for w in &mut held.words {
@@ -388,12 +390,12 @@ impl GcHeap {
         *slot = Some(to);
         drop(slot);
         self.collections.set(self.collections.get() + 1);
-        self.survived.set(live);
+        self.work.set(live / 8 + looked);
         // Half full or more after a collection: twice the room, so that the next is as far.
         // SAFETY: as above.
         let end = unsafe { (*vm).end };
         if (live + size) * 2 > end {
-            let _ = self.room(engine, (live + size).max(end + 1), may_grow);
+            let _ = self.room(engine, (2 * end).min(max), may_grow);
         }
     }
 }
@@ -558,11 +560,13 @@ impl Copying<'_> {
     }
 }
 
-/// Every place outside `store`'s heap that may hold a reference into it, while generated code
+/// Every place outside `store`'s heap that may hold a reference into it, given to `f`, while
+/// generated code
 /// of the store is suspended in a builtin called through a stub whose frame is at `fp`, or
 /// (`fp` of `None`) while the host holds the store (in a host function wasm called, or
 /// outside any call): what the stack maps of its wasm frames name, its globals, tables,
 /// element segments' items and exceptions' values, and `extra` (values the caller holds).
+/// Returns how many other places it looked at (table elements that name no object).
 ///
 /// # Safety
 /// `fp` is the frame pointer of a stub that generated code of `store`'s innermost call on
@@ -573,7 +577,8 @@ pub(crate) unsafe fn roots(
     fp: Option<usize>,
     extra: &mut [u64],
     f: &mut dyn FnMut(*mut u64),
-) {
+) -> u64 {
+    let mut looked = 0;
     let me = store as *const crate::store::StoreOpaque as *mut u8;
     crate::signals::wasm_stretches(me, fp, |from, top| {
         // SAFETY: per the contract: a stretch of this store's wasm frames on this thread.
@@ -585,7 +590,7 @@ pub(crate) unsafe fn roots(
         }
     }
     for t in &store.tables {
-        t.objects(f);
+        looked += t.objects(f);
     }
     for i in &store.instances {
         let elems = &i.module.inner.artifact.info().elems;
@@ -593,7 +598,7 @@ pub(crate) unsafe fn roots(
             let ty: ephem_module::ValType = native(&e.ty);
             if let (true, Some(values)) = (ty.holds_objects(), values) {
                 for v in values.iter() {
-                    f((v as *const usize).cast_mut().cast());
+                    f(v.as_ptr().cast());
                 }
             }
         }
@@ -604,6 +609,7 @@ pub(crate) unsafe fn roots(
     for e in extra {
         f(e);
     }
+    looked
 }
 
 /// The places the stack maps name in the wasm frames from the one whose callee's frame

@@ -66,7 +66,7 @@ pub(crate) struct InstanceData {
     /// Per element segment with items that are extended constant expressions (GC's objects):
     /// every item's value, made once at instantiation as the specification says (two
     /// `table.init`s of one segment give the same objects). Empty when no segment has one.
-    pub(crate) elem_values: Vec<Option<Box<[usize]>>>,
+    pub(crate) elem_values: Vec<Option<Box<[std::cell::Cell<usize>]>>>,
 }
 
 /// The vmctx bytes, 16-aligned, followed by the cells of the globals the instance defines
@@ -389,7 +389,7 @@ impl InstanceData {
                 self.globals[g.to_native() as usize].of(store).get() as usize
             }
             // (Made at instantiation: see `elem_values`.)
-            _ => made.map_or(0, |made| made[src + k]),
+            _ => made.map_or(0, |made| made[src + k].get()),
         }))
     }
 

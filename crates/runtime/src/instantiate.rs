@@ -280,7 +280,7 @@ pub(crate) unsafe fn instantiate(
             continue;
         }
         let values = (seg.items.iter())
-            .map(|e| const_value(info, e.native(), &env).map(|v| v as usize))
+            .map(|e| const_value(info, e.native(), &env).map(|v| std::cell::Cell::new(v as usize)))
             .collect::<Result<_, _>>()?;
         elem_values.resize_with(i + 1, || None);
         elem_values[i] = Some(values);

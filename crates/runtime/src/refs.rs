@@ -170,6 +170,9 @@ impl StructRef {
         {
             // SAFETY: derived from the exclusive borrow above; a shared reference for checks.
             let opaque = unsafe { &*raw };
+            if !opaque.engine.same(ty.engine()) {
+                return Err(Error::Usage("a struct type of another engine".into()));
+            }
             let fit = fields.len() == ty.fields().len()
                 && (fields.iter().zip(ty.fields())).all(|(v, f)| fits(opaque, v, f.storage));
             if !fit {
@@ -292,6 +295,9 @@ impl ArrayRef {
         let storage = ty.field_type().storage;
         // SAFETY: derived from the caller's exclusive borrow; a shared reference for checks.
         let opaque = unsafe { &*raw };
+        if !opaque.engine.same(ty.engine()) {
+            return Err(Error::Usage("an array type of another engine".into()));
+        }
         if let Some(v) = values.iter().find(|v| !fits(opaque, v, storage)) {
             return Err(Error::Usage(format!(
                 "{v:?} does not fit the elements of {ty:?}"

@@ -210,10 +210,10 @@ impl TableData {
     }
 
     /// Calls `f` with where each element that names a GC object is (see `gc`), in a table of
-    /// a type that may hold them.
-    pub(crate) fn objects(&self, f: &mut dyn FnMut(*mut u64)) {
+    /// a type that may hold them; returns how many elements it looked at.
+    pub(crate) fn objects(&self, f: &mut dyn FnMut(*mut u64)) -> u64 {
         if !self.ty.elem.holds_objects() {
-            return;
+            return 0;
         }
         let len = self.len() as usize;
         for i in 0..len {
@@ -224,6 +224,7 @@ impl TableData {
                 f(unsafe { self.write(i..i + 1).as_mut_ptr() }.cast());
             }
         }
+        len as u64
     }
 
     /// Makes the never-written elements come from `lazy` (once, before anything reads them).

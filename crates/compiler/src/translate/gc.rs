@@ -204,10 +204,19 @@ impl<'a> Translator<'a, '_> {
         let next = (self.b.ins()).load(I64, trusted(), heap, VmGcHeap::NEXT as i32);
         let end = (self.b.ins()).load(I64, trusted(), heap, VmGcHeap::END as i32);
         let after = self.b.ins().iadd(next, size);
-        let fits = self
+        let mut fits = self
             .b
             .ins()
             .icmp(IntCC::UnsignedLessThanOrEqual, after, end);
+        if let TypeDef::Array(_) = self.env.info.types[ty as usize] {
+            // No larger object is made (the runtime refuses it; a collector could not copy it).
+            let small = (self.b.ins()).icmp_imm_u(
+                IntCC::UnsignedLessThanOrEqual,
+                size,
+                gc::MAX_OBJECT as i64,
+            );
+            fits = self.b.ins().band(fits, small);
+        }
         let bump = self.b.create_block();
         let ask = self.b.create_block();
         let join = self.b.create_block();

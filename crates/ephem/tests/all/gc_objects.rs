@@ -681,3 +681,40 @@ fn the_host_makes_structs_and_arrays_of_types_it_makes_which_are_the_modules_typ
     let host = AnyRef::convert_extern(&store, ExternRef::new(3));
     assert!(host.as_eqref(&store).is_none() && a.to_anyref().as_eqref(&store).is_some());
 }
+
+#[test]
+fn no_object_larger_than_the_largest_is_made_even_in_a_heap_that_could_hold_it() {
+    // A heap whose first size holds an array of 1.25 GiB: generated code must not bump it in
+    // (a collection could not copy it), and the runtime refuses it.
+    let mut config = Config::new();
+    config
+        .max_gc_heap_bytes(3 << 30)
+        .first_gc_heap_bytes(3 << 29);
+    let engine = Engine::new(&config).unwrap();
+    let (mut store, i) = setup(&engine);
+    let longs = i32::try_from((5u64 << 30) / 4 / 8).unwrap();
+    let e = call(&mut store, i, "zeros", &[Val::I32(longs)]).unwrap_err();
+    assert_eq!(e.trap().unwrap().kind, TrapKind::GcHeapExhausted);
+    assert!(matches!(
+        call(&mut store, i, "zeros", &[Val::I32(8)]).unwrap()[0],
+        Val::I64(0)
+    ));
+}
+
+#[test]
+fn the_host_cannot_make_objects_of_another_engines_types() {
+    use ephem::{ArrayRef, ArrayRefPre, ArrayType, FieldType, StorageType, StructRef};
+    use ephem::{StructRefPre, StructType, ValType};
+    let (one, two) = (Engine::default(), Engine::default());
+    let mut first = Store::new(&one, ());
+    let mut second = Store::new(&two, ());
+    let i32s = FieldType {
+        storage: StorageType::Val(ValType::I32),
+        mutable: true,
+    };
+    let structs = StructRefPre::new(&mut first, StructType::new(&one, [i32s]).unwrap());
+    assert!(StructRef::new(&mut second, &structs, &[Val::I32(1)]).is_err());
+    let arrays = ArrayRefPre::new(&mut first, ArrayType::new(&one, i32s));
+    assert!(ArrayRef::new(&mut second, &arrays, &Val::I32(1), 4).is_err());
+    assert!(StructRef::new(&mut first, &structs, &[Val::I32(1)]).is_ok());
+}
