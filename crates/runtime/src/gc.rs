@@ -57,8 +57,9 @@ pub(crate) struct GcHeap {
     vm: UnsafeCell<VmGcHeap>,
     /// The slot the heap is in, once made; a collection replaces it.
     memory: RefCell<Option<LinearMemory>>,
-    /// The objects the host holds handles on (see `refs`).
-    held: RefCell<Held>,
+    /// The objects the host holds handles on (see `refs`), once it holds one: a store that
+    /// never hands the host an object makes and drops nothing for it.
+    held: RefCell<Option<Box<Held>>>,
     /// Collections so far.
     collections: Cell<u64>,
     /// What the last collection's work is worth in fuel (see [`GcHeap::last_work`]).
@@ -69,7 +70,7 @@ pub(crate) struct GcHeap {
 #[derive(Default)]
 struct Held {
     words: Vec<u64>,
-    index: HashMap<u64, u64>,
+    index: HashMap<u64, u64, std::hash::BuildHasherDefault<WordHasher>>,
 }
 
 impl Default for GcHeap {
@@ -276,6 +277,7 @@ impl GcHeap {
     /// The index of object `word`'s handle (see `refs`): the one it has, or a new one.
     pub(crate) fn hold(&self, word: u64) -> u64 {
         let mut held = self.held.borrow_mut();
+        let held = held.get_or_insert_with(Box::default);
         if let Some(&i) = held.index.get(&word) {
             return i;
         }
@@ -287,11 +289,9 @@ impl GcHeap {
 
     /// The word of the object of handle index `i`, where it is now.
     pub(crate) fn held(&self, i: u64) -> u64 {
-        self.held
-            .borrow()
-            .words
-            .get(i as usize)
-            .copied()
+        let held = self.held.borrow();
+        held.as_ref()
+            .and_then(|h| h.words.get(i as usize).copied())
             .unwrap_or(0)
     }
 
@@ -368,9 +368,9 @@ impl GcHeap {
             // not otherwise borrowed while the collection runs (its contract).
             unsafe { *p = copy.forward(*p) };
         }
-        let looked = looked + self.held.borrow().words.len() as u64;
-        {
-            let held = &mut *self.held.borrow_mut();
+        let mut looked = looked;
+        if let Some(held) = self.held.borrow_mut().as_mut() {
+            looked += held.words.len() as u64;
             for w in &mut held.words {
                 *w = copy.forward(*w);
             }
@@ -413,8 +413,8 @@ struct Copying<'a> {
     last: Option<(u32, Option<Layout>)>,
 }
 
-/// A hasher for header words: one multiplication (they are small, distinct integers, and a
-/// collection looks one up per object it copies and per object it scans).
+/// A hasher for header words and references: one multiplication (they are distinct integers,
+/// and a collection looks a header word up per object it copies and per object it scans).
 #[derive(Default)]
 struct WordHasher(u64);
 
@@ -426,6 +426,9 @@ impl std::hash::Hasher for WordHasher {
     }
     fn write_u32(&mut self, word: u32) {
         self.0 = u64::from(word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u64(&mut self, word: u64) {
+        self.0 = word.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
     fn finish(&self) -> u64 {
         self.0
