@@ -5,6 +5,7 @@
 //! is alive past the heap's bound still traps; and the slots a collection gives back show
 //! nothing to the stores that take them next.
 
+use super::gc_objects::call;
 use ephem::{
     AnyRef, ArrayRef, ArrayRefPre, ArrayType, Caller, Config, Engine, FieldType, Func, Instance,
     Module, StorageType, Store, TrapKind, Val,
@@ -167,18 +168,6 @@ fn instantiate(mut store: Store<()>, reenter: Func) -> (Store<()>, Instance) {
     let module = Module::new(store.engine(), NODES).unwrap();
     let instance = Instance::new(&mut store, &module, &[reenter.into()]).unwrap();
     (store, instance)
-}
-
-fn call(
-    store: &mut Store<()>,
-    i: Instance,
-    name: &str,
-    args: &[Val],
-) -> Result<Vec<Val>, ephem::Error> {
-    let f = i.get_func(&mut *store, name).unwrap();
-    let ty = f.ty(&*store);
-    let mut out: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
-    f.call(&mut *store, args, &mut out).map(|()| out)
 }
 
 fn i32s(out: &[Val]) -> Vec<i32> {

@@ -75,7 +75,8 @@ fn setup(engine: &Engine) -> (Store<()>, Instance) {
     (store, instance)
 }
 
-fn call(
+/// Calls export `name` of `i` with `args`: its results, or how it failed.
+pub(super) fn call(
     store: &mut Store<()>,
     i: Instance,
     name: &str,
