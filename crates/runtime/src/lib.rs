@@ -40,7 +40,6 @@ mod exceptions;
 mod externals;
 mod func;
 mod gc;
-mod gc_types;
 mod global;
 mod instance;
 mod instantiate;
@@ -82,7 +81,7 @@ pub use error::{Error, ErrorKind};
 pub use exceptions::{ExnRef, Tag, TagType, ThrownException};
 pub use externals::{Extern, Global, Memory, Table};
 pub use func::{Caller, Func, HostError, Val};
-pub use gc_types::{ArrayRefPre, ArrayType, StructRefPre, StructType};
+pub use gc::types::{ArrayRefPre, ArrayType, StructRefPre, StructType};
 #[doc(hidden)]
 pub use instance::DefinedState;
 pub use instance::Instance;

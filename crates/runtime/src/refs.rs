@@ -1,7 +1,7 @@
 //! The host's handles on references other than functions and exceptions: [`ExternRef`] (a
 //! host reference), [`AnyRef`] (a GC value: a struct, an array, an `i31`, or a host reference
 //! made into an `anyref`), [`EqRef`], [`StructRef`] and [`ArrayRef`] (which the host makes, of
-//! the types of `gc_types`, and whose fields and elements it reads and writes) and [`I31`]. How
+//! the types of `gc::types`, and whose fields and elements it reads and writes) and [`I31`]. How
 //! their bits look to generated code is `ephem_module::gc`'s. An allocation of the host
 //! collects the heap as one of generated code does when the object does not fit (the wasm
 //! frames of the store's calls are then all behind host calls).
@@ -22,7 +22,7 @@ use ephem_module::{HeapType, StorageType, TypeDef, ValRaw};
 
 use crate::context::{AsContext, AsContextMut, raw_store};
 use crate::gc::Shape;
-use crate::gc_types::{ArrayRefPre, ArrayType, StructRefPre, StructType};
+use crate::gc::types::{ArrayRefPre, ArrayType, StructRefPre, StructType};
 use crate::limits::Growing;
 use crate::store::{StoreId, StoreOpaque};
 use crate::{Error, Val};
