@@ -1,7 +1,9 @@
-//! GC objects: structs, arrays and `i31`s made by wasm and by constant expressions, read by
-//! the host through `AnyRef`; the store's GC heap, bounded by the engine and the limiter (an
-//! allocation past the bound traps with `GcHeapExhausted`), and never showing one store's
-//! objects to the next store that takes its slot; casts across modules by declared subtyping.
+//! GC objects: structs, arrays and `i31`s made by wasm, by constant expressions and by the
+//! host (of types it makes, which are the modules' types of the same fields), read by the host
+//! through `AnyRef`; the store's GC heap, bounded by the engine and the limiter (an allocation
+//! past the bound, or of an object past 1 GiB, traps with `GcHeapExhausted`), and never showing
+//! one store's objects to the next store that takes its slot; casts across modules by declared
+//! subtyping. Collections are `gc_collection.rs`'s.
 
 use ephem::{
     AnyRef, Config, Engine, ExternRef, I31, Instance, Linker, Module, Store, StoreLimitsBuilder,
