@@ -365,3 +365,15 @@ fn a_collection_pays_fuel_for_what_it_copies() {
         "{collecting} units of fuel with collections, {plain} without"
     );
 }
+
+#[test]
+fn a_guest_that_allocates_without_end_is_ended_by_its_deadline() {
+    let engine = engine(256 << 10);
+    let (mut store, i) = setup(&engine);
+    let ticker = engine.start_epoch_ticker(std::time::Duration::from_millis(5));
+    store.set_epoch_deadline(4);
+    let e = call(&mut store, i, "churn", &[Val::I32(i32::MAX)]).unwrap_err();
+    drop(ticker);
+    assert_eq!(e.trap().unwrap().kind, TrapKind::Interrupted, "{e}");
+    assert!(store.gc_collections() > 0, "it collected before its end");
+}
