@@ -34,11 +34,9 @@
 
 use std::cell::{Cell, RefCell};
 
-use ephem_code_memory::registry;
 use ephem_module::{FuncType, ValRaw, VmTag};
 
 use crate::context::{AsContext, AsContextMut};
-use crate::module::ModuleInner;
 use crate::store::{StoreOpaque, Stored};
 use crate::{Error, Val};
 
@@ -443,70 +441,56 @@ pub(crate) unsafe fn unwind(record: *mut ValRaw, fp: usize, fuel: i64) -> ! {
     let store = crate::signals::current_store().cast::<StoreOpaque>();
     let top = crate::signals::entry_sp();
     let tag = header(record).tag;
-    let mut frame = fp;
-    while frame.is_multiple_of(8) && frame + 16 <= top {
-        // SAFETY: `[frame, frame + 16)` lies in this thread's stack between the throw and the
-        // entry stub: a saved frame pointer and a return address.
-        let (caller_fp, ret) =
-            unsafe { (*(frame as *const usize), *((frame + 8) as *const usize)) };
-        let Some((code_start, code_tag)) = registry::lookup(ret) else {
-            break;
+    let catch = |f: &crate::signals::SiteFrame<'_>| {
+        let site = f.site;
+        if site.catches.is_empty() {
+            return;
+        }
+        let Some(vmctx_at) =
+            (f.sp.checked_add(site.vmctx_at.to_native() as usize)).filter(|&at| at + 8 <= f.fp)
+        else {
+            return;
         };
-        // SAFETY: a registry tag is the `ModuleInner` of the published code, alive while the
-        // store that runs this call is (see `trap`).
-        let m = unsafe { &*(code_tag as *const ModuleInner) };
-        let site = m.artifact.call_site((ret - code_start) as u32);
-        // The caller's frame as the site describes it must lie between this frame and the
-        // entry: metadata that says otherwise (only a forged artifact's) is not followed.
-        let frame_of = |site: &ephem_module::ArchivedCallSite| {
-            let sp = caller_fp.checked_sub(site.frame_offset.to_native() as usize)?;
-            let vmctx_at = sp.checked_add(site.vmctx_at.to_native() as usize)?;
-            (frame + 16 <= sp && vmctx_at + 8 <= caller_fp && caller_fp <= top)
-                .then_some((sp, vmctx_at))
-        };
-        if let Some((site, (sp, vmctx_at))) = site.and_then(|s| Some((s, frame_of(s)?))) {
-            // SAFETY: the call site's frame holds its vmctx at `vmctx_at`, inside the live
-            // frame between this one and the entry (checked just above).
-            let vmctx = unsafe { *(vmctx_at as *const usize) };
-            for c in site.catches.iter() {
-                let hit = match c.tag.as_ref() {
-                    None => true,
-                    Some(t) => {
-                        let at = vmctx + m.offsets.tag(t.to_native()) as usize;
-                        // SAFETY: the vmctx of the instance whose code made the call, with a
-                        // tag field per tag of its module.
-                        unsafe { *(at as *const *const VmTag) == tag }
-                    }
-                };
-                if !hit {
-                    continue;
+        // SAFETY: the call site's frame holds its vmctx at `vmctx_at`, inside the live frame
+        // between this one and the entry (checked just above).
+        let vmctx = unsafe { *(vmctx_at as *const usize) };
+        for c in site.catches.iter() {
+            let hit = match c.tag.as_ref() {
+                None => true,
+                Some(t) => {
+                    let at = vmctx + f.module.offsets.tag(t.to_native()) as usize;
+                    // SAFETY: the vmctx of the instance whose code made the call, with a tag
+                    // field per tag of its module.
+                    unsafe { *(at as *const *const VmTag) == tag }
                 }
-                // SAFETY: the running store, shared as builtins share it.
-                let exceptions = unsafe { (*store).exceptions() };
-                let h = header(record);
-                if c.by_ref {
-                    exceptions.expose(record);
-                } else if !h.exposed {
-                    exceptions.spare.set(Some(h.index));
-                }
-                // Back into wasm past the deadline: the call ends here, as after a host
-                // function (a signal that landed in the unwinder did nothing).
-                if crate::signals::interrupt_due() {
-                    // SAFETY: per the contract: a stub's frame, nothing to drop.
-                    unsafe { crate::signals::raise_from_host(fp, crate::interrupt::INTERRUPT) }
-                }
-                let pc = code_start + c.target.to_native() as usize;
-                // SAFETY: the handler's stack and frame pointers are those of its function's
-                // frame at the call, which is live (below the entry stub); nothing between
-                // here and there has anything to drop, per the contract.
-                unsafe { crate::arch::ephem_resume(sp, caller_fp, pc, record, fuel) }
+            };
+            if !hit {
+                continue;
             }
+            // SAFETY: the running store, shared as builtins share it.
+            let exceptions = unsafe { (*store).exceptions() };
+            let h = header(record);
+            if c.by_ref {
+                exceptions.expose(record);
+            } else if !h.exposed {
+                exceptions.spare.set(Some(h.index));
+            }
+            // Back into wasm past the deadline: the call ends here, as after a host function
+            // (a signal that landed in the unwinder did nothing).
+            if crate::signals::interrupt_due() {
+                // SAFETY: per the contract: a stub's frame, nothing to drop.
+                unsafe { crate::signals::raise_from_host(fp, crate::interrupt::INTERRUPT) }
+            }
+            let pc = f.code_start + c.target.to_native() as usize;
+            // SAFETY: the handler's stack and frame pointers are those of its function's frame
+            // at the call, which is live (below the entry stub); nothing between here and
+            // there has anything to drop, per the contract.
+            unsafe { crate::arch::ephem_resume(f.sp, f.fp, pc, record, fuel) }
         }
-        if caller_fp <= frame {
-            break;
-        }
-        frame = caller_fp;
-    }
+    };
+    // SAFETY: `fp` is a stub's frame inside this thread's call into wasm, whose entry is at
+    // `top` (per the contract).
+    unsafe { crate::signals::for_each_site_frame(fp, top, catch) };
     // Uncaught: the call into wasm ends, and the host finds the exception in the store.
     // SAFETY: the running store, shared as builtins share it.
     let exceptions = unsafe { (*store).exceptions() };

@@ -436,6 +436,62 @@ fn record_callers(site: &mut TrapSite, sp: usize, mut fp: usize, top: usize) {
     }
 }
 
+/// A frame of generated code stopped at a call that has a call site
+/// (`ephem_module::CallSite`: handlers, or references that live across it), as
+/// [`for_each_site_frame`] finds it.
+pub(crate) struct SiteFrame<'a> {
+    /// The module whose code the frame runs, and where that code's text starts.
+    pub(crate) module: &'a crate::module::ModuleInner,
+    pub(crate) code_start: usize,
+    pub(crate) site: &'a ephem_module::ArchivedCallSite,
+    /// The frame's stack pointer at the call, and its frame pointer.
+    pub(crate) sp: usize,
+    pub(crate) fp: usize,
+}
+
+/// Calls `f` with each frame of generated code above the one at `fp`, up to `top`, that is
+/// stopped at a call with a call site whose frame, as the site describes it, lies between the
+/// frame it called and `top` (metadata that says otherwise, only a forged artifact's, is not
+/// followed). Stops at the first return address outside published code: what the exception
+/// unwinder and the GC's roots both walk.
+///
+/// # Safety
+/// `[fp, top)` is this thread's stack between a frame that generated code called (a stub's)
+/// and the entry of the call into wasm it runs in.
+pub(crate) unsafe fn for_each_site_frame(fp: usize, top: usize, mut f: impl FnMut(&SiteFrame<'_>)) {
+    let mut frame = fp;
+    while frame.is_multiple_of(8) && frame + 16 <= top {
+        // SAFETY: `[frame, frame + 16)` lies in this thread's stack between the stub's frame
+        // and the entry (per the contract): a saved frame pointer and a return address.
+        let (caller_fp, ret) =
+            unsafe { (*(frame as *const usize), *((frame + 8) as *const usize)) };
+        let Some((code_start, code_tag)) = registry::lookup(ret) else {
+            break;
+        };
+        // SAFETY: a registry tag is the `ModuleInner` of the published code, alive while the
+        // store that runs this call is (see `trap`).
+        let module = unsafe { &*(code_tag as *const crate::module::ModuleInner) };
+        if let Some(site) = module.artifact.call_site((ret - code_start) as u32)
+            && let Some(sp) = caller_fp.checked_sub(site.frame_offset.to_native() as usize)
+            && frame + 16 <= sp
+            && sp < caller_fp
+            && caller_fp <= top
+        {
+            f(&SiteFrame {
+                module,
+                code_start,
+                site,
+                sp,
+                fp: caller_fp,
+            });
+        }
+        if caller_fp <= frame {
+            break;
+        }
+        frame = caller_fp;
+    }
+}
+
 /// Ends the innermost call into wasm on this thread because a host function failed (`signal`
 /// 0) or returned past the call's deadline ([`INTERRUPT`]), without a signal: records the host
 /// adapter's frame and the wasm frames above it, as the handler would, and continues at the

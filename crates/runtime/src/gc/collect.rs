@@ -83,10 +83,7 @@ impl GcHeap {
         may_grow: impl Fn(usize, usize) -> bool,
         roots: impl FnOnce(&mut dyn FnMut(*mut u64)) -> u64,
     ) -> Option<u32> {
-        let size = match shape {
-            Shape::Struct { size, .. } => size,
-            Shape::Array { elem, .. } => gc::array_size(elem, len)?,
-        };
+        let size = shape.bytes(len)?;
         // SAFETY: a read of the heap's definition; generated code is suspended in a builtin.
         let (next, end) = unsafe { ((*self.vm.get()).next, (*self.vm.get()).end) };
         if next + u64::from(size) > end && self.memory.borrow().is_some() {
@@ -399,35 +396,14 @@ pub(crate) unsafe fn roots(
 /// `[fp, top)` is a stretch of wasm frames of a call in progress on this thread, as
 /// [`crate::signals::wasm_stretches`] gives it.
 unsafe fn frame_roots(fp: usize, top: usize, f: &mut dyn FnMut(*mut u64)) {
-    use crate::module::ModuleInner;
-    let mut frame = fp;
-    while frame.is_multiple_of(8) && frame + 16 <= top {
-        // SAFETY: `[frame, frame + 16)` lies in this thread's stack between a stub's frame
-        // and the call's entry: a saved frame pointer and a return address.
-        let (caller_fp, ret) =
-            unsafe { (*(frame as *const usize), *((frame + 8) as *const usize)) };
-        let Some((code_start, code_tag)) = ephem_code_memory::registry::lookup(ret) else {
-            break;
-        };
-        // SAFETY: a registry tag is the `ModuleInner` of the published code, alive while the
-        // store that runs this call is (see `exceptions::unwind`).
-        let m = unsafe { &*(code_tag as *const ModuleInner) };
-        if let Some(site) = m.artifact.call_site((ret - code_start) as u32) {
-            let sp = caller_fp.wrapping_sub(site.frame_offset.to_native() as usize);
-            // The frame as the site describes it lies between this one and the entry
-            // (metadata that says otherwise, only a forged artifact's, is not followed).
-            if frame + 16 <= sp && sp < caller_fp && caller_fp <= top {
-                for r in site.refs.iter() {
-                    let at = sp + r.to_native() as usize;
-                    if at + 8 <= caller_fp {
-                        f(at as *mut u64);
-                    }
-                }
+    let refs = |frame: &crate::signals::SiteFrame<'_>| {
+        for r in frame.site.refs.iter() {
+            let at = frame.sp + r.to_native() as usize;
+            if at + 8 <= frame.fp {
+                f(at as *mut u64);
             }
         }
-        if caller_fp <= frame {
-            break;
-        }
-        frame = caller_fp;
-    }
+    };
+    // SAFETY: per the contract.
+    unsafe { crate::signals::for_each_site_frame(fp, top, refs) }
 }

@@ -95,6 +95,14 @@ impl Shape {
             TypeDef::Func(_) => None,
         }
     }
+
+    /// Bytes an object of this shape takes (`len` elements for an array), if it can be made.
+    fn bytes(self, len: u32) -> Option<u32> {
+        match self {
+            Shape::Struct { size, .. } => Some(size),
+            Shape::Array { elem, .. } => gc::array_size(elem, len),
+        }
+    }
 }
 
 impl GcHeap {
@@ -112,10 +120,11 @@ impl GcHeap {
         len: u32,
         may_grow: impl Fn(usize, usize) -> bool,
     ) -> Option<u32> {
-        let (word, size, len) = match shape {
+        let size = shape.bytes(len)?;
+        let (word, second) = match shape {
             // (A struct's second header word is its type's depth: see `ephem_module::gc`.)
-            Shape::Struct { word, size, depth } => (word, size, depth),
-            Shape::Array { word, elem } => (word, gc::array_size(elem, len)?, len),
+            Shape::Struct { word, depth, .. } => (word, depth),
+            Shape::Array { word, .. } => (word, len),
         };
         let vm = self.vm.get();
         // SAFETY: the heap's definition, which generated code writes only while it runs; it is
@@ -127,7 +136,7 @@ impl GcHeap {
         unsafe { (*vm).next = end };
         let mut header = [0; HEADER as usize];
         header[..4].copy_from_slice(&word.to_le_bytes());
-        header[LENGTH as usize..].copy_from_slice(&len.to_le_bytes());
+        header[LENGTH as usize..].copy_from_slice(&second.to_le_bytes());
         // SAFETY: no wasm code runs on the heap while the runtime allocates (generated code is
         // suspended in a builtin, or none runs), and no other slice of it is alive.
         unsafe { self.bytes(at, u64::from(HEADER))?.copy_from_slice(&header) };
