@@ -149,6 +149,29 @@ fn alloc_from_host(raw: *mut StoreOpaque, shape: Shape, len: u32) -> Result<AnyR
     Ok(AnyRef::from_raw(store, ValRaw::from(r)).expect("an object is not null"))
 }
 
+/// Writes `value` (checked to fit) into the field or element of `storage` at `at` in `store`'s
+/// heap.
+fn write_value(
+    store: &StoreOpaque,
+    at: u64,
+    storage: StorageType,
+    value: Val,
+) -> Result<(), Error> {
+    let raw = value.to_raw(store)?;
+    let size = gc::storage_size(storage) as usize;
+    // SAFETY: no wasm runs on the heap while the host holds the store; no other slice of it
+    // is alive.
+    match unsafe { store.gc.bytes(at, size as u64) } {
+        Some(out) => out.copy_from_slice(&raw.to_le_bytes()[..size]),
+        None => {
+            return Err(Error::Usage(format!(
+                "a field or element at {at} is outside the heap"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether `value` fits a field or element that stores `storage`.
 fn fits(store: &StoreOpaque, value: &Val, storage: StorageType) -> bool {
     match storage {
@@ -183,17 +206,19 @@ impl StructRef {
             }
         }
         let all: Vec<ephem_module::FieldType> = ty.fields().collect();
+        let layout = gc::struct_layout(&all);
         let shape = Shape::Struct {
             word: ty.id(),
-            size: gc::struct_layout(&all).size,
+            size: layout.size,
             depth: 0,
         };
         let object = alloc_from_host(raw, shape, 0)?;
         // SAFETY: as above; the values are written after the allocation, which may have moved
         // the objects they name.
         let opaque = unsafe { &*raw };
-        for (i, v) in fields.iter().enumerate() {
-            object.store_at(opaque, Place::Field(i), *v, true)?;
+        let word = object.word(opaque);
+        for ((v, f), at) in fields.iter().zip(&all).zip(&layout.offsets) {
+            write_value(opaque, word + u64::from(*at), f.storage, *v)?;
         }
         Ok(StructRef(object))
     }
@@ -278,8 +303,11 @@ impl ArrayRef {
         let array = ArrayRef::alloc(raw, pre, elems, len)?;
         // SAFETY: derived from the exclusive borrow above, after the allocation.
         let opaque = unsafe { &*raw };
-        for (i, v) in (0..len).zip(elems) {
-            array.0.store_at(opaque, Place::Element(i), *v, true)?;
+        let storage = pre.0.field_type().storage;
+        let size = u64::from(gc::storage_size(storage));
+        let first = array.0.word(opaque) + u64::from(gc::HEADER);
+        for (i, v) in (0..u64::from(len)).zip(elems) {
+            write_value(opaque, first + i * size, storage, *v)?;
         }
         Ok(array)
     }
@@ -503,41 +531,17 @@ impl AnyRef {
     }
 
     fn write(&self, store: &StoreOpaque, place: Place, value: Val) -> Result<(), Error> {
-        self.store_at(store, place, value, false)
-    }
-
-    /// Writes `value` at `place`, which must be mutable unless this is the object's
-    /// initialisation (`init`).
-    fn store_at(
-        &self,
-        store: &StoreOpaque,
-        place: Place,
-        value: Val,
-        init: bool,
-    ) -> Result<(), Error> {
         let usage = |what: &str| Err(Error::Usage(format!("{what} ({place:?} of {self:?})")));
         let Some((at, storage, mutable)) = self.place(store, place) else {
             return usage("no such field or element");
         };
-        if !mutable && !init {
+        if !mutable {
             return usage("an immutable field or element");
         }
-        let fits = match storage {
-            StorageType::Val(t) => value.fits(store, t),
-            StorageType::I8 | StorageType::I16 => matches!(value, Val::I32(_)),
-        };
-        if !fits {
+        if !fits(store, &value, storage) {
             return usage("a value of another type");
         }
-        let raw = value.to_raw(store)?;
-        let size = gc::storage_size(storage) as usize;
-        // SAFETY: no wasm runs on the heap while the host holds the store; no other slice of
-        // it is alive.
-        match unsafe { store.gc.bytes(at, size as u64) } {
-            Some(out) => out.copy_from_slice(&raw.to_le_bytes()[..size]),
-            None => return usage("outside the heap"),
-        }
-        Ok(())
+        write_value(store, at, storage, value)
     }
 
     /// The object's header words (type word, length), if this is an object of `store`.
