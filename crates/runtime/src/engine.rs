@@ -438,19 +438,25 @@ impl Engine {
         if let Some(id) = ty.small_id() {
             return id;
         }
-        let mut key = Vec::new();
-        ty.key(&mut key, &mut ephem_module::id_key);
-        let mut reg = self.inner.types.write().unwrap_or_else(|e| e.into_inner());
-        reg.id(&key, |_| (ty.clone().into(), Sub::FINAL))
+        self.final_id(
+            |key| ty.key(key, &mut ephem_module::id_key),
+            || ty.clone().into(),
+        )
     }
 
     /// The canonical id of struct or array type `ty` as the host makes it (final, no
     /// supertype: the id of a module's final type of the same fields).
     pub(crate) fn gc_type_id(&self, ty: &TypeDef) -> u32 {
-        let mut key = Vec::new();
-        ty.key(&mut key, &mut ephem_module::id_key);
+        self.final_id(|key| ty.key(key, &mut ephem_module::id_key), || ty.clone())
+    }
+
+    /// The id of the final type without supertypes whose key `key` writes (concrete types in
+    /// it named by this engine's ids), registering `ty()` if it is new.
+    fn final_id(&self, key: impl FnOnce(&mut Vec<u8>), ty: impl FnOnce() -> TypeDef) -> u32 {
+        let mut k = Vec::new();
+        key(&mut k);
         let mut reg = self.inner.types.write().unwrap_or_else(|e| e.into_inner());
-        reg.id(&key, |_| (ty.clone(), Sub::FINAL))
+        reg.id(&k, |_| (ty(), Sub::FINAL))
     }
 
     /// The canonical ids of the types of `artifact`'s module: only types without a small id
