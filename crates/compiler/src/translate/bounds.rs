@@ -36,7 +36,7 @@ pub(super) struct Check {
     memory: u32,
     index: Value,
     end: u64,
-    /// The `iconst` of minus `end`, which the check adds to the length.
+    /// The `iconst` of `end - 1`, from which the check's limit is worked out.
     constant: ir::Inst,
     /// Whether nothing observable happened since the check, in its own block: it may still be
     /// widened.
@@ -159,32 +159,34 @@ impl Translator<'_, '_> {
             if check.widenable {
                 check.end = end;
                 match &mut self.b.func.dfg.insts[check.constant] {
-                    ir::InstructionData::UnaryImm { imm, .. } => *imm = (-(end as i64)).into(),
+                    ir::InstructionData::UnaryImm { imm, .. } => *imm = (end as i64 - 1).into(),
                     other => unreachable!("a check's end is an iconst, not {other:?}"),
                 }
                 return;
             }
             self.facts.checks.swap_remove(i);
         }
-        // The access ends past the length when the index exceeds the length less its end,
-        // which a loop without calls computes once. Signed: that difference may be below zero
-        // (the index is below 2^32 and the end at most 2^40, so nothing wraps). A 64-bit
-        // memory's index is first limited to 2^40, past any length, so that it stays positive.
+        // The access ends past the length when `index + end > length`, that is when `index >=
+        // length - (end - 1)`, a limit a loop without calls works out once. A 32-bit index
+        // (below 2^32) compares as signed, since the limit is below zero when the access is
+        // longer than the memory (the end is at most 2^40, so nothing wraps). A 64-bit index may
+        // be anything, so it compares as unsigned with `max(length, end - 1) - (end - 1)`, zero
+        // when the access is longer than the memory.
         let length = match self.env.info.memories[memory as usize].shared {
             true => self.current_length(memory),
             false => self.b.use_var(self.lengths[memory as usize]),
         };
-        let constant = self.b.ins().iconst(I64, -(end as i64));
-        let limit = self.b.ins().iadd(length, constant);
-        let constant = self.b.func.dfg.value_def(constant).unwrap_inst();
-        let wide = match self.env.info.memories[memory as usize].memory64 {
+        let constant = self.b.ins().iconst(I64, end as i64 - 1);
+        let (length, at_least) = match self.env.info.memories[memory as usize].memory64 {
             true => {
-                let most = self.b.ins().iconst(I64, 1 << 40);
-                self.b.ins().umin(wide, most)
+                let length = self.b.ins().umax(length, constant);
+                (length, IntCC::UnsignedGreaterThanOrEqual)
             }
-            false => wide,
+            false => (length, IntCC::SignedGreaterThanOrEqual),
         };
-        let past = self.b.ins().icmp(IntCC::SignedGreaterThan, wide, limit);
+        let limit = self.b.ins().isub(length, constant);
+        let constant = self.b.func.dfg.value_def(constant).unwrap_inst();
+        let past = self.b.ins().icmp(at_least, wide, limit);
         if let Some(n) = &mut self.raised_checks {
             self.b.set_srcloc(ir::SourceLoc::new(*n));
             *n += 1;

@@ -569,6 +569,7 @@ fn memories_and_tables_of_64_bit_indices_trap_far_out_and_grow_in_i64() {
         u64::MAX as i64,
         (u64::MAX - 3) as i64,
         i64::MAX,
+        i64::MIN,
     ] {
         let e = load.call(&mut store, far).unwrap_err();
         assert_eq!(
