@@ -158,7 +158,7 @@ fn read_each(
 ) -> Result<usize> {
     let mut total = 0;
     for &(ptr, len) in iovs {
-        let n = read(m.slice_mut(ptr, len)?, total)?;
+        let n = m.fill(ptr, len, |buf| read(buf, total))?;
         total += n;
         if n < len as usize {
             break;
@@ -270,13 +270,18 @@ impl WasiCtx {
     }
 
     pub(crate) fn random_get(&mut self, m: &mut GuestMemory<'_>, buf: u32, len: u32) -> Result<()> {
-        let out = m.slice_mut(buf, len)?;
-        let mut filled = 0;
-        while filled < out.len() {
-            filled += retry(|| {
-                rustix::rand::getrandom(&mut out[filled..], rustix::rand::GetRandomFlags::empty())
-            })?;
-        }
+        m.fill(buf, len, |out| {
+            let mut filled = 0;
+            while filled < out.len() {
+                filled += retry(|| {
+                    rustix::rand::getrandom(
+                        &mut out[filled..],
+                        rustix::rand::GetRandomFlags::empty(),
+                    )
+                })?;
+            }
+            Ok(filled)
+        })?;
         Ok(())
     }
 
@@ -345,7 +350,8 @@ impl WasiCtx {
         at: Option<u64>,
     ) -> Result<usize> {
         let iovs = m.iovecs(iovs, n)?;
-        let bufs = m.gather(&iovs);
+        let bufs = m.gather(&iovs)?;
+        let bufs: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
         let needed = rights::FD_WRITE | at.map_or(0, |_| rights::FD_SEEK);
         let WasiCtx {
             fds,
@@ -707,41 +713,43 @@ impl WasiCtx {
                 cut: None,
             }),
         };
-        let out = m.slice_mut(buf, len)?;
-        let mut filled = 0;
-        // Copies `bytes` into the rest of `out`; `false` if they did not all fit.
-        let mut put = |bytes: &[u8]| {
-            let n = bytes.len().min(out.len() - filled);
-            out[filled..filled + n].copy_from_slice(&bytes[..n]);
-            filled += n;
-            n == bytes.len()
-        };
-        if let Some(cut) = listing.cut.take()
-            && cookie < listing.read
-            && !put(&cut)
-        {
-            listing.cut = Some(cut);
-        }
-        while listing.cut.is_none() {
-            let Some(entry) = listing.dir.read() else {
-                break;
+        let filled = m.fill(buf, len, |out| {
+            let mut filled = 0;
+            // Copies `bytes` into the rest of `out`; `false` if they did not all fit.
+            let mut put = |bytes: &[u8]| {
+                let n = bytes.len().min(out.len() - filled);
+                out[filled..filled + n].copy_from_slice(&bytes[..n]);
+                filled += n;
+                n == bytes.len()
             };
-            let entry = entry.map_err(Errno::from)?;
-            listing.read += 1;
-            if listing.read <= cookie {
-                continue;
+            if let Some(cut) = listing.cut.take()
+                && cookie < listing.read
+                && !put(&cut)
+            {
+                listing.cut = Some(cut);
             }
-            let name = entry.file_name().to_bytes();
-            let mut head = [0u8; DIRENT_SIZE as usize];
-            head[0..8].copy_from_slice(&listing.read.to_le_bytes()); // d_next
-            head[8..16].copy_from_slice(&entry.ino().to_le_bytes()); // d_ino
-            head[16..20].copy_from_slice(&(name.len() as u32).to_le_bytes()); // d_namlen
-            head[20] = filetype_of(entry.file_type().as_raw_mode()); // d_type
-            // A full buffer tells the guest to call again from the last entry it got whole.
-            if !(put(&head) && put(name)) {
-                listing.cut = Some([&head[..], name].concat());
+            while listing.cut.is_none() {
+                let Some(entry) = listing.dir.read() else {
+                    break;
+                };
+                let entry = entry.map_err(Errno::from)?;
+                listing.read += 1;
+                if listing.read <= cookie {
+                    continue;
+                }
+                let name = entry.file_name().to_bytes();
+                let mut head = [0u8; DIRENT_SIZE as usize];
+                head[0..8].copy_from_slice(&listing.read.to_le_bytes()); // d_next
+                head[8..16].copy_from_slice(&entry.ino().to_le_bytes()); // d_ino
+                head[16..20].copy_from_slice(&(name.len() as u32).to_le_bytes()); // d_namlen
+                head[20] = filetype_of(entry.file_type().as_raw_mode()); // d_type
+                // A full buffer tells the guest to call again from the last entry it got whole.
+                if !(put(&head) && put(name)) {
+                    listing.cut = Some([&head[..], name].concat());
+                }
             }
-        }
+            Ok(filled)
+        })?;
         m.set_size(used, filled)
     }
 
@@ -804,7 +812,7 @@ impl WasiCtx {
             true => Mode::from_raw_mode(0o666),
             false => Mode::empty(),
         };
-        let opened = fs::open(dir.fd.as_fd(), m.slice(path, path_len)?, host, mode)?;
+        let opened = fs::open(dir.fd.as_fd(), &m.slice(path, path_len)?, host, mode)?;
         let is_dir = oflags & oflags::DIRECTORY != 0
             || FileType::from_raw_mode(retry(|| rustix::fs::fstat(&opened))?.st_mode)
                 == FileType::Directory;
@@ -831,7 +839,7 @@ impl WasiCtx {
         len: u32,
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_CREATE_DIRECTORY)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), m.slice(path, len)?)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), &m.slice(path, len)?)?;
         retry(|| rustix::fs::mkdirat(&base, last.as_slice(), Mode::from_raw_mode(0o777)))
     }
 
@@ -843,7 +851,7 @@ impl WasiCtx {
         len: u32,
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_REMOVE_DIRECTORY)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), m.slice(path, len)?)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), &m.slice(path, len)?)?;
         retry(|| rustix::fs::unlinkat(&base, last.as_slice(), AtFlags::REMOVEDIR))
     }
 
@@ -856,7 +864,7 @@ impl WasiCtx {
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_UNLINK_FILE)?;
         let path = m.slice(path, len)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), path)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), &path)?;
         if path.ends_with(b"/") {
             // "file/" names a directory: never a file to unlink.
             let st =
@@ -879,8 +887,8 @@ impl WasiCtx {
     ) -> Result<()> {
         let from = self.dir(fd, rights::PATH_RENAME_SOURCE)?;
         let to = self.dir(new_fd, rights::PATH_RENAME_TARGET)?;
-        let (b1, l1) = fs::parent(from.fd.as_fd(), m.slice(old, old_len)?)?;
-        let (b2, l2) = fs::parent(to.fd.as_fd(), m.slice(new, new_len)?)?;
+        let (b1, l1) = fs::parent(from.fd.as_fd(), &m.slice(old, old_len)?)?;
+        let (b2, l2) = fs::parent(to.fd.as_fd(), &m.slice(new, new_len)?)?;
         retry(|| rustix::fs::renameat(&b1, l1.as_slice(), &b2, l2.as_slice()))
     }
 
@@ -898,8 +906,8 @@ impl WasiCtx {
         if target.contains(&0) {
             return Err(Errno::INVAL);
         }
-        let (base, last) = fs::parent(dir.fd.as_fd(), m.slice(new, new_len)?)?;
-        retry(|| rustix::fs::symlinkat(target, &base, last.as_slice()))
+        let (base, last) = fs::parent(dir.fd.as_fd(), &m.slice(new, new_len)?)?;
+        retry(|| rustix::fs::symlinkat(&*target, &base, last.as_slice()))
     }
 
     pub(crate) fn path_link(
@@ -916,8 +924,8 @@ impl WasiCtx {
         let from = self.dir(fd, rights::PATH_LINK_SOURCE)?;
         let to = self.dir(new_fd, rights::PATH_LINK_TARGET)?;
         let follow = lookup & abi::LOOKUP_SYMLINK_FOLLOW != 0;
-        let (b1, l1) = fs::resolve(from.fd.as_fd(), m.slice(old, old_len)?, follow)?;
-        let (b2, l2) = fs::parent(to.fd.as_fd(), m.slice(new, new_len)?)?;
+        let (b1, l1) = fs::resolve(from.fd.as_fd(), &m.slice(old, old_len)?, follow)?;
+        let (b2, l2) = fs::parent(to.fd.as_fd(), &m.slice(new, new_len)?)?;
         retry(|| rustix::fs::linkat(&b1, l1.as_slice(), &b2, l2.as_slice(), AtFlags::empty()))
     }
 
@@ -932,7 +940,7 @@ impl WasiCtx {
         used: u32,
     ) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_READLINK)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), m.slice(path, len)?)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), &m.slice(path, len)?)?;
         let target = retry(|| rustix::fs::readlinkat(&base, last.as_slice(), Vec::new()))?;
         let target = target.as_bytes();
         let n = target.len().min(buf_len as usize);
@@ -952,10 +960,10 @@ impl WasiCtx {
         let dir = self.dir(fd, rights::PATH_FILESTAT_GET)?;
         let path = m.slice(path, len)?;
         let st = if lookup & abi::LOOKUP_SYMLINK_FOLLOW != 0 {
-            let file = fs::open(dir.fd.as_fd(), path, OFlags::PATH, Mode::empty())?;
+            let file = fs::open(dir.fd.as_fd(), &path, OFlags::PATH, Mode::empty())?;
             retry(|| rustix::fs::fstat(&file))?
         } else {
-            let (base, last) = fs::parent(dir.fd.as_fd(), path)?;
+            let (base, last) = fs::parent(dir.fd.as_fd(), &path)?;
             retry(|| rustix::fs::statat(&base, last.as_slice(), AtFlags::SYMLINK_NOFOLLOW))?
         };
         m.write(out, &filestat(&st))
@@ -975,7 +983,7 @@ impl WasiCtx {
         let times = timestamps(atim, mtim, flags as u16)?;
         let dir = self.dir(fd, rights::PATH_FILESTAT_SET_TIMES)?;
         let follow = lookup & abi::LOOKUP_SYMLINK_FOLLOW != 0;
-        let (base, last) = fs::resolve(dir.fd.as_fd(), m.slice(path, len)?, follow)?;
+        let (base, last) = fs::resolve(dir.fd.as_fd(), &m.slice(path, len)?, follow)?;
         retry(|| rustix::fs::utimensat(&base, last.as_slice(), &times, AtFlags::SYMLINK_NOFOLLOW))
     }
 

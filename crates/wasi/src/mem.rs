@@ -3,6 +3,8 @@
 //!
 //! Values are little-endian at any alignment, as wasm memory is.
 
+use std::borrow::Cow;
+
 use ephem_runtime::HostBytes;
 
 use crate::abi::{Errno, IOVEC_SIZE};
@@ -10,41 +12,55 @@ use crate::abi::{Errno, IOVEC_SIZE};
 /// What a host function returns to the guest on failure.
 pub type Result<T, E = Errno> = std::result::Result<T, E>;
 
-/// A borrowed linear memory. Writes go through [`GuestMemory::slice_mut`], which marks them
-/// (see [`HostBytes`]).
+/// A borrowed linear memory. Writes go through [`HostBytes`], which marks them. A shared
+/// memory's bytes are copied in and out rather than borrowed (see [`HostBytes`]), which is why
+/// reads give `Cow`s and writes in place go through [`GuestMemory::fill`].
 pub struct GuestMemory<'a>(pub(crate) HostBytes<'a>);
 
 impl GuestMemory<'_> {
     fn range(&self, ptr: u32, len: u32) -> Result<std::ops::Range<usize>> {
         let start = ptr as usize;
         let end = start + len as usize;
-        if end > self.0.as_slice().len() {
+        if end > self.0.len() {
             return Err(Errno::FAULT);
         }
         Ok(start..end)
     }
 
     /// `len` bytes at `ptr`.
-    pub fn slice(&self, ptr: u32, len: u32) -> Result<&[u8]> {
+    pub fn slice(&self, ptr: u32, len: u32) -> Result<Cow<'_, [u8]>> {
         let r = self.range(ptr, len)?;
-        Ok(&self.0.as_slice()[r])
+        self.0.read(r).ok_or(Errno::FAULT)
     }
 
-    /// `len` bytes at `ptr`, to write.
-    pub fn slice_mut(&mut self, ptr: u32, len: u32) -> Result<&mut [u8]> {
+    /// Lets `fill` write the first bytes of the `len` at `ptr`, and returns how many it wrote:
+    /// in place, or (in a shared memory) in a buffer of zeros whose first bytes, as many as it
+    /// says, are then copied there.
+    pub fn fill(
+        &mut self,
+        ptr: u32,
+        len: u32,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<usize> {
         let r = self.range(ptr, len)?;
-        self.0.get_mut(r).ok_or(Errno::FAULT)
+        if let Some(bytes) = self.0.get_mut(r) {
+            return fill(bytes);
+        }
+        let mut buffer = vec![0; len as usize];
+        let n = fill(&mut buffer)?;
+        self.write(ptr, &buffer[..n.min(buffer.len())])?;
+        Ok(n)
     }
 
     /// Copies `bytes` to `ptr`.
     pub fn write(&mut self, ptr: u32, bytes: &[u8]) -> Result<()> {
         let len = u32::try_from(bytes.len()).map_err(|_| Errno::FAULT)?;
-        self.slice_mut(ptr, len)?.copy_from_slice(bytes);
-        Ok(())
+        let r = self.range(ptr, len)?;
+        self.0.write(r.start, bytes).ok_or(Errno::FAULT)
     }
 
     fn array<const N: usize>(&self, ptr: u32) -> Result<[u8; N]> {
-        Ok(self.slice(ptr, N as u32)?.try_into().expect("N bytes"))
+        Ok(self.slice(ptr, N as u32)?[..].try_into().expect("N bytes"))
     }
 
     pub fn u8(&self, ptr: u32) -> Result<u8> {
@@ -84,13 +100,9 @@ impl GuestMemory<'_> {
             .collect()
     }
 
-    /// The byte slices of a ciovec array, to write out.
-    pub fn gather(&self, iovs: &[(u32, u32)]) -> Vec<std::io::IoSlice<'_>> {
-        iovs.iter()
-            .map(|&(p, l)| {
-                std::io::IoSlice::new(&self.0.as_slice()[p as usize..p as usize + l as usize])
-            })
-            .collect()
+    /// The bytes of a ciovec array, to write out (each checked by [`GuestMemory::iovecs`]).
+    pub fn gather(&self, iovs: &[(u32, u32)]) -> Result<Vec<Cow<'_, [u8]>>> {
+        iovs.iter().map(|&(p, l)| self.slice(p, l)).collect()
     }
 }
 
@@ -106,7 +118,7 @@ mod tests {
         assert_eq!(m.u64(8), Ok(u64::MAX));
         assert_eq!(m.u64(9), Err(Errno::FAULT));
         assert_eq!(m.u32(u32::MAX), Err(Errno::FAULT));
-        assert_eq!(m.slice(16, 0).map(<[u8]>::len), Ok(0));
+        assert_eq!(m.slice(16, 0).map(|s| s.len()), Ok(0));
         assert_eq!(m.slice(17, 0).err(), Some(Errno::FAULT));
         // An iovec array whose byte size overflows, and one pointing outside.
         assert_eq!(m.iovecs(0, u32::MAX).err(), Some(Errno::FAULT));

@@ -720,3 +720,45 @@ fn a_cpp_program_throws_and_catches_as_wasmtime_runs_it_in_both_forms() {
         assert_eq!(text(ctx.stdout()), text(&expected), "{name}");
     }
 }
+
+/// A guest whose memory is shared (as a `wasi-threads` program's is) reads standard input and
+/// random bytes into it and writes them out of it: the host copies them in and out, never
+/// borrowing bytes other threads may write.
+#[test]
+fn reads_and_writes_reach_a_shared_memory() {
+    let engine = Engine::default();
+    let module = ephem::Module::new(
+        &engine,
+        br#"(module
+              (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))
+              (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+              (import "wasi_snapshot_preview1" "random_get" (func $random (param i32 i32) (result i32)))
+              (memory (export "memory") 1 1 shared)
+              (func (export "_start")
+                ;; Standard input into [100, 164), its length at 8.
+                (i32.store (i32.const 0) (i32.const 100))
+                (i32.store (i32.const 4) (i32.const 64))
+                (if (call $read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 8))
+                  (then unreachable))
+                ;; 32 random bytes right after what was read.
+                (if (call $random (i32.add (i32.const 100) (i32.load (i32.const 8))) (i32.const 32))
+                  (then unreachable))
+                ;; Both out to standard output.
+                (i32.store (i32.const 16) (i32.const 100))
+                (i32.store (i32.const 20) (i32.add (i32.load (i32.const 8)) (i32.const 32)))
+                (if (call $write (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 24))
+                  (then unreachable))))"#,
+    )
+    .unwrap();
+    let mut b = WasiCtx::builder();
+    b.stdin(ephem_wasi::Input::Bytes(
+        b"through a shared memory".as_slice().into(),
+    ))
+    .stdout(Output::Capture(1 << 10));
+    let (result, ctx) = run_ctx(&engine, &module, b.build());
+    result.unwrap();
+    let (text_part, random) = ctx.stdout().split_at(23);
+    assert_eq!(text_part, b"through a shared memory");
+    assert_eq!(random.len(), 32);
+    assert!(random.iter().any(|&b| b != 0), "{random:?}");
+}

@@ -63,6 +63,7 @@ mod zero;
 
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use ephem_module::{MemoryType, VmMemory};
 
@@ -122,30 +123,98 @@ unsafe fn mark_range(base: *mut u8, offset: usize, len: usize) {
 }
 
 /// A memory's bytes as a host function reads and writes them: writes go through
-/// [`HostBytes::get_mut`], which sets the write marks of what it hands out (see the module
-/// documentation), so that the memory's reset can still trust them. (Made from a plain slice,
-/// there is nothing to mark.)
+/// [`HostBytes::get_mut`] or [`HostBytes::write`], which set the write marks of what they
+/// write (see the module documentation), so that the memory's reset can still trust them. (Made
+/// from a plain slice, there is nothing to mark.)
+///
+/// A shared memory's bytes are never handed out as a slice: other threads may read and write
+/// them at any time, which a Rust reference forbids. They are copied in and out instead, a
+/// byte at a time as relaxed atomics ([`HostBytes::read`], [`HostBytes::write`]), which is
+/// what a guest that does not synchronise with the host's call can observe anyway.
 pub struct HostBytes<'a> {
-    bytes: &'a mut [u8],
-    /// The memory's base, or `None` for a plain slice.
-    base: Option<*mut u8>,
+    view: View<'a>,
+}
+
+enum View<'a> {
+    /// A memory's own bytes, or a plain slice (`base` is `None`: nothing to mark).
+    Own {
+        bytes: &'a mut [u8],
+        base: Option<*mut u8>,
+    },
+    /// A shared memory's bytes (see [`HostBytes`]).
+    Shared(&'a [UnsafeCell<u8>]),
+}
+
+/// `cell` as an atomic byte.
+fn atomic(cell: &UnsafeCell<u8>) -> &std::sync::atomic::AtomicU8 {
+    // SAFETY: `AtomicU8` has `u8`'s size and alignment, and the cell lives as long as the
+    // borrow of it. Every access the host makes to a shared memory's bytes is atomic (this is
+    // the only way to them); what the guests' code does to them is wasm's memory model's.
+    unsafe { std::sync::atomic::AtomicU8::from_ptr(cell.get()) }
 }
 
 impl<'a> HostBytes<'a> {
     /// Bytes of no memory (for tests of host functions).
     pub fn new(bytes: &'a mut [u8]) -> HostBytes<'a> {
-        HostBytes { bytes, base: None }
+        HostBytes {
+            view: View::Own { bytes, base: None },
+        }
     }
 
-    /// All the bytes, to read.
-    pub fn as_slice(&self) -> &[u8] {
-        self.bytes
+    /// A shared memory's bytes (see [`HostBytes`]).
+    pub fn shared(bytes: &'a [UnsafeCell<u8>]) -> HostBytes<'a> {
+        HostBytes {
+            view: View::Shared(bytes),
+        }
     }
 
-    /// `range` to write (marked as written), or `None` if it is not within the bytes.
+    /// How many bytes there are.
+    pub fn len(&self) -> usize {
+        match &self.view {
+            View::Own { bytes, .. } => bytes.len(),
+            View::Shared(cells) => cells.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes of `range`, or `None` if it is not within the bytes: borrowed, or copied out
+    /// of a shared memory.
+    pub fn read(&self, range: std::ops::Range<usize>) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match &self.view {
+            View::Own { bytes, .. } => bytes.get(range).map(std::borrow::Cow::Borrowed),
+            View::Shared(cells) => {
+                let cells = cells.get(range)?;
+                let copied = cells.iter().map(|c| atomic(c).load(Relaxed)).collect();
+                Some(std::borrow::Cow::Owned(copied))
+            }
+        }
+    }
+
+    /// Copies `data` to `at` (marked as written), or `None` if it does not fit.
+    pub fn write(&mut self, at: usize, data: &[u8]) -> Option<()> {
+        let range = at..at.checked_add(data.len())?;
+        if let View::Shared(cells) = &self.view {
+            for (cell, &byte) in cells.get(range)?.iter().zip(data) {
+                atomic(cell).store(byte, Relaxed);
+            }
+            return Some(());
+        }
+        self.get_mut(range)?.copy_from_slice(data);
+        Some(())
+    }
+
+    /// `range` to write in place (marked as written), or `None` if it is not within the bytes
+    /// or they are a shared memory's, which only [`HostBytes::write`] writes.
     pub fn get_mut(&mut self, range: std::ops::Range<usize>) -> Option<&mut [u8]> {
-        let bytes = self.bytes.get_mut(range.clone())?;
-        if let Some(base) = self.base {
+        let View::Own { bytes, base } = &mut self.view else {
+            return None;
+        };
+        let bytes = bytes.get_mut(range.clone())?;
+        if let Some(base) = *base {
             // SAFETY: `base` is the memory whose bytes these are, alive and not running wasm
             // for as long as `self` borrows them; the range lies within them.
             unsafe { mark_range(base, range.start, range.len()) };
@@ -470,11 +539,16 @@ impl LinearMemory {
     /// other threads may: see [`SharedMemory`] for what the host's view of one then is.)
     pub(crate) unsafe fn host_bytes(&self) -> HostBytes<'_> {
         self.expose();
-        HostBytes {
-            // SAFETY: per the contract.
-            bytes: unsafe { self.bytes_unexposed() },
+        match self.shared() {
             // A shared memory takes no marks (other threads would write them too).
-            base: self.shared().is_none().then(|| self.raw_base()),
+            Some(shared) => HostBytes::shared(shared.data()),
+            None => HostBytes {
+                view: View::Own {
+                    // SAFETY: per the contract.
+                    bytes: unsafe { self.bytes_unexposed() },
+                    base: Some(self.raw_base()),
+                },
+            },
         }
     }
 

@@ -18,10 +18,12 @@
 //! Waiting and notifying (`memory.atomic.wait32`/`wait64`/`notify`) are `wait`'s.
 //!
 //! The host's view: other threads may write a shared memory at any time. [`SharedMemory::data`]
-//! gives its bytes as cells, and `Memory::read`/`write` copy without making a Rust reference;
-//! but a store's [`Memory`](crate::Memory) of a shared memory also hands out slices
-//! (`Memory::data`, and WASI's bytes through `HostBytes`), which are only as good as the
-//! program's own synchronisation: another thread's write while one lives is a race.
+//! gives its bytes as cells, `Memory::read`/`write` copy without making a Rust reference, and
+//! [`HostBytes`](crate::HostBytes) (what WASI reads and writes through) copies a byte at a time
+//! as atomics. A store's [`Memory`](crate::Memory) of a shared memory still hands out slices
+//! (`Memory::data`, `data_mut`), which are only as good as the program's own
+//! synchronisation: another thread's write while one lives is a race. An embedder sharing a
+//! memory between threads reads it through the first three.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU64, Ordering};
