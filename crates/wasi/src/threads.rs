@@ -15,7 +15,9 @@
 //! A thread that exits (`proc_exit`) or traps ends the whole program: the embedder's
 //! `on_error` hears it (`ephem run` exits the process, as wasmtime does). Each thread's store
 //! gets its limits from the embedder's `setup`: in `ephem run`, `--fuel` and `--timeout` bound
-//! each thread on its own, from its start.
+//! each thread on its own, from its start. Fuel stays each store's, as wasmtime's does; the
+//! main thread's deadline ends the whole program (the program ends with its main thread, and a
+//! deadline ends a wait too), so `--timeout` bounds the program as a whole.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
