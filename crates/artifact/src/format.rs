@@ -53,8 +53,10 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// memories and 64-bit memories past 4 GiB; 28: `ModuleInfo::types` are `TypeDef`s, struct and
 /// array types among them, and `HeapType` has GC's heap types; `ModuleInfo::faults_bound`; 29:
 /// GC's objects: `ModuleInfo::subs`, `ConstOp`'s GC instructions, the vmctx's `GC_HEAP`, new
-/// trap kinds and builtins).
-pub const FORMAT_VERSION: u32 = 30;
+/// trap kinds and builtins; 30: `CallSite::refs` (stack maps) and one encoding of host
+/// references for `anyref` and `externref`; 31: a 64-bit memory's write marks lie
+/// `MARKS_BEFORE_LARGE` bytes before its base, as its large slot keeps them).
+pub const FORMAT_VERSION: u32 = 31;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const HEADER_SIZE: usize = 256;

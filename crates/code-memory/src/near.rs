@@ -61,9 +61,9 @@ impl<P: Pool<S>, S> Kept<P, S> {
         Some(self.take_at(at))
     }
 
-    /// The least recently kept slot of `pool`.
-    pub fn take_oldest(&mut self, pool: &P) -> Option<S> {
-        let at = self.slots.iter().position(|(p, _)| is(p, pool))?;
+    /// The least recently kept slot of `pool` that `wanted` accepts.
+    pub fn take_oldest(&mut self, pool: &P, wanted: impl Fn(&S) -> bool) -> Option<S> {
+        let at = (self.slots.iter()).position(|(p, s)| is(p, pool) && wanted(s))?;
         Some(self.take_at(at))
     }
 
@@ -184,7 +184,7 @@ mod tests {
         // At the bound in all (2, 4, 10, 11): the oldest of all, `a`'s, goes back to `a`.
         assert_eq!(kept.put(&b, 12, 3, 4).and_then(|e| e.of(&b)), None);
         assert_eq!(*a.0.lock().unwrap(), [2]);
-        assert_eq!(kept.take_oldest(&b), Some(10));
+        assert_eq!(kept.take_oldest(&b, |_| true), Some(10));
         assert_eq!(kept.take(&a, |_| true), Some(4));
         assert_eq!(kept.take(&a, |_| true), None);
         // Nothing is kept under a zero bound.

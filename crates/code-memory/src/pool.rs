@@ -561,7 +561,7 @@ mod near {
 
     /// This thread's least recently released slot of `pool`.
     pub(super) fn take_oldest(pool: &Inner) -> Option<Slot> {
-        with(&NEAR, |kept| kept.take_oldest(pool)).flatten()
+        with(&NEAR, |kept| kept.take_oldest(pool, |_| true)).flatten()
     }
 
     /// How many slots of `pool` this thread keeps.

@@ -120,7 +120,7 @@ pub struct Proposals {
     /// that reaches such a memory always checks bounds: a fault can only stop an access a
     /// whole host page past the end.
     pub custom_page_sizes: bool,
-    /// Memories addressed by `i64`, up to 8 GiB less a page. Code that reaches one always checks bounds:
+    /// Memories addressed by `i64`, up to 64 GiB less a page. Code that reaches one always checks bounds:
     /// a 64-bit address can reach past any reservation.
     pub memory64: bool,
     /// Shared memories and atomic operations (on any memory): `memory.atomic.wait32`/`64`,

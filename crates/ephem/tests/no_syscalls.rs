@@ -2,7 +2,8 @@
 //! open, loading their code into a `dual` slot (copied from the bytes read on open),
 //! instantiating in a new store (a pooled memory slot of the right size, which keeps its image
 //! for the next instance of the same module), calling and tearing down (dropping the store,
-//! which resets the memory by its write marks; a GC module's heap too) all run under seccomp's
+//! which resets the memory by its write marks; a GC module's heap and a 64-bit memory's large
+//! slot too) all run under seccomp's
 //! strict mode, where any
 //! system call but read, write and exit kills the process. (Opening a file, mapping large texts
 //! or an image into a slot the first time, and discarding pages beyond a slot's resident part
@@ -52,12 +53,21 @@ fn loading_instantiating_and_calling_a_small_module_makes_no_system_call() {
           (array.copy $bytes $bytes (local.get $a) (i32.const 0) (local.get $a) (i32.const 50)
             (i32.const 30))
           (i32.add (array.get_u $bytes (local.get $a) (i32.const 3)) (i32.const 2))))"#;
+    // A 64-bit memory, in a large slot of the pool, grown in the call and written past its
+    // first page.
+    let wide = r#"(module
+        (memory i64 1)
+        (func (export "g") (result i32)
+          (drop (memory.grow (i64.const 1)))
+          (i32.store (i64.const 70000) (i32.const 40))
+          (i32.add (i32.load (i64.const 70000)) (i32.const 2))))"#;
     let dir = ephem_test_support::temp_dir();
     let engine = Engine::default();
     let modules = [
         open(&engine, dir.path(), "plain.ephem", plain),
         open(&engine, dir.path(), "imaged.ephem", imaged),
         open(&engine, dir.path(), "gc.ephem", gc),
+        open(&engine, dir.path(), "wide.ephem", wide),
     ];
     assert!(
         modules[1].artifact().image(0).is_some(),

@@ -1011,10 +1011,37 @@ impl MemoryType {
         self.page_size_log2 < MemoryType::DEFAULT_PAGE_SIZE_LOG2 || self.memory64
     }
 
-    /// The most bytes a 64-bit memory may have: 8 GiB less a page, what a memory slot's
+    /// The most bytes a 64-bit memory may have: 64 GiB less a page, what a large memory slot's
     /// reservation and write marks cover (code that reaches such a memory checks every access
-    /// against its length, so it needs no guard pages beyond).
-    pub const MAX_MEMORY64_BYTES: u64 = (8 << 30) - 65536;
+    /// against its length, so it needs no guard pages beyond). See [`MemoryType::large`].
+    pub const MAX_MEMORY64_BYTES: u64 = (64 << 30) - 65536;
+
+    /// The most pages a memory of this type may have: its maximum, within
+    /// [`MemoryType::max_pages`].
+    pub fn most_pages(&self) -> u64 {
+        (self.max.map_or(u64::MAX, u64::from)).min(self.max_pages())
+    }
+
+    /// Whether a memory of this type lives in a *large* slot: every 64-bit memory does. A
+    /// large slot reserves eight times the address space of an ordinary one and keeps more
+    /// write marks before the memory's base ([`MemoryType::marks_before`]), so that a 64-bit
+    /// memory may grow to [`MemoryType::MAX_MEMORY64_BYTES`]; ordinary slots stay as small as a
+    /// 32-bit memory needs, so that the address space holds as many of them. The index type
+    /// alone decides, not the limits: code compiled for an imported memory finds its marks
+    /// where the type it imports says, and an import's limits may differ from the memory's,
+    /// never its index type.
+    pub fn large(&self) -> bool {
+        self.memory64
+    }
+
+    /// Bytes of write marks before the base of a memory of this type (see
+    /// [`MARK_SHIFT`](crate::MARK_SHIFT)).
+    pub fn marks_before(&self) -> usize {
+        match self.large() {
+            true => crate::MARKS_BEFORE_LARGE,
+            false => crate::MARKS_BEFORE,
+        }
+    }
 
     /// The most pages a memory of this page size may have: for a 32-bit memory 4 GiB of them,
     /// and for one-byte pages one fewer (its size must fit `memory.size`'s `i32`); for a

@@ -62,6 +62,10 @@ pub const MARK_HEAD: usize = 128;
 /// Bytes of marks before a memory's base: enough for every page the invariant above can name
 /// (`(2^32 - 1 + 2^32 - 1) >> 12`), so a mark is never out of bounds whatever the store.
 pub const MARKS_BEFORE: usize = 1 << (33 - MARK_SHIFT);
+/// Bytes of marks before the base of a 64-bit memory, which lives in a large slot (see
+/// `MemoryType::large`): enough for every page of the largest one (whose every access is
+/// checked against its length), 64 GiB.
+pub const MARKS_BEFORE_LARGE: usize = 1 << (36 - MARK_SHIFT);
 
 /// An exception tag, as its store keeps it: its address is its identity (two instances of a
 /// module define distinct tags; an imported tag is the exporter's).

@@ -104,7 +104,7 @@ builtin! {
     /// limiter refuses.
     fn memory_grow[i, store](mem: u32, delta: u64) -> u64 {
         let memory = i.memory(store, mem);
-        // (No memory grows by 2^32 pages: the most it can hold is 8 GiB.)
+        // (No memory grows by 2^32 pages: the most it can hold is 64 GiB.)
         let Ok(delta) = u32::try_from(delta) else {
             return u64::MAX;
         };

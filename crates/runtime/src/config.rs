@@ -251,7 +251,7 @@ impl Config {
         self
     }
 
-    /// Whether 64-bit memories (addressed by `i64`) are accepted, up to 8 GiB less a page
+    /// Whether 64-bit memories (addressed by `i64`) are accepted, up to 64 GiB less a page
     /// (`MemoryType::MAX_MEMORY64_BYTES`; default: yes).
     /// Code that reaches one always checks bounds (see `Proposals::memory64`).
     #[cfg(feature = "cranelift")]

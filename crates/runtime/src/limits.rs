@@ -9,7 +9,7 @@
 //!   -1, as the specification allows, and the guest goes on;
 //! - making an instance, memory or table beyond the counts fails like a creation.
 //!
-//! Without a limiter a store is bounded only by the engine: 4 GiB per memory (8 GiB less a
+//! Without a limiter a store is bounded only by the engine: 4 GiB per memory (64 GiB less a
 //! page for a 64-bit one), 10 million elements per table.
 
 use ephem_module::{MemoryType, TableType};

@@ -10,7 +10,7 @@
 
 use cranelift_codegen::ir::InstBuilder;
 use cranelift_codegen::ir::types::I8;
-use ephem_module::{MARK_SHIFT, MARK_WINDOW, MARKS_BEFORE};
+use ephem_module::{MARK_SHIFT, MARK_WINDOW};
 
 use super::memory::Access;
 use super::{Translator, trusted};
@@ -41,6 +41,7 @@ impl Translator<'_, '_> {
         let mark = self.b.ins().iadd(a.base, page);
         let one = self.b.ins().iconst(I8, 1);
         let marks = trusted().with_alias_region(self.regions.map(|r| r.marks));
-        self.b.ins().store(marks, one, mark, -(MARKS_BEFORE as i32));
+        let before = self.env.info.memories[a.memory as usize].marks_before();
+        self.b.ins().store(marks, one, mark, -(before as i32));
     }
 }

@@ -91,7 +91,7 @@ impl Translator<'_, '_> {
         // A memory bounded by faults is tight: a fault past its end is its check (a shared
         // one's sees another thread's growth as soon as the pages are open).
         if self.env.info.checks_memory(memory) {
-            // (A 64-bit memory's offset may be anything: one past 8 GiB never fits.)
+            // (A 64-bit memory's offset may be anything: one past 64 GiB never fits.)
             let end = offset.saturating_add(u64::from(size)).min(1 << 40);
             self.check_bounds(memory, index, wide, end);
         }

@@ -74,12 +74,10 @@ pub use shared::{SharedMemory, WaitResult};
 use slot::Slot;
 
 pub(crate) const PAGE: u64 = 65536;
-/// Bytes of write marks before each memory's base (see [`ephem_module::MARK_SHIFT`]).
-const MARKS: usize = ephem_module::MARKS_BEFORE;
 const _: () = assert!(1 << ephem_module::MARK_SHIFT == crate::pagemap::PAGE);
 /// Most pages a memory can have: its type's bound, or `MemoryType::max_pages`.
 fn max_pages(ty: MemoryType) -> u64 {
-    (ty.max.map_or(u64::MAX, u64::from)).min(ty.max_pages())
+    ty.most_pages()
 }
 
 /// `len` bytes rounded up to whole host pages: what a slot makes accessible for a memory of
@@ -87,31 +85,36 @@ fn max_pages(ty: MemoryType) -> u64 {
 fn host_pages(len: usize) -> usize {
     len.next_multiple_of(crate::pagemap::PAGE)
 }
-/// Address space behind each memory base: 4 GiB of addresses plus 4 GiB of offsets, plus a
-/// page for the widest access.
+/// Address space behind each memory base of an ordinary slot: 4 GiB of addresses plus 4 GiB
+/// of offsets, plus a page for the widest access.
 pub(crate) const RESERVATION: usize = (8 << 30) + PAGE as usize;
-// A 64-bit memory (whose accesses are all checked) lies within the reservation, and its write
-// marks, with the one after its last page, within the marks.
-const _: () = assert!(MemoryType::MAX_MEMORY64_BYTES as usize <= RESERVATION);
-const _: () =
-    assert!((MemoryType::MAX_MEMORY64_BYTES as usize >> ephem_module::MARK_SHIFT) < MARKS);
+/// Address space behind the base of a large slot (see `MemoryType::large`): the largest
+/// 64-bit memory, whose accesses are all checked, and a page.
+pub(crate) const LARGE_RESERVATION: usize = (64 << 30) + PAGE as usize;
+// A large slot holds the largest 64-bit memory, and its write marks, with the one after its
+// last page, lie within the slot's marks (an ordinary slot's cover what `MARKS_BEFORE` says).
+const _: () = assert!(MemoryType::MAX_MEMORY64_BYTES as usize <= LARGE_RESERVATION);
+const _: () = assert!(
+    (MemoryType::MAX_MEMORY64_BYTES as usize >> ephem_module::MARK_SHIFT)
+        < ephem_module::MARKS_BEFORE_LARGE
+);
 
-/// Sets the write marks of `[offset, offset + len)` of the memory at `base` (see
-/// [`ephem_module::MARK_SHIFT`]).
+/// Sets the write marks of `[offset, offset + len)` of the memory whose marks begin at `marks`
+/// (see [`ephem_module::MARK_SHIFT`]).
 ///
 /// # Safety
-/// `base` is a live memory's base, the range lies within the memory, and no wasm runs on it.
-unsafe fn mark_range(base: *mut u8, offset: usize, len: usize) {
+/// `marks` is where a live memory's marks begin (its base less its type's `marks_before`),
+/// the range lies within the memory, and no wasm runs on it.
+unsafe fn mark_range(marks: *mut u8, offset: usize, len: usize) {
     use ephem_module::MARK_SHIFT;
     if len == 0 {
         return;
     }
     let (first, last) = (offset >> MARK_SHIFT, (offset + len - 1) >> MARK_SHIFT);
-    // SAFETY: the marks of pages within a memory lie in its slot's marks region (`MARKS`
-    // covers every page of a 4 GiB memory, and of the largest 64-bit one), which only the
-    // memory's users write, never concurrently with this (per the contract).
+    // SAFETY: the marks of pages within a memory lie in its slot's marks region (which
+    // covers every page of the largest memory of its kind), which only the memory's users
+    // write, never concurrently with this (per the contract).
     unsafe {
-        let marks = base.sub(MARKS);
         // Most bulk operations span a page or two: stores, not a call of `memset`.
         if last - first < 2 {
             *marks.add(first) = 1;
@@ -136,10 +139,11 @@ pub struct HostBytes<'a> {
 }
 
 enum View<'a> {
-    /// A memory's own bytes, or a plain slice (`base` is `None`: nothing to mark).
+    /// A memory's own bytes and where its marks begin, or a plain slice (`marks` is `None`:
+    /// nothing to mark).
     Own {
         bytes: &'a mut [u8],
-        base: Option<*mut u8>,
+        marks: Option<*mut u8>,
     },
     /// A shared memory's bytes (see [`HostBytes`]).
     Shared(&'a [UnsafeCell<u8>]),
@@ -157,7 +161,7 @@ impl<'a> HostBytes<'a> {
     /// Bytes of no memory (for tests of host functions).
     pub fn new(bytes: &'a mut [u8]) -> HostBytes<'a> {
         HostBytes {
-            view: View::Own { bytes, base: None },
+            view: View::Own { bytes, marks: None },
         }
     }
 
@@ -210,14 +214,14 @@ impl<'a> HostBytes<'a> {
     /// `range` to write in place (marked as written), or `None` if it is not within the bytes
     /// or they are a shared memory's, which only [`HostBytes::write`] writes.
     pub fn get_mut(&mut self, range: std::ops::Range<usize>) -> Option<&mut [u8]> {
-        let View::Own { bytes, base } = &mut self.view else {
+        let View::Own { bytes, marks } = &mut self.view else {
             return None;
         };
         let bytes = bytes.get_mut(range.clone())?;
-        if let Some(base) = *base {
-            // SAFETY: `base` is the memory whose bytes these are, alive and not running wasm
-            // for as long as `self` borrows them; the range lies within them.
-            unsafe { mark_range(base, range.start, range.len()) };
+        if let Some(marks) = *marks {
+            // SAFETY: `marks` are the marks of the memory whose bytes these are, alive and not
+            // running wasm for as long as `self` borrows them; the range lies within them.
+            unsafe { mark_range(marks, range.start, range.len()) };
         }
         Some(bytes)
     }
@@ -295,7 +299,7 @@ impl LinearMemory {
         pool.reserve(len)?;
         let made = (|| {
             let want = image.and_then(|image| pool.config.mapping(image));
-            let mut slot = pool.take(host_pages(len), want, loose)?;
+            let mut slot = pool.take(host_pages(len), want, loose, ty.large())?;
             // An image outside the new size could not be replaced later.
             if slot.accessible != host_pages(len)
                 && slot.image != want
@@ -528,7 +532,7 @@ impl LinearMemory {
         }
         // SAFETY: the range lies within the memory; no wasm runs on it while the runtime
         // writes for it.
-        unsafe { mark_range(self.raw_base(), offset, len) };
+        unsafe { mark_range(self.marks(), offset, len) };
     }
 
     /// The bytes, for a host function that writes them only through [`HostBytes::get_mut`],
@@ -546,7 +550,7 @@ impl LinearMemory {
                 view: View::Own {
                     // SAFETY: per the contract.
                     bytes: unsafe { self.bytes_unexposed() },
-                    base: Some(self.raw_base()),
+                    marks: Some(self.marks()),
                 },
             },
         }
@@ -572,6 +576,12 @@ impl LinearMemory {
         self.expose();
         // SAFETY: per the contract.
         unsafe { self.bytes_unexposed() }
+    }
+
+    /// Where the memory's write marks begin (see `MemoryType::marks_before`).
+    fn marks(&self) -> *mut u8 {
+        // The slot's marks region lies before its base (`slot`), as large as the type says.
+        self.raw_base().wrapping_sub(self.ty.marks_before())
     }
 
     fn raw_base(&self) -> *mut u8 {

@@ -59,8 +59,8 @@ mod near {
     }
 
     /// This thread's least recently reset slot of `pool`.
-    pub fn take_oldest(pool: &MemoryPool) -> Option<Slot> {
-        with(&NEAR, |kept| kept.take_oldest(pool)).flatten()
+    pub fn take_oldest(pool: &MemoryPool, wanted: impl Fn(&Slot) -> bool) -> Option<Slot> {
+        with(&NEAR, |kept| kept.take_oldest(pool, wanted)).flatten()
     }
 
     /// How many slots of `pool` this thread keeps.
@@ -128,16 +128,22 @@ impl MemoryPool {
         }
     }
 
+    /// A slot for a memory of `len` bytes (a large slot if `large`: see `MemoryType::large`),
+    /// preferably one where `image` is mapped; `loose` as for `LinearMemory::pooled`.
     pub(super) fn take(
         &self,
         len: usize,
         image: Option<MappedImage>,
         loose: bool,
+        large: bool,
     ) -> Result<Slot, crate::Error> {
         // Without image reuse, no idle slot's image is wanted: any of the size fits. A loose
-        // memory fits any slot with at least its size accessible.
+        // memory fits any slot with at least its size accessible. A slot of the other kind
+        // never fits.
         let reuse = self.config.reuse_images;
-        let sized = |s: &Slot| s.accessible == len || (loose && s.accessible > len);
+        let sized =
+            |s: &Slot| s.large == large && (s.accessible == len || (loose && s.accessible > len));
+        let kind = |s: &Slot| s.large == large;
         let exact = |s: &Slot| sized(s) && (!reuse || s.image == image);
         if let Some(slot) = near::take(self, exact) {
             return Ok(slot);
@@ -158,13 +164,13 @@ impl MemoryPool {
                     let i = idle.iter().rposition(sized);
                     i.map(|i| idle.remove(i))
                 }))
-                .or_else(|| (!idle.is_empty()).then(|| idle.remove(0)))
-                .or_else(|| near::take_oldest(self))
+                .or_else(|| idle.iter().position(kind).map(|i| idle.remove(i)))
+                .or_else(|| near::take_oldest(self, kind))
             }
         };
         match slot {
             Some(slot) => Ok(slot),
-            None => Slot::reserve(),
+            None => Slot::reserve(large),
         }
     }
 

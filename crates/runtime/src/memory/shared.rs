@@ -80,7 +80,7 @@ impl SharedMemory {
         let len = ty.bytes(ty.min) as usize;
         pool.reserve(len)?;
         let made = (|| -> Result<Slot, crate::Error> {
-            let mut slot = pool.take(host_pages(len), None, false)?;
+            let mut slot = pool.take(host_pages(len), None, false, ty.large())?;
             let failed = |e| crate::Error::Limit(format!("cannot make a shared memory: {e}"));
             slot.unmap_image().map_err(failed)?;
             slot.set_accessible(host_pages(len)).map_err(failed)?;

@@ -2,9 +2,10 @@
 //! [`LinearMemory`](super::LinearMemory) lives in while it lives, and the pool keeps while it
 //! is idle.
 //!
-//! Layout: [`MARKS`] bytes of write marks (read+write, see `reset`), then the base, then
-//! [`RESERVATION`] bytes of which `[base, base + accessible)` is read+write and the rest
-//! inaccessible. Where `image` says, the accessible pages are a private mapping of an
+//! Layout: [`ephem_module::MARKS_BEFORE`] bytes of write marks (read+write, see `reset`), then
+//! the base, then [`RESERVATION`] bytes of which `[base, base + accessible)` is read+write and
+//! the rest inaccessible; a large slot (for a 64-bit memory) has
+//! [`ephem_module::MARKS_BEFORE_LARGE`] and [`LARGE_RESERVATION`] instead. Where `image` says, the accessible pages are a private mapping of an
 //! artifact's image; everywhere else they are anonymous.
 //!
 //! Invariants: a slot is owned by exactly one memory or the pool (it is `Send`, never shared);
@@ -19,7 +20,7 @@ use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
 
 use super::image::{ImageFile, ImageSource, MappedImage};
 use super::reset::Learned;
-use super::{MARKS, RESERVATION};
+use super::{LARGE_RESERVATION, RESERVATION};
 
 /// One reservation: `[base, base + accessible)` is read+write, the rest inaccessible. Where
 /// `image` says, the accessible pages are a private mapping of an artifact's image; everywhere
@@ -35,6 +36,10 @@ pub(super) struct Slot {
     /// What the slot learned of where its instances touch memory (see
     /// [`Slot::reset_by_page_map`]).
     pub(super) learned: Learned,
+    /// Whether this is a large slot (see `MemoryType::large`), whose marks and reservation
+    /// are [`ephem_module::MARKS_BEFORE_LARGE`] and [`LARGE_RESERVATION`] bytes instead of
+    /// [`ephem_module::MARKS_BEFORE`] and [`RESERVATION`].
+    pub(super) large: bool,
 }
 
 // SAFETY: a slot is plain address space owned by whoever holds it (the pool's list or one
@@ -42,32 +47,43 @@ pub(super) struct Slot {
 unsafe impl Send for Slot {}
 
 impl Slot {
-    pub(super) fn reserve() -> Result<Slot, crate::Error> {
+    /// Bytes of marks before the base, and of reservation behind it.
+    fn sizes(large: bool) -> (usize, usize) {
+        match large {
+            true => (ephem_module::MARKS_BEFORE_LARGE, LARGE_RESERVATION),
+            false => (ephem_module::MARKS_BEFORE, RESERVATION),
+        }
+    }
+
+    /// A new slot, large or not.
+    pub(super) fn reserve(large: bool) -> Result<Slot, crate::Error> {
         let failed = |e| crate::Error::Limit(format!("cannot reserve linear memory: {e}"));
+        let (marks, reservation) = Slot::sizes(large);
         // SAFETY: a fresh private mapping the kernel places; nothing else is affected.
         let start = unsafe {
             rustix::mm::mmap_anonymous(
                 null_mut(),
-                MARKS + RESERVATION,
+                marks + reservation,
                 ProtFlags::empty(),
                 MapFlags::PRIVATE | MapFlags::NORESERVE,
             )
         }
         .map_err(failed)?;
-        // SAFETY: the first `MARKS` bytes of the reservation just made, ours alone.
-        let marks = unsafe {
-            rustix::mm::mprotect(start, MARKS, MprotectFlags::READ | MprotectFlags::WRITE)
+        // SAFETY: the first `marks` bytes of the reservation just made, ours alone.
+        let opened = unsafe {
+            rustix::mm::mprotect(start, marks, MprotectFlags::READ | MprotectFlags::WRITE)
         };
         let slot = Slot {
-            // SAFETY: inside the reservation (`MARKS` is less than its length).
-            base: unsafe { start.cast::<u8>().add(MARKS) },
+            // SAFETY: inside the reservation (`marks` is less than its length).
+            base: unsafe { start.cast::<u8>().add(marks) },
             accessible: 0,
             image: None,
             image_file: None,
             learned: Learned::default(),
+            large,
         };
         // On failure, dropping the slot unmaps the reservation.
-        marks.map_err(failed).map(|()| slot)
+        opened.map_err(failed).map(|()| slot)
     }
 
     /// The write marks of the first `pages` host pages (see [`ephem_module::MARK_SHIFT`]),
@@ -77,10 +93,11 @@ impl Slot {
     /// No wasm code may run on the slot's memory while the slice is alive.
     #[allow(clippy::mut_from_ref)]
     pub(super) unsafe fn marks(&self, pages: usize) -> &mut [u8] {
-        debug_assert!(pages < MARKS);
-        // SAFETY: `[base - MARKS, base)` is our read+write marks region; exclusive per the
+        let (marks, _) = Slot::sizes(self.large);
+        debug_assert!(pages < marks);
+        // SAFETY: `[base - marks, base)` is our read+write marks region; exclusive per the
         // contract.
-        unsafe { std::slice::from_raw_parts_mut(self.base.sub(MARKS), pages + 1) }
+        unsafe { std::slice::from_raw_parts_mut(self.base.sub(marks), pages + 1) }
     }
 
     /// Makes exactly `[0, len)` accessible.
@@ -182,7 +199,8 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        let (marks, reservation) = Slot::sizes(self.large);
         // SAFETY: we own the reservation and nothing references it any more.
-        let _ = unsafe { rustix::mm::munmap(self.base.sub(MARKS).cast(), MARKS + RESERVATION) };
+        let _ = unsafe { rustix::mm::munmap(self.base.sub(marks).cast(), marks + reservation) };
     }
 }
