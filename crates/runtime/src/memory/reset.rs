@@ -361,22 +361,28 @@ impl Run {
 }
 
 /// Where a slot's instances touch memory, and when to look again: see
-/// [`Slot::reset_by_page_map`].
+/// [`Slot::reset_by_page_map`]. Eight bytes: a slot is moved in and out of the pool's lists on
+/// every invocation, and a larger one made that measurably slower (BENCHMARKS.md).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Learned {
-    /// The high-water mark: resets read the page map below it.
-    mark: usize,
+    /// The high-water mark, in host pages: resets read the page map below it.
+    mark_pages: u32,
     /// Resets until the next reads the whole slot (0: the next one does).
-    until_full: u32,
+    until_full: u16,
     /// The current wait between whole reads.
-    period: u32,
+    period: u16,
 }
 
 impl Learned {
+    /// The high-water mark, in bytes.
+    fn mark(&self) -> usize {
+        (self.mark_pages as usize) << 12
+    }
+
     /// How far a reset that is not a whole read reads: the mark and a margin past it, where
     /// a page touched says that instances may touch more past the mark than that.
     fn reach(&self) -> usize {
-        match self.mark {
+        match self.mark() {
             0 => 0,
             mark => mark + (mark / 4).max(64 << 10),
         }
@@ -387,7 +393,7 @@ impl Learned {
     fn learn(&mut self, full: bool, touched: usize, top: usize) {
         if !full {
             // Touched past the mark: look at the whole slot at the next reset.
-            self.until_full = if top > self.mark {
+            self.until_full = if top > self.mark() {
                 0
             } else {
                 self.until_full.saturating_sub(1)
@@ -399,12 +405,13 @@ impl Learned {
         } else {
             0
         };
-        self.period = if mark > self.mark || self.period == 0 {
+        self.period = if mark > self.mark() || self.period == 0 {
             FIRST_FULL_SCAN
         } else {
             (self.period * 2).min(MAX_FULL_SCAN)
         };
-        self.mark = mark;
+        // (A slot holds at most 2^32 host pages.)
+        self.mark_pages = mark.div_ceil(1 << 12) as u32;
         self.until_full = self.period;
     }
 }
@@ -414,9 +421,9 @@ const MAX_SCAN: usize = 64 << 20;
 /// See [`Slot::reset_by_page_map`].
 const SCAN_DENSITY: usize = 256 << 10;
 /// See [`Slot::reset_by_page_map`].
-const FIRST_FULL_SCAN: u32 = 8;
+const FIRST_FULL_SCAN: u16 = 8;
 /// See [`Slot::reset_by_page_map`].
-const MAX_FULL_SCAN: u32 = 256;
+const MAX_FULL_SCAN: u16 = 256;
 
 /// The first marked page at or after `from`, or `marks.len()`: 64 marks at a time where it
 /// can (a reduction without early exit, which vectorises).
