@@ -55,7 +55,8 @@ pub const MAGIC: [u8; 8] = *b"\0EPHEMAF";
 /// GC's objects: `ModuleInfo::subs`, `ConstOp`'s GC instructions, the vmctx's `GC_HEAP`, new
 /// trap kinds and builtins; 30: `CallSite::refs` (stack maps) and one encoding of host
 /// references for `anyref` and `externref`; 31: a 64-bit memory's write marks lie
-/// `MARKS_BEFORE_LARGE` bytes before its base, as its large slot keeps them).
+/// `MARKS_BEFORE_LARGE` bytes before its base, as its large slot keeps them, and the
+/// `MarkLoop` builtin).
 pub const FORMAT_VERSION: u32 = 31;
 /// The ephem release that writes and reads artifacts; code from another release is refused.
 pub const EPHEM_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -194,6 +194,8 @@ struct Translator<'a, 'b> {
     known_funcs: Vec<(Value, u32)>,
     /// Every load of a length (see [`bounds::drop_unread_lengths`]).
     length_loads: Vec<Value>,
+    /// Every write mark set (see [`marks::hoist_from_loops`]).
+    mark_sites: Vec<marks::Site>,
     /// The `catch` clauses of each `try_table` the translation is inside, outermost first:
     /// calls become `try_call`s while there are any (see `exceptions.rs`).
     catches: Vec<Vec<exceptions::Clause>>,
@@ -322,6 +324,7 @@ pub fn translate(
         raised_checks: env.raise_checks.then_some(0),
         known_funcs: Vec::new(),
         length_loads: Vec::new(),
+        mark_sites: Vec::new(),
         catches: Vec::new(),
         declared: calls::Declared::default(),
         inherited: std::collections::HashMap::new(),
@@ -353,8 +356,18 @@ pub fn translate(
         .filter(|&checks| checks > 0)
         .map(|checks| Raised { checks });
     let length_loads = std::mem::take(&mut t.length_loads);
+    let mark_sites = std::mem::take(&mut t.mark_sites);
+    let (vmctx, marks_region) = (t.vmctx, t.regions.map(|r| r.marks));
     t.b.finalize(env.frontend);
     bounds::drop_unread_lengths(func_ir, &length_loads);
+    let hoisting = marks::Hoisting {
+        vmctx,
+        offsets: env.offsets,
+        memories: &env.info.memories,
+        call_conv: env.call_conv,
+        marks: marks_region,
+    };
+    marks::hoist_from_loops(func_ir, &mark_sites, &hoisting);
     Ok(raised)
 }
 

@@ -203,6 +203,11 @@ macro_rules! for_each_builtin {
             ArrayInitData array_init_data(ty: i32, array: i64, dst: i32, data: i32, src: i32, len: i32) -> i32;
             /// (type, array, dst, elem, src, len) -> GC flag (0 done)
             ArrayInitElem array_init_elem(ty: i32, array: i64, dst: i32, elem: i32, src: i32, len: i32) -> i32;
+            /// (mem, first, last, step, ok): sets the write marks of the addresses a loop's
+            /// stores may write, `first`, `first + step`, ... up to `last`, that the memory has
+            /// (the compiler's `marks::hoist_from_loops`); with `ok` 0 the loop's range is
+            /// unknown, and the memory's next reset reads it instead of trusting its marks
+            MarkLoop mark_loop(mem: i32, first: i64, last: i64, step: i64, ok: i32);
         }
     };
 }

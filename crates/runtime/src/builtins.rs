@@ -254,6 +254,31 @@ builtin! {
 }
 
 builtin! {
+    /// The write marks of a loop's stores, set before the loop runs (see `MarkLoop`).
+    fn mark_loop[i, store](mem: u32, first: u64, last: u64, step: u64, ok: u32) {
+        let memory = i.memory(store, mem);
+        if ok == 0 {
+            memory.writes_unmarked();
+            return;
+        }
+        // Past its length the loop's stores trap (nothing in the loop grows the memory).
+        let end = last.saturating_add(1).min(memory.len() as u64);
+        if step <= 4096 {
+            if first < end {
+                memory.mark(first as usize, (end - first) as usize);
+            }
+            return;
+        }
+        // A step longer than a page: the pages of each address the stores reach, no more.
+        let mut at = first;
+        while at < end {
+            memory.mark(at as usize, 1);
+            at = at.saturating_add(step);
+        }
+    }
+}
+
+builtin! {
     /// `data.drop`.
     fn data_drop[i, _](data: u32) {
         // A segment the artifact does not keep was applied by its image and is dropped already.

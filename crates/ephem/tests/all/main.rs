@@ -20,6 +20,7 @@ mod hostile;
 mod interrupt;
 mod lazy_tables;
 mod limits;
+mod loop_marks;
 mod simd;
 mod snapshot;
 mod spec;
