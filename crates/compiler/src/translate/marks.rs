@@ -97,7 +97,7 @@ pub(super) struct Hoisting<'a> {
 ///   the loop: start, bound and step below 2^31 for a 32-bit `j` (2^30 signed, and a start
 ///   not negative), 2^40 for a 64-bit one.
 ///
-/// Before the loop, a range of up to four pages within the memory is marked inline; a larger
+/// Before the loop, a range of one or two pages within the memory is marked inline; a larger
 /// one goes to the `MarkLoop` builtin, which marks it within the memory (page by page, or at
 /// each step when a step is longer than a page), or, when a condition checked there fails,
 /// has the memory reset without trusting its marks. The in-loop marks go. Stores in blocks
@@ -291,8 +291,10 @@ fn only_exit(
 }
 
 /// The most pages a loop's range may span for code before the loop to mark them itself
-/// (more go to the `MarkLoop` builtin).
-const INLINE_PAGES: u64 = 4;
+/// (more go to the `MarkLoop` builtin). Two: a form that marked four (two more stores and the
+/// clamps of the middle pages) made `shootout-sieve`, whose short inner loops are entered
+/// millions of times, slower by more than the builtin calls it saved (BENCHMARKS.md).
+const INLINE_PAGES: u64 = 2;
 
 /// How far up the dominator tree a store looks for the comparison that bounds its index, and
 /// how many edges its loop's header may have: a bound on the work per store, whatever the
@@ -575,8 +577,7 @@ fn emit(func: &mut ir::Function, plan: &Plan, tail: ir::Block, h: &Hoisting<'_>)
     let fast = c.ins().band(fast, ok);
     c.ins().brif(fast, inline, &[], call, &[]);
 
-    // Up to four pages, within the memory: their marks, as the store's would have been set
-    // (the middle two clamped to the range, so that fewer pages are marked more than once).
+    // One or two pages, within the memory: their marks, as the store's would have been set.
     c.goto_bottom(inline);
     let base = c.ins().load(
         I64,
@@ -587,13 +588,7 @@ fn emit(func: &mut ir::Function, plan: &Plan, tail: ir::Block, h: &Hoisting<'_>)
     let before = -(h.memories[plan.memory as usize].marks_before() as i32);
     let flags = trusted().with_alias_region(h.marks);
     let one = c.ins().iconst(I8, 1);
-    // (`first_page + 1` cannot wrap; `max(last_page, first_page + 1) - 1` is at least
-    // `first_page`, where `last_page - 1` alone could wrap.)
-    let after_first = c.ins().iadd_imm_u(first_page, 1);
-    let second = c.ins().umin(after_first, last_page);
-    let third = c.ins().umax(last_page, after_first);
-    let third = c.ins().iadd_imm_s(third, -1);
-    for page in [first_page, second, third, last_page] {
+    for page in [first_page, last_page] {
         let mark = c.ins().iadd(base, page);
         c.ins().store(flags, one, mark, before);
     }

@@ -1,7 +1,7 @@
 //! Write marks set once before a loop for the whole range its index goes through (the
 //! compiler's `marks::hoist_from_loops`) instead of at each store: whatever a loop wrote, the
 //! next memory in the same slot sees zeros there, at its first iteration's page and its last,
-//! through each way the range is marked (up to four pages inline, more through the runtime, a
+//! through each way the range is marked (one or two pages inline, more through the runtime, a
 //! range it cannot trust by reading the memory at its reset), for 32-bit indices compared
 //! unsigned or signed, 64-bit ones, and a loop that runs off the end of the memory and traps.
 
@@ -68,7 +68,7 @@ fn bytes(store: &mut Store<()>, instance: &Instance) -> Vec<u8> {
 fn what_a_loop_wrote_is_reset_however_its_marks_were_set() {
     let page = 65536i64;
     let size = 4 * page;
-    // (function, start, end, step, traps): one page inline, two and four pages inline, many pages
+    // (function, start, end, step, traps): one and two pages inline, four and many pages
     // through the runtime, a range past the memory (the loop traps at its end), a step larger
     // than a page (a range not trusted), signed, and a signed start below zero (not trusted).
     let cases: [(&str, i64, i64, i64, bool); 16] = [
