@@ -9,7 +9,7 @@
 //! ([`Translator::mark_written`]); a loop's stores whose range the loop's shape proves are
 //! marked once before the loop instead ([`hoist_from_loops`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
 use cranelift_codegen::dominator_tree::DominatorTree;
@@ -111,10 +111,19 @@ pub(super) fn hoist_from_loops(func: &mut ir::Function, sites: &[Site], h: &Hois
     let domtree = DominatorTree::with_function(func, &cfg);
     let mut loops = LoopAnalysis::new();
     loops.compute(func, &cfg, &domtree);
+    // Loops nested deeper than this leave the function as it is: the work below walks each
+    // block's loops, which bounds it by the blocks times this.
+    if func
+        .layout
+        .blocks()
+        .any(|b| loops.loop_level(b).level() > MOST_NESTING)
+    {
+        return;
+    }
+    let exits = exits(func, &cfg, &loops);
     let mut plans: Vec<Plan> = Vec::new();
+    let mut planned = HashSet::new();
     let mut moved = Vec::new();
-    // Each loop's one exit edge, if it calls nothing and has one: worked out once per loop.
-    let mut exits: HashMap<Loop, Option<Exit>> = HashMap::new();
     for site in sites {
         let Some(block) = func.layout.inst_block(site.store) else {
             continue;
@@ -122,17 +131,19 @@ pub(super) fn hoist_from_loops(func: &mut ir::Function, sites: &[Site], h: &Hois
         let Some(lp) = loops.innermost_loop(block) else {
             continue;
         };
-        let exit = *exits
-            .entry(lp)
-            .or_insert_with(|| only_exit(func, &cfg, &loops, lp));
-        let Some(exit) = exit else {
+        let Some(&exit) = exits.get(&lp) else {
             continue;
         };
+        // (A window past any memory: such a store always traps, and its arithmetic below
+        // could overflow.)
+        if site.window >= 1 << 40 {
+            continue;
+        }
         let Some(plan) = plan(func, &cfg, &domtree, &loops, (lp, exit), block, site) else {
             continue;
         };
         moved.push(site.store);
-        if !plans.iter().any(|p| p.same(&plan)) {
+        if planned.insert(plan.key()) {
             plans.push(plan);
         }
     }
@@ -140,17 +151,11 @@ pub(super) fn hoist_from_loops(func: &mut ir::Function, sites: &[Site], h: &Hois
         func.layout.remove_inst(inst);
     }
     // Where each loop's entry edge leaves from, as preheaders are split.
-    let mut tails: Vec<(Loop, ir::Block)> = Vec::new();
+    let mut tails: HashMap<Loop, ir::Block> = HashMap::new();
     for plan in &plans {
-        let tail = match tails.iter().find(|(l, _)| *l == plan.lp) {
-            Some(&(_, tail)) => tail,
-            None => plan.preheader,
-        };
+        let tail = *tails.get(&plan.lp).unwrap_or(&plan.preheader);
         let next = emit(func, plan, tail, h);
-        match tails.iter_mut().find(|(l, _)| *l == plan.lp) {
-            Some(t) => t.1 = next,
-            None => tails.push((plan.lp, next)),
-        }
+        tails.insert(plan.lp, next);
     }
 }
 
@@ -176,15 +181,9 @@ struct Plan {
 }
 
 impl Plan {
-    fn same(&self, other: &Plan) -> bool {
+    /// What tells two plans apart: those of one key mark the same range.
+    fn key(&self) -> (Loop, u32, Value, i64, u64) {
         (self.lp, self.memory, self.index, self.offset, self.window)
-            == (
-                other.lp,
-                other.memory,
-                other.index,
-                other.offset,
-                other.window,
-            )
     }
 }
 
@@ -265,29 +264,34 @@ fn limit(memory64: bool, signed: bool) -> i64 {
 /// A loop's exit edge: the block it leaves from, and where to.
 type Exit = (ir::Block, ir::Block);
 
-/// `lp`'s exit edge, if it is the only one and nothing in the loop calls.
-fn only_exit(
-    func: &ir::Function,
-    cfg: &ControlFlowGraph,
-    loops: &LoopAnalysis,
-    lp: Loop,
-) -> Option<Exit> {
-    let inside = |b: ir::Block| loops.is_in_loop(b, lp);
-    let mut exits = Vec::new();
-    for b in func.layout.blocks().filter(|&b| inside(b)) {
-        if func
+/// Each loop's exit edge, for the loops that have one alone and call nothing: one walk over
+/// the blocks, each counted for every loop it is in.
+fn exits(func: &ir::Function, cfg: &ControlFlowGraph, loops: &LoopAnalysis) -> HashMap<Loop, Exit> {
+    // (No exit yet, one, or disqualified.)
+    let mut found: HashMap<Loop, Option<Option<Exit>>> = HashMap::new();
+    for b in func.layout.blocks() {
+        let calls = func
             .layout
             .block_insts(b)
-            .any(|i| func.dfg.insts[i].opcode().is_call())
-        {
-            return None;
+            .any(|i| func.dfg.insts[i].opcode().is_call());
+        let mut lp = loops.innermost_loop(b);
+        while let Some(l) = lp {
+            let entry = found.entry(l).or_insert(Some(None));
+            if calls {
+                *entry = None;
+            }
+            for s in cfg.succ_iter(b).filter(|&s| !loops.is_in_loop(s, l)) {
+                *entry = match *entry {
+                    Some(None) => Some(Some((b, s))),
+                    _ => None,
+                };
+            }
+            lp = loops.loop_parent(l);
         }
-        exits.extend(cfg.succ_iter(b).filter(|&s| !inside(s)).map(|s| (b, s)));
     }
-    match exits.as_slice() {
-        &[exit] => Some(exit),
-        _ => None,
-    }
+    (found.into_iter())
+        .filter_map(|(l, e)| Some((l, e??)))
+        .collect()
 }
 
 /// The most pages a loop's range may span for code before the loop to mark them itself
@@ -295,6 +299,9 @@ fn only_exit(
 /// clamps of the middle pages) made `shootout-sieve`, whose short inner loops are entered
 /// millions of times, slower by more than the builtin calls it saved (BENCHMARKS.md).
 const INLINE_PAGES: u64 = 2;
+
+/// The deepest nesting of loops [`hoist_from_loops`] works on.
+const MOST_NESTING: usize = 8;
 
 /// How far up the dominator tree a store looks for the comparison that bounds its index, and
 /// how many edges its loop's header may have: a bound on the work per store, whatever the
@@ -432,8 +439,15 @@ fn plan(
             } else {
                 None
             };
+            // Every iteration passes the comparison before it steps `j`: otherwise a path
+            // around it could step `j` past its bound and round to below its start.
+            let guards_every_step = cfg
+                .pred_iter(header)
+                .filter(|p| inside(p.block))
+                .all(|p| domtree.block_dominates(above, p.block));
             if let Some((holds, other)) = taken
                 && (above, other) == (exit_from, exit_to)
+                && guards_every_step
                 && let Some((cc, bound)) = compare(dfg, source(dfg, arg), holds, index, &invariant)
             {
                 return Some(plan(cc, bound, false));
@@ -517,10 +531,12 @@ fn emit(func: &mut ir::Function, plan: &Plan, tail: ir::Block, h: &Hoisting<'_>)
     };
     let most = limit(memory64, signed);
     let mut ok = c.ins().icmp_imm_u(UnsignedLessThanOrEqual, step, most);
+    // Start and bound below the limit, the step at most it: `j + step` stays below twice the
+    // limit, which does not wrap.
     for v in [start, bound] {
         let below = match signed {
-            true => c.ins().icmp_imm_s(SignedLessThanOrEqual, v, most),
-            false => c.ins().icmp_imm_u(UnsignedLessThanOrEqual, v, most),
+            true => c.ins().icmp_imm_s(SignedLessThan, v, most),
+            false => c.ins().icmp_imm_u(UnsignedLessThan, v, most),
         };
         ok = c.ins().band(ok, below);
     }

@@ -130,3 +130,51 @@ fn what_a_loop_wrote_is_reset_however_its_marks_were_set() {
         }
     }
 }
+
+/// Loops whose shape nearly proves a range but does not (found by review): a path around the
+/// comparison that steps the index past its bound and round to below its start, and an index
+/// that reaches exactly 2^31 and wraps signed. Whatever they wrote is gone for the next memory.
+#[test]
+fn loops_that_only_nearly_prove_a_range_still_have_their_writes_reset() {
+    let modules = [
+        (
+            r#"(module (memory (export "memory") 1)
+                 (func (export "f") (param $j i32) (param $n i32)
+                   (block $exit (loop $l
+                     (block $skip
+                       (br_if $skip (i32.gt_u (local.get $j) (local.get $n)))
+                       (br_if $exit (i32.ge_u (local.get $j) (local.get $n)))
+                       (i32.store8 (local.get $j) (i32.const 42)))
+                     (local.set $j (i32.add (local.get $j) (i32.const 0x1000)))
+                     (br $l)))))"#,
+            (0x2000, 0x1000),
+        ),
+        (
+            r#"(module (memory (export "memory") 1)
+                 (func (export "f") (param $j i32) (param $unused i32)
+                   (loop $l
+                     (if (i32.lt_u (local.get $j) (i32.const 0x10000))
+                       (then (i32.store8 (local.get $j) (i32.const 42))))
+                     (br_if $l (i32.lt_s
+                       (local.tee $j (i32.add (local.get $j) (i32.const 0x40000000)))
+                       (i32.const 0x40000000))))))"#,
+            (0x4000_0000, 0),
+        ),
+    ];
+    for (text, args) in modules {
+        let engine = one_slot_engine();
+        let module = Module::new(&engine, text).unwrap();
+        let mut store = Store::new(&engine, ());
+        let instance = Instance::new(&mut store, &module, &[]).unwrap();
+        let f = instance
+            .get_typed_func::<(i32, i32), ()>(&mut store, "f")
+            .unwrap();
+        f.call(&mut store, args).unwrap();
+        assert_eq!(bytes(&mut store, &instance)[0], 42, "the loop wrote at 0");
+        drop(store);
+        let mut store = Store::new(&engine, ());
+        let instance = Instance::new(&mut store, &module, &[]).unwrap();
+        let left = bytes(&mut store, &instance).iter().position(|&b| b != 0);
+        assert_eq!(left, None, "{text}");
+    }
+}
