@@ -17,6 +17,22 @@ use ephem_module::{Builtin, BuiltinType, VmOffsets};
 use super::Translator;
 use crate::traps::code;
 
+/// The signature of a call of `which` with the calling convention `conv`: the vmctx, then its
+/// parameters as `for_each_builtin` lists them.
+pub(super) fn signature(which: Builtin, conv: CallConv) -> Signature {
+    let ty = |t: BuiltinType| match t {
+        BuiltinType::I32 => I32,
+        BuiltinType::I64 => I64,
+    };
+    let (params, ret) = which.signature();
+    let mut sig = Signature::new(conv);
+    sig.params.push(AbiParam::new(I64));
+    sig.params
+        .extend(params.iter().map(|&t| AbiParam::new(ty(t))));
+    sig.returns.extend(ret.map(|t| AbiParam::new(ty(t))));
+    sig
+}
+
 impl Translator<'_, '_> {
     /// Calls a runtime builtin with `vmctx` and `args` (of the types its entry in
     /// `for_each_builtin` lists); returns its result.
@@ -32,12 +48,7 @@ impl Translator<'_, '_> {
     /// The call of [`Translator::builtin`], without what follows it: the store's fuel and the
     /// memories' lengths, which a builtin that returns may have changed.
     pub(super) fn call_builtin(&mut self, which: Builtin, args: &[Value]) -> Option<Value> {
-        let ty = |t: BuiltinType| match t {
-            BuiltinType::I32 => I32,
-            BuiltinType::I64 => I64,
-        };
-        let (params, ret) = which.signature();
-        debug_assert_eq!(params.len(), args.len(), "{which:?}");
+        debug_assert_eq!(which.signature().0.len(), args.len(), "{which:?}");
         let throws = matches!(which, Builtin::Throw | Builtin::ThrowRef);
         // A throw is called with the `tail` convention, whose arguments go where the native
         // one's do (x86-64): an exception reaching a `try_call` of it then leaves no register
@@ -48,14 +59,7 @@ impl Translator<'_, '_> {
         } else {
             self.env.call_conv
         };
-        let sig = self.builtin_signature(which, || {
-            let mut sig = Signature::new(conv);
-            sig.params.push(AbiParam::new(I64));
-            sig.params
-                .extend(params.iter().map(|&t| AbiParam::new(ty(t))));
-            sig.returns.extend(ret.map(|t| AbiParam::new(ty(t))));
-            sig
-        });
+        let sig = self.builtin_signature(which, || signature(which, conv));
         // Read-only, but not hoisted: a builtin is mostly called from a cold block, and the
         // address hoisted out of a loop would take a register (or a stack slot) through it.
         let flags = MemFlagsData::trusted().with_readonly();

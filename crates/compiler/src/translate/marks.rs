@@ -16,7 +16,7 @@ use cranelift_codegen::dominator_tree::DominatorTree;
 use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::condcodes::{CondCode, IntCC};
 use cranelift_codegen::ir::types::{I8, I32, I64};
-use cranelift_codegen::ir::{self, AbiParam, InstBuilder, Opcode, Signature, Value, ValueDef};
+use cranelift_codegen::ir::{self, InstBuilder, Opcode, Value, ValueDef};
 use cranelift_codegen::isa::CallConv;
 use cranelift_codegen::loop_analysis::{Loop, LoopAnalysis};
 use ephem_module::{Builtin, MARK_SHIFT, MARK_WINDOW, MemoryType, VmOffsets};
@@ -235,6 +235,19 @@ fn added(dfg: &ir::DataFlowGraph, v: Value) -> Option<(Value, Value)> {
         .then(|| (dfg.resolve_aliases(args[0]), dfg.resolve_aliases(args[1])))
 }
 
+/// The condition and the two targets of `block`'s branch, if it ends in a `brif`.
+fn brif(func: &ir::Function, block: ir::Block) -> Option<(Value, ir::Block, ir::Block)> {
+    let dfg = &func.dfg;
+    match dfg.insts[func.layout.last_inst(block)?] {
+        ir::InstructionData::Brif {
+            arg,
+            blocks: [yes, no],
+            ..
+        } => Some((arg, yes.block(&dfg.value_lists), no.block(&dfg.value_lists))),
+        _ => None,
+    }
+}
+
 /// The value `branch` passes to `block`'s parameter `k`.
 fn arg_to(func: &ir::Function, branch: ir::Inst, block: ir::Block, k: usize) -> Option<Value> {
     let dfg = &func.dfg;
@@ -390,26 +403,19 @@ fn plan(
     };
     // A rotated loop: its one back edge is its exit's branch, comparing the stepped `j`.
     let only_back_edge = cfg.pred_iter(header).filter(|p| inside(p.block)).count() == 1;
-    if back_from == exit_from && only_back_edge {
-        let branch = func.layout.last_inst(exit_from)?;
-        if let ir::InstructionData::Brif {
-            arg,
-            blocks: [yes, no],
-            ..
-        } = dfg.insts[branch]
+    if back_from == exit_from
+        && only_back_edge
+        && let Some((arg, yes, no)) = brif(func, exit_from)
+    {
+        let holds = match (yes == header, no == header) {
+            (true, false) => Some(true),
+            (false, true) => Some(false),
+            _ => None,
+        };
+        if let Some(holds) = holds
+            && let Some((cc, bound)) = compare(dfg, source(dfg, arg), holds, stepped, &invariant)
         {
-            let (yes, no) = (yes.block(&dfg.value_lists), no.block(&dfg.value_lists));
-            let holds = match (yes == header, no == header) {
-                (true, false) => Some(true),
-                (false, true) => Some(false),
-                _ => None,
-            };
-            if let Some(holds) = holds
-                && let Some((cc, bound)) =
-                    compare(dfg, source(dfg, arg), holds, stepped, &invariant)
-            {
-                return Some(plan(cc, bound, true));
-            }
+            return Some(plan(cc, bound, true));
         }
     }
     // A `for` loop: a comparison of `j` that dominates the store, whose other arm exits.
@@ -422,14 +428,7 @@ fn plan(
         if !inside(above) {
             return None;
         }
-        let branch = func.layout.last_inst(above)?;
-        if let ir::InstructionData::Brif {
-            arg,
-            blocks: [yes, no],
-            ..
-        } = dfg.insts[branch]
-        {
-            let (yes, no) = (yes.block(&dfg.value_lists), no.block(&dfg.value_lists));
+        if let Some((arg, yes, no)) = brif(func, above) {
             // The arm that leads to the store, entered from this branch alone.
             let only_from = |b: ir::Block| cfg.pred_iter(b).all(|p| p.block == above);
             let taken = if yes != no && only_from(yes) && domtree.block_dominates(yes, block) {
@@ -612,15 +611,7 @@ fn emit(func: &mut ir::Function, plan: &Plan, tail: ir::Block, h: &Hoisting<'_>)
 
     // Anything else: the builtin.
     c.goto_bottom(call);
-    let mut sig = Signature::new(h.call_conv);
-    sig.params.push(AbiParam::new(I64));
-    let (params, _) = Builtin::MarkLoop.signature();
-    sig.params.extend(params.iter().map(|t| {
-        AbiParam::new(match t {
-            ephem_module::BuiltinType::I32 => I32,
-            ephem_module::BuiltinType::I64 => I64,
-        })
-    }));
+    let sig = super::builtins::signature(Builtin::MarkLoop, h.call_conv);
     let sig = c.func.import_signature(sig);
     let readonly = trusted().with_readonly();
     let table = c
