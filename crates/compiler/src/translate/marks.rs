@@ -308,9 +308,9 @@ fn exits(func: &ir::Function, cfg: &ControlFlowGraph, loops: &LoopAnalysis) -> H
 }
 
 /// The most pages a loop's range may span for code before the loop to mark them itself
-/// (more go to the `MarkLoop` builtin). Two: a form that marked four (two more stores and the
-/// clamps of the middle pages) made `shootout-sieve`, whose short inner loops are entered
-/// millions of times, slower by more than the builtin calls it saved (BENCHMARKS.md).
+/// (more go to the `MarkLoop` builtin). Two: a short loop entered often pays for every
+/// instruction before it, and marking more pages inline costs such loops more than the builtin
+/// calls it saves (BENCHMARKS.md).
 const INLINE_PAGES: u64 = 2;
 
 /// The deepest nesting of loops [`hoist_from_loops`] works on.

@@ -361,8 +361,8 @@ impl Run {
 }
 
 /// Where a slot's instances touch memory, and when to look again: see
-/// [`Slot::reset_by_page_map`]. Eight bytes: a slot is moved in and out of the pool's lists on
-/// every invocation, and a larger one made that measurably slower (BENCHMARKS.md).
+/// [`Slot::reset_by_page_map`]. Eight bytes: a slot moves in and out of the pool's lists on
+/// every invocation, where its size costs time (BENCHMARKS.md).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Learned {
     /// The high-water mark, in host pages: resets read the page map below it.
