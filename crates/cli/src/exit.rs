@@ -50,6 +50,10 @@ pub fn code(error: &anyhow::Error) -> u8 {
         {
             return TRAP;
         }
+        // A component that broke the canonical ABI on its way out traps, as in wasmtime.
+        if let Some(ephem::component::Error::Abi(_)) = cause.downcast_ref() {
+            return TRAP;
+        }
     }
     ERROR
 }

@@ -12,6 +12,7 @@ macro_rules! outln {
 }
 
 mod cache;
+mod component;
 mod exit;
 mod run;
 mod serve;

@@ -1,5 +1,6 @@
 //! `ephem run FILE [--dir HOST[::GUEST]] [--env K=V] [--preload NAME=FILE] [--invoke NAME]
-//! [--] [ARGS…]`: wasmtime's flags, with WASI preview 1 linked for every module.
+//! [--] [ARGS…]`: wasmtime's flags, with WASI preview 1 linked for every module (a component
+//! goes to `component.rs`).
 
 use std::path::PathBuf;
 
@@ -12,69 +13,69 @@ use crate::exit::Usage;
 #[derive(clap::Args)]
 pub struct Args {
     /// A .wasm or .wat module, or an artifact from `ephem compile`.
-    file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Compile in memory instead of through the compile cache.
     #[arg(long)]
-    no_cache: bool,
+    pub(crate) no_cache: bool,
     #[command(flatten)]
-    cache: crate::cache::CacheArgs,
+    pub(crate) cache: crate::cache::CacheArgs,
     #[command(flatten)]
-    trust: crate::cache::TrustArgs,
+    pub(crate) trust: crate::cache::TrustArgs,
     #[command(flatten)]
-    image: crate::cache::ImageArgs,
+    pub(crate) image: crate::cache::ImageArgs,
     /// The export to call (default: `_start`, or `main`, or the start function alone).
     #[arg(long)]
-    invoke: Option<String>,
+    pub(crate) invoke: Option<String>,
     /// Satisfy imports the host does not provide: functions with stubs that trap when called,
     /// memories, tables and globals with fresh zeroed ones. Without it, such imports are
     /// refused, naming them.
     #[arg(long)]
-    trap_unknown_imports: bool,
+    pub(crate) trap_unknown_imports: bool,
     /// The most bytes a linear memory may have (a `k`, `m` or `g` suffix for KiB, MiB, GiB):
     /// `memory.grow` past it returns -1, a larger initial memory fails to instantiate.
     #[arg(long, value_name = "SIZE", value_parser = ephem::units::parse_size_usize)]
-    max_memory: Option<usize>,
+    pub(crate) max_memory: Option<usize>,
     /// Interrupt the guest after this much wall-clock time (`500ms`, `2s`, `1m`; a plain number
     /// is seconds): it traps, and `ephem` exits with the trap code.
     #[arg(long, value_name = "DURATION", value_parser = ephem::units::parse_duration)]
-    timeout: Option<std::time::Duration>,
+    pub(crate) timeout: Option<std::time::Duration>,
     /// How much stack the guest may use (a `k` or `m` suffix for KiB, MiB; default 512k):
     /// deeper recursion traps.
     #[arg(long, value_name = "SIZE", value_parser = ephem::units::parse_size_usize)]
-    max_stack: Option<usize>,
+    pub(crate) max_stack: Option<usize>,
     /// Run with this much fuel (the module is compiled with metering): a guest that runs out
     /// traps, and `ephem` exits with the trap code.
     #[arg(long, value_name = "N")]
-    fuel: Option<u64>,
+    pub(crate) fuel: Option<u64>,
     /// Print the fuel consumed to standard error (with `--fuel`), also when the guest traps.
     #[arg(long, requires = "fuel")]
-    print_fuel: bool,
+    pub(crate) print_fuel: bool,
     /// Lets the guest use the host directory HOST as GUEST (default: HOST as given); it
     /// reaches nothing outside it. Repeatable.
     #[arg(long = "dir", value_name = "HOST[::GUEST]")]
-    dirs: Vec<String>,
+    pub(crate) dirs: Vec<String>,
     /// As `--dir`, read-only: the guest may read and list, not create, change or remove.
     #[arg(long = "dir-ro", value_name = "HOST[::GUEST]")]
-    dirs_ro: Vec<String>,
+    pub(crate) dirs_ro: Vec<String>,
     /// An environment variable for the guest (`NAME` alone passes the host's value).
     /// Repeatable.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
-    envs: Vec<String>,
+    pub(crate) envs: Vec<String>,
     /// Instantiates FILE first and links its exports under the module name NAME (e.g.
     /// `--preload bench=bench.wat`). Repeatable.
     #[arg(long = "preload", value_name = "NAME=FILE")]
-    preloads: Vec<String>,
+    pub(crate) preloads: Vec<String>,
     /// The guest's arguments (after its name, the module's file name) for a WASI command;
     /// with `--invoke`, the export's arguments, parsed by its parameter types (integers
     /// signed or unsigned, in range).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
+    pub(crate) args: Vec<String>,
 }
 
 /// What a store of the command line holds.
-struct Host {
-    limits: StoreLimits,
-    wasi: WasiCtx,
+pub(crate) struct Host {
+    pub(crate) limits: StoreLimits,
+    pub(crate) wasi: WasiCtx,
 }
 
 /// `HOST[::GUEST]`.
@@ -84,7 +85,7 @@ fn split_dir(spec: &str) -> (&str, &str) {
 
 /// The guest's WASI context: its name and arguments, environment, preopens, inherited stdio
 /// (a template: every thread of a `wasi-threads` program builds its context from it).
-fn wasi(args: &Args) -> anyhow::Result<WasiCtxBuilder> {
+pub(crate) fn wasi(args: &Args) -> anyhow::Result<WasiCtxBuilder> {
     let mut b = WasiCtxBuilder::new();
     b.inherit_stdio();
     b.arg(args.file.display().to_string())?;
@@ -107,7 +108,7 @@ fn wasi(args: &Args) -> anyhow::Result<WasiCtxBuilder> {
 }
 
 /// Ticks per `--timeout`: the deadline is reached between 19/20 and the whole of it.
-const TICKS_PER_TIMEOUT: u32 = 20;
+pub(crate) const TICKS_PER_TIMEOUT: u32 = 20;
 
 /// An integer argument for a parameter of `bits` bits: signed or unsigned, never wrapped.
 fn parse_int(s: &str, bits: u32) -> Option<i128> {
@@ -179,6 +180,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut compiler = args.image.apply(ephem::Compiler::new()?);
     if args.fuel.is_some() {
         compiler = compiler.with_fuel();
+    }
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    if crate::component::is_component(&bytes) {
+        return crate::component::run(&args, &engine, &compiler, cache.as_ref(), &bytes);
     }
     let load = |path| {
         let cache = (&args.cache, cache.as_ref());

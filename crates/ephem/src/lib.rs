@@ -50,3 +50,9 @@ pub mod wast;
 
 pub use ephem_module::CompiledModule;
 pub use ephem_runtime::*;
+
+/// The component model, as wasmtime's `component` module: [`component::Component`],
+/// [`component::Linker`], [`component::Instance`], [`component::Val`] (see the crate
+/// `ephem-component` for what is supported yet).
+#[cfg(feature = "cranelift")]
+pub use ephem_component as component;

@@ -483,3 +483,52 @@ mod first_steps {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// `ephem run --invoke` on a component prints what `wasmtime run --invoke` (49.0.3) printed
+/// for the same file and calls, and ends a trapping or endless call the same way.
+#[test]
+fn run_invokes_a_component_export_and_prints_its_result_as_wasmtime_does() {
+    for (call, printed) in [
+        (r#"greet("wörld")"#, "\"hello, wörld\"\n"),
+        ("add(4294967295, 2)", "1\n"),
+        ("swap({x: 1, y: -2})", "{x: -2, y: 1}\n"),
+        (
+            r#"swap({x: 1, y: -2, label: some("a\"b")})"#,
+            "{x: -2, y: 1, label: some(\"a\\\"b\")}\n",
+        ),
+    ] {
+        let out = ephem(&["run", "examples/component.wat", "--invoke", call]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{call}: {stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), printed, "{call}");
+    }
+    let out = ephem(&["run", "examples/component.wat", "--invoke", "boom()"]);
+    assert_eq!(out.status.code(), Some(134), "a trap");
+    let out = ephem(&[
+        "run",
+        "--timeout",
+        "100ms",
+        "examples/component.wat",
+        "--invoke",
+        "spin()",
+    ]);
+    assert_eq!(out.status.code(), Some(134), "the deadline");
+    let out = ephem(&[
+        "run",
+        "--fuel",
+        "500",
+        "examples/component.wat",
+        "--invoke",
+        "spin()",
+    ]);
+    assert_eq!(out.status.code(), Some(134), "fuel");
+    for call in ["add(1)", "add(-1, 2)", "nope()", "greet(\"open"] {
+        let out = ephem(&["run", "examples/component.wat", "--invoke", call]);
+        assert_eq!(out.status.code(), Some(2), "{call}: a usage error");
+    }
+    // Without `--invoke` a component would be a `wasi:cli/run` command: refused, saying why.
+    let out = ephem(&["run", "examples/component.wat"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("WASI 0.2"), "{stderr}");
+}

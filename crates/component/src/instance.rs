@@ -1,0 +1,463 @@
+//! Running a plan in a store, and calling what it exports.
+//!
+//! Instantiating takes the plan's steps in order: a core instantiation gets its imports from
+//! instances made before it and from lowered functions; a lowered function is a core host
+//! function that lifts its arguments out of the caller's memory, calls its callee (the host's
+//! function, or a function lifted from another part of the component) and lowers the result
+//! back. A lowering's options name items of instances that exist by then (the validator sees to
+//! it), so they are resolved once, when the function is made.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use ephem_runtime::{AsContextMut, Extern, HostError, StoreContextMut, Val as Core};
+
+use crate::abi::{self, FlatReader};
+use crate::inline::{self, Callee, CoreDef, Export, Plan, Step};
+use crate::linker::HostFn;
+use crate::typed::ComponentNamedList;
+use crate::types::{FuncType, Type};
+use crate::values::Val;
+use crate::{Component, Error};
+
+/// An instance of a component in a store.
+#[derive(Clone)]
+pub struct Instance {
+    component: Component,
+    core: Arc<[ephem_runtime::Instance]>,
+    lowered: Arc<[ephem_runtime::Func]>,
+}
+
+/// An export of an instance found by [`Instance::get_export_index`]: a path through the
+/// component's exported instances.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ComponentExportIndex(Vec<usize>);
+
+/// A function the component exports, ready to call.
+#[derive(Clone)]
+pub struct Func {
+    lifted: Arc<Lifted>,
+}
+
+/// A lifted function resolved to its instance's items.
+struct Lifted {
+    func: ephem_runtime::Func,
+    ty: Arc<FuncType>,
+    options: abi::Options,
+    post_return: Option<ephem_runtime::Func>,
+}
+
+/// Core items as a plan's steps have made them so far.
+struct Made<'a> {
+    plan: &'a Plan,
+    core: Vec<ephem_runtime::Instance>,
+    lowered: Vec<ephem_runtime::Func>,
+}
+
+impl Made<'_> {
+    fn resolve(&self, mut store: impl AsContextMut, def: &CoreDef) -> Result<Extern, Error> {
+        match def {
+            CoreDef::Export { instance, name } => self.core[*instance]
+                .get_export(&mut store, name)
+                .ok_or_else(|| Error::Link(format!("a core instance exports no `{name}`"))),
+            CoreDef::Lowered(n) => Ok(Extern::Func(self.lowered[*n])),
+        }
+    }
+
+    fn options(
+        &self,
+        mut store: impl AsContextMut,
+        options: &inline::Options,
+    ) -> Result<abi::Options, Error> {
+        let memory = match &options.memory {
+            Some(def) => self.resolve(&mut store, def)?.into_memory(),
+            None => None,
+        };
+        let realloc = match &options.realloc {
+            Some(def) => self.resolve(&mut store, def)?.into_func(),
+            None => None,
+        };
+        Ok(abi::Options {
+            memory,
+            realloc,
+            encoding: options.encoding,
+        })
+    }
+
+    fn lifted(&self, mut store: impl AsContextMut, index: usize) -> Result<Lifted, Error> {
+        let lift = &self.plan.lifts[index];
+        let func = self.resolve(&mut store, &lift.func)?.into_func();
+        let post_return = match &lift.post_return {
+            Some(def) => self.resolve(&mut store, def)?.into_func(),
+            None => None,
+        };
+        Ok(Lifted {
+            func: func.ok_or_else(|| Error::Link("a lifted item is not a function".into()))?,
+            ty: lift.ty.clone(),
+            options: self.options(&mut store, &lift.options)?,
+            post_return,
+        })
+    }
+}
+
+/// Instantiates `component` in `store`, its host functions found by `host(path)`.
+pub(crate) fn instantiate<T: 'static>(
+    mut store: StoreContextMut<'_, T>,
+    component: &Component,
+    host: impl Fn(&inline::Path, &FuncType) -> Result<Arc<HostFn<T>>, Error>,
+) -> Result<Instance, Error> {
+    let plan = &component.inner.plan;
+    let mut made = Made {
+        plan,
+        core: Vec::with_capacity(plan.instances),
+        lowered: Vec::with_capacity(plan.lowerings.len()),
+    };
+    for step in &plan.steps {
+        match step {
+            Step::Instantiate { module, args } => {
+                let imports = (args.iter())
+                    .map(|def| made.resolve(&mut store, def))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let module = &component.inner.modules[*module];
+                let instance = ephem_runtime::Instance::new(&mut store, module, &imports)?;
+                made.core.push(instance);
+            }
+            Step::Lower(n) => {
+                let lowering = &plan.lowerings[*n];
+                let options = made.options(&mut store, &lowering.options)?;
+                let ty = lowering.ty.clone();
+                let callee: Callee2<T> = match &lowering.callee {
+                    Callee::Host(path) => Callee2::Host(host(path, &ty)?),
+                    Callee::Lifted(l) => Callee2::Lifted(made.lifted(&mut store, *l)?),
+                };
+                let core_ty = ty.core(true);
+                let func = ephem_runtime::Func::new(
+                    &mut store,
+                    core_ty,
+                    move |mut caller, args, results| {
+                        lowered_call(
+                            caller.as_context_mut(),
+                            &ty,
+                            &options,
+                            &callee,
+                            args,
+                            results,
+                        )
+                        .map_err(|e| Box::new(e) as HostError)
+                    },
+                );
+                made.lowered.push(func);
+            }
+        }
+    }
+    Ok(Instance {
+        component: component.clone(),
+        core: made.core.into(),
+        lowered: made.lowered.into(),
+    })
+}
+
+/// What a lowered function calls, resolved.
+enum Callee2<T> {
+    Host(Arc<HostFn<T>>),
+    Lifted(Lifted),
+}
+
+/// The body of a lowered function: lift the arguments, call, lower the result.
+fn lowered_call<T>(
+    mut store: StoreContextMut<'_, T>,
+    ty: &FuncType,
+    options: &abi::Options,
+    callee: &Callee2<T>,
+    args: &[Core],
+    results: &mut [Core],
+) -> Result<(), Error> {
+    let (_, params_flat) = ty.flat_params();
+    let params = {
+        let bytes = options.bytes(&store);
+        if params_flat {
+            let mut flat = FlatReader::new(args);
+            (ty.params.iter())
+                .map(|(_, t)| abi::lift_flat(bytes, options.encoding, t, &mut flat))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            let ptr = args[0].i32().unwrap_or(0) as u32;
+            match abi::load_val(bytes, options.encoding, &ty.params_tuple(), ptr)? {
+                Val::Tuple(values) => values,
+                _ => unreachable!("a tuple's value"),
+            }
+        }
+    };
+    let mut out = vec![Val::Bool(false); ty.result.is_some() as usize];
+    match callee {
+        Callee2::Host(f) => {
+            f(store.as_context_mut(), ty, &params, &mut out).map_err(Error::Host)?
+        }
+        Callee2::Lifted(l) => call_lifted(&mut store, l, &params, &mut out)?,
+    }
+    let Some(result_ty) = &ty.result else {
+        return Ok(());
+    };
+    if !out[0].has_type(result_ty) {
+        return Err(Error::Usage(format!(
+            "a host function returned {:?}, not a value of type {result_ty:?}",
+            out[0]
+        )));
+    }
+    let (_, results_flat) = ty.flat_results();
+    if results_flat {
+        let mut flat = Vec::with_capacity(1);
+        abi::lower_flat(&mut store, options, result_ty, &out[0], &mut flat)?;
+        results.copy_from_slice(&flat);
+    } else {
+        let retptr = args[args.len() - 1].i32().unwrap_or(0) as u32;
+        if !retptr.is_multiple_of(result_ty.align()) {
+            return Err(Error::Abi(format!("return pointer {retptr} is misaligned")));
+        }
+        abi::store_val(&mut store, options, result_ty, &out[0], retptr)?;
+    }
+    Ok(())
+}
+
+/// Calls a lifted function with `params` (checked here against its type): lower them into the
+/// callee, call, lift the result, then the callee's `post-return`.
+fn call_lifted<T>(
+    store: &mut StoreContextMut<'_, T>,
+    lifted: &Lifted,
+    params: &[Val],
+    results: &mut [Val],
+) -> Result<(), Error> {
+    let ty = &lifted.ty;
+    if params.len() != ty.params.len()
+        || !(params.iter().zip(&ty.params)).all(|(v, (_, t))| v.has_type(t))
+    {
+        return Err(Error::Usage(format!(
+            "arguments {params:?} do not match parameters {:?}",
+            ty.params
+        )));
+    }
+    if results.len() != ty.result.is_some() as usize {
+        return Err(Error::Usage(format!(
+            "room for {} results given, the function has {}",
+            results.len(),
+            ty.result.is_some() as usize
+        )));
+    }
+    let options = &lifted.options;
+    let (_, params_flat) = ty.flat_params();
+    let mut args = Vec::new();
+    if params_flat {
+        for (v, (_, t)) in params.iter().zip(&ty.params) {
+            abi::lower_flat(&mut *store, options, t, v, &mut args)?;
+        }
+    } else {
+        let tuple = ty.params_tuple();
+        let ptr = options.realloc_for(&mut *store, &tuple)?;
+        abi::store_val(
+            &mut *store,
+            options,
+            &tuple,
+            &Val::Tuple(params.to_vec()),
+            ptr,
+        )?;
+        args.push(Core::I32(ptr as i32));
+    }
+    let core_ty = lifted.func.ty(&*store);
+    let mut core_results: Vec<Core> = core_ty.results.iter().map(|&t| zero(t)).collect();
+    lifted.func.call(&mut *store, &args, &mut core_results)?;
+    if let Some(result_ty) = &ty.result {
+        let bytes = options.bytes(&*store);
+        let (_, results_flat) = ty.flat_results();
+        results[0] = if results_flat {
+            abi::lift_flat(
+                bytes,
+                options.encoding,
+                result_ty,
+                &mut FlatReader::new(&core_results),
+            )?
+        } else {
+            let ptr = core_results[0].i32().unwrap_or(0) as u32;
+            abi::load_val(bytes, options.encoding, result_ty, ptr)?
+        };
+    }
+    if let Some(post) = lifted.post_return {
+        post.call(&mut *store, &core_results, &mut [])?;
+    }
+    Ok(())
+}
+
+fn zero(t: ephem_runtime::ValType) -> Core {
+    match t {
+        ephem_runtime::ValType::I64 => Core::I64(0),
+        ephem_runtime::ValType::F32 => Core::F32(0),
+        ephem_runtime::ValType::F64 => Core::F64(0),
+        _ => Core::I32(0),
+    }
+}
+
+impl Instance {
+    /// Finds export `name`, in the instance `parent` names if given (an exported instance)
+    /// or among the component's own exports.
+    pub fn get_export_index(
+        &self,
+        _store: impl AsContextMut,
+        parent: Option<&ComponentExportIndex>,
+        name: &str,
+    ) -> Option<ComponentExportIndex> {
+        let mut exports = &self.component.inner.plan.exports;
+        let mut path = Vec::new();
+        for &i in parent.map(|p| p.0.as_slice()).unwrap_or_default() {
+            path.push(i);
+            match &exports[i].1 {
+                Export::Instance(items) => exports = items,
+                Export::Func(_) => return None,
+            }
+        }
+        let i = exports.iter().position(|(n, _)| n == name)?;
+        path.push(i);
+        Some(ComponentExportIndex(path))
+    }
+
+    fn export_at(&self, index: &ComponentExportIndex) -> Option<&Export> {
+        let mut exports = &self.component.inner.plan.exports;
+        let (last, parents) = index.0.split_last()?;
+        for &i in parents {
+            match &exports.get(i)?.1 {
+                Export::Instance(items) => exports = items,
+                Export::Func(_) => return None,
+            }
+        }
+        Some(&exports.get(*last)?.1)
+    }
+
+    /// The exported function `name` (a name of the component's own exports, or an index
+    /// from [`Instance::get_export_index`]).
+    pub fn get_func(
+        &self,
+        mut store: impl AsContextMut,
+        name: impl InstanceExportLookup,
+    ) -> Option<Func> {
+        let index = name.lookup(self, &mut store)?;
+        let Export::Func(l) = self.export_at(&index)? else {
+            return None;
+        };
+        let made = Made {
+            plan: &self.component.inner.plan,
+            core: self.core.to_vec(),
+            lowered: self.lowered.to_vec(),
+        };
+        let lifted = made.lifted(&mut store, *l).ok()?;
+        Some(Func {
+            lifted: Arc::new(lifted),
+        })
+    }
+
+    /// As [`Instance::get_func`], with the function's types checked against `P` and `R`.
+    pub fn get_typed_func<P: ComponentNamedList, R: ComponentNamedList>(
+        &self,
+        mut store: impl AsContextMut,
+        name: impl InstanceExportLookup,
+    ) -> Result<TypedFunc<P, R>, Error> {
+        let func = self
+            .get_func(&mut store, name)
+            .ok_or_else(|| Error::Usage("no such exported function".into()))?;
+        func.typed::<P, R>()
+    }
+}
+
+/// A name or index that finds an export: `&str` for the component's own exports,
+/// [`ComponentExportIndex`] for any.
+pub trait InstanceExportLookup {
+    #[doc(hidden)]
+    fn lookup(&self, instance: &Instance, store: impl AsContextMut)
+    -> Option<ComponentExportIndex>;
+}
+
+impl InstanceExportLookup for &str {
+    fn lookup(
+        &self,
+        instance: &Instance,
+        store: impl AsContextMut,
+    ) -> Option<ComponentExportIndex> {
+        instance.get_export_index(store, None, self)
+    }
+}
+
+impl InstanceExportLookup for &ComponentExportIndex {
+    fn lookup(&self, _: &Instance, _: impl AsContextMut) -> Option<ComponentExportIndex> {
+        Some((*self).clone())
+    }
+}
+
+impl InstanceExportLookup for ComponentExportIndex {
+    fn lookup(&self, _: &Instance, _: impl AsContextMut) -> Option<ComponentExportIndex> {
+        Some(self.clone())
+    }
+}
+
+impl Func {
+    /// The function's type.
+    pub fn ty(&self) -> &FuncType {
+        &self.lifted.ty
+    }
+
+    /// Calls the function with `params`; `results` has room for its result, if it has one.
+    /// The callee's `post-return` runs before this returns.
+    pub fn call(
+        &self,
+        mut store: impl AsContextMut,
+        params: &[Val],
+        results: &mut [Val],
+    ) -> Result<(), Error> {
+        call_lifted(&mut store.as_context_mut(), &self.lifted, params, results)
+    }
+
+    /// This function with its types checked against `P` and `R`.
+    pub fn typed<P: ComponentNamedList, R: ComponentNamedList>(
+        &self,
+    ) -> Result<TypedFunc<P, R>, Error> {
+        let ty = &self.lifted.ty;
+        let params: Vec<&Type> = ty.params.iter().map(|(_, t)| t).collect();
+        let results: Vec<&Type> = ty.result.iter().collect();
+        if !P::typecheck(&params) || !R::typecheck(&results) {
+            return Err(Error::Usage(format!(
+                "the function's type is {ty:?}, not the Rust types asked for"
+            )));
+        }
+        Ok(TypedFunc {
+            func: self.clone(),
+            _types: PhantomData,
+        })
+    }
+}
+
+/// A function the component exports, with Rust types for its parameters and result.
+pub struct TypedFunc<P, R> {
+    func: Func,
+    _types: PhantomData<fn(P) -> R>,
+}
+
+impl<P: ComponentNamedList, R: ComponentNamedList> TypedFunc<P, R> {
+    /// Calls the function.
+    pub fn call(&self, store: impl AsContextMut, params: P) -> Result<R, Error> {
+        let mut results = vec![Val::Bool(false); self.func.lifted.ty.result.is_some() as usize];
+        self.func.call(store, &params.into_vals(), &mut results)?;
+        R::from_vals(results).ok_or_else(|| Error::Usage("a result of another type".into()))
+    }
+
+    /// The untyped function.
+    pub fn func(&self) -> &Func {
+        &self.func
+    }
+}
+
+impl abi::Options {
+    /// A block from `realloc` for a value of type `ty`.
+    pub(crate) fn realloc_for<T>(
+        &self,
+        store: &mut StoreContextMut<'_, T>,
+        ty: &Type,
+    ) -> Result<u32, Error> {
+        self.realloc(store, ty.align(), ty.size())
+    }
+}

@@ -1,0 +1,172 @@
+//! The component model for ephem, with wasmtime's `component::*` names: [`Component`],
+//! [`Linker`], [`Instance`], [`Func`], [`TypedFunc`], [`Val`].
+//!
+//! A component is compiled once into its core modules and a *plan* (`inline`): the component's
+//! nesting, aliases and instantiations worked out at compile time into a straight list of core
+//! instantiations and lowered functions. Instantiating runs that list in one store, so a
+//! component's fresh instance costs what its core instances cost, and fuel, deadlines and
+//! resource limits apply as to any core instance of the store.
+//!
+//! The stages, one file each:
+//! - `translate`: validation (wasmparser) and each component's definitions, types converted;
+//! - `inline`: the definitions run over symbolic values into a [`Plan`](inline::Plan);
+//! - `abi`: the canonical ABI, lifting and lowering [`Val`]s through core values and memory;
+//! - `instance`: running a plan in a store, and calling lifted functions;
+//! - `linker`: host functions by name and path, checked against the types they are lowered at;
+//! - `typed`: Rust types as component types, for [`TypedFunc`] and [`LinkerInstance::func_wrap`];
+//! - [`wave`]: values as text, as `wasmtime run --invoke` reads and prints them.
+//!
+//! Not yet supported (each refused with [`Error::Unsupported`] when a component is compiled):
+//! resources and their handles, async, the threads built-ins, fixed-length lists, maps, value
+//! imports and exports, start functions, imported modules and components. A call between two
+//! parts of one component goes through the host's lifting and lowering (`Callee::Lifted`), not
+//! through generated adapter code. A component is compiled in the process; there is no
+//! precompiled component artifact yet.
+
+#![warn(missing_docs)]
+
+mod abi;
+mod inline;
+mod instance;
+mod linker;
+mod translate;
+mod typed;
+mod types;
+mod values;
+pub mod wave;
+
+use std::sync::Arc;
+
+use ephem_runtime::{Engine, Module};
+
+pub use instance::{ComponentExportIndex, Func, Instance, TypedFunc};
+pub use linker::{Linker, LinkerInstance};
+pub use typed::{ComponentNamedList, ComponentType};
+pub use types::{Case, Field, FuncType, Type};
+pub use values::Val;
+
+/// What can go wrong compiling, linking or calling a component.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The bytes are not a valid component.
+    #[error("invalid component: {0}")]
+    Invalid(#[from] wasmparser::BinaryReaderError),
+    /// Valid, but uses a part of the component model ephem does not run yet.
+    #[error("not supported yet: {0}")]
+    Unsupported(String),
+    /// A core module of the component failed to compile or instantiate, or a core call
+    /// trapped.
+    #[error(transparent)]
+    Runtime(#[from] ephem_runtime::Error),
+    /// A guest broke the canonical ABI (a bad pointer, discriminant, char or string); the
+    /// call traps with this.
+    #[error("canonical ABI: {0}")]
+    Abi(String),
+    /// A host function failed; the guest that called it traps with this.
+    #[error(transparent)]
+    Host(ephem_runtime::HostError),
+    /// An import the linker does not define, or defines with another type.
+    #[error("link error: {0}")]
+    Link(String),
+    /// The API was used in a way that cannot work: wrong argument types, no such export.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// A compiled component: its core modules and the plan that instantiates them.
+#[derive(Clone)]
+pub struct Component {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    modules: Vec<Module>,
+    plan: inline::Plan,
+}
+
+impl Component {
+    /// Validates and compiles a component from its binary or text form.
+    pub fn new(engine: &Engine, bytes: impl AsRef<[u8]>) -> Result<Component, Error> {
+        Component::new_with(engine, bytes, |wasm| Module::new(engine, wasm))
+    }
+
+    /// As [`Component::new`], with each core module compiled by `compile` (through a cache,
+    /// or with fuel metering, as the embedder compiles modules).
+    pub fn new_with(
+        engine: &Engine,
+        bytes: impl AsRef<[u8]>,
+        mut compile: impl FnMut(&[u8]) -> Result<Module, ephem_runtime::Error>,
+    ) -> Result<Component, Error> {
+        let bytes = wat::parse_bytes(bytes.as_ref())
+            .map_err(|e| Error::Usage(format!("not a component in the text format: {e}")))?;
+        let read = translate::read(&bytes)?;
+        let modules = (read.modules.iter())
+            .map(|range| compile(&bytes[range.clone()]))
+            .collect::<Result<Vec<_>, _>>()?;
+        let imports: inline::ModuleImports = (modules.iter())
+            .map(|m| {
+                m.imports()
+                    .map(|i| (i.module.to_string(), i.name.to_string()))
+                    .collect()
+            })
+            .collect();
+        let plan = inline::inline(&read.translations, &imports)?;
+        Ok(Component {
+            inner: Arc::new(Inner {
+                engine: engine.clone(),
+                modules,
+                plan,
+            }),
+        })
+    }
+
+    /// As [`Component::new`], from a file.
+    pub fn from_file(
+        engine: &Engine,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Component, Error> {
+        let bytes = std::fs::read(path.as_ref())
+            .map_err(|e| Error::Usage(format!("reading {}: {e}", path.as_ref().display())))?;
+        Component::new(engine, bytes)
+    }
+
+    /// The engine the component was compiled for.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The names of the component's imports, in order.
+    pub fn imports(&self) -> impl Iterator<Item = &str> {
+        self.inner.plan.imports.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// The component's exported functions, each by its path (an instance's name first for a
+    /// function an exported instance holds) and type.
+    pub fn exported_funcs(&self) -> Vec<(Vec<String>, &FuncType)> {
+        fn walk<'a>(
+            plan: &'a inline::Plan,
+            prefix: &[String],
+            exports: &'a [(String, inline::Export)],
+            out: &mut Vec<(Vec<String>, &'a FuncType)>,
+        ) {
+            for (name, export) in exports {
+                let mut path = prefix.to_vec();
+                path.push(name.clone());
+                match export {
+                    inline::Export::Func(l) => out.push((path, &plan.lifts[*l].ty)),
+                    inline::Export::Instance(items) => walk(plan, &path, items, out),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.inner.plan, &[], &self.inner.plan.exports, &mut out);
+        out
+    }
+
+    /// Whether `bytes` start like a component rather than a core module (by the binary's
+    /// layer field; text is not looked at).
+    pub fn is_component(bytes: &[u8]) -> bool {
+        wasmparser::Parser::is_component(bytes)
+    }
+}

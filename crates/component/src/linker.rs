@@ -1,0 +1,239 @@
+//! Host functions by name: the outer component's imports are looked up here, an instance
+//! import's functions by their path through nested [`LinkerInstance`]s. A typed function
+//! (`func_wrap`) is checked against the type each lowering gives it when a component is
+//! instantiated; an untyped one (`func_new`) gets [`Val`]s and must answer with a value of the
+//! type, which is checked at each call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ephem_runtime::{AsContextMut, Engine, HostError, StoreContextMut};
+
+use crate::inline::{self, Path};
+use crate::instance::{self, Instance};
+use crate::translate::ImportKind;
+use crate::typed::ComponentNamedList;
+use crate::types::{FuncType, Type};
+use crate::values::Val;
+use crate::{Component, Error};
+
+/// A host function's body over [`Val`]s.
+pub(crate) type HostFn<T> = dyn Fn(StoreContextMut<'_, T>, &FuncType, &[Val], &mut [Val]) -> Result<(), HostError>
+    + Send
+    + Sync;
+
+/// Checks a function's type against what its Rust closure takes and gives.
+type Check = fn(&FuncType) -> bool;
+
+struct HostFunc<T> {
+    call: Arc<HostFn<T>>,
+    check: Option<Check>,
+}
+
+enum Definition<T> {
+    Func(HostFunc<T>),
+    Instance(Items<T>),
+}
+
+struct Items<T> {
+    map: HashMap<String, Definition<T>>,
+}
+
+impl<T> Default for Items<T> {
+    fn default() -> Self {
+        Items {
+            map: HashMap::new(),
+        }
+    }
+}
+
+/// Host functions and instances of them, by the names components import them by.
+pub struct Linker<T> {
+    engine: Engine,
+    root: Items<T>,
+}
+
+/// One level of a [`Linker`]: the outer names, or an instance's.
+pub struct LinkerInstance<'a, T> {
+    items: &'a mut Items<T>,
+}
+
+impl<T: 'static> Linker<T> {
+    /// An empty linker for components of `engine`.
+    pub fn new(engine: &Engine) -> Linker<T> {
+        Linker {
+            engine: engine.clone(),
+            root: Items::default(),
+        }
+    }
+
+    /// The engine the linker belongs to.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The outer names: what a component imports functions under directly.
+    pub fn root(&mut self) -> LinkerInstance<'_, T> {
+        LinkerInstance {
+            items: &mut self.root,
+        }
+    }
+
+    /// The instance `name` (`wasi:cli/stdout@0.2.0`), made if not yet defined.
+    pub fn instance(&mut self, name: &str) -> Result<LinkerInstance<'_, T>, Error> {
+        self.root().into_instance(name)
+    }
+
+    /// Instantiates `component` in `store` with its imports from this linker.
+    pub fn instantiate(
+        &self,
+        mut store: impl AsContextMut<Data = T>,
+        component: &Component,
+    ) -> Result<Instance, Error> {
+        if !component.engine().same(&self.engine) {
+            return Err(Error::Usage(
+                "the component belongs to another engine than the linker".into(),
+            ));
+        }
+        let plan = &component.inner.plan;
+        for (name, kind) in &plan.imports {
+            let found = self.root.map.get(name);
+            let fits = matches!(
+                (kind, found),
+                (ImportKind::Other, _)
+                    | (ImportKind::Func, Some(Definition::Func(_)))
+                    | (ImportKind::Instance, Some(Definition::Instance(_)))
+            );
+            if !fits {
+                return Err(Error::Link(format!(
+                    "the component imports `{name}`, which the linker does not define as a {}",
+                    if *kind == ImportKind::Func {
+                        "function"
+                    } else {
+                        "instance"
+                    }
+                )));
+            }
+        }
+        instance::instantiate(store.as_context_mut(), component, |path, ty| {
+            self.host(plan, path, ty)
+        })
+    }
+
+    fn host(
+        &self,
+        plan: &inline::Plan,
+        path: &Path,
+        ty: &FuncType,
+    ) -> Result<Arc<HostFn<T>>, Error> {
+        let import = &plan.imports[path.import].0;
+        let mut items = &self.root;
+        let mut def = items.map.get(import);
+        let mut shown = format!("`{import}`");
+        for name in &path.names {
+            match def {
+                Some(Definition::Instance(inner)) => items = inner,
+                _ => break,
+            }
+            def = items.map.get(name);
+            shown = format!("{shown}.`{name}`");
+        }
+        match def {
+            Some(Definition::Func(f)) => {
+                if let Some(check) = f.check
+                    && !check(ty)
+                {
+                    return Err(Error::Link(format!(
+                        "{shown} is imported as {ty:?}, and the host function has other types"
+                    )));
+                }
+                Ok(f.call.clone())
+            }
+            _ => Err(Error::Link(format!(
+                "the component imports {shown}, which the linker does not define as a function"
+            ))),
+        }
+    }
+}
+
+impl<'a, T: 'static> LinkerInstance<'a, T> {
+    fn insert(&mut self, name: &str, def: Definition<T>) -> Result<(), Error> {
+        if self.items.map.contains_key(name) {
+            return Err(Error::Usage(format!("`{name}` is already defined")));
+        }
+        self.items.map.insert(name.to_string(), def);
+        Ok(())
+    }
+
+    /// Defines `name` as a host function over [`Val`]s, told the type it is called at;
+    /// `results` comes with room for the result, which must be set to a value of that type.
+    pub fn func_new(
+        &mut self,
+        name: &str,
+        f: impl Fn(StoreContextMut<'_, T>, &FuncType, &[Val], &mut [Val]) -> Result<(), HostError>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Result<(), Error> {
+        self.insert(
+            name,
+            Definition::Func(HostFunc {
+                call: Arc::new(f),
+                check: None,
+            }),
+        )
+    }
+
+    /// Defines `name` as a host function with Rust types: parameters `P` and results `R`,
+    /// each a tuple (`(u32, String)`, `(Option<u8>,)`, `()`).
+    pub fn func_wrap<P: ComponentNamedList, R: ComponentNamedList>(
+        &mut self,
+        name: &str,
+        f: impl Fn(StoreContextMut<'_, T>, P) -> Result<R, HostError> + Send + Sync + 'static,
+    ) -> Result<(), Error> {
+        let call = move |store: StoreContextMut<'_, T>,
+                         _: &FuncType,
+                         params: &[Val],
+                         results: &mut [Val]|
+              -> Result<(), HostError> {
+            let params = P::from_vals(params.to_vec()).ok_or("arguments of another type")?;
+            let out = f(store, params)?.into_vals();
+            for (slot, v) in results.iter_mut().zip(out) {
+                *slot = v;
+            }
+            Ok(())
+        };
+        let check: Check = |ty| {
+            let params: Vec<&Type> = ty.params.iter().map(|(_, t)| t).collect();
+            let results: Vec<&Type> = ty.result.iter().collect();
+            P::typecheck(&params) && R::typecheck(&results)
+        };
+        self.insert(
+            name,
+            Definition::Func(HostFunc {
+                call: Arc::new(call),
+                check: Some(check),
+            }),
+        )
+    }
+
+    /// The nested instance `name`, made if not yet defined.
+    pub fn instance(&mut self, name: &str) -> Result<LinkerInstance<'_, T>, Error> {
+        LinkerInstance {
+            items: &mut *self.items,
+        }
+        .into_instance(name)
+    }
+
+    fn into_instance(self, name: &str) -> Result<LinkerInstance<'a, T>, Error> {
+        let def = (self.items.map)
+            .entry(name.to_string())
+            .or_insert_with(|| Definition::Instance(Items::default()));
+        match def {
+            Definition::Instance(items) => Ok(LinkerInstance { items }),
+            Definition::Func(_) => Err(Error::Usage(format!(
+                "`{name}` is already defined as a function"
+            ))),
+        }
+    }
+}

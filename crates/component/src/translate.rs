@@ -1,0 +1,328 @@
+//! Reading a component: validation with wasmparser and, per component (the outer one and each
+//! nested one), the list of its definitions in order, with every type it names already turned
+//! into ephem's own (`types`). Core modules are kept as byte ranges to compile; nothing here
+//! decides what instantiating means (that is `inline`).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use wasmparser::{
+    CanonicalFunction, CanonicalOption, ComponentAlias, ComponentExternalKind, ComponentInstance,
+    ComponentOuterAliasKind, ComponentTypeRef, ExternalKind, Instance, Parser, Payload, Validator,
+    WasmFeatures,
+};
+
+use crate::Error;
+use crate::abi::Encoding;
+use crate::types::FuncType;
+
+/// One component's definitions, in the order its sections give them.
+#[derive(Default)]
+pub(crate) struct Translation {
+    pub inits: Vec<Init>,
+}
+
+/// A canonical function's options, as indices into its component's core index spaces.
+#[derive(Clone, Debug)]
+pub(crate) struct RawOptions {
+    pub memory: Option<u32>,
+    pub realloc: Option<u32>,
+    pub post_return: Option<u32>,
+    pub encoding: Encoding,
+}
+
+/// What an import brings into its component's index spaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ImportKind {
+    Func,
+    Instance,
+    /// Types, values, modules and components: nothing this runtime instantiates through.
+    Other,
+}
+
+/// One definition of a component.
+pub(crate) enum Init {
+    Import {
+        name: String,
+        kind: ImportKind,
+    },
+    /// A core module, by its index among all of the component's modules.
+    Module(usize),
+    /// A nested component, by its translation's index.
+    Component(usize),
+    CoreInstantiate {
+        module: u32,
+        args: Vec<(String, u32)>,
+    },
+    CoreExports(Vec<(String, ExternalKind, u32)>),
+    Instantiate {
+        component: u32,
+        args: Vec<(String, ComponentExternalKind, u32)>,
+    },
+    Exports(Vec<(String, ComponentExternalKind, u32)>),
+    AliasCoreExport {
+        instance: u32,
+        kind: ExternalKind,
+        name: String,
+    },
+    AliasExport {
+        instance: u32,
+        kind: ComponentExternalKind,
+        name: String,
+    },
+    AliasOuter {
+        kind: ComponentOuterAliasKind,
+        count: u32,
+        index: u32,
+    },
+    Lift {
+        core_func: u32,
+        ty: Arc<FuncType>,
+        options: RawOptions,
+    },
+    Lower {
+        func: u32,
+        ty: Arc<FuncType>,
+        options: RawOptions,
+    },
+    Export {
+        name: String,
+        kind: ComponentExternalKind,
+        index: u32,
+    },
+}
+
+/// A whole component read: its translations (the outer one last) and its core modules' bytes.
+pub(crate) struct Read {
+    pub translations: Vec<Translation>,
+    pub modules: Vec<Range<usize>>,
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::Unsupported(what.to_string())
+}
+
+/// Validates `bytes` as a component and reads its definitions.
+pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
+    let features = WasmFeatures::default() | WasmFeatures::COMPONENT_MODEL;
+    let mut validator = Validator::new_with_features(features);
+    let mut translations = Vec::new();
+    let mut modules = Vec::new();
+    // What is open: `Some(translation)` for a component, `None` for a core module.
+    let mut open: Vec<Option<Translation>> = Vec::new();
+    let mut first = true;
+    for payload in Parser::new(0).parse_all(bytes) {
+        let payload = payload?;
+        validator.payload(&payload)?;
+        if first {
+            first = false;
+            match &payload {
+                Payload::Version {
+                    encoding: wasmparser::Encoding::Component,
+                    ..
+                } => open.push(Some(Translation::default())),
+                _ => return Err(unsupported("a core module where a component was expected")),
+            }
+            continue;
+        }
+        if let Payload::End(_) = payload {
+            match open.pop() {
+                Some(Some(done)) => {
+                    translations.push(done);
+                    let index = translations.len() - 1;
+                    match open.last_mut() {
+                        Some(Some(parent)) => parent.inits.push(Init::Component(index)),
+                        Some(None) => unreachable!("a component inside a core module"),
+                        None => {}
+                    }
+                }
+                Some(None) => {}
+                None => unreachable!("more ends than starts"),
+            }
+            continue;
+        }
+        let Some(Some(current)) = open.last_mut() else {
+            // Inside a core module: the validator has seen it; it is compiled on its own.
+            continue;
+        };
+        let types = validator.types(0).expect("a component is open");
+        match payload {
+            Payload::ModuleSection {
+                unchecked_range, ..
+            } => {
+                modules.push(unchecked_range.start as usize..unchecked_range.end as usize);
+                current.inits.push(Init::Module(modules.len() - 1));
+                open.push(None);
+            }
+            Payload::ComponentSection { .. } => open.push(Some(Translation::default())),
+            Payload::InstanceSection(section) => {
+                for instance in section {
+                    current.inits.push(match instance? {
+                        Instance::Instantiate { module_index, args } => Init::CoreInstantiate {
+                            module: module_index,
+                            args: args.iter().map(|a| (a.name.to_string(), a.index)).collect(),
+                        },
+                        Instance::FromExports(exports) => Init::CoreExports(
+                            (exports.iter())
+                                .map(|e| (e.name.to_string(), e.kind, e.index))
+                                .collect(),
+                        ),
+                    });
+                }
+            }
+            Payload::ComponentInstanceSection(section) => {
+                for instance in section {
+                    current.inits.push(match instance? {
+                        ComponentInstance::Instantiate {
+                            component_index,
+                            args,
+                        } => Init::Instantiate {
+                            component: component_index,
+                            args: (args.iter())
+                                .map(|a| (a.name.to_string(), a.kind, a.index))
+                                .collect(),
+                        },
+                        ComponentInstance::FromExports(exports) => Init::Exports(
+                            (exports.iter())
+                                .map(|e| (e.name.name.to_string(), e.kind, e.index))
+                                .collect(),
+                        ),
+                    });
+                }
+            }
+            Payload::ComponentAliasSection(section) => {
+                for alias in section {
+                    current.inits.push(match alias? {
+                        ComponentAlias::InstanceExport {
+                            kind,
+                            instance_index,
+                            name,
+                        } => Init::AliasExport {
+                            instance: instance_index,
+                            kind,
+                            name: name.to_string(),
+                        },
+                        ComponentAlias::CoreInstanceExport {
+                            kind,
+                            instance_index,
+                            name,
+                        } => Init::AliasCoreExport {
+                            instance: instance_index,
+                            kind,
+                            name: name.to_string(),
+                        },
+                        ComponentAlias::Outer { kind, count, index } => {
+                            Init::AliasOuter { kind, count, index }
+                        }
+                    });
+                }
+            }
+            Payload::ComponentCanonicalSection(section) => {
+                for canon in section {
+                    current.inits.push(match canon? {
+                        CanonicalFunction::Lift {
+                            core_func_index,
+                            type_index,
+                            options,
+                        } => {
+                            let id = match types.component_any_type_at(type_index) {
+                                wasmparser::component_types::ComponentAnyTypeId::Func(id) => id,
+                                _ => unreachable!("validated: a lift names a function type"),
+                            };
+                            Init::Lift {
+                                core_func: core_func_index,
+                                ty: Arc::new(FuncType::from_wasm(&types, id)?),
+                                options: raw_options(&options)?,
+                            }
+                        }
+                        CanonicalFunction::Lower {
+                            func_index,
+                            options,
+                        } => {
+                            let id = types.component_function_at(func_index);
+                            Init::Lower {
+                                func: func_index,
+                                ty: Arc::new(FuncType::from_wasm(&types, id)?),
+                                options: raw_options(&options)?,
+                            }
+                        }
+                        CanonicalFunction::ResourceNew { .. }
+                        | CanonicalFunction::ResourceDrop { .. }
+                        | CanonicalFunction::ResourceRep { .. } => {
+                            return Err(unsupported("resources (`resource.new`, `.drop`, `.rep`)"));
+                        }
+                        _ => {
+                            return Err(unsupported(
+                                "canonical built-ins other than `lift` and `lower` (threads, async)",
+                            ));
+                        }
+                    });
+                }
+            }
+            Payload::ComponentImportSection(section) => {
+                for import in section {
+                    let import = import?;
+                    let kind = match import.ty {
+                        ComponentTypeRef::Func(_) => ImportKind::Func,
+                        ComponentTypeRef::Instance(_) => ImportKind::Instance,
+                        ComponentTypeRef::Type(_) => ImportKind::Other,
+                        ComponentTypeRef::Module(_) | ComponentTypeRef::Component(_) => {
+                            return Err(unsupported("imported modules and components"));
+                        }
+                        ComponentTypeRef::Value(_) => return Err(unsupported("value imports")),
+                    };
+                    current.inits.push(Init::Import {
+                        name: import.name.name.to_string(),
+                        kind,
+                    });
+                }
+            }
+            Payload::ComponentExportSection(section) => {
+                for export in section {
+                    let export = export?;
+                    if export.kind == ComponentExternalKind::Value {
+                        return Err(unsupported("value exports"));
+                    }
+                    current.inits.push(Init::Export {
+                        name: export.name.name.to_string(),
+                        kind: export.kind,
+                        index: export.index,
+                    });
+                }
+            }
+            Payload::ComponentStartSection { .. } => {
+                return Err(unsupported("component start functions"));
+            }
+            // Types are resolved where they are used; names and custom sections do nothing.
+            _ => {}
+        }
+    }
+    Ok(Read {
+        translations,
+        modules,
+    })
+}
+
+fn raw_options(options: &[CanonicalOption]) -> Result<RawOptions, Error> {
+    let mut raw = RawOptions {
+        memory: None,
+        realloc: None,
+        post_return: None,
+        encoding: Encoding::Utf8,
+    };
+    for option in options {
+        match *option {
+            CanonicalOption::UTF8 => raw.encoding = Encoding::Utf8,
+            CanonicalOption::UTF16 => raw.encoding = Encoding::Utf16,
+            CanonicalOption::CompactUTF16 => raw.encoding = Encoding::Latin1Utf16,
+            CanonicalOption::Memory(m) => raw.memory = Some(m),
+            CanonicalOption::Realloc(f) => raw.realloc = Some(f),
+            CanonicalOption::PostReturn(f) => raw.post_return = Some(f),
+            CanonicalOption::CoreType(_) => {}
+            CanonicalOption::Async | CanonicalOption::Callback(_) | CanonicalOption::Gc => {
+                return Err(unsupported("async and GC canonical options"));
+            }
+        }
+    }
+    Ok(raw)
+}

@@ -1,0 +1,475 @@
+//! Component value types as the canonical ABI sees them, and what the ABI derives from a type:
+//! its size and alignment in linear memory and its flattening into core values.
+//!
+//! A type is made once, at compile time, from the validator's type information (`from_wasm`);
+//! after that nothing consults wasmparser. Types are trees of `Arc`s, cheap to clone into every
+//! function that uses them. Resource handles (`own`, `borrow`), `map`, fixed-length lists,
+//! futures, streams and error contexts are refused when a component is compiled.
+
+use std::sync::Arc;
+
+use wasmparser::component_types::{ComponentDefinedType, ComponentValType};
+use wasmparser::{PrimitiveValType, types::TypesRef};
+
+use crate::Error;
+
+/// How deep a type may nest: what bounds the recursion of every walk over a type (wasmtime
+/// has the same bound).
+pub(crate) const MAX_DEPTH: usize = 100;
+
+/// A component value type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Type {
+    /// A WIT `bool`.
+    Bool,
+    /// A WIT `s8`.
+    S8,
+    /// A WIT `u8`.
+    U8,
+    /// A WIT `s16`.
+    S16,
+    /// A WIT `u16`.
+    U16,
+    /// A WIT `s32`.
+    S32,
+    /// A WIT `u32`.
+    U32,
+    /// A WIT `s64`.
+    S64,
+    /// A WIT `u64`.
+    U64,
+    /// A WIT `f32`.
+    Float32,
+    /// A WIT `f64`.
+    Float64,
+    /// A WIT `char`.
+    Char,
+    /// A WIT `string`.
+    String,
+    /// A WIT `list<T>`.
+    List(Arc<Type>),
+    /// A WIT `record`.
+    Record(Arc<[Field]>),
+    /// A WIT `tuple<…>`.
+    Tuple(Arc<[Type]>),
+    /// A WIT `variant`.
+    Variant(Arc<[Case]>),
+    /// A WIT `enum`.
+    Enum(Arc<[String]>),
+    /// A WIT `option<T>`.
+    Option(Arc<Type>),
+    /// A WIT `result<T, E>`.
+    Result {
+        /// The `ok` case's payload, if it has one.
+        ok: Option<Arc<Type>>,
+        /// The `error` case's payload, if it has one.
+        err: Option<Arc<Type>>,
+    },
+    /// A WIT `flags`.
+    Flags(Arc<[String]>),
+}
+
+/// A record's field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// The field's name.
+    pub name: String,
+    /// The field's type.
+    pub ty: Type,
+}
+
+/// A variant's case.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Case {
+    /// The case's name.
+    pub name: String,
+    /// The case's payload type, if it has one.
+    pub ty: Option<Type>,
+}
+
+/// A component function's type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FuncType {
+    /// The parameters, by name, in order.
+    pub params: Vec<(String, Type)>,
+    /// The result, if the function has one.
+    pub result: Option<Type>,
+}
+
+/// A core value type of a flattened component value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flat {
+    I32,
+    I64,
+    F32,
+    F64,
+}
+
+impl Flat {
+    /// The type one slot of a variant takes when its cases put `self` and `other` there.
+    fn join(self, other: Flat) -> Flat {
+        match (self, other) {
+            (a, b) if a == b => a,
+            (Flat::I32, Flat::F32) | (Flat::F32, Flat::I32) => Flat::I32,
+            _ => Flat::I64,
+        }
+    }
+
+    pub(crate) fn core(self) -> ephem_runtime::ValType {
+        match self {
+            Flat::I32 => ephem_runtime::ValType::I32,
+            Flat::I64 => ephem_runtime::ValType::I64,
+            Flat::F32 => ephem_runtime::ValType::F32,
+            Flat::F64 => ephem_runtime::ValType::F64,
+        }
+    }
+}
+
+/// The most core parameters a function passes flat, and results it returns flat; past these
+/// they travel through linear memory.
+pub(crate) const MAX_FLAT_PARAMS: usize = 16;
+pub(crate) const MAX_FLAT_RESULTS: usize = 1;
+
+impl Type {
+    /// The cases of a type that the ABI lays out as a variant (a variant, an enum, an option, a
+    /// result), each with its payload; `None` for the others.
+    pub(crate) fn cases(&self) -> Option<Vec<Option<&Type>>> {
+        Some(match self {
+            Type::Variant(cases) => cases.iter().map(|c| c.ty.as_ref()).collect(),
+            Type::Enum(names) => vec![None; names.len()],
+            Type::Option(t) => vec![None, Some(&**t)],
+            Type::Result { ok, err } => vec![ok.as_deref(), err.as_deref()],
+            _ => return None,
+        })
+    }
+
+    /// The bytes of a variant's discriminant with `cases` cases.
+    pub(crate) fn discriminant_size(cases: usize) -> u32 {
+        match cases {
+            0..=0x100 => 1,
+            0x101..=0x1_0000 => 2,
+            _ => 4,
+        }
+    }
+
+    /// The 32-bit words a flags type with `n` flags takes.
+    pub(crate) fn flag_words(n: usize) -> usize {
+        n.div_ceil(32)
+    }
+
+    pub(crate) fn align(&self) -> u32 {
+        match self {
+            Type::Bool | Type::S8 | Type::U8 => 1,
+            Type::S16 | Type::U16 => 2,
+            Type::S32 | Type::U32 | Type::Float32 | Type::Char => 4,
+            Type::S64 | Type::U64 | Type::Float64 => 8,
+            Type::String | Type::List(_) => 4,
+            Type::Record(fields) => fields.iter().map(|f| f.ty.align()).max().unwrap_or(1),
+            Type::Tuple(types) => types.iter().map(Type::align).max().unwrap_or(1),
+            Type::Flags(names) => match names.len() {
+                0..=8 => 1,
+                9..=16 => 2,
+                _ => 4,
+            },
+            _ => {
+                let cases = self.cases().expect("a variant");
+                let payload = cases.iter().flatten().map(|t| t.align()).max();
+                Type::discriminant_size(cases.len()).max(payload.unwrap_or(1))
+            }
+        }
+    }
+
+    pub(crate) fn size(&self) -> u32 {
+        match self {
+            Type::Bool | Type::S8 | Type::U8 => 1,
+            Type::S16 | Type::U16 => 2,
+            Type::S32 | Type::U32 | Type::Float32 | Type::Char => 4,
+            Type::S64 | Type::U64 | Type::Float64 => 8,
+            Type::String | Type::List(_) => 8,
+            Type::Record(fields) => record_size(fields.iter().map(|f| &f.ty)),
+            Type::Tuple(types) => record_size(types.iter()),
+            Type::Flags(names) => match names.len() {
+                0 => 0,
+                1..=8 => 1,
+                9..=16 => 2,
+                n => 4 * Type::flag_words(n) as u32,
+            },
+            _ => {
+                let cases = self.cases().expect("a variant");
+                let payload_align = cases.iter().flatten().map(|t| t.align()).max();
+                let start = align_to(
+                    Type::discriminant_size(cases.len()),
+                    payload_align.unwrap_or(1),
+                );
+                let payload = cases.iter().flatten().map(|t| t.size()).max();
+                align_to(start + payload.unwrap_or(0), self.align())
+            }
+        }
+    }
+
+    /// Where a variant's payload starts, past its discriminant.
+    pub(crate) fn payload_offset(&self) -> u32 {
+        let cases = self.cases().expect("a variant");
+        let payload_align = cases.iter().flatten().map(|t| t.align()).max();
+        align_to(
+            Type::discriminant_size(cases.len()),
+            payload_align.unwrap_or(1),
+        )
+    }
+
+    /// Appends the core types this type flattens to.
+    pub(crate) fn flatten(&self, out: &mut Vec<Flat>) {
+        match self {
+            Type::Bool
+            | Type::S8
+            | Type::U8
+            | Type::S16
+            | Type::U16
+            | Type::S32
+            | Type::U32
+            | Type::Char
+            | Type::Enum(_) => out.push(Flat::I32),
+            Type::S64 | Type::U64 => out.push(Flat::I64),
+            Type::Float32 => out.push(Flat::F32),
+            Type::Float64 => out.push(Flat::F64),
+            Type::String | Type::List(_) => out.extend([Flat::I32, Flat::I32]),
+            Type::Record(fields) => fields.iter().for_each(|f| f.ty.flatten(out)),
+            Type::Tuple(types) => types.iter().for_each(|t| t.flatten(out)),
+            Type::Flags(names) => out.extend(std::iter::repeat_n(
+                Flat::I32,
+                Type::flag_words(names.len()),
+            )),
+            _ => {
+                let mut joined: Vec<Flat> = Vec::new();
+                for payload in self.cases().expect("a variant").into_iter().flatten() {
+                    let mut flat = Vec::new();
+                    payload.flatten(&mut flat);
+                    for (i, f) in flat.into_iter().enumerate() {
+                        match joined.get_mut(i) {
+                            Some(j) => *j = j.join(f),
+                            None => joined.push(f),
+                        }
+                    }
+                }
+                out.push(Flat::I32);
+                out.extend(joined);
+            }
+        }
+    }
+
+    pub(crate) fn flat(&self) -> Vec<Flat> {
+        let mut out = Vec::new();
+        self.flatten(&mut out);
+        out
+    }
+
+    /// Converts the validator's type, refusing what ephem does not support yet.
+    pub(crate) fn from_wasm(
+        types: &TypesRef<'_>,
+        ty: &ComponentValType,
+        depth: usize,
+    ) -> Result<Type, Error> {
+        if depth > MAX_DEPTH {
+            return Err(Error::Unsupported("a type nested too deeply".into()));
+        }
+        let id = match ty {
+            ComponentValType::Primitive(p) => return Ok(primitive(*p)),
+            ComponentValType::Type(id) => *id,
+        };
+        let sub = |t: &ComponentValType| Type::from_wasm(types, t, depth + 1);
+        Ok(match &types[id] {
+            ComponentDefinedType::Primitive(p) => primitive(*p),
+            ComponentDefinedType::Record(r) => Type::Record(
+                (r.fields.iter())
+                    .map(|(name, t)| {
+                        Ok(Field {
+                            name: name.to_string(),
+                            ty: sub(t)?,
+                        })
+                    })
+                    .collect::<Result<_, Error>>()?,
+            ),
+            ComponentDefinedType::Variant(v) => Type::Variant(
+                (v.cases.iter())
+                    .map(|(name, c)| {
+                        Ok(Case {
+                            name: name.to_string(),
+                            ty: c.ty.as_ref().map(sub).transpose()?,
+                        })
+                    })
+                    .collect::<Result<_, Error>>()?,
+            ),
+            ComponentDefinedType::List { element, .. } => Type::List(Arc::new(sub(element)?)),
+            ComponentDefinedType::Tuple(t) => {
+                Type::Tuple(t.types.iter().map(sub).collect::<Result<_, Error>>()?)
+            }
+            ComponentDefinedType::Flags(names) => {
+                Type::Flags(names.iter().map(|n| n.to_string()).collect())
+            }
+            ComponentDefinedType::Enum(names) => {
+                Type::Enum(names.iter().map(|n| n.to_string()).collect())
+            }
+            ComponentDefinedType::Option { ty, .. } => Type::Option(Arc::new(sub(ty)?)),
+            ComponentDefinedType::Result { ok, err, .. } => Type::Result {
+                ok: ok.as_ref().map(|t| sub(t).map(Arc::new)).transpose()?,
+                err: err.as_ref().map(|t| sub(t).map(Arc::new)).transpose()?,
+            },
+            ComponentDefinedType::Own(_) | ComponentDefinedType::Borrow(_) => {
+                return Err(Error::Unsupported(
+                    "resource handles (`own`, `borrow`)".into(),
+                ));
+            }
+            ComponentDefinedType::Map { .. } => return Err(Error::Unsupported("`map`".into())),
+            ComponentDefinedType::FixedLengthList { .. } => {
+                return Err(Error::Unsupported("fixed-length lists".into()));
+            }
+            _ => {
+                return Err(Error::Unsupported(
+                    "futures, streams and error contexts".into(),
+                ));
+            }
+        })
+    }
+}
+
+impl FuncType {
+    pub(crate) fn from_wasm(
+        types: &TypesRef<'_>,
+        id: wasmparser::component_types::ComponentFuncTypeId,
+    ) -> Result<FuncType, Error> {
+        let ty = &types[id];
+        if ty.async_ {
+            return Err(Error::Unsupported("async functions".into()));
+        }
+        Ok(FuncType {
+            params: (ty.params.iter())
+                .map(|(name, t)| Ok((name.to_string(), Type::from_wasm(types, t, 0)?)))
+                .collect::<Result<_, Error>>()?,
+            result: ty
+                .result
+                .as_ref()
+                .map(|t| Type::from_wasm(types, t, 0))
+                .transpose()?,
+        })
+    }
+
+    /// The parameters as one tuple: how they are laid out when they travel through memory.
+    pub(crate) fn params_tuple(&self) -> Type {
+        Type::Tuple(self.params.iter().map(|(_, t)| t.clone()).collect())
+    }
+
+    /// The flattened parameters, and whether they fit in core parameters at all.
+    pub(crate) fn flat_params(&self) -> (Vec<Flat>, bool) {
+        let mut flat = Vec::new();
+        for (_, t) in &self.params {
+            t.flatten(&mut flat);
+        }
+        let fits = flat.len() <= MAX_FLAT_PARAMS;
+        (flat, fits)
+    }
+
+    /// The flattened result, and whether it fits in core results.
+    pub(crate) fn flat_results(&self) -> (Vec<Flat>, bool) {
+        let flat = self.result.as_ref().map(Type::flat).unwrap_or_default();
+        let fits = flat.len() <= MAX_FLAT_RESULTS;
+        (flat, fits)
+    }
+
+    /// The core signature of this function lifted (`lower == false`: what the core function
+    /// being lifted must have) or lowered (what `canon lower` gives the core module).
+    pub(crate) fn core(&self, lower: bool) -> ephem_runtime::FuncType {
+        let (params, params_fit) = self.flat_params();
+        let (results, results_fit) = self.flat_results();
+        let mut core_params: Vec<_> = if params_fit {
+            params.iter().map(|f| f.core()).collect()
+        } else {
+            vec![ephem_runtime::ValType::I32]
+        };
+        let core_results = if results_fit {
+            results.iter().map(|f| f.core()).collect()
+        } else if lower {
+            core_params.push(ephem_runtime::ValType::I32);
+            Vec::new()
+        } else {
+            vec![ephem_runtime::ValType::I32]
+        };
+        ephem_runtime::FuncType::new(core_params, core_results)
+    }
+}
+
+fn primitive(p: PrimitiveValType) -> Type {
+    match p {
+        PrimitiveValType::Bool => Type::Bool,
+        PrimitiveValType::S8 => Type::S8,
+        PrimitiveValType::U8 => Type::U8,
+        PrimitiveValType::S16 => Type::S16,
+        PrimitiveValType::U16 => Type::U16,
+        PrimitiveValType::S32 => Type::S32,
+        PrimitiveValType::U32 => Type::U32,
+        PrimitiveValType::S64 => Type::S64,
+        PrimitiveValType::U64 => Type::U64,
+        PrimitiveValType::F32 => Type::Float32,
+        PrimitiveValType::F64 => Type::Float64,
+        PrimitiveValType::Char => Type::Char,
+        PrimitiveValType::String => Type::String,
+        PrimitiveValType::ErrorContext => Type::Tuple(Arc::from([])),
+    }
+}
+
+pub(crate) fn align_to(offset: u32, align: u32) -> u32 {
+    offset.div_ceil(align) * align
+}
+
+fn record_size<'a>(types: impl Iterator<Item = &'a Type>) -> u32 {
+    let mut size = 0;
+    let mut align = 1;
+    for t in types {
+        size = align_to(size, t.align()) + t.size();
+        align = align.max(t.align());
+    }
+    align_to(size, align)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tuple(types: &[Type]) -> Type {
+        Type::Tuple(types.iter().cloned().collect())
+    }
+
+    // Sizes and flattenings worked out by hand from the canonical ABI's definitions.
+    #[test]
+    fn sizes_alignments_and_flattenings_follow_the_canonical_abi() {
+        let t = tuple(&[Type::U8, Type::U32, Type::U16]);
+        assert_eq!((t.size(), t.align()), (12, 4));
+        let r = Type::Result {
+            ok: Some(Arc::new(Type::U64)),
+            err: Some(Arc::new(Type::Float32)),
+        };
+        assert_eq!((r.size(), r.align(), r.payload_offset()), (16, 8, 8));
+        assert_eq!(r.flat(), vec![Flat::I32, Flat::I64]);
+        let o = Type::Option(Arc::new(Type::Float32));
+        assert_eq!((o.size(), o.flat()), (8, vec![Flat::I32, Flat::F32]));
+        let v = Type::Variant(Arc::from([
+            Case {
+                name: "a".into(),
+                ty: Some(Type::Float32),
+            },
+            Case {
+                name: "b".into(),
+                ty: Some(Type::U32),
+            },
+        ]));
+        assert_eq!(v.flat(), vec![Flat::I32, Flat::I32]);
+        let flags = |n: usize| Type::Flags((0..n).map(|i| i.to_string()).collect());
+        assert_eq!(
+            (flags(0).size(), flags(8).size(), flags(9).size()),
+            (0, 1, 2)
+        );
+        assert_eq!((flags(33).size(), flags(33).flat().len()), (8, 2));
+        let e = Type::Enum((0..300).map(|i| i.to_string()).collect());
+        assert_eq!((e.size(), e.align()), (2, 2));
+        assert_eq!(Type::String.flat(), vec![Flat::I32, Flat::I32]);
+    }
+}
