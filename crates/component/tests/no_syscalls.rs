@@ -1,0 +1,69 @@
+//! A component's fresh path makes no system call once warm, as a module's does: instantiating
+//! its plan in a new store (three core instances, a lowered host function, a function lifted in
+//! one part and lowered into another), calling with a string through `realloc` and a list back,
+//! and dropping the store, under seccomp's strict mode. Its own test binary: it forks.
+
+use ephem_component::{Component, Linker};
+use ephem_runtime::{Engine, Store};
+
+#[test]
+fn instantiating_calling_and_dropping_a_component_makes_no_system_call() {
+    let engine = Engine::default();
+    let component = Component::new(
+        &engine,
+        r#"(component
+            (import "len" (func $len (param "s" string) (result u32)))
+            (core module $libc
+              (memory (export "memory") 1)
+              (global $next (mut i32) (i32.const 1024))
+              (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+                (local $p i32)
+                (local.set $p (i32.and
+                  (i32.add (global.get $next) (i32.sub (local.get 2) (i32.const 1)))
+                  (i32.sub (i32.const 0) (local.get 2))))
+                (global.set $next (i32.add (local.get $p) (local.get 3)))
+                (local.get $p)))
+            (core instance $libc (instantiate $libc))
+            (core func $len (canon lower (func $len) (memory (core memory $libc "memory"))))
+            (component $inner
+              (core module $m (func (export "twice") (param i32) (result i32)
+                (i32.mul (local.get 0) (i32.const 2))))
+              (core instance $i (instantiate $m))
+              (func (export "twice") (param "x" u32) (result u32)
+                (canon lift (core func $i "twice"))))
+            (instance $inner (instantiate $inner))
+            (core func $twice (canon lower (func $inner "twice")))
+            (core module $m
+              (import "host" "len" (func $len (param i32 i32) (result i32)))
+              (import "host" "twice" (func $twice (param i32) (result i32)))
+              (import "libc" "memory" (memory 1))
+              (func (export "run") (param i32 i32) (result i32)
+                (i32.store (i32.const 8) (local.get 0))
+                (i32.store (i32.const 12)
+                  (call $twice (call $len (local.get 0) (local.get 1))))
+                (i32.const 8)))
+            (core instance $i (instantiate $m
+              (with "host" (instance (export "len" (func $len)) (export "twice" (func $twice))))
+              (with "libc" (instance $libc))))
+            (func (export "run") (param "s" string) (result (tuple u32 u32))
+              (canon lift (core func $i "run") (memory (core memory $libc "memory"))
+                (realloc (core func $libc "realloc")))))"#,
+    )
+    .unwrap();
+    let mut linker = Linker::<()>::new(&engine);
+    linker
+        .root()
+        .func_wrap("len", |_, (s,): (String,)| Ok((s.len() as u32,)))
+        .unwrap();
+    let run = || -> bool {
+        let mut store = Store::new(&engine, ());
+        let instance = linker.instantiate(&mut store, &component).unwrap();
+        let f = instance
+            .get_typed_func::<(String,), ((u32, u32),)>(&mut store, "run")
+            .unwrap();
+        // The string went to 1024, the first block `realloc` gives; its length doubled.
+        f.call(&mut store, ("twelve bytes".into(),)).unwrap() == ((1024, 24),)
+    };
+    // SAFETY: this test binary runs only this test, and `run` does not unwind when it succeeds.
+    unsafe { ephem_test_support::assert_no_system_call(run) };
+}
