@@ -82,24 +82,22 @@ impl Options {
         Ok(ptr)
     }
 
+    /// Copies `bytes` into the memory at `at` through the runtime, which marks the pages it
+    /// writes: the memory's next reset then stays the cheap one, with no system call.
     fn write<T>(
         &self,
         store: &mut StoreContextMut<'_, T>,
         at: u32,
         bytes: &[u8],
     ) -> Result<(), Error> {
-        let memory = self.memory()?;
-        let data = memory.data_mut(store);
-        match data.get_mut(at as usize..at as usize + bytes.len()) {
-            Some(dst) => {
-                dst.copy_from_slice(bytes);
-                Ok(())
-            }
-            None => Err(abi(format!(
-                "a store of {} bytes at {at} is past the memory's end",
-                bytes.len()
-            ))),
-        }
+        self.memory()?
+            .write(&mut *store, at as usize, bytes)
+            .map_err(|_| {
+                abi(format!(
+                    "a store of {} bytes at {at} is past the memory's end",
+                    bytes.len()
+                ))
+            })
     }
 }
 

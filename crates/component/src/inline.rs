@@ -62,6 +62,8 @@ pub(crate) struct Options {
 pub(crate) struct Lift {
     pub func: CoreDef,
     pub ty: Arc<FuncType>,
+    /// The core function's result types (`ty.core(false)`'s).
+    pub core_results: Vec<ephem_runtime::ValType>,
     pub options: Options,
     pub post_return: Option<CoreDef>,
 }
@@ -79,6 +81,8 @@ pub(crate) enum Callee {
 pub(crate) struct Lowering {
     pub callee: Callee,
     pub ty: Arc<FuncType>,
+    /// The core function the lowering makes (`ty.core(true)`).
+    pub core: ephem_runtime::FuncType,
     pub options: Options,
 }
 
@@ -440,6 +444,7 @@ impl Inliner<'_> {
                     let lift = Lift {
                         func: frame.core_item(ExternalKind::Func, *core_func),
                         ty: ty.clone(),
+                        core_results: ty.core(false).results,
                         options: frame.options(options),
                         post_return: (options.post_return)
                             .map(|f| frame.core_item(ExternalKind::Func, f)),
@@ -456,6 +461,7 @@ impl Inliner<'_> {
                     self.plan.lowerings.push(Lowering {
                         callee,
                         ty: ty.clone(),
+                        core: ty.core(true),
                         options: frame.options(options),
                     });
                     let n = self.plan.lowerings.len() - 1;

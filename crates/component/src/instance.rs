@@ -42,25 +42,27 @@ pub struct Func {
 /// A lifted function resolved to its instance's items.
 struct Lifted {
     func: ephem_runtime::Func,
+    /// The core function's result types: what the call's result slots are made of.
+    core_results: Vec<ephem_runtime::ValType>,
     ty: Arc<FuncType>,
     options: abi::Options,
     post_return: Option<ephem_runtime::Func>,
 }
 
 /// Core items as a plan's steps have made them so far.
-struct Made<'a> {
+struct Made<'a, I, F> {
     plan: &'a Plan,
-    core: Vec<ephem_runtime::Instance>,
-    lowered: Vec<ephem_runtime::Func>,
+    core: I,
+    lowered: F,
 }
 
-impl Made<'_> {
+impl<I: AsRef<[ephem_runtime::Instance]>, F: AsRef<[ephem_runtime::Func]>> Made<'_, I, F> {
     fn resolve(&self, mut store: impl AsContextMut, def: &CoreDef) -> Result<Extern, Error> {
         match def {
-            CoreDef::Export { instance, name } => self.core[*instance]
+            CoreDef::Export { instance, name } => self.core.as_ref()[*instance]
                 .get_export(&mut store, name)
                 .ok_or_else(|| Error::Link(format!("a core instance exports no `{name}`"))),
-            CoreDef::Lowered(n) => Ok(Extern::Func(self.lowered[*n])),
+            CoreDef::Lowered(n) => Ok(Extern::Func(self.lowered.as_ref()[*n])),
         }
     }
 
@@ -91,8 +93,10 @@ impl Made<'_> {
             Some(def) => self.resolve(&mut store, def)?.into_func(),
             None => None,
         };
+        let func = func.ok_or_else(|| Error::Link("a lifted item is not a function".into()))?;
         Ok(Lifted {
-            func: func.ok_or_else(|| Error::Link("a lifted item is not a function".into()))?,
+            func,
+            core_results: lift.core_results.clone(),
             ty: lift.ty.clone(),
             options: self.options(&mut store, &lift.options)?,
             post_return,
@@ -130,7 +134,7 @@ pub(crate) fn instantiate<T: 'static>(
                     Callee::Host(path) => Callee2::Host(host(path, &ty)?),
                     Callee::Lifted(l) => Callee2::Lifted(made.lifted(&mut store, *l)?),
                 };
-                let core_ty = ty.core(true);
+                let core_ty = lowering.core.clone();
                 let func = ephem_runtime::Func::new(
                     &mut store,
                     core_ty,
@@ -172,7 +176,7 @@ fn lowered_call<T>(
     args: &[Core],
     results: &mut [Core],
 ) -> Result<(), Error> {
-    let (_, params_flat) = ty.flat_params();
+    let params_flat = ty.params_fit;
     let params = {
         let bytes = options.bytes(&store);
         if params_flat {
@@ -204,7 +208,7 @@ fn lowered_call<T>(
             out[0]
         )));
     }
-    let (_, results_flat) = ty.flat_results();
+    let results_flat = ty.results_fit;
     if results_flat {
         let mut flat = Vec::with_capacity(1);
         abi::lower_flat(&mut store, options, result_ty, &out[0], &mut flat)?;
@@ -244,7 +248,7 @@ fn call_lifted<T>(
         )));
     }
     let options = &lifted.options;
-    let (_, params_flat) = ty.flat_params();
+    let params_flat = ty.params_fit;
     let mut args = Vec::new();
     if params_flat {
         for (v, (_, t)) in params.iter().zip(&ty.params) {
@@ -262,12 +266,11 @@ fn call_lifted<T>(
         )?;
         args.push(Core::I32(ptr as i32));
     }
-    let core_ty = lifted.func.ty(&*store);
-    let mut core_results: Vec<Core> = core_ty.results.iter().map(|&t| zero(t)).collect();
+    let mut core_results: Vec<Core> = lifted.core_results.iter().map(|&t| zero(t)).collect();
     lifted.func.call(&mut *store, &args, &mut core_results)?;
     if let Some(result_ty) = &ty.result {
         let bytes = options.bytes(&*store);
-        let (_, results_flat) = ty.flat_results();
+        let results_flat = ty.results_fit;
         results[0] = if results_flat {
             abi::lift_flat(
                 bytes,
@@ -343,8 +346,8 @@ impl Instance {
         };
         let made = Made {
             plan: &self.component.inner.plan,
-            core: self.core.to_vec(),
-            lowered: self.lowered.to_vec(),
+            core: &*self.core,
+            lowered: &*self.lowered,
         };
         let lifted = made.lifted(&mut store, *l).ok()?;
         Some(Func {

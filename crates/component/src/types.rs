@@ -94,6 +94,10 @@ pub struct FuncType {
     pub params: Vec<(String, Type)>,
     /// The result, if the function has one.
     pub result: Option<Type>,
+    /// Whether the parameters pass as core parameters (else through memory), and the result
+    /// as a core result: worked out once, as every call asks.
+    pub(crate) params_fit: bool,
+    pub(crate) results_fit: bool,
 }
 
 /// A core value type of a flattened component value.
@@ -341,7 +345,7 @@ impl FuncType {
         if ty.async_ {
             return Err(Error::Unsupported("async functions".into()));
         }
-        Ok(FuncType {
+        let mut func = FuncType {
             params: (ty.params.iter())
                 .map(|(name, t)| Ok((name.to_string(), Type::from_wasm(types, t, 0)?)))
                 .collect::<Result<_, Error>>()?,
@@ -350,7 +354,12 @@ impl FuncType {
                 .as_ref()
                 .map(|t| Type::from_wasm(types, t, 0))
                 .transpose()?,
-        })
+            params_fit: false,
+            results_fit: false,
+        };
+        func.params_fit = func.flat_params().1;
+        func.results_fit = func.flat_results().1;
+        Ok(func)
     }
 
     /// The parameters as one tuple: how they are laid out when they travel through memory.

@@ -644,3 +644,40 @@ fn a_narrow_payload_in_a_wide_slot_is_zero_extended() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// What the host writes into one instance's memory (a string lowered through `realloc`) is
+/// gone in the next instance of the same component, whose memory reuses the slot.
+#[test]
+fn what_the_host_lowered_into_one_instance_is_not_seen_by_the_next() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let c = component(
+        &engine,
+        &format!(
+            r#"(component
+            (core module $m
+              {ALLOC}
+              (func (export "take") (param i32 i32))
+              (func (export "peek") (result i32)
+                (i32.store (i32.const 8) (i32.const 1024))
+                (i32.store (i32.const 12) (i32.const 16))
+                (i32.const 8)))
+            (core instance $i (instantiate $m))
+            (func (export "take") (param "s" string)
+              (canon lift (core func $i "take") (memory (core memory $i "memory"))
+                (realloc (core func $i "realloc"))))
+            (func (export "peek") (result (list u8))
+              (canon lift (core func $i "peek") (memory (core memory $i "memory")))))"#
+        ),
+    );
+    let linker = Linker::new(&engine);
+    for round in 0..3 {
+        let mut store = Store::new(&engine, ());
+        let i = linker.instantiate(&mut store, &c)?;
+        let peek = i.get_typed_func::<(), (Vec<u8>,)>(&mut store, "peek")?;
+        assert_eq!(peek.call(&mut store, ())?.0, vec![0; 16], "round {round}");
+        let take = i.get_typed_func::<(String,), ()>(&mut store, "take")?;
+        take.call(&mut store, ("a secret string!".into(),))?;
+        assert_eq!(peek.call(&mut store, ())?.0, b"a secret string!");
+    }
+    Ok(())
+}

@@ -1,6 +1,8 @@
 //! A component's fresh path makes no system call once warm, as a module's does: instantiating
-//! its plan in a new store (three core instances, a lowered host function, a function lifted in
-//! one part and lowered into another), calling with a string through `realloc` and a list back,
+//! its plan in a new store (three core instances, their modules from the compile cache's
+//! artifacts, one memory starting from an image; a lowered host function; a function lifted in
+//! one part and lowered into another), calling with a string through `realloc` (which the host
+//! writes into the guest's memory, marking the pages, so that the reset stays the cheap one)
 //! and dropping the store, under seccomp's strict mode. Its own test binary: it forks.
 
 use ephem_component::{Component, Linker};
@@ -9,12 +11,16 @@ use ephem_runtime::{Engine, Store};
 #[test]
 fn instantiating_calling_and_dropping_a_component_makes_no_system_call() {
     let engine = Engine::default();
-    let component = Component::new(
+    let dir = ephem_test_support::temp_dir();
+    let cache = ephem_runtime::Cache::new(dir.path(), 1 << 30);
+    let compiler = ephem_runtime::Compiler::new().unwrap();
+    let component = Component::new_with(
         &engine,
         r#"(component
             (import "len" (func $len (param "s" string) (result u32)))
             (core module $libc
               (memory (export "memory") 1)
+              (data (i32.const 16) "hello, ")
               (global $next (mut i32) (i32.const 1024))
               (func (export "realloc") (param i32 i32 i32 i32) (result i32)
                 (local $p i32)
@@ -48,6 +54,7 @@ fn instantiating_calling_and_dropping_a_component_makes_no_system_call() {
             (func (export "run") (param "s" string) (result (tuple u32 u32))
               (canon lift (core func $i "run") (memory (core memory $libc "memory"))
                 (realloc (core func $libc "realloc")))))"#,
+        |wasm| ephem_runtime::compile_cached(&compiler, &engine, &cache, wasm).map(|(m, _)| m),
     )
     .unwrap();
     let mut linker = Linker::<()>::new(&engine);
