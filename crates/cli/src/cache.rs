@@ -1,5 +1,6 @@
-//! `ephem compile`, `ephem cache stats|clear`, and how every command finds modules: artifacts
-//! are opened, wasm goes through the compile cache unless `--no-cache`.
+//! `ephem compile` (of a module or a component), `ephem cache stats|clear`, and how every
+//! command finds modules: artifacts are opened, wasm goes through the compile cache unless
+//! `--no-cache`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,7 +54,7 @@ pub struct TrustArgs {
     /// (their metadata is still checked). Only for artifacts from a source you trust as you
     /// would trust an executable.
     #[arg(long)]
-    trust_artifact: bool,
+    pub trust_artifact: bool,
 }
 
 /// Says once per process why the cache could not be used.
@@ -177,8 +178,19 @@ pub fn compile(args: CompileArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
         compiler = compiler.with_clif_dir(dir);
     }
-    let sealed = ephem::precompile_sealed(&compiler, &bytes, &args.cache.key()?)
-        .with_context(|| format!("compiling {}", args.input.display()))?;
+    let key = args.cache.key()?;
+    let sealed = if crate::component::is_component(&bytes) {
+        // Every core module compiled, then the plan and their artifacts in one sealed file.
+        let engine = Engine::default();
+        ephem::component::Component::new_with(&engine, &bytes, |wasm| {
+            ephem::compile_with(&compiler, &engine, wasm)
+        })
+        .and_then(|c| c.to_artifact(&key))
+        .map_err(crate::component::error)
+    } else {
+        ephem::precompile_sealed(&compiler, &bytes, &key).map_err(anyhow::Error::from)
+    }
+    .with_context(|| format!("compiling {}", args.input.display()))?;
     ephem_artifact::write_atomic(&args.output, &sealed)
         .with_context(|| format!("writing {}", args.output.display()))?;
     Ok(())

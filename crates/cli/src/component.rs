@@ -1,4 +1,5 @@
-//! `ephem run COMPONENT --invoke 'f(args…)'`: a component's exported function called with
+//! `ephem run COMPONENT --invoke 'f(args…)'` (a component, or its artifact from `ephem
+//! compile`): a component's exported function called with
 //! arguments and its result printed in WAVE, as `wasmtime run --invoke` does, under the same
 //! limits, fuel and deadline as a module.
 //!
@@ -13,10 +14,11 @@ use ephem::{Cache, Compiler, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use crate::exit::Usage;
 use crate::run::{Args, TICKS_PER_TIMEOUT};
 
-/// Whether `bytes` are a component: the binary's layer field, or text that starts with
-/// `(component`.
+/// Whether `bytes` are a component: its artifact, the binary's layer field, or text that starts
+/// with `(component`.
 pub fn is_component(bytes: &[u8]) -> bool {
     Component::is_component(bytes)
+        || ec::is_component_artifact(bytes)
         || std::str::from_utf8(bytes).is_ok_and(|t| past_comments(t).starts_with("(component"))
 }
 
@@ -36,7 +38,7 @@ fn past_comments(mut text: &str) -> &str {
 
 /// A component error, with a core engine error (a trap above all) as its own cause, so that
 /// the exit code sees it.
-fn error(e: ec::Error) -> anyhow::Error {
+pub fn error(e: ec::Error) -> anyhow::Error {
     match e {
         ec::Error::Runtime(inner) => inner.into(),
         other => other.into(),
@@ -53,12 +55,25 @@ pub fn run(
     if !args.preloads.is_empty() {
         return Err(Usage("`--preload` is for core modules, not components".into()).into());
     }
-    let component = Component::new_with(engine, bytes, |wasm| match cache {
-        Some(cache) => ephem::compile_cached(compiler, engine, cache, wasm).map(|(m, _)| m),
-        None => ephem::compile_with(compiler, engine, wasm),
-    })
-    .map_err(error)
-    .with_context(|| format!("compiling {}", args.file.display()))?;
+    let component = if ec::is_component_artifact(bytes) {
+        if args.trust.trust_artifact {
+            return Err(Usage(
+                "`--trust-artifact` is for module artifacts; a component's is always verified"
+                    .into(),
+            )
+            .into());
+        }
+        Component::from_artifact(engine, bytes, &args.cache.key()?)
+            .map_err(error)
+            .with_context(|| format!("opening {}", args.file.display()))?
+    } else {
+        Component::new_with(engine, bytes, |wasm| match cache {
+            Some(cache) => ephem::compile_cached(compiler, engine, cache, wasm).map(|(m, _)| m),
+            None => ephem::compile_with(compiler, engine, wasm),
+        })
+        .map_err(error)
+        .with_context(|| format!("compiling {}", args.file.display()))?
+    };
     let mut limits = StoreLimitsBuilder::new();
     if let Some(bytes) = args.max_memory {
         limits = limits.memory_size(bytes);

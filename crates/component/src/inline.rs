@@ -12,34 +12,18 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use wasmparser::{ComponentExternalKind, ComponentOuterAliasKind, ExternalKind};
 
 use crate::Error;
-use crate::abi::Encoding;
-use crate::translate::{ImportKind, Init, RawOptions, Translation};
-use crate::types::FuncType;
+use crate::plan::{Callee, CoreDef, Export, ImportKind, Lift, Lowering, Options, Path, Plan, Step};
+use crate::translate::{Init, RawOptions, Translation};
 
 pub(crate) const MAX_DEPTH: usize = 64;
 pub(crate) const MAX_STEPS: usize = 10_000;
 
-/// A core item: an export of a core instance the plan makes, or a lowered function.
-#[derive(Clone, Debug)]
-pub(crate) enum CoreDef {
-    Export { instance: usize, name: String },
-    Lowered(usize),
-}
-
-/// A path to an item the host provides: the outer component's import, then export names.
-#[derive(Clone, Debug)]
-pub(crate) struct Path {
-    pub import: usize,
-    pub names: Vec<String>,
-}
-
 impl Path {
-    fn child(&self, name: &str) -> Path {
+    pub(crate) fn child(&self, name: &str) -> Path {
         let mut names = self.names.clone();
         names.push(name.to_string());
         Path {
@@ -47,70 +31,6 @@ impl Path {
             names,
         }
     }
-}
-
-/// Canonical options resolved to core items.
-#[derive(Clone, Debug)]
-pub(crate) struct Options {
-    pub memory: Option<CoreDef>,
-    pub realloc: Option<CoreDef>,
-    pub encoding: Encoding,
-}
-
-/// A lifted function: a core function with the options it was lifted with.
-#[derive(Debug)]
-pub(crate) struct Lift {
-    pub func: CoreDef,
-    pub ty: Arc<FuncType>,
-    /// The core function's result types (`ty.core(false)`'s).
-    pub core_results: Vec<ephem_runtime::ValType>,
-    pub options: Options,
-    pub post_return: Option<CoreDef>,
-}
-
-/// What a lowered function calls.
-#[derive(Clone, Debug)]
-pub(crate) enum Callee {
-    /// A host function, by its path.
-    Host(Path),
-    /// A lifted function of the same component (an adapter between two of its parts).
-    Lifted(usize),
-}
-
-#[derive(Debug)]
-pub(crate) struct Lowering {
-    pub callee: Callee,
-    pub ty: Arc<FuncType>,
-    /// The core function the lowering makes (`ty.core(true)`).
-    pub core: ephem_runtime::FuncType,
-    pub options: Options,
-}
-
-/// One step of instantiating a plan.
-#[derive(Debug)]
-pub(crate) enum Step {
-    /// Instantiates core module `module` with one item per import, in import order.
-    Instantiate { module: usize, args: Vec<CoreDef> },
-    /// Makes lowered function `n`.
-    Lower(usize),
-}
-
-/// What the outer component exports.
-#[derive(Clone, Debug)]
-pub(crate) enum Export {
-    Func(usize),
-    Instance(Vec<(String, Export)>),
-}
-
-/// A component, flattened.
-#[derive(Debug, Default)]
-pub(crate) struct Plan {
-    pub steps: Vec<Step>,
-    pub lowerings: Vec<Lowering>,
-    pub lifts: Vec<Lift>,
-    pub imports: Vec<(String, ImportKind)>,
-    pub exports: Vec<(String, Export)>,
-    pub instances: usize,
 }
 
 #[derive(Clone, Debug)]

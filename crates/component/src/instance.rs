@@ -13,8 +13,8 @@ use std::sync::Arc;
 use ephem_runtime::{AsContextMut, Extern, HostError, StoreContextMut, Val as Core};
 
 use crate::abi::{self, FlatReader};
-use crate::inline::{self, Callee, CoreDef, Export, Plan, Step};
 use crate::linker::HostFn;
+use crate::plan::{self, Callee, CoreDef, Export, Plan, Step};
 use crate::typed::ComponentNamedList;
 use crate::types::{FuncType, Type};
 use crate::values::Val;
@@ -69,7 +69,7 @@ impl<I: AsRef<[ephem_runtime::Instance]>, F: AsRef<[ephem_runtime::Func]>> Made<
     fn options(
         &self,
         mut store: impl AsContextMut,
-        options: &inline::Options,
+        options: &plan::Options,
     ) -> Result<abi::Options, Error> {
         let memory = match &options.memory {
             Some(def) => self.resolve(&mut store, def)?.into_memory(),
@@ -108,7 +108,7 @@ impl<I: AsRef<[ephem_runtime::Instance]>, F: AsRef<[ephem_runtime::Func]>> Made<
 pub(crate) fn instantiate<T: 'static>(
     mut store: StoreContextMut<'_, T>,
     component: &Component,
-    host: impl Fn(&inline::Path, &FuncType) -> Result<Arc<HostFn<T>>, Error>,
+    host: impl Fn(&plan::Path, &FuncType) -> Result<Arc<HostFn<T>>, Error>,
 ) -> Result<Instance, Error> {
     let plan = &component.inner.plan;
     let mut made = Made {

@@ -9,7 +9,7 @@
 //!
 //! The stages, one file each:
 //! - `translate`: validation (wasmparser) and each component's definitions, types converted;
-//! - `inline`: the definitions run over symbolic values into a [`Plan`](inline::Plan);
+//! - `inline`: the definitions run over symbolic values into a [`Plan`](plan::Plan);
 //! - `abi`: the canonical ABI, lifting and lowering [`Val`]s through core values and memory;
 //! - `instance`: running a plan in a store, and calling lifted functions;
 //! - `linker`: host functions by name and path, checked against the types they are lowered at;
@@ -20,15 +20,20 @@
 //! resources and their handles, async, the threads built-ins, fixed-length lists, maps, value
 //! imports and exports, start functions, imported modules and components. A call between two
 //! parts of one component goes through the host's lifting and lowering (`Callee::Lifted`), not
-//! through generated adapter code. A component is compiled in the process; there is no
-//! precompiled component artifact yet.
+//! through generated adapter code. A component artifact is loaded whole into memory (its
+//! modules' artifacts copied into memory files); the per-invocation path from disk that modules
+//! have (an artifact kept open per thread, images mapped from the file) is not there yet.
 
 #![warn(missing_docs)]
 
 mod abi;
+mod artifact;
+#[cfg(feature = "cranelift")]
 mod inline;
 mod instance;
 mod linker;
+mod plan;
+#[cfg(feature = "cranelift")]
 mod translate;
 mod typed;
 mod types;
@@ -37,8 +42,9 @@ pub mod wave;
 
 use std::sync::Arc;
 
-use ephem_runtime::{Engine, Module};
+use ephem_runtime::{ArtifactKey, Engine, Module};
 
+pub use artifact::is_component_artifact;
 pub use instance::{ComponentExportIndex, Func, Instance, TypedFunc};
 pub use linker::{Linker, LinkerInstance};
 pub use typed::{ComponentNamedList, ComponentType};
@@ -50,7 +56,11 @@ pub use values::Val;
 pub enum Error {
     /// The bytes are not a valid component.
     #[error("invalid component: {0}")]
-    Invalid(#[from] wasmparser::BinaryReaderError),
+    Invalid(String),
+    /// A component artifact that cannot be used: not one, another format or version, not
+    /// sealed with the key given, damaged.
+    #[error("component artifact: {0}")]
+    Artifact(String),
     /// Valid, but uses a part of the component model ephem does not run yet.
     #[error("not supported yet: {0}")]
     Unsupported(String),
@@ -73,6 +83,13 @@ pub enum Error {
     Usage(String),
 }
 
+#[cfg(feature = "cranelift")]
+impl From<wasmparser::BinaryReaderError> for Error {
+    fn from(e: wasmparser::BinaryReaderError) -> Error {
+        Error::Invalid(e.to_string())
+    }
+}
+
 /// A compiled component: its core modules and the plan that instantiates them.
 #[derive(Clone)]
 pub struct Component {
@@ -82,17 +99,19 @@ pub struct Component {
 struct Inner {
     engine: Engine,
     modules: Vec<Module>,
-    plan: inline::Plan,
+    plan: plan::Plan,
 }
 
 impl Component {
     /// Validates and compiles a component from its binary or text form.
+    #[cfg(feature = "cranelift")]
     pub fn new(engine: &Engine, bytes: impl AsRef<[u8]>) -> Result<Component, Error> {
         Component::new_with(engine, bytes, |wasm| Module::new(engine, wasm))
     }
 
     /// As [`Component::new`], with each core module compiled by `compile` (through a cache,
     /// or with fuel metering, as the embedder compiles modules).
+    #[cfg(feature = "cranelift")]
     pub fn new_with(
         engine: &Engine,
         bytes: impl AsRef<[u8]>,
@@ -122,6 +141,7 @@ impl Component {
     }
 
     /// As [`Component::new`], from a file.
+    #[cfg(feature = "cranelift")]
     pub fn from_file(
         engine: &Engine,
         path: impl AsRef<std::path::Path>,
@@ -129,6 +149,58 @@ impl Component {
         let bytes = std::fs::read(path.as_ref())
             .map_err(|e| Error::Usage(format!("reading {}: {e}", path.as_ref().display())))?;
         Component::new(engine, bytes)
+    }
+
+    /// The component as an artifact's bytes, sealed with `key` (see `artifact`).
+    pub fn to_artifact(&self, key: &ArtifactKey) -> Result<Vec<u8>, Error> {
+        artifact::write(&self.inner.plan, &self.inner.modules, key)
+    }
+
+    /// Loads a component from artifact bytes [`Component::to_artifact`] wrote, which must be
+    /// sealed with `key`; nothing is compiled.
+    pub fn from_artifact(
+        engine: &Engine,
+        bytes: &[u8],
+        key: &ArtifactKey,
+    ) -> Result<Component, Error> {
+        let (plan, modules) = artifact::read(engine, bytes, key)?;
+        Ok(Component {
+            inner: Arc::new(Inner {
+                engine: engine.clone(),
+                modules,
+                plan,
+            }),
+        })
+    }
+
+    /// The component as an artifact sealed with the engine's key (wasmtime's name).
+    pub fn serialize(&self) -> Result<Vec<u8>, Error> {
+        self.to_artifact(self.inner.engine.artifact_key(true)?)
+    }
+
+    /// Loads an artifact [`Component::serialize`] wrote, verified with the engine's key.
+    ///
+    /// # Safety
+    /// As for `Module::deserialize`: an artifact is native code; ephem checks its seal, so
+    /// the caller's part is that the key is the deployment's own.
+    pub unsafe fn deserialize(
+        engine: &Engine,
+        bytes: impl AsRef<[u8]>,
+    ) -> Result<Component, Error> {
+        Component::from_artifact(engine, bytes.as_ref(), engine.artifact_key(false)?)
+    }
+
+    /// As [`Component::deserialize`], from a file.
+    ///
+    /// # Safety
+    /// As for [`Component::deserialize`].
+    pub unsafe fn deserialize_file(
+        engine: &Engine,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Component, Error> {
+        let bytes = std::fs::read(path.as_ref())
+            .map_err(|e| Error::Usage(format!("reading {}: {e}", path.as_ref().display())))?;
+        Component::from_artifact(engine, &bytes, engine.artifact_key(false)?)
     }
 
     /// The engine the component was compiled for.
@@ -145,17 +217,17 @@ impl Component {
     /// function an exported instance holds) and type.
     pub fn exported_funcs(&self) -> Vec<(Vec<String>, &FuncType)> {
         fn walk<'a>(
-            plan: &'a inline::Plan,
+            plan: &'a plan::Plan,
             prefix: &[String],
-            exports: &'a [(String, inline::Export)],
+            exports: &'a [(String, plan::Export)],
             out: &mut Vec<(Vec<String>, &'a FuncType)>,
         ) {
             for (name, export) in exports {
                 let mut path = prefix.to_vec();
                 path.push(name.clone());
                 match export {
-                    inline::Export::Func(l) => out.push((path, &plan.lifts[*l].ty)),
-                    inline::Export::Instance(items) => walk(plan, &path, items, out),
+                    plan::Export::Func(l) => out.push((path, &plan.lifts[*l].ty)),
+                    plan::Export::Instance(items) => walk(plan, &path, items, out),
                 }
             }
         }
@@ -167,6 +239,8 @@ impl Component {
     /// Whether `bytes` start like a component rather than a core module (by the binary's
     /// layer field; text is not looked at).
     pub fn is_component(bytes: &[u8]) -> bool {
-        wasmparser::Parser::is_component(bytes)
+        // A binary's preamble: the magic, then version 0x0d and layer 1 (a core module's
+        // layer is 0).
+        bytes.starts_with(b"\0asm") && bytes.get(6..8) == Some(&[1, 0])
     }
 }

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use ephem_runtime::{AsContextMut, Engine, HostError, StoreContextMut};
 
-use crate::inline::{self, Path};
 use crate::instance::{self, Instance};
-use crate::translate::ImportKind;
+use crate::plan::ImportKind;
+use crate::plan::{self, Path};
 use crate::typed::ComponentNamedList;
 use crate::types::{FuncType, Type};
 use crate::values::Val;
@@ -120,12 +120,7 @@ impl<T: 'static> Linker<T> {
         })
     }
 
-    fn host(
-        &self,
-        plan: &inline::Plan,
-        path: &Path,
-        ty: &FuncType,
-    ) -> Result<Arc<HostFn<T>>, Error> {
+    fn host(&self, plan: &plan::Plan, path: &Path, ty: &FuncType) -> Result<Arc<HostFn<T>>, Error> {
         let import = &plan.imports[path.import].0;
         let mut items = &self.root;
         let mut def = items.map.get(import);

@@ -14,7 +14,12 @@ use wasmparser::{
 
 use crate::Error;
 use crate::abi::Encoding;
-use crate::types::FuncType;
+use crate::plan::ImportKind;
+use wasmparser::PrimitiveValType;
+use wasmparser::component_types::{ComponentDefinedType, ComponentFuncTypeId, ComponentValType};
+use wasmparser::types::TypesRef;
+
+use crate::types::{Case, Field, FuncType, MAX_DEPTH, Type};
 
 /// One component's definitions, in the order its sections give them.
 #[derive(Default)]
@@ -29,15 +34,6 @@ pub(crate) struct RawOptions {
     pub realloc: Option<u32>,
     pub post_return: Option<u32>,
     pub encoding: Encoding,
-}
-
-/// What an import brings into its component's index spaces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ImportKind {
-    Func,
-    Instance,
-    /// Types, values, modules and components: nothing this runtime instantiates through.
-    Other,
 }
 
 /// One definition of a component.
@@ -231,7 +227,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                             };
                             Init::Lift {
                                 core_func: core_func_index,
-                                ty: Arc::new(FuncType::from_wasm(&types, id)?),
+                                ty: Arc::new(func_from_wasm(&types, id)?),
                                 options: raw_options(&options)?,
                             }
                         }
@@ -242,7 +238,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                             let id = types.component_function_at(func_index);
                             Init::Lower {
                                 func: func_index,
-                                ty: Arc::new(FuncType::from_wasm(&types, id)?),
+                                ty: Arc::new(func_from_wasm(&types, id)?),
                                 options: raw_options(&options)?,
                             }
                         }
@@ -325,4 +321,105 @@ fn raw_options(options: &[CanonicalOption]) -> Result<RawOptions, Error> {
         }
     }
     Ok(raw)
+}
+
+/// Converts the validator's type, refusing what ephem does not support yet.
+fn type_from_wasm(
+    types: &TypesRef<'_>,
+    ty: &ComponentValType,
+    depth: usize,
+) -> Result<Type, Error> {
+    if depth > MAX_DEPTH {
+        return Err(Error::Unsupported("a type nested too deeply".into()));
+    }
+    let id = match ty {
+        ComponentValType::Primitive(p) => return Ok(primitive(*p)),
+        ComponentValType::Type(id) => *id,
+    };
+    let sub = |t: &ComponentValType| type_from_wasm(types, t, depth + 1);
+    Ok(match &types[id] {
+        ComponentDefinedType::Primitive(p) => primitive(*p),
+        ComponentDefinedType::Record(r) => Type::Record(
+            (r.fields.iter())
+                .map(|(name, t)| {
+                    Ok(Field {
+                        name: name.to_string(),
+                        ty: sub(t)?,
+                    })
+                })
+                .collect::<Result<_, Error>>()?,
+        ),
+        ComponentDefinedType::Variant(v) => Type::Variant(
+            (v.cases.iter())
+                .map(|(name, c)| {
+                    Ok(Case {
+                        name: name.to_string(),
+                        ty: c.ty.as_ref().map(sub).transpose()?,
+                    })
+                })
+                .collect::<Result<_, Error>>()?,
+        ),
+        ComponentDefinedType::List { element, .. } => Type::List(Arc::new(sub(element)?)),
+        ComponentDefinedType::Tuple(t) => {
+            Type::Tuple(t.types.iter().map(sub).collect::<Result<_, Error>>()?)
+        }
+        ComponentDefinedType::Flags(names) => {
+            Type::Flags(names.iter().map(|n| n.to_string()).collect())
+        }
+        ComponentDefinedType::Enum(names) => {
+            Type::Enum(names.iter().map(|n| n.to_string()).collect())
+        }
+        ComponentDefinedType::Option { ty, .. } => Type::Option(Arc::new(sub(ty)?)),
+        ComponentDefinedType::Result { ok, err, .. } => Type::Result {
+            ok: ok.as_ref().map(|t| sub(t).map(Arc::new)).transpose()?,
+            err: err.as_ref().map(|t| sub(t).map(Arc::new)).transpose()?,
+        },
+        ComponentDefinedType::Own(_) | ComponentDefinedType::Borrow(_) => {
+            return Err(Error::Unsupported(
+                "resource handles (`own`, `borrow`)".into(),
+            ));
+        }
+        ComponentDefinedType::Map { .. } => return Err(Error::Unsupported("`map`".into())),
+        ComponentDefinedType::FixedLengthList { .. } => {
+            return Err(Error::Unsupported("fixed-length lists".into()));
+        }
+        _ => {
+            return Err(Error::Unsupported(
+                "futures, streams and error contexts".into(),
+            ));
+        }
+    })
+}
+
+fn func_from_wasm(types: &TypesRef<'_>, id: ComponentFuncTypeId) -> Result<FuncType, Error> {
+    let ty = &types[id];
+    if ty.async_ {
+        return Err(Error::Unsupported("async functions".into()));
+    }
+    let params = (ty.params.iter())
+        .map(|(name, t)| Ok((name.to_string(), type_from_wasm(types, t, 0)?)))
+        .collect::<Result<_, Error>>()?;
+    let result = (ty.result.as_ref())
+        .map(|t| type_from_wasm(types, t, 0))
+        .transpose()?;
+    Ok(FuncType::new(params, result))
+}
+
+fn primitive(p: PrimitiveValType) -> Type {
+    match p {
+        PrimitiveValType::Bool => Type::Bool,
+        PrimitiveValType::S8 => Type::S8,
+        PrimitiveValType::U8 => Type::U8,
+        PrimitiveValType::S16 => Type::S16,
+        PrimitiveValType::U16 => Type::U16,
+        PrimitiveValType::S32 => Type::S32,
+        PrimitiveValType::U32 => Type::U32,
+        PrimitiveValType::S64 => Type::S64,
+        PrimitiveValType::U64 => Type::U64,
+        PrimitiveValType::F32 => Type::Float32,
+        PrimitiveValType::F64 => Type::Float64,
+        PrimitiveValType::Char => Type::Char,
+        PrimitiveValType::String => Type::String,
+        PrimitiveValType::ErrorContext => Type::Tuple(Arc::from([])),
+    }
 }

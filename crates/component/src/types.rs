@@ -1,17 +1,12 @@
 //! Component value types as the canonical ABI sees them, and what the ABI derives from a type:
 //! its size and alignment in linear memory and its flattening into core values.
 //!
-//! A type is made once, at compile time, from the validator's type information (`from_wasm`);
+//! A type is made once, at compile time, from the validator's type information (`translate`);
 //! after that nothing consults wasmparser. Types are trees of `Arc`s, cheap to clone into every
 //! function that uses them. Resource handles (`own`, `borrow`), `map`, fixed-length lists,
 //! futures, streams and error contexts are refused when a component is compiled.
 
 use std::sync::Arc;
-
-use wasmparser::component_types::{ComponentDefinedType, ComponentValType};
-use wasmparser::{PrimitiveValType, types::TypesRef};
-
-use crate::Error;
 
 /// How deep a type may nest: what bounds the recursion of every walk over a type (wasmtime
 /// has the same bound).
@@ -266,100 +261,20 @@ impl Type {
         self.flatten(&mut out);
         out
     }
-
-    /// Converts the validator's type, refusing what ephem does not support yet.
-    pub(crate) fn from_wasm(
-        types: &TypesRef<'_>,
-        ty: &ComponentValType,
-        depth: usize,
-    ) -> Result<Type, Error> {
-        if depth > MAX_DEPTH {
-            return Err(Error::Unsupported("a type nested too deeply".into()));
-        }
-        let id = match ty {
-            ComponentValType::Primitive(p) => return Ok(primitive(*p)),
-            ComponentValType::Type(id) => *id,
-        };
-        let sub = |t: &ComponentValType| Type::from_wasm(types, t, depth + 1);
-        Ok(match &types[id] {
-            ComponentDefinedType::Primitive(p) => primitive(*p),
-            ComponentDefinedType::Record(r) => Type::Record(
-                (r.fields.iter())
-                    .map(|(name, t)| {
-                        Ok(Field {
-                            name: name.to_string(),
-                            ty: sub(t)?,
-                        })
-                    })
-                    .collect::<Result<_, Error>>()?,
-            ),
-            ComponentDefinedType::Variant(v) => Type::Variant(
-                (v.cases.iter())
-                    .map(|(name, c)| {
-                        Ok(Case {
-                            name: name.to_string(),
-                            ty: c.ty.as_ref().map(sub).transpose()?,
-                        })
-                    })
-                    .collect::<Result<_, Error>>()?,
-            ),
-            ComponentDefinedType::List { element, .. } => Type::List(Arc::new(sub(element)?)),
-            ComponentDefinedType::Tuple(t) => {
-                Type::Tuple(t.types.iter().map(sub).collect::<Result<_, Error>>()?)
-            }
-            ComponentDefinedType::Flags(names) => {
-                Type::Flags(names.iter().map(|n| n.to_string()).collect())
-            }
-            ComponentDefinedType::Enum(names) => {
-                Type::Enum(names.iter().map(|n| n.to_string()).collect())
-            }
-            ComponentDefinedType::Option { ty, .. } => Type::Option(Arc::new(sub(ty)?)),
-            ComponentDefinedType::Result { ok, err, .. } => Type::Result {
-                ok: ok.as_ref().map(|t| sub(t).map(Arc::new)).transpose()?,
-                err: err.as_ref().map(|t| sub(t).map(Arc::new)).transpose()?,
-            },
-            ComponentDefinedType::Own(_) | ComponentDefinedType::Borrow(_) => {
-                return Err(Error::Unsupported(
-                    "resource handles (`own`, `borrow`)".into(),
-                ));
-            }
-            ComponentDefinedType::Map { .. } => return Err(Error::Unsupported("`map`".into())),
-            ComponentDefinedType::FixedLengthList { .. } => {
-                return Err(Error::Unsupported("fixed-length lists".into()));
-            }
-            _ => {
-                return Err(Error::Unsupported(
-                    "futures, streams and error contexts".into(),
-                ));
-            }
-        })
-    }
 }
 
 impl FuncType {
-    pub(crate) fn from_wasm(
-        types: &TypesRef<'_>,
-        id: wasmparser::component_types::ComponentFuncTypeId,
-    ) -> Result<FuncType, Error> {
-        let ty = &types[id];
-        if ty.async_ {
-            return Err(Error::Unsupported("async functions".into()));
-        }
+    /// The function type with `params` and `result`.
+    pub fn new(params: Vec<(String, Type)>, result: Option<Type>) -> FuncType {
         let mut func = FuncType {
-            params: (ty.params.iter())
-                .map(|(name, t)| Ok((name.to_string(), Type::from_wasm(types, t, 0)?)))
-                .collect::<Result<_, Error>>()?,
-            result: ty
-                .result
-                .as_ref()
-                .map(|t| Type::from_wasm(types, t, 0))
-                .transpose()?,
+            params,
+            result,
             params_fit: false,
             results_fit: false,
         };
         func.params_fit = func.flat_params().1;
         func.results_fit = func.flat_results().1;
-        Ok(func)
+        func
     }
 
     /// The parameters as one tuple: how they are laid out when they travel through memory.
@@ -403,25 +318,6 @@ impl FuncType {
             vec![ephem_runtime::ValType::I32]
         };
         ephem_runtime::FuncType::new(core_params, core_results)
-    }
-}
-
-fn primitive(p: PrimitiveValType) -> Type {
-    match p {
-        PrimitiveValType::Bool => Type::Bool,
-        PrimitiveValType::S8 => Type::S8,
-        PrimitiveValType::U8 => Type::U8,
-        PrimitiveValType::S16 => Type::S16,
-        PrimitiveValType::U16 => Type::U16,
-        PrimitiveValType::S32 => Type::S32,
-        PrimitiveValType::U32 => Type::U32,
-        PrimitiveValType::S64 => Type::S64,
-        PrimitiveValType::U64 => Type::U64,
-        PrimitiveValType::F32 => Type::Float32,
-        PrimitiveValType::F64 => Type::Float64,
-        PrimitiveValType::Char => Type::Char,
-        PrimitiveValType::String => Type::String,
-        PrimitiveValType::ErrorContext => Type::Tuple(Arc::from([])),
     }
 }
 

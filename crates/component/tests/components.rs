@@ -681,3 +681,47 @@ fn what_the_host_lowered_into_one_instance_is_not_seen_by_the_next() -> anyhow::
     }
     Ok(())
 }
+
+/// A component's artifact loads without compiling and runs as the component did; one sealed
+/// with another key, changed anywhere, or cut short is refused with a reason.
+#[test]
+fn a_component_artifact_round_trips_and_is_refused_when_forged_or_damaged() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/component.wat"
+    ))?;
+    let c = component(&engine, &text);
+    let key = ephem_runtime::ArtifactKey::from_bytes([3; 32]);
+    let bytes = c.to_artifact(&key)?;
+    assert!(ephem_component::is_component_artifact(&bytes));
+    let loaded = Component::from_artifact(&engine, &bytes, &key)?;
+    let mut store = Store::new(&engine, ());
+    let i = Linker::new(&engine).instantiate(&mut store, &loaded)?;
+    let greet = i.get_typed_func::<(String,), (String,)>(&mut store, "greet")?;
+    assert_eq!(greet.call(&mut store, ("again".into(),))?.0, "hello, again");
+    assert_eq!(
+        loaded.exported_funcs().len(),
+        c.exported_funcs().len(),
+        "the same exports"
+    );
+
+    let refused = |bytes: &[u8], key: &ephem_runtime::ArtifactKey| match Component::from_artifact(
+        &engine, bytes, key,
+    ) {
+        Err(Error::Artifact(why)) => why,
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("accepted"),
+    };
+    let other = ephem_runtime::ArtifactKey::from_bytes([4; 32]);
+    assert!(refused(&bytes, &other).contains("sealed"));
+    for at in [30, 60, bytes.len() / 2, bytes.len() - 1] {
+        let mut changed = bytes.clone();
+        changed[at] ^= 1;
+        assert!(refused(&changed, &key).contains("sealed"), "byte {at}");
+    }
+    assert!(!refused(&bytes[..bytes.len() - 10], &key).is_empty());
+    assert!(!refused(&bytes[..40], &key).is_empty());
+    assert!(refused(b"\0asm\x01\0\0\0", &key).contains("not a component artifact"));
+    Ok(())
+}

@@ -53,6 +53,6 @@ pub use ephem_runtime::*;
 
 /// The component model, as wasmtime's `component` module: [`component::Component`],
 /// [`component::Linker`], [`component::Instance`], [`component::Val`] (see the crate
-/// `ephem-component` for what is supported yet).
-#[cfg(feature = "cranelift")]
+/// `ephem-component` for what is supported yet). Without the `cranelift` feature, components
+/// load from their artifacts only.
 pub use ephem_component as component;

@@ -299,8 +299,9 @@ impl Engine {
     ///
     /// Sealing (`create`) makes the default cache's key if there is none yet, as the cache
     /// itself does; verifying never does, since a key made then could verify nothing, and a
-    /// missing key says more than a seal that does not match.
-    pub(crate) fn artifact_key(&self, create: bool) -> Result<&ArtifactKey, crate::Error> {
+    /// missing key says more than a seal that does not match. (Public for what serialises
+    /// beside modules: components.)
+    pub fn artifact_key(&self, create: bool) -> Result<&ArtifactKey, crate::Error> {
         if let Some(key) = self.inner.artifact_key.get() {
             return Ok(key);
         }

@@ -15,6 +15,12 @@ fn ephem_without_cranelift_does_not_depend_on_the_compiler() {
     assert_no_compiler_in(&["-p", "ephem", "--no-default-features"]);
 }
 
+/// Components load from their artifacts without the compiler too.
+#[test]
+fn components_without_cranelift_do_not_depend_on_the_compiler() {
+    assert_no_compiler_in(&["-p", "ephem-component", "--no-default-features"]);
+}
+
 fn assert_no_compiler_in(package: &[&str]) {
     let out = Command::new(env!("CARGO"))
         .arg("tree")

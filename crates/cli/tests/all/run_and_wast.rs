@@ -532,3 +532,34 @@ fn run_invokes_a_component_export_and_prints_its_result_as_wasmtime_does() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("WASI 0.2"), "{stderr}");
 }
+
+/// `ephem compile` makes a component's artifact, which `ephem run` runs without compiling;
+/// one changed after it was sealed is refused.
+#[test]
+fn a_compiled_component_runs_from_its_artifact_and_a_forged_one_is_refused() {
+    let tmp = ephem_test_support::temp_dir();
+    let out_path = tmp.path().join("component.ephem");
+    let artifact = out_path.to_str().unwrap();
+    let out = ephem(&["compile", "examples/component.wat", "-o", artifact]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = ephem(&["run", artifact, "--invoke", "add(2, 3)"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "5\n");
+    let mut bytes = std::fs::read(&out_path).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    let forged = tmp.path().join("forged.ephem");
+    std::fs::write(&forged, &bytes).unwrap();
+    let out = ephem(&["run", forged.to_str().unwrap(), "--invoke", "add(2, 3)"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not sealed"), "{stderr}");
+}

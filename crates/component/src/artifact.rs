@@ -1,0 +1,636 @@
+//! A compiled component as one file: its plan and every core module's artifact, sealed as a
+//! whole with the deployment's key, so that `ephem compile` can make it once and `ephem run` (or
+//! an embedder without the compiler) can load it.
+//!
+//! Layout: [`MAGIC`], the format version (u32, little-endian), the seal (32 bytes), then the
+//! body: ephem's version, the plan (see `encode`), and the core modules' artifacts, each as it
+//! is on its own (sealed too, under the same key). The seal is BLAKE3 keyed with the key over
+//! the whole file with the seal's bytes as zeros: a file changed anywhere, or sealed under
+//! another key, is refused before anything in it is read. The plan is then checked again
+//! (every index within what exists when it is used), so that even a file sealed by a buggy
+//! writer cannot index out of bounds.
+//!
+//! Loading copies each module's artifact into a memory file (`Artifact::from_bytes`): a
+//! component loaded once and instantiated many times pays that once.
+
+use std::sync::Arc;
+
+use ephem_runtime::{Artifact, ArtifactKey, Engine, Module};
+
+use crate::Error;
+use crate::abi::Encoding;
+use crate::plan::{Callee, CoreDef, Export, ImportKind, Lift, Lowering, Options, Path, Plan, Step};
+use crate::types::{Case, Field, FuncType, MAX_DEPTH, Type};
+
+/// What a component artifact starts with.
+pub const MAGIC: &[u8; 16] = b"\0ephem-component";
+
+/// The layout's version: a file of another is refused.
+const FORMAT: u32 = 1;
+
+const SEAL_AT: usize = 20;
+const BODY_AT: usize = SEAL_AT + 32;
+
+fn bad(what: impl Into<String>) -> Error {
+    Error::Artifact(what.into())
+}
+
+/// Whether `bytes` start as a component artifact does.
+pub fn is_component_artifact(bytes: &[u8]) -> bool {
+    bytes.starts_with(MAGIC)
+}
+
+fn seal(file: &[u8], key: &ArtifactKey) -> [u8; 32] {
+    key.seal(&[&file[..SEAL_AT], &[0; 32], &file[BODY_AT..]])
+}
+
+/// The artifact of a component with `plan` and `modules`, sealed with `key`.
+pub(crate) fn write(plan: &Plan, modules: &[Module], key: &ArtifactKey) -> Result<Vec<u8>, Error> {
+    let mut w = Writer(Vec::new());
+    w.0.extend_from_slice(MAGIC);
+    w.u32(FORMAT);
+    w.0.extend_from_slice(&[0; 32]);
+    w.str(env!("CARGO_PKG_VERSION"));
+    w.plan(plan);
+    w.u32(modules.len() as u32);
+    for module in modules {
+        let artifact = module.artifact();
+        let len = usize::try_from(artifact.file_len())
+            .map_err(|_| bad("a module's artifact is larger than the address space"))?;
+        let mut bytes = vec![0; len];
+        std::os::unix::fs::FileExt::read_exact_at(&*artifact.shared_file(), &mut bytes, 0)
+            .map_err(|e| Error::Runtime(e.into()))?;
+        ephem_artifact::format::reseal(&mut bytes, key);
+        w.u64(bytes.len() as u64);
+        w.0.extend_from_slice(&bytes);
+    }
+    let mut file = w.0;
+    let sum = seal(&file, key);
+    file[SEAL_AT..BODY_AT].copy_from_slice(&sum);
+    Ok(file)
+}
+
+/// Opens a component artifact sealed with `key`: its plan and its modules, loaded for
+/// `engine`.
+pub(crate) fn read(
+    engine: &Engine,
+    file: &[u8],
+    key: &ArtifactKey,
+) -> Result<(Plan, Vec<Module>), Error> {
+    if !is_component_artifact(file) {
+        return Err(bad("not a component artifact"));
+    }
+    if file.len() < BODY_AT {
+        return Err(bad("truncated"));
+    }
+    let format = u32::from_le_bytes(file[16..20].try_into().expect("4 bytes"));
+    if format != FORMAT {
+        return Err(bad(format!(
+            "format {format} is not the one this ephem reads ({FORMAT})"
+        )));
+    }
+    if seal(file, key)[..] != file[SEAL_AT..BODY_AT] {
+        return Err(bad(
+            "not sealed with this deployment's key (forged, damaged, or from another deployment)",
+        ));
+    }
+    let mut r = Reader {
+        bytes: file,
+        at: BODY_AT,
+    };
+    let version = r.str()?;
+    if version != env!("CARGO_PKG_VERSION") {
+        return Err(bad(format!(
+            "written by ephem {version}; this is ephem {}",
+            env!("CARGO_PKG_VERSION")
+        )));
+    }
+    let plan = r.plan()?;
+    let count = r.u32()? as usize;
+    let mut modules = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        let len = r.u64()?;
+        let bytes = r.take(usize::try_from(len).map_err(|_| bad("a module's length"))?)?;
+        let artifact = Artifact::from_bytes(bytes, key).map_err(|e| Error::Runtime(e.into()))?;
+        modules.push(Module::from_artifact(engine, artifact));
+    }
+    if r.at != file.len() {
+        return Err(bad("bytes past the last module"));
+    }
+    check(&plan, &modules)?;
+    Ok((plan, modules))
+}
+
+/// Checks that every index of `plan` lies within what exists when it is used.
+fn check(plan: &Plan, modules: &[Module]) -> Result<(), Error> {
+    let mut instances = 0;
+    let mut lowered = 0;
+    let core = |def: &CoreDef, instances: usize, lowered: usize| match def {
+        CoreDef::Export { instance, .. } if *instance < instances => Ok(()),
+        CoreDef::Lowered(n) if *n < lowered => Ok(()),
+        _ => Err(bad("a core item used before it is made")),
+    };
+    let options = |o: &Options, instances: usize, lowered: usize| -> Result<(), Error> {
+        for def in o.memory.iter().chain(&o.realloc) {
+            core(def, instances, lowered)?;
+        }
+        Ok(())
+    };
+    for step in &plan.steps {
+        match step {
+            Step::Instantiate { module, args } => {
+                if *module >= modules.len() {
+                    return Err(bad("an instantiation of a module that is not there"));
+                }
+                for def in args {
+                    core(def, instances, lowered)?;
+                }
+                instances += 1;
+            }
+            Step::Lower(n) => {
+                let l = plan.lowerings.get(*n).ok_or_else(|| bad("a lowering"))?;
+                if *n != lowered {
+                    return Err(bad("lowerings out of order"));
+                }
+                options(&l.options, instances, lowered)?;
+                match &l.callee {
+                    Callee::Host(path) if path.import < plan.imports.len() => {}
+                    Callee::Lifted(i) => {
+                        let lift = plan.lifts.get(*i).ok_or_else(|| bad("a lift"))?;
+                        core(&lift.func, instances, lowered)?;
+                        options(&lift.options, instances, lowered)?;
+                        if let Some(p) = &lift.post_return {
+                            core(p, instances, lowered)?;
+                        }
+                    }
+                    Callee::Host(_) => return Err(bad("a lowering of an import not there")),
+                }
+                lowered += 1;
+            }
+        }
+    }
+    if instances != plan.instances || lowered != plan.lowerings.len() {
+        return Err(bad("counts that do not match the steps"));
+    }
+    for lift in &plan.lifts {
+        core(&lift.func, instances, lowered)?;
+        options(&lift.options, instances, lowered)?;
+    }
+    fn exports(plan: &Plan, list: &[(String, Export)], depth: usize) -> Result<(), Error> {
+        if depth > MAX_DEPTH {
+            return Err(bad("exports nested too deeply"));
+        }
+        for (_, e) in list {
+            match e {
+                Export::Func(l) if *l < plan.lifts.len() => {}
+                Export::Func(_) => return Err(bad("an export of a lift not there")),
+                Export::Instance(items) => exports(plan, items, depth + 1)?,
+            }
+        }
+        Ok(())
+    }
+    exports(plan, &plan.exports, 0)
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn usize(&mut self, v: usize) {
+        self.u64(v as u64);
+    }
+    fn str(&mut self, s: &str) {
+        self.usize(s.len());
+        self.0.extend_from_slice(s.as_bytes());
+    }
+    fn core(&mut self, def: &CoreDef) {
+        match def {
+            CoreDef::Export { instance, name } => {
+                self.u8(0);
+                self.usize(*instance);
+                self.str(name);
+            }
+            CoreDef::Lowered(n) => {
+                self.u8(1);
+                self.usize(*n);
+            }
+        }
+    }
+    fn opt_core(&mut self, def: &Option<CoreDef>) {
+        match def {
+            None => self.u8(0),
+            Some(d) => {
+                self.u8(1);
+                self.core(d);
+            }
+        }
+    }
+    fn options(&mut self, o: &Options) {
+        self.opt_core(&o.memory);
+        self.opt_core(&o.realloc);
+        self.u8(match o.encoding {
+            Encoding::Utf8 => 0,
+            Encoding::Utf16 => 1,
+            Encoding::Latin1Utf16 => 2,
+        });
+    }
+    fn ty(&mut self, t: &Type) {
+        let simple = [
+            Type::Bool,
+            Type::S8,
+            Type::U8,
+            Type::S16,
+            Type::U16,
+            Type::S32,
+            Type::U32,
+            Type::S64,
+            Type::U64,
+            Type::Float32,
+            Type::Float64,
+            Type::Char,
+            Type::String,
+        ];
+        if let Some(i) = simple.iter().position(|s| s == t) {
+            self.u8(i as u8);
+            return;
+        }
+        match t {
+            Type::List(t) => {
+                self.u8(20);
+                self.ty(t);
+            }
+            Type::Record(fields) => {
+                self.u8(21);
+                self.usize(fields.len());
+                for f in fields.iter() {
+                    self.str(&f.name);
+                    self.ty(&f.ty);
+                }
+            }
+            Type::Tuple(types) => {
+                self.u8(22);
+                self.usize(types.len());
+                types.iter().for_each(|t| self.ty(t));
+            }
+            Type::Variant(cases) => {
+                self.u8(23);
+                self.usize(cases.len());
+                for c in cases.iter() {
+                    self.str(&c.name);
+                    self.opt_ty(c.ty.as_ref());
+                }
+            }
+            Type::Enum(names) | Type::Flags(names) => {
+                self.u8(if matches!(t, Type::Enum(_)) { 24 } else { 25 });
+                self.usize(names.len());
+                names.iter().for_each(|n| self.str(n));
+            }
+            Type::Option(t) => {
+                self.u8(26);
+                self.ty(t);
+            }
+            Type::Result { ok, err } => {
+                self.u8(27);
+                self.opt_ty(ok.as_deref());
+                self.opt_ty(err.as_deref());
+            }
+            _ => unreachable!("the simple types are written above"),
+        }
+    }
+    fn opt_ty(&mut self, t: Option<&Type>) {
+        match t {
+            None => self.u8(0),
+            Some(t) => {
+                self.u8(1);
+                self.ty(t);
+            }
+        }
+    }
+    fn func_ty(&mut self, f: &FuncType) {
+        self.usize(f.params.len());
+        for (name, t) in &f.params {
+            self.str(name);
+            self.ty(t);
+        }
+        self.opt_ty(f.result.as_ref());
+    }
+    fn path(&mut self, p: &Path) {
+        self.usize(p.import);
+        self.usize(p.names.len());
+        p.names.iter().for_each(|n| self.str(n));
+    }
+    fn exports(&mut self, list: &[(String, Export)]) {
+        self.usize(list.len());
+        for (name, e) in list {
+            self.str(name);
+            match e {
+                Export::Func(l) => {
+                    self.u8(0);
+                    self.usize(*l);
+                }
+                Export::Instance(items) => {
+                    self.u8(1);
+                    self.exports(items);
+                }
+            }
+        }
+    }
+    fn plan(&mut self, plan: &Plan) {
+        self.usize(plan.steps.len());
+        for step in &plan.steps {
+            match step {
+                Step::Instantiate { module, args } => {
+                    self.u8(0);
+                    self.usize(*module);
+                    self.usize(args.len());
+                    args.iter().for_each(|a| self.core(a));
+                }
+                Step::Lower(n) => {
+                    self.u8(1);
+                    self.usize(*n);
+                }
+            }
+        }
+        self.usize(plan.lowerings.len());
+        for l in &plan.lowerings {
+            match &l.callee {
+                Callee::Host(p) => {
+                    self.u8(0);
+                    self.path(p);
+                }
+                Callee::Lifted(i) => {
+                    self.u8(1);
+                    self.usize(*i);
+                }
+            }
+            self.func_ty(&l.ty);
+            self.options(&l.options);
+        }
+        self.usize(plan.lifts.len());
+        for l in &plan.lifts {
+            self.core(&l.func);
+            self.func_ty(&l.ty);
+            self.options(&l.options);
+            self.opt_core(&l.post_return);
+        }
+        self.usize(plan.imports.len());
+        for (name, kind) in &plan.imports {
+            self.str(name);
+            self.u8(match kind {
+                ImportKind::Func => 0,
+                ImportKind::Instance => 1,
+                ImportKind::Other => 2,
+            });
+        }
+        self.exports(&plan.exports);
+        self.usize(plan.instances);
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| bad("truncated"))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, Error> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, Error> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64, Error> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    fn usize(&mut self) -> Result<usize, Error> {
+        usize::try_from(self.u64()?).map_err(|_| bad("a number past the address space"))
+    }
+    /// A count of things each at least a byte long: never more than the bytes left.
+    fn count(&mut self) -> Result<usize, Error> {
+        let n = self.usize()?;
+        if n > self.bytes.len() - self.at {
+            return Err(bad("a count past the file's end"));
+        }
+        Ok(n)
+    }
+    fn str(&mut self) -> Result<String, Error> {
+        let n = self.count()?;
+        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| bad("a name that is not UTF-8"))
+    }
+    fn core(&mut self) -> Result<CoreDef, Error> {
+        Ok(match self.u8()? {
+            0 => CoreDef::Export {
+                instance: self.usize()?,
+                name: self.str()?,
+            },
+            1 => CoreDef::Lowered(self.usize()?),
+            _ => return Err(bad("a core item's kind")),
+        })
+    }
+    fn opt_core(&mut self) -> Result<Option<CoreDef>, Error> {
+        Ok(match self.u8()? {
+            0 => None,
+            _ => Some(self.core()?),
+        })
+    }
+    fn options(&mut self) -> Result<Options, Error> {
+        Ok(Options {
+            memory: self.opt_core()?,
+            realloc: self.opt_core()?,
+            encoding: match self.u8()? {
+                0 => Encoding::Utf8,
+                1 => Encoding::Utf16,
+                2 => Encoding::Latin1Utf16,
+                _ => return Err(bad("a string encoding")),
+            },
+        })
+    }
+    fn ty(&mut self, depth: usize) -> Result<Type, Error> {
+        if depth > MAX_DEPTH {
+            return Err(bad("a type nested too deeply"));
+        }
+        let names = |r: &mut Self| -> Result<Arc<[String]>, Error> {
+            let n = r.count()?;
+            (0..n).map(|_| r.str()).collect()
+        };
+        Ok(match self.u8()? {
+            0 => Type::Bool,
+            1 => Type::S8,
+            2 => Type::U8,
+            3 => Type::S16,
+            4 => Type::U16,
+            5 => Type::S32,
+            6 => Type::U32,
+            7 => Type::S64,
+            8 => Type::U64,
+            9 => Type::Float32,
+            10 => Type::Float64,
+            11 => Type::Char,
+            12 => Type::String,
+            20 => Type::List(Arc::new(self.ty(depth + 1)?)),
+            21 => {
+                let n = self.count()?;
+                Type::Record(
+                    (0..n)
+                        .map(|_| {
+                            Ok(Field {
+                                name: self.str()?,
+                                ty: self.ty(depth + 1)?,
+                            })
+                        })
+                        .collect::<Result<_, Error>>()?,
+                )
+            }
+            22 => {
+                let n = self.count()?;
+                Type::Tuple(
+                    (0..n)
+                        .map(|_| self.ty(depth + 1))
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+            23 => {
+                let n = self.count()?;
+                Type::Variant(
+                    (0..n)
+                        .map(|_| {
+                            Ok(Case {
+                                name: self.str()?,
+                                ty: self.opt_ty(depth + 1)?,
+                            })
+                        })
+                        .collect::<Result<_, Error>>()?,
+                )
+            }
+            24 => Type::Enum(names(self)?),
+            25 => Type::Flags(names(self)?),
+            26 => Type::Option(Arc::new(self.ty(depth + 1)?)),
+            27 => Type::Result {
+                ok: self.opt_ty(depth + 1)?.map(Arc::new),
+                err: self.opt_ty(depth + 1)?.map(Arc::new),
+            },
+            _ => return Err(bad("a type's kind")),
+        })
+    }
+    fn opt_ty(&mut self, depth: usize) -> Result<Option<Type>, Error> {
+        Ok(match self.u8()? {
+            0 => None,
+            _ => Some(self.ty(depth)?),
+        })
+    }
+    fn func_ty(&mut self) -> Result<Arc<FuncType>, Error> {
+        let n = self.count()?;
+        let params = (0..n)
+            .map(|_| Ok((self.str()?, self.ty(0)?)))
+            .collect::<Result<_, Error>>()?;
+        let result = self.opt_ty(0)?;
+        Ok(Arc::new(FuncType::new(params, result)))
+    }
+    fn path(&mut self) -> Result<Path, Error> {
+        let import = self.usize()?;
+        let n = self.count()?;
+        let names = (0..n).map(|_| self.str()).collect::<Result<_, _>>()?;
+        Ok(Path { import, names })
+    }
+    fn exports(&mut self, depth: usize) -> Result<Vec<(String, Export)>, Error> {
+        if depth > MAX_DEPTH {
+            return Err(bad("exports nested too deeply"));
+        }
+        let n = self.count()?;
+        (0..n)
+            .map(|_| {
+                let name = self.str()?;
+                let e = match self.u8()? {
+                    0 => Export::Func(self.usize()?),
+                    1 => Export::Instance(self.exports(depth + 1)?),
+                    _ => return Err(bad("an export's kind")),
+                };
+                Ok((name, e))
+            })
+            .collect()
+    }
+    fn plan(&mut self) -> Result<Plan, Error> {
+        let n = self.count()?;
+        let steps = (0..n)
+            .map(|_| {
+                Ok(match self.u8()? {
+                    0 => {
+                        let module = self.usize()?;
+                        let n = self.count()?;
+                        let args = (0..n).map(|_| self.core()).collect::<Result<_, _>>()?;
+                        Step::Instantiate { module, args }
+                    }
+                    1 => Step::Lower(self.usize()?),
+                    _ => return Err(bad("a step's kind")),
+                })
+            })
+            .collect::<Result<_, Error>>()?;
+        let n = self.count()?;
+        let lowerings = (0..n)
+            .map(|_| {
+                let callee = match self.u8()? {
+                    0 => Callee::Host(self.path()?),
+                    1 => Callee::Lifted(self.usize()?),
+                    _ => return Err(bad("a callee's kind")),
+                };
+                let ty = self.func_ty()?;
+                Ok(Lowering {
+                    callee,
+                    core: ty.core(true),
+                    ty,
+                    options: self.options()?,
+                })
+            })
+            .collect::<Result<_, Error>>()?;
+        let n = self.count()?;
+        let lifts = (0..n)
+            .map(|_| {
+                let func = self.core()?;
+                let ty = self.func_ty()?;
+                Ok(Lift {
+                    func,
+                    core_results: ty.core(false).results,
+                    ty,
+                    options: self.options()?,
+                    post_return: self.opt_core()?,
+                })
+            })
+            .collect::<Result<_, Error>>()?;
+        let n = self.count()?;
+        let imports = (0..n)
+            .map(|_| {
+                let name = self.str()?;
+                let kind = match self.u8()? {
+                    0 => ImportKind::Func,
+                    1 => ImportKind::Instance,
+                    2 => ImportKind::Other,
+                    _ => return Err(bad("an import's kind")),
+                };
+                Ok((name, kind))
+            })
+            .collect::<Result<_, Error>>()?;
+        Ok(Plan {
+            steps,
+            lowerings,
+            lifts,
+            imports,
+            exports: self.exports(0)?,
+            instances: self.usize()?,
+        })
+    }
+}
