@@ -58,6 +58,7 @@ fn to_wasmtime(v: &ec::Val) -> wc::Val {
         E::Result(Ok(p)) => W::Result(Ok(b(p))),
         E::Result(Err(p)) => W::Result(Err(b(p))),
         E::Flags(f) => W::Flags(f.clone()),
+        E::Resource(_) => unreachable!("WAVE has no form for handles, so no argument is one"),
     }
 }
 

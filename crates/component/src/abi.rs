@@ -10,6 +10,7 @@
 use ephem_runtime::{Func, Memory, StoreContextMut, Val as Core};
 
 use crate::Error;
+use crate::resources::Res;
 use crate::types::{Flat, Type, align_to};
 use crate::values::Val;
 
@@ -187,6 +188,7 @@ fn flags_bits(names: &[String], set: &[String]) -> Vec<u32> {
 pub(crate) fn load_val(
     memory: &[u8],
     encoding: Encoding,
+    res: &Res<'_>,
     ty: &Type,
     at: u32,
 ) -> Result<Val, Error> {
@@ -204,17 +206,21 @@ pub(crate) fn load_val(
         Type::Float32 => Val::Float32(f32::from_le_bytes(load(memory, at)?)),
         Type::Float64 => Val::Float64(f64::from_le_bytes(load(memory, at)?)),
         Type::Char => Val::Char(char_from(u32::from_le_bytes(load(memory, at)?))?),
+        Type::Own(_) | Type::Borrow(_) => res.lift(ty, u32::from_le_bytes(load(memory, at)?))?,
         Type::String | Type::List(_) => {
             let ptr = u32::from_le_bytes(load(memory, at)?);
             let len = u32::from_le_bytes(load(memory, at + 4)?);
-            lift_pointer_pair(memory, encoding, ty, ptr, len)?
+            lift_pointer_pair(memory, encoding, res, ty, ptr, len)?
         }
         Type::Record(fields) => {
             let mut offset = at;
             let mut values = Vec::with_capacity(fields.len());
             for f in fields.iter() {
                 offset = align_to(offset, f.ty.align());
-                values.push((f.name.clone(), load_val(memory, encoding, &f.ty, offset)?));
+                values.push((
+                    f.name.clone(),
+                    load_val(memory, encoding, res, &f.ty, offset)?,
+                ));
                 offset += f.ty.size();
             }
             Val::Record(values)
@@ -224,7 +230,7 @@ pub(crate) fn load_val(
             let mut values = Vec::with_capacity(types.len());
             for t in types.iter() {
                 offset = align_to(offset, t.align());
-                values.push(load_val(memory, encoding, t, offset)?);
+                values.push(load_val(memory, encoding, res, t, offset)?);
                 offset += t.size();
             }
             Val::Tuple(values)
@@ -248,7 +254,13 @@ pub(crate) fn load_val(
                 _ => u32::from_le_bytes(load(memory, at)?),
             };
             let payload = match case_of(ty, discriminant)? {
-                Some(t) => Some(load_val(memory, encoding, t, at + ty.payload_offset())?),
+                Some(t) => Some(load_val(
+                    memory,
+                    encoding,
+                    res,
+                    t,
+                    at + ty.payload_offset(),
+                )?),
                 None => None,
             };
             variant_val(ty, discriminant, payload)
@@ -260,6 +272,7 @@ pub(crate) fn load_val(
 fn lift_pointer_pair(
     memory: &[u8],
     encoding: Encoding,
+    res: &Res<'_>,
     ty: &Type,
     ptr: u32,
     len: u32,
@@ -270,7 +283,7 @@ fn lift_pointer_pair(
             let size = element.size();
             range(memory, ptr, len as u64 * size as u64, element.align())?;
             let items = (0..len)
-                .map(|i| load_val(memory, encoding, element, ptr + i * size))
+                .map(|i| load_val(memory, encoding, res, element, ptr + i * size))
                 .collect::<Result<_, Error>>()?;
             Ok(Val::List(items))
         }
@@ -343,6 +356,7 @@ impl<'a> FlatReader<'a> {
 pub(crate) fn lift_flat(
     memory: &[u8],
     encoding: Encoding,
+    res: &Res<'_>,
     ty: &Type,
     flat: &mut FlatReader<'_>,
 ) -> Result<Val, Error> {
@@ -365,19 +379,25 @@ pub(crate) fn lift_flat(
             _ => unreachable!(),
         },
         Type::Char => Val::Char(char_from(flat.i32()?)?),
+        Type::Own(_) | Type::Borrow(_) => res.lift(ty, flat.i32()?)?,
         Type::String | Type::List(_) => {
             let ptr = flat.i32()?;
             let len = flat.i32()?;
-            lift_pointer_pair(memory, encoding, ty, ptr, len)?
+            lift_pointer_pair(memory, encoding, res, ty, ptr, len)?
         }
         Type::Record(fields) => Val::Record(
             (fields.iter())
-                .map(|f| Ok((f.name.clone(), lift_flat(memory, encoding, &f.ty, flat)?)))
+                .map(|f| {
+                    Ok((
+                        f.name.clone(),
+                        lift_flat(memory, encoding, res, &f.ty, flat)?,
+                    ))
+                })
                 .collect::<Result<_, Error>>()?,
         ),
         Type::Tuple(types) => Val::Tuple(
             (types.iter())
-                .map(|t| lift_flat(memory, encoding, t, flat))
+                .map(|t| lift_flat(memory, encoding, res, t, flat))
                 .collect::<Result<_, Error>>()?,
         ),
         Type::Flags(names) => {
@@ -401,7 +421,13 @@ pub(crate) fn lift_flat(
                     let own: Vec<Core> = (t.flat().iter().zip(&raw))
                         .map(|(&want, &have)| unjoin(want, have))
                         .collect();
-                    Some(lift_flat(memory, encoding, t, &mut FlatReader::new(&own))?)
+                    Some(lift_flat(
+                        memory,
+                        encoding,
+                        res,
+                        t,
+                        &mut FlatReader::new(&own),
+                    )?)
                 }
                 None => None,
             };
@@ -447,6 +473,7 @@ fn zero(slot: Flat) -> Core {
 pub(crate) fn lower_flat<T>(
     store: &mut StoreContextMut<'_, T>,
     opts: &Options,
+    res: &Res<'_>,
     ty: &Type,
     val: &Val,
     out: &mut Vec<Core>,
@@ -464,18 +491,19 @@ pub(crate) fn lower_flat<T>(
         (_, Val::Float32(v)) => out.push(Core::F32(v.to_bits())),
         (_, Val::Float64(v)) => out.push(Core::F64(v.to_bits())),
         (_, Val::Char(c)) => out.push(Core::I32(*c as i32)),
+        (_, Val::Resource(r)) => out.push(Core::I32(res.lower(ty, r)? as i32)),
         (_, Val::String(_) | Val::List(_)) => {
-            let (ptr, len) = lower_pointer_pair(store, opts, ty, val)?;
+            let (ptr, len) = lower_pointer_pair(store, opts, res, ty, val)?;
             out.extend([Core::I32(ptr as i32), Core::I32(len as i32)]);
         }
         (Type::Record(fields), Val::Record(values)) => {
             for (f, (_, v)) in fields.iter().zip(values) {
-                lower_flat(&mut *store, opts, &f.ty, v, out)?;
+                lower_flat(&mut *store, opts, res, &f.ty, v, out)?;
             }
         }
         (Type::Tuple(types), Val::Tuple(values)) => {
             for (t, v) in types.iter().zip(values) {
-                lower_flat(&mut *store, opts, t, v, out)?;
+                lower_flat(&mut *store, opts, res, t, v, out)?;
             }
         }
         (Type::Flags(names), Val::Flags(set)) => {
@@ -491,7 +519,7 @@ pub(crate) fn lower_flat<T>(
             out.push(Core::I32(discriminant as i32));
             let mut own = Vec::new();
             if let (Some(t), Some(v)) = (case_of(ty, discriminant)?, payload) {
-                lower_flat(&mut *store, opts, t, v, &mut own)?;
+                lower_flat(&mut *store, opts, res, t, v, &mut own)?;
             }
             for (i, &slot) in joined[1..].iter().enumerate() {
                 out.push(match own.get(i) {
@@ -508,6 +536,7 @@ pub(crate) fn lower_flat<T>(
 pub(crate) fn store_val<T>(
     store: &mut StoreContextMut<'_, T>,
     opts: &Options,
+    res: &Res<'_>,
     ty: &Type,
     val: &Val,
     at: u32,
@@ -515,9 +544,13 @@ pub(crate) fn store_val<T>(
     if let Some(bytes) = scalar_bytes(val) {
         return opts.write(store, at, &bytes);
     }
+    if let Val::Resource(r) = val {
+        let handle = res.lower(ty, r)?;
+        return opts.write(store, at, &handle.to_le_bytes());
+    }
     match (ty, val) {
         (_, Val::String(_) | Val::List(_)) => {
-            let (ptr, len) = lower_pointer_pair(&mut *store, opts, ty, val)?;
+            let (ptr, len) = lower_pointer_pair(&mut *store, opts, res, ty, val)?;
             let mut bytes = [0u8; 8];
             bytes[..4].copy_from_slice(&ptr.to_le_bytes());
             bytes[4..].copy_from_slice(&len.to_le_bytes());
@@ -527,7 +560,7 @@ pub(crate) fn store_val<T>(
             let mut offset = at;
             for (f, (_, v)) in fields.iter().zip(values) {
                 offset = align_to(offset, f.ty.align());
-                store_val(&mut *store, opts, &f.ty, v, offset)?;
+                store_val(&mut *store, opts, res, &f.ty, v, offset)?;
                 offset += f.ty.size();
             }
             Ok(())
@@ -536,7 +569,7 @@ pub(crate) fn store_val<T>(
             let mut offset = at;
             for (t, v) in types.iter().zip(values) {
                 offset = align_to(offset, t.align());
-                store_val(&mut *store, opts, t, v, offset)?;
+                store_val(&mut *store, opts, res, t, v, offset)?;
                 offset += t.size();
             }
             Ok(())
@@ -557,7 +590,7 @@ pub(crate) fn store_val<T>(
             let size = Type::discriminant_size(cases) as usize;
             opts.write(&mut *store, at, &discriminant.to_le_bytes()[..size])?;
             if let (Some(t), Some(v)) = (case_of(ty, discriminant)?, payload) {
-                store_val(&mut *store, opts, t, v, at + ty.payload_offset())?;
+                store_val(&mut *store, opts, res, t, v, at + ty.payload_offset())?;
             }
             Ok(())
         }
@@ -587,6 +620,7 @@ fn scalar_bytes(val: &Val) -> Option<Vec<u8>> {
 fn lower_pointer_pair<T>(
     store: &mut StoreContextMut<'_, T>,
     opts: &Options,
+    res: &Res<'_>,
     ty: &Type,
     val: &Val,
 ) -> Result<(u32, u32), Error> {
@@ -602,6 +636,7 @@ fn lower_pointer_pair<T>(
                 store_val(
                     &mut *store,
                     opts,
+                    res,
                     element,
                     v,
                     ptr + i as u32 * element.size(),

@@ -19,8 +19,10 @@ use ephem_runtime::{Artifact, ArtifactKey, Engine, Module};
 
 use crate::Error;
 use crate::abi::Encoding;
-use crate::plan::{Callee, CoreDef, Export, ImportKind, Lift, Lowering, Options, Path, Plan, Step};
-use crate::types::{Case, Field, FuncType, MAX_DEPTH, Type};
+use crate::plan::{
+    Callee, CoreDef, Drop, Export, ImportKind, Lift, Lowering, Options, Path, Plan, Step,
+};
+use crate::types::{Case, Field, FuncType, MAX_DEPTH, ResourceIndex, Type};
 
 /// What a component artifact starts with.
 pub const MAGIC: &[u8; 16] = b"\0ephem-component";
@@ -125,9 +127,12 @@ pub(crate) fn read(
 fn check(plan: &Plan, modules: &[Module]) -> Result<(), Error> {
     let mut instances = 0;
     let mut lowered = 0;
+    let mut drops = 0;
+    // (Drops are checked against all of them: they make no core instance and use none.)
     let core = |def: &CoreDef, instances: usize, lowered: usize| match def {
         CoreDef::Export { instance, .. } if *instance < instances => Ok(()),
         CoreDef::Lowered(n) if *n < lowered => Ok(()),
+        CoreDef::Drop(n) if *n < plan.drops.len() => Ok(()),
         _ => Err(bad("a core item used before it is made")),
     };
     let options = |o: &Options, instances: usize, lowered: usize| -> Result<(), Error> {
@@ -165,12 +170,46 @@ fn check(plan: &Plan, modules: &[Module]) -> Result<(), Error> {
                     }
                     Callee::Host(_) => return Err(bad("a lowering of an import not there")),
                 }
+                if l.table >= plan.tables {
+                    return Err(bad("a lowering's table"));
+                }
                 lowered += 1;
+            }
+            Step::Drop(n) => {
+                let d = plan.drops.get(*n).ok_or_else(|| bad("a drop"))?;
+                if *n != drops || d.table >= plan.tables {
+                    return Err(bad("a drop out of order or of a table not there"));
+                }
+                if d.resource.0 as usize >= plan.resources.len() {
+                    return Err(bad("a drop of a resource not there"));
+                }
+                drops += 1;
             }
         }
     }
-    if instances != plan.instances || lowered != plan.lowerings.len() {
+    if instances != plan.instances || lowered != plan.lowerings.len() || drops != plan.drops.len() {
         return Err(bad("counts that do not match the steps"));
+    }
+    for path in &plan.resources {
+        if path.import >= plan.imports.len() {
+            return Err(bad("a resource of an import not there"));
+        }
+    }
+    let resources_ok = |ty: &FuncType| {
+        let mut ok = true;
+        ty.map_resources(&mut |r| {
+            ok &= (r.0 as usize) < plan.resources.len();
+            Some(r)
+        });
+        ok
+    };
+    if !plan.lowerings.iter().all(|l| resources_ok(&l.ty))
+        || !plan
+            .lifts
+            .iter()
+            .all(|l| resources_ok(&l.ty) && l.table < plan.tables)
+    {
+        return Err(bad("a handle of a resource not there"));
     }
     for lift in &plan.lifts {
         core(&lift.func, instances, lowered)?;
@@ -220,6 +259,10 @@ impl Writer {
             }
             CoreDef::Lowered(n) => {
                 self.u8(1);
+                self.usize(*n);
+            }
+            CoreDef::Drop(n) => {
+                self.u8(2);
                 self.usize(*n);
             }
         }
@@ -302,6 +345,10 @@ impl Writer {
                 self.opt_ty(ok.as_deref());
                 self.opt_ty(err.as_deref());
             }
+            Type::Own(r) | Type::Borrow(r) => {
+                self.u8(if matches!(t, Type::Own(_)) { 28 } else { 29 });
+                self.u32(r.0);
+            }
             _ => unreachable!("the simple types are written above"),
         }
     }
@@ -357,6 +404,10 @@ impl Writer {
                     self.u8(1);
                     self.usize(*n);
                 }
+                Step::Drop(n) => {
+                    self.u8(2);
+                    self.usize(*n);
+                }
             }
         }
         self.usize(plan.lowerings.len());
@@ -373,6 +424,7 @@ impl Writer {
             }
             self.func_ty(&l.ty);
             self.options(&l.options);
+            self.usize(l.table);
         }
         self.usize(plan.lifts.len());
         for l in &plan.lifts {
@@ -380,6 +432,7 @@ impl Writer {
             self.func_ty(&l.ty);
             self.options(&l.options);
             self.opt_core(&l.post_return);
+            self.usize(l.table);
         }
         self.usize(plan.imports.len());
         for (name, kind) in &plan.imports {
@@ -392,6 +445,14 @@ impl Writer {
         }
         self.exports(&plan.exports);
         self.usize(plan.instances);
+        self.usize(plan.resources.len());
+        plan.resources.iter().for_each(|p| self.path(p));
+        self.usize(plan.drops.len());
+        for d in &plan.drops {
+            self.u32(d.resource.0);
+            self.usize(d.table);
+        }
+        self.usize(plan.tables);
     }
 }
 
@@ -439,6 +500,7 @@ impl<'a> Reader<'a> {
                 name: self.str()?,
             },
             1 => CoreDef::Lowered(self.usize()?),
+            2 => CoreDef::Drop(self.usize()?),
             _ => return Err(bad("a core item's kind")),
         })
     }
@@ -524,6 +586,8 @@ impl<'a> Reader<'a> {
                 ok: self.opt_ty(depth + 1)?.map(Arc::new),
                 err: self.opt_ty(depth + 1)?.map(Arc::new),
             },
+            28 => Type::Own(ResourceIndex(self.u32()?)),
+            29 => Type::Borrow(ResourceIndex(self.u32()?)),
             _ => return Err(bad("a type's kind")),
         })
     }
@@ -576,6 +640,7 @@ impl<'a> Reader<'a> {
                         Step::Instantiate { module, args }
                     }
                     1 => Step::Lower(self.usize()?),
+                    2 => Step::Drop(self.usize()?),
                     _ => return Err(bad("a step's kind")),
                 })
             })
@@ -594,6 +659,7 @@ impl<'a> Reader<'a> {
                     core: ty.core(true),
                     ty,
                     options: self.options()?,
+                    table: self.usize()?,
                 })
             })
             .collect::<Result<_, Error>>()?;
@@ -608,6 +674,7 @@ impl<'a> Reader<'a> {
                     ty,
                     options: self.options()?,
                     post_return: self.opt_core()?,
+                    table: self.usize()?,
                 })
             })
             .collect::<Result<_, Error>>()?;
@@ -624,13 +691,29 @@ impl<'a> Reader<'a> {
                 Ok((name, kind))
             })
             .collect::<Result<_, Error>>()?;
+        let exports = self.exports(0)?;
+        let instances = self.usize()?;
+        let n = self.count()?;
+        let resources = (0..n).map(|_| self.path()).collect::<Result<_, _>>()?;
+        let n = self.count()?;
+        let drops = (0..n)
+            .map(|_| {
+                Ok(Drop {
+                    resource: ResourceIndex(self.u32()?),
+                    table: self.usize()?,
+                })
+            })
+            .collect::<Result<_, Error>>()?;
         Ok(Plan {
             steps,
             lowerings,
             lifts,
             imports,
-            exports: self.exports(0)?,
-            instances: self.usize()?,
+            exports,
+            instances,
+            resources,
+            drops,
+            tables: self.usize()?,
         })
     }
 }

@@ -12,12 +12,16 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use wasmparser::{ComponentExternalKind, ComponentOuterAliasKind, ExternalKind};
 
 use crate::Error;
-use crate::plan::{Callee, CoreDef, Export, ImportKind, Lift, Lowering, Options, Path, Plan, Step};
-use crate::translate::{Init, RawOptions, Translation};
+use crate::plan::{
+    Callee, CoreDef, Drop, Export, ImportKind, Lift, Lowering, Options, Path, Plan, Step,
+};
+use crate::translate::{Init, Item, RawOptions, Translation};
+use crate::types::{FuncType, ResourceIndex};
 
 pub(crate) const MAX_DEPTH: usize = 64;
 pub(crate) const MAX_STEPS: usize = 10_000;
@@ -63,6 +67,8 @@ struct ComponentDef {
 struct Scope {
     modules: Vec<usize>,
     components: Vec<ComponentDef>,
+    /// The resource types it knew, by `translate`'s number: those its outer aliases reach.
+    resources: HashMap<u32, ResourceIndex>,
     parent: Option<Rc<Scope>>,
 }
 
@@ -72,8 +78,8 @@ enum ItemDef {
     Instance(InstanceDef),
     Component(ComponentDef),
     Module(usize),
-    /// A type: nothing to instantiate.
-    Type,
+    /// A type: nothing to instantiate; a resource type, the plan's.
+    Type(Option<ResourceIndex>),
 }
 
 /// One component being instantiated: its index spaces so far.
@@ -89,6 +95,10 @@ struct Frame<'a> {
     funcs: Vec<FuncDef>,
     instances: Vec<InstanceDef>,
     exports: Vec<(String, ItemDef)>,
+    /// The plan's resource type for each of `translate`'s numbers this component knows.
+    resources: HashMap<u32, ResourceIndex>,
+    /// Its handle table in the plan.
+    table: usize,
 }
 
 fn core_space(kind: ExternalKind) -> usize {
@@ -125,7 +135,8 @@ pub(crate) fn inline(translations: &[Translation], imports: &ModuleImports) -> R
     let root = translations
         .last()
         .expect("a component has its own translation");
-    let exports = inliner.run(Frame::new(root, None, HashMap::new()), 0)?;
+    inliner.plan.tables = 1;
+    let exports = inliner.run(Frame::new(root, None, HashMap::new(), 0), 0)?;
     let mut plan_exports = Vec::new();
     for (name, item) in exports {
         if let Some(export) = inliner.export(&item)? {
@@ -141,11 +152,18 @@ impl<'a> Frame<'a> {
         translation: &'a Translation,
         scope: Option<Rc<Scope>>,
         args: HashMap<String, ItemDef>,
+        table: usize,
     ) -> Frame<'a> {
+        let resources = scope
+            .as_ref()
+            .map(|s| s.resources.clone())
+            .unwrap_or_default();
         Frame {
             translation,
             scope,
             args,
+            resources,
+            table,
             core: Default::default(),
             core_instances: Vec::new(),
             modules: Vec::new(),
@@ -168,15 +186,34 @@ impl<'a> Frame<'a> {
         }
     }
 
-    fn item(&self, kind: ComponentExternalKind, index: u32) -> ItemDef {
-        let i = index as usize;
-        match kind {
+    fn item(&self, item: &Item) -> ItemDef {
+        let i = item.index as usize;
+        match item.kind {
             ComponentExternalKind::Func => ItemDef::Func(self.funcs[i].clone()),
             ComponentExternalKind::Instance => ItemDef::Instance(self.instances[i].clone()),
             ComponentExternalKind::Component => ItemDef::Component(self.components[i].clone()),
             ComponentExternalKind::Module => ItemDef::Module(self.modules[i]),
-            ComponentExternalKind::Type | ComponentExternalKind::Value => ItemDef::Type,
+            ComponentExternalKind::Type | ComponentExternalKind::Value => {
+                ItemDef::Type(item.resource.and_then(|r| self.resources.get(&r).copied()))
+            }
         }
+    }
+
+    /// `ty` with `translate`'s resource numbers replaced by the plan's.
+    fn plan_type(&self, ty: &Arc<FuncType>) -> Result<Arc<FuncType>, Error> {
+        if !ty.params.iter().any(|(_, t)| t.has_resources())
+            && !ty.result.as_ref().is_some_and(|t| t.has_resources())
+        {
+            return Ok(ty.clone());
+        }
+        ty.map_resources(&mut |r| self.resources.get(&r.0).copied())
+            .map(Arc::new)
+            .ok_or_else(|| {
+                unsupported(
+                    "a resource type the component defines itself, or passes on in a way \
+                     ephem does not follow yet",
+                )
+            })
     }
 
     /// Adds `item` to the index space of its kind.
@@ -186,7 +223,7 @@ impl<'a> Frame<'a> {
             ItemDef::Instance(i) => self.instances.push(i),
             ItemDef::Component(c) => self.components.push(c),
             ItemDef::Module(m) => self.modules.push(m),
-            ItemDef::Type => {}
+            ItemDef::Type(_) => {}
         }
     }
 
@@ -194,6 +231,7 @@ impl<'a> Frame<'a> {
         Rc::new(Scope {
             modules: self.modules.clone(),
             components: self.components.clone(),
+            resources: self.resources.clone(),
             parent: self.scope.clone(),
         })
     }
@@ -207,24 +245,41 @@ impl Inliner<'_> {
         }
         for init in &frame.translation.inits {
             match init {
-                Init::Import { name, kind } => {
+                Init::Import {
+                    name,
+                    kind,
+                    resources,
+                } => {
                     let item = if depth == 0 {
                         self.plan.imports.push((name.clone(), *kind));
                         let path = Path {
                             import: self.plan.imports.len() - 1,
                             names: Vec::new(),
                         };
+                        for (names, number) in resources {
+                            let mut at = path.clone();
+                            at.names = names.clone();
+                            let r = self.resource_at(at);
+                            frame.resources.insert(*number, r);
+                        }
                         match kind {
                             ImportKind::Func => ItemDef::Func(FuncDef::Import(path)),
                             ImportKind::Instance => ItemDef::Instance(InstanceDef::Import(path)),
-                            ImportKind::Other => ItemDef::Type,
+                            ImportKind::Other => ItemDef::Type(
+                                (resources.iter())
+                                    .find(|(names, _)| names.is_empty())
+                                    .map(|(_, n)| frame.resources[n]),
+                            ),
                         }
                     } else {
-                        match frame.args.get(name) {
-                            Some(item) => item.clone(),
-                            // Validated: only type imports may go without an argument.
-                            None => ItemDef::Type,
+                        // Validated: only type imports may go without an argument.
+                        let item = frame.args.get(name).cloned().unwrap_or(ItemDef::Type(None));
+                        for (names, number) in resources {
+                            if let Some(r) = self.resource_in(&item, names) {
+                                frame.resources.insert(*number, r);
+                            }
                         }
+                        item
                     };
                     frame.push(item);
                 }
@@ -288,19 +343,22 @@ impl Inliner<'_> {
                 Init::Instantiate { component, args } => {
                     let def = frame.components[*component as usize].clone();
                     let args = (args.iter())
-                        .map(|(name, kind, i)| (name.clone(), frame.item(*kind, *i)))
+                        .map(|a| (a.name.clone(), frame.item(a)))
                         .collect();
+                    let table = self.plan.tables;
+                    self.plan.tables += 1;
                     let child = Frame::new(
                         &self.translations[def.translation],
                         Some(def.scope.clone()),
                         args,
+                        table,
                     );
                     let exports = self.run(child, depth + 1)?;
                     frame.instances.push(InstanceDef::Items(Rc::new(exports)));
                 }
                 Init::Exports(exports) => {
                     let items = (exports.iter())
-                        .map(|(name, kind, i)| (name.clone(), frame.item(*kind, *i)))
+                        .map(|e| (e.name.clone(), frame.item(e)))
                         .collect();
                     frame.instances.push(InstanceDef::Items(Rc::new(items)));
                 }
@@ -308,12 +366,13 @@ impl Inliner<'_> {
                     instance,
                     kind,
                     name,
+                    resource,
                 } => {
                     let item = match &frame.instances[*instance as usize] {
                         InstanceDef::Items(items) => (items.iter())
                             .find(|(n, _)| n == name)
                             .map(|(_, item)| item.clone())
-                            .unwrap_or(ItemDef::Type),
+                            .unwrap_or(ItemDef::Type(None)),
                         InstanceDef::Import(path) => match kind {
                             ComponentExternalKind::Func => {
                                 ItemDef::Func(FuncDef::Import(path.child(name)))
@@ -321,10 +380,15 @@ impl Inliner<'_> {
                             ComponentExternalKind::Instance => {
                                 ItemDef::Instance(InstanceDef::Import(path.child(name)))
                             }
-                            ComponentExternalKind::Type => ItemDef::Type,
+                            ComponentExternalKind::Type => {
+                                ItemDef::Type(resource.map(|_| self.resource_at(path.child(name))))
+                            }
                             _ => return Err(unsupported("imported modules and components")),
                         },
                     };
+                    if let (Some(number), ItemDef::Type(Some(r))) = (resource, &item) {
+                        frame.resources.insert(*number, *r);
+                    }
                     frame.push(item);
                 }
                 Init::AliasOuter { kind, count, index } => {
@@ -361,13 +425,15 @@ impl Inliner<'_> {
                     ty,
                     options,
                 } => {
+                    let ty = frame.plan_type(ty)?;
                     let lift = Lift {
                         func: frame.core_item(ExternalKind::Func, *core_func),
-                        ty: ty.clone(),
                         core_results: ty.core(false).results,
+                        ty,
                         options: frame.options(options),
                         post_return: (options.post_return)
                             .map(|f| frame.core_item(ExternalKind::Func, f)),
+                        table: frame.table,
                     };
                     self.plan.lifts.push(lift);
                     frame.funcs.push(FuncDef::Lifted(self.plan.lifts.len() - 1));
@@ -378,24 +444,70 @@ impl Inliner<'_> {
                         FuncDef::Lifted(l) => Callee::Lifted(*l),
                     };
                     self.count()?;
+                    let ty = frame.plan_type(ty)?;
                     self.plan.lowerings.push(Lowering {
                         callee,
-                        ty: ty.clone(),
                         core: ty.core(true),
+                        ty,
                         options: frame.options(options),
+                        table: frame.table,
                     });
                     let n = self.plan.lowerings.len() - 1;
                     self.plan.steps.push(Step::Lower(n));
                     frame.core[0].push(CoreDef::Lowered(n));
                 }
-                Init::Export { name, kind, index } => {
-                    let item = frame.item(*kind, *index);
-                    frame.exports.push((name.clone(), item.clone()));
+                Init::Export(export) => {
+                    let item = frame.item(export);
+                    frame.exports.push((export.name.clone(), item.clone()));
                     frame.push(item);
+                }
+                Init::ResourceDrop(number) => {
+                    let resource = *frame.resources.get(number).ok_or_else(|| {
+                        unsupported("`resource.drop` of a resource the component defines itself")
+                    })?;
+                    self.count()?;
+                    self.plan.drops.push(Drop {
+                        resource,
+                        table: frame.table,
+                    });
+                    let n = self.plan.drops.len() - 1;
+                    self.plan.steps.push(Step::Drop(n));
+                    frame.core[0].push(CoreDef::Drop(n));
                 }
             }
         }
         Ok(frame.exports)
+    }
+
+    /// The plan's host resource type at `path`, added the first time it is asked for.
+    fn resource_at(&mut self, path: Path) -> ResourceIndex {
+        let resources = &mut self.plan.resources;
+        let i = match resources.iter().position(|p| *p == path) {
+            Some(i) => i,
+            None => {
+                resources.push(path);
+                resources.len() - 1
+            }
+        };
+        ResourceIndex(i as u32)
+    }
+
+    /// The resource type at `names` within `item` (an argument given for an import), if the
+    /// plan can follow it there.
+    fn resource_in(&mut self, item: &ItemDef, names: &[String]) -> Option<ResourceIndex> {
+        match (item, names.split_first()) {
+            (ItemDef::Type(r), None) => *r,
+            (ItemDef::Instance(InstanceDef::Import(path)), Some(_)) => {
+                let mut at = path.clone();
+                at.names.extend(names.iter().cloned());
+                Some(self.resource_at(at))
+            }
+            (ItemDef::Instance(InstanceDef::Items(items)), Some((first, rest))) => {
+                let (_, inner) = items.iter().find(|(n, _)| n == first)?;
+                self.resource_in(&inner.clone(), rest)
+            }
+            _ => None,
+        }
     }
 
     fn count(&self) -> Result<(), Error> {
@@ -424,7 +536,7 @@ impl Inliner<'_> {
                 }
                 Some(Export::Instance(out))
             }
-            ItemDef::Component(_) | ItemDef::Module(_) | ItemDef::Type => None,
+            ItemDef::Component(_) | ItemDef::Module(_) | ItemDef::Type(_) => None,
         })
     }
 }

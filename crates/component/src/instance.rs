@@ -8,13 +8,14 @@
 //! it), so they are resolved once, when the function is made.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ephem_runtime::{AsContextMut, Extern, HostError, StoreContextMut, Val as Core};
 
 use crate::abi::{self, FlatReader};
 use crate::linker::HostFn;
 use crate::plan::{self, Callee, CoreDef, Export, Plan, Step};
+use crate::resources::{self, Dtor, Handles, Res, ResourceType};
 use crate::typed::ComponentNamedList;
 use crate::types::{FuncType, Type};
 use crate::values::Val;
@@ -26,6 +27,8 @@ pub struct Instance {
     component: Component,
     core: Arc<[ephem_runtime::Instance]>,
     lowered: Arc<[ephem_runtime::Func]>,
+    drops: Arc<[ephem_runtime::Func]>,
+    handles: Option<Arc<Mutex<Handles>>>,
 }
 
 /// An export of an instance found by [`Instance::get_export_index`]: a path through the
@@ -47,6 +50,19 @@ struct Lifted {
     ty: Arc<FuncType>,
     options: abi::Options,
     post_return: Option<ephem_runtime::Func>,
+    /// The callee's handle table, and the tables (none when the plan has no resources).
+    table: usize,
+    handles: Option<Arc<Mutex<Handles>>>,
+}
+
+impl Lifted {
+    fn res(&self) -> Res<'_> {
+        Res {
+            handles: self.handles.as_deref(),
+            table: self.table,
+            lent: Default::default(),
+        }
+    }
 }
 
 /// Core items as a plan's steps have made them so far.
@@ -54,6 +70,8 @@ struct Made<'a, I, F> {
     plan: &'a Plan,
     core: I,
     lowered: F,
+    drops: F,
+    handles: Option<Arc<Mutex<Handles>>>,
 }
 
 impl<I: AsRef<[ephem_runtime::Instance]>, F: AsRef<[ephem_runtime::Func]>> Made<'_, I, F> {
@@ -63,6 +81,7 @@ impl<I: AsRef<[ephem_runtime::Instance]>, F: AsRef<[ephem_runtime::Func]>> Made<
                 .get_export(&mut store, name)
                 .ok_or_else(|| Error::Link(format!("a core instance exports no `{name}`"))),
             CoreDef::Lowered(n) => Ok(Extern::Func(self.lowered.as_ref()[*n])),
+            CoreDef::Drop(n) => Ok(Extern::Func(self.drops.as_ref()[*n])),
         }
     }
 
@@ -100,21 +119,36 @@ impl<I: AsRef<[ephem_runtime::Instance]>, F: AsRef<[ephem_runtime::Func]>> Made<
             ty: lift.ty.clone(),
             options: self.options(&mut store, &lift.options)?,
             post_return,
+            table: lift.table,
+            handles: self.handles.clone(),
         })
     }
 }
 
-/// Instantiates `component` in `store`, its host functions found by `host(path)`.
+/// Instantiates `component` in `store`, its host functions found by `host(path)` and its
+/// host resource types by `resource(path)`.
 pub(crate) fn instantiate<T: 'static>(
     mut store: StoreContextMut<'_, T>,
     component: &Component,
     host: impl Fn(&plan::Path, &FuncType) -> Result<Arc<HostFn<T>>, Error>,
+    resource: impl Fn(&plan::Path) -> Result<(ResourceType, Arc<Dtor<T>>), Error>,
 ) -> Result<Instance, Error> {
     let plan = &component.inner.plan;
+    let mut dtors = Vec::with_capacity(plan.resources.len());
+    let mut types = Vec::with_capacity(plan.resources.len());
+    for path in &plan.resources {
+        let (ty, dtor) = resource(path)?;
+        types.push(ty);
+        dtors.push(dtor);
+    }
+    let handles = (!plan.resources.is_empty())
+        .then(|| Arc::new(Mutex::new(Handles::new(plan.tables, types))));
     let mut made = Made {
         plan,
         core: Vec::with_capacity(plan.instances),
         lowered: Vec::with_capacity(plan.lowerings.len()),
+        drops: Vec::with_capacity(plan.drops.len()),
+        handles,
     };
     for step in &plan.steps {
         match step {
@@ -135,22 +169,42 @@ pub(crate) fn instantiate<T: 'static>(
                     Callee::Lifted(l) => Callee2::Lifted(made.lifted(&mut store, *l)?),
                 };
                 let core_ty = lowering.core.clone();
+                let (handles, table) = (made.handles.clone(), lowering.table);
                 let func = ephem_runtime::Func::new(
                     &mut store,
                     core_ty,
                     move |mut caller, args, results| {
-                        lowered_call(
-                            caller.as_context_mut(),
-                            &ty,
-                            &options,
-                            &callee,
-                            args,
-                            results,
-                        )
-                        .map_err(|e| Box::new(e) as HostError)
+                        let res = Res {
+                            handles: handles.as_deref(),
+                            table,
+                            lent: Default::default(),
+                        };
+                        let store = caller.as_context_mut();
+                        lowered_call(store, &ty, &options, &res, &callee, args, results)
+                            .map_err(|e| Box::new(e) as HostError)
                     },
                 );
                 made.lowered.push(func);
+            }
+            Step::Drop(n) => {
+                let drop = plan.drops[*n];
+                let handles = made
+                    .handles
+                    .clone()
+                    .expect("a plan with drops has resources");
+                let dtor = dtors[drop.resource.0 as usize].clone();
+                let ty = ephem_runtime::FuncType::new([ephem_runtime::ValType::I32], []);
+                let func = ephem_runtime::Func::new(&mut store, ty, move |mut caller, args, _| {
+                    let index = args[0].i32().unwrap_or(0) as u32;
+                    let dropped =
+                        resources::drop_handle(&handles, drop.table, drop.resource, index)
+                            .map_err(|e| Box::new(e) as HostError)?;
+                    match dropped {
+                        Some(rep) => dtor(caller.as_context_mut(), rep),
+                        None => Ok(()),
+                    }
+                });
+                made.drops.push(func);
             }
         }
     }
@@ -158,6 +212,8 @@ pub(crate) fn instantiate<T: 'static>(
         component: component.clone(),
         core: made.core.into(),
         lowered: made.lowered.into(),
+        drops: made.drops.into(),
+        handles: made.handles,
     })
 }
 
@@ -167,11 +223,13 @@ enum Callee2<T> {
     Lifted(Lifted),
 }
 
-/// The body of a lowered function: lift the arguments, call, lower the result.
+/// The body of a lowered function: lift the arguments, call, lower the result (handles come
+/// out of and go into the caller's table, `res`).
 fn lowered_call<T>(
     mut store: StoreContextMut<'_, T>,
     ty: &FuncType,
     options: &abi::Options,
+    res: &Res<'_>,
     callee: &Callee2<T>,
     args: &[Core],
     results: &mut [Core],
@@ -182,11 +240,11 @@ fn lowered_call<T>(
         if params_flat {
             let mut flat = FlatReader::new(args);
             (ty.params.iter())
-                .map(|(_, t)| abi::lift_flat(bytes, options.encoding, t, &mut flat))
+                .map(|(_, t)| abi::lift_flat(bytes, options.encoding, res, t, &mut flat))
                 .collect::<Result<Vec<_>, _>>()?
         } else {
             let ptr = args[0].i32().unwrap_or(0) as u32;
-            match abi::load_val(bytes, options.encoding, &ty.params_tuple(), ptr)? {
+            match abi::load_val(bytes, options.encoding, res, &ty.params_tuple(), ptr)? {
                 Val::Tuple(values) => values,
                 _ => unreachable!("a tuple's value"),
             }
@@ -211,14 +269,14 @@ fn lowered_call<T>(
     let results_flat = ty.results_fit;
     if results_flat {
         let mut flat = Vec::with_capacity(1);
-        abi::lower_flat(&mut store, options, result_ty, &out[0], &mut flat)?;
+        abi::lower_flat(&mut store, options, res, result_ty, &out[0], &mut flat)?;
         results.copy_from_slice(&flat);
     } else {
         let retptr = args[args.len() - 1].i32().unwrap_or(0) as u32;
         if !retptr.is_multiple_of(result_ty.align()) {
             return Err(Error::Abi(format!("return pointer {retptr} is misaligned")));
         }
-        abi::store_val(&mut store, options, result_ty, &out[0], retptr)?;
+        abi::store_val(&mut store, options, res, result_ty, &out[0], retptr)?;
     }
     Ok(())
 }
@@ -248,11 +306,12 @@ fn call_lifted<T>(
         )));
     }
     let options = &lifted.options;
+    let res = lifted.res();
     let params_flat = ty.params_fit;
     let mut args = Vec::new();
     if params_flat {
         for (v, (_, t)) in params.iter().zip(&ty.params) {
-            abi::lower_flat(&mut *store, options, t, v, &mut args)?;
+            abi::lower_flat(&mut *store, options, &res, t, v, &mut args)?;
         }
     } else {
         let tuple = ty.params_tuple();
@@ -260,6 +319,7 @@ fn call_lifted<T>(
         abi::store_val(
             &mut *store,
             options,
+            &res,
             &tuple,
             &Val::Tuple(params.to_vec()),
             ptr,
@@ -268,6 +328,7 @@ fn call_lifted<T>(
     }
     let mut core_results: Vec<Core> = lifted.core_results.iter().map(|&t| zero(t)).collect();
     lifted.func.call(&mut *store, &args, &mut core_results)?;
+    res.returned()?;
     if let Some(result_ty) = &ty.result {
         let bytes = options.bytes(&*store);
         let results_flat = ty.results_fit;
@@ -275,12 +336,13 @@ fn call_lifted<T>(
             abi::lift_flat(
                 bytes,
                 options.encoding,
+                &res,
                 result_ty,
                 &mut FlatReader::new(&core_results),
             )?
         } else {
             let ptr = core_results[0].i32().unwrap_or(0) as u32;
-            abi::load_val(bytes, options.encoding, result_ty, ptr)?
+            abi::load_val(bytes, options.encoding, &res, result_ty, ptr)?
         };
     }
     if let Some(post) = lifted.post_return {
@@ -348,6 +410,8 @@ impl Instance {
             plan: &self.component.inner.plan,
             core: &*self.core,
             lowered: &*self.lowered,
+            drops: &*self.drops,
+            handles: self.handles.clone(),
         };
         let lifted = made.lifted(&mut store, *l).ok()?;
         Some(Func {

@@ -33,6 +33,7 @@ mod inline;
 mod instance;
 mod linker;
 mod plan;
+mod resources;
 #[cfg(feature = "cranelift")]
 mod translate;
 mod typed;
@@ -47,6 +48,7 @@ use ephem_runtime::{ArtifactKey, Engine, Module};
 pub use artifact::is_component_artifact;
 pub use instance::{ComponentExportIndex, Func, Instance, TypedFunc};
 pub use linker::{Linker, LinkerInstance};
+pub use resources::{Resource, ResourceAny, ResourceTable, ResourceTableError, ResourceType};
 pub use typed::{ComponentNamedList, ComponentType};
 pub use types::{Case, Field, FuncType, Type};
 pub use values::Val;

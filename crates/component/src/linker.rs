@@ -12,6 +12,7 @@ use ephem_runtime::{AsContextMut, Engine, HostError, StoreContextMut};
 use crate::instance::{self, Instance};
 use crate::plan::ImportKind;
 use crate::plan::{self, Path};
+use crate::resources::{Dtor, ResourceType};
 use crate::typed::ComponentNamedList;
 use crate::types::{FuncType, Type};
 use crate::values::Val;
@@ -33,6 +34,7 @@ struct HostFunc<T> {
 enum Definition<T> {
     Func(HostFunc<T>),
     Instance(Items<T>),
+    Resource(ResourceType, Arc<Dtor<T>>),
 }
 
 struct Items<T> {
@@ -115,12 +117,22 @@ impl<T: 'static> Linker<T> {
                 )));
             }
         }
-        instance::instantiate(store.as_context_mut(), component, |path, ty| {
-            self.host(plan, path, ty)
-        })
+        instance::instantiate(
+            store.as_context_mut(),
+            component,
+            |path, ty| self.host(plan, path, ty),
+            |path| match self.find(plan, path) {
+                (Some(Definition::Resource(ty, dtor)), _) => Ok((*ty, dtor.clone())),
+                (_, shown) => Err(Error::Link(format!(
+                    "the component imports the resource type {shown}, which the linker does \
+                     not define as one"
+                ))),
+            },
+        )
     }
 
-    fn host(&self, plan: &plan::Plan, path: &Path, ty: &FuncType) -> Result<Arc<HostFn<T>>, Error> {
+    /// The definition at `path`, if any, and the path as the errors show it.
+    fn find(&self, plan: &plan::Plan, path: &Path) -> (Option<&Definition<T>>, String) {
         let import = &plan.imports[path.import].0;
         let mut items = &self.root;
         let mut def = items.map.get(import);
@@ -128,11 +140,19 @@ impl<T: 'static> Linker<T> {
         for name in &path.names {
             match def {
                 Some(Definition::Instance(inner)) => items = inner,
-                _ => break,
+                _ => {
+                    def = None;
+                    break;
+                }
             }
             def = items.map.get(name);
             shown = format!("{shown}.`{name}`");
         }
+        (def, shown)
+    }
+
+    fn host(&self, plan: &plan::Plan, path: &Path, ty: &FuncType) -> Result<Arc<HostFn<T>>, Error> {
+        let (def, shown) = self.find(plan, path);
         match def {
             Some(Definition::Func(f)) => {
                 if let Some(check) = f.check
@@ -212,6 +232,17 @@ impl<'a, T: 'static> LinkerInstance<'a, T> {
         )
     }
 
+    /// Defines `name` as a host resource type `ty` (`ResourceType::host::<T>()`); `dtor` runs
+    /// with the rep of each own handle a component drops.
+    pub fn resource(
+        &mut self,
+        name: &str,
+        ty: ResourceType,
+        dtor: impl Fn(StoreContextMut<'_, T>, u32) -> Result<(), HostError> + Send + Sync + 'static,
+    ) -> Result<(), Error> {
+        self.insert(name, Definition::Resource(ty, Arc::new(dtor)))
+    }
+
     /// The nested instance `name`, made if not yet defined.
     pub fn instance(&mut self, name: &str) -> Result<LinkerInstance<'_, T>, Error> {
         LinkerInstance {
@@ -226,8 +257,8 @@ impl<'a, T: 'static> LinkerInstance<'a, T> {
             .or_insert_with(|| Definition::Instance(Items::default()));
         match def {
             Definition::Instance(items) => Ok(LinkerInstance { items }),
-            Definition::Func(_) => Err(Error::Usage(format!(
-                "`{name}` is already defined as a function"
+            _ => Err(Error::Usage(format!(
+                "`{name}` is already defined, not as an instance"
             ))),
         }
     }

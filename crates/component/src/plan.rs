@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::abi::Encoding;
-use crate::types::FuncType;
+use crate::types::{FuncType, ResourceIndex};
 
 /// What an import of the outer component brings in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,15 +16,17 @@ pub(crate) enum ImportKind {
     Other,
 }
 
-/// A core item: an export of a core instance the plan makes, or a lowered function.
+/// A core item: an export of a core instance the plan makes, a lowered function, or a
+/// `resource.drop`.
 #[derive(Clone, Debug)]
 pub(crate) enum CoreDef {
     Export { instance: usize, name: String },
     Lowered(usize),
+    Drop(usize),
 }
 
 /// A path to an item the host provides: the outer component's import, then export names.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Path {
     pub import: usize,
     pub names: Vec<String>,
@@ -47,6 +49,8 @@ pub(crate) struct Lift {
     pub core_results: Vec<ephem_runtime::ValType>,
     pub options: Options,
     pub post_return: Option<CoreDef>,
+    /// The handle table (the component instance) its values come from and go to.
+    pub table: usize,
 }
 
 /// What a lowered function calls.
@@ -65,6 +69,15 @@ pub(crate) struct Lowering {
     /// The core function the lowering makes (`ty.core(true)`).
     pub core: ephem_runtime::FuncType,
     pub options: Options,
+    /// The handle table (the component instance) of the caller.
+    pub table: usize,
+}
+
+/// A `resource.drop` of a resource in a component instance's handle table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Drop {
+    pub resource: ResourceIndex,
+    pub table: usize,
 }
 
 /// One step of instantiating a plan.
@@ -74,6 +87,8 @@ pub(crate) enum Step {
     Instantiate { module: usize, args: Vec<CoreDef> },
     /// Makes lowered function `n`.
     Lower(usize),
+    /// Makes `resource.drop` function `n`.
+    Drop(usize),
 }
 
 /// What the outer component exports.
@@ -92,4 +107,9 @@ pub(crate) struct Plan {
     pub imports: Vec<(String, ImportKind)>,
     pub exports: Vec<(String, Export)>,
     pub instances: usize,
+    /// The resource types: each the host's, by the path it is imported through.
+    pub resources: Vec<Path>,
+    pub drops: Vec<Drop>,
+    /// Component instances in the plan, each with its handle table.
+    pub tables: usize,
 }

@@ -16,15 +16,20 @@ use crate::Error;
 use crate::abi::Encoding;
 use crate::plan::ImportKind;
 use wasmparser::PrimitiveValType;
-use wasmparser::component_types::{ComponentDefinedType, ComponentFuncTypeId, ComponentValType};
+use wasmparser::component_types::{
+    ComponentAnyTypeId, ComponentDefinedType, ComponentEntityType, ComponentFuncTypeId,
+    ComponentValType,
+};
 use wasmparser::types::TypesRef;
 
-use crate::types::{Case, Field, FuncType, MAX_DEPTH, Type};
+use crate::types::{Case, Field, FuncType, MAX_DEPTH, ResourceIndex, Type};
 
 /// One component's definitions, in the order its sections give them.
 #[derive(Default)]
 pub(crate) struct Translation {
     pub inits: Vec<Init>,
+    /// The component's types so far: the next type's index, while it is read.
+    types: u32,
 }
 
 /// A canonical function's options, as indices into its component's core index spaces.
@@ -41,6 +46,9 @@ pub(crate) enum Init {
     Import {
         name: String,
         kind: ImportKind,
+        /// The resource types the import brings in, each by its path of export names within
+        /// the import (none: the import is the type) and its number (see `Statics`).
+        resources: Vec<(Vec<String>, u32)>,
     },
     /// A core module, by its index among all of the component's modules.
     Module(usize),
@@ -53,9 +61,9 @@ pub(crate) enum Init {
     CoreExports(Vec<(String, ExternalKind, u32)>),
     Instantiate {
         component: u32,
-        args: Vec<(String, ComponentExternalKind, u32)>,
+        args: Vec<Item>,
     },
-    Exports(Vec<(String, ComponentExternalKind, u32)>),
+    Exports(Vec<Item>),
     AliasCoreExport {
         instance: u32,
         kind: ExternalKind,
@@ -65,6 +73,8 @@ pub(crate) enum Init {
         instance: u32,
         kind: ComponentExternalKind,
         name: String,
+        /// The number of the resource type aliased, if it is one.
+        resource: Option<u32>,
     },
     AliasOuter {
         kind: ComponentOuterAliasKind,
@@ -81,11 +91,62 @@ pub(crate) enum Init {
         ty: Arc<FuncType>,
         options: RawOptions,
     },
-    Export {
-        name: String,
-        kind: ComponentExternalKind,
-        index: u32,
-    },
+    Export(Item),
+    /// `resource.drop` of the resource numbered so.
+    ResourceDrop(u32),
+}
+
+/// An item a component names by kind and index: an instantiation's argument, an export.
+pub(crate) struct Item {
+    pub name: String,
+    pub kind: ComponentExternalKind,
+    pub index: u32,
+    /// For a type that is a resource, its number.
+    pub resource: Option<u32>,
+}
+
+/// The validator's resource types, numbered as they are met: what a [`ResourceIndex`] holds
+/// before flattening.
+#[derive(Default)]
+struct Statics(std::collections::HashMap<wasmparser::component_types::ResourceId, u32>);
+
+impl Statics {
+    fn number(&mut self, id: wasmparser::component_types::ResourceId) -> u32 {
+        let next = self.0.len() as u32;
+        *self.0.entry(id).or_insert(next)
+    }
+
+    /// The number of type `index` of the component `types` describes, if it is a resource.
+    fn of_type(&mut self, types: &TypesRef<'_>, index: u32) -> Option<u32> {
+        match types.component_any_type_at(index) {
+            ComponentAnyTypeId::Resource(r) => Some(self.number(r.resource())),
+            _ => None,
+        }
+    }
+
+    /// Every resource type an import of type `ty` brings in, by path.
+    fn in_entity(
+        &mut self,
+        types: &TypesRef<'_>,
+        ty: &ComponentEntityType,
+        path: &mut Vec<String>,
+        out: &mut Vec<(Vec<String>, u32)>,
+    ) {
+        match ty {
+            ComponentEntityType::Type {
+                created: ComponentAnyTypeId::Resource(r),
+                ..
+            } => out.push((path.clone(), self.number(r.resource()))),
+            ComponentEntityType::Instance(id) if path.len() < MAX_DEPTH => {
+                for (name, item) in types[*id].exports.iter() {
+                    path.push(name.clone());
+                    self.in_entity(types, &item.ty, path, out);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// A whole component read: its translations (the outer one last) and its core modules' bytes.
@@ -107,6 +168,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
     // What is open: `Some(translation)` for a component, `None` for a core module.
     let mut open: Vec<Option<Translation>> = Vec::new();
     let mut first = true;
+    let mut statics = Statics::default();
     for payload in Parser::new(0).parse_all(bytes) {
         let payload = payload?;
         validator.payload(&payload)?;
@@ -175,12 +237,12 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                         } => Init::Instantiate {
                             component: component_index,
                             args: (args.iter())
-                                .map(|a| (a.name.to_string(), a.kind, a.index))
+                                .map(|a| item(&types, &mut statics, a.name, a.kind, a.index))
                                 .collect(),
                         },
                         ComponentInstance::FromExports(exports) => Init::Exports(
                             (exports.iter())
-                                .map(|e| (e.name.name.to_string(), e.kind, e.index))
+                                .map(|e| item(&types, &mut statics, e.name.name, e.kind, e.index))
                                 .collect(),
                         ),
                     });
@@ -193,11 +255,21 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                             kind,
                             instance_index,
                             name,
-                        } => Init::AliasExport {
-                            instance: instance_index,
-                            kind,
-                            name: name.to_string(),
-                        },
+                        } => {
+                            let resource = match kind {
+                                ComponentExternalKind::Type => {
+                                    current.types += 1;
+                                    statics.of_type(&types, current.types - 1)
+                                }
+                                _ => None,
+                            };
+                            Init::AliasExport {
+                                instance: instance_index,
+                                kind,
+                                name: name.to_string(),
+                                resource,
+                            }
+                        }
                         ComponentAlias::CoreInstanceExport {
                             kind,
                             instance_index,
@@ -208,6 +280,9 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                             name: name.to_string(),
                         },
                         ComponentAlias::Outer { kind, count, index } => {
+                            if kind == ComponentOuterAliasKind::Type {
+                                current.types += 1;
+                            }
                             Init::AliasOuter { kind, count, index }
                         }
                     });
@@ -227,7 +302,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                             };
                             Init::Lift {
                                 core_func: core_func_index,
-                                ty: Arc::new(func_from_wasm(&types, id)?),
+                                ty: Arc::new(func_from_wasm(&types, &mut statics, id)?),
                                 options: raw_options(&options)?,
                             }
                         }
@@ -238,14 +313,21 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                             let id = types.component_function_at(func_index);
                             Init::Lower {
                                 func: func_index,
-                                ty: Arc::new(func_from_wasm(&types, id)?),
+                                ty: Arc::new(func_from_wasm(&types, &mut statics, id)?),
                                 options: raw_options(&options)?,
                             }
                         }
+                        CanonicalFunction::ResourceDrop { resource } => {
+                            match statics.of_type(&types, resource) {
+                                Some(r) => Init::ResourceDrop(r),
+                                None => unreachable!("validated: a resource type"),
+                            }
+                        }
                         CanonicalFunction::ResourceNew { .. }
-                        | CanonicalFunction::ResourceDrop { .. }
                         | CanonicalFunction::ResourceRep { .. } => {
-                            return Err(unsupported("resources (`resource.new`, `.drop`, `.rep`)"));
+                            return Err(unsupported(
+                                "resources a component defines itself (`resource.new`, `.rep`)",
+                            ));
                         }
                         _ => {
                             return Err(unsupported(
@@ -267,9 +349,18 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                         }
                         ComponentTypeRef::Value(_) => return Err(unsupported("value imports")),
                     };
+                    let name = import.name.name;
+                    let mut resources = Vec::new();
+                    if let Some(item) = types.component_item_for_import(name) {
+                        statics.in_entity(&types, &item.ty, &mut Vec::new(), &mut resources);
+                    }
+                    if kind == ImportKind::Other {
+                        current.types += 1;
+                    }
                     current.inits.push(Init::Import {
-                        name: import.name.name.to_string(),
+                        name: name.to_string(),
                         kind,
+                        resources,
                     });
                 }
             }
@@ -279,16 +370,23 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                     if export.kind == ComponentExternalKind::Value {
                         return Err(unsupported("value exports"));
                     }
-                    current.inits.push(Init::Export {
-                        name: export.name.name.to_string(),
-                        kind: export.kind,
-                        index: export.index,
-                    });
+                    let export = item(
+                        &types,
+                        &mut statics,
+                        export.name.name,
+                        export.kind,
+                        export.index,
+                    );
+                    if export.kind == ComponentExternalKind::Type {
+                        current.types += 1;
+                    }
+                    current.inits.push(Init::Export(export));
                 }
             }
             Payload::ComponentStartSection { .. } => {
                 return Err(unsupported("component start functions"));
             }
+            Payload::ComponentTypeSection(section) => current.types += section.count(),
             // Types are resolved where they are used; names and custom sections do nothing.
             _ => {}
         }
@@ -297,6 +395,26 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
         translations,
         modules,
     })
+}
+
+/// An item by kind and index, with its resource number if it is a resource type.
+fn item(
+    types: &TypesRef<'_>,
+    statics: &mut Statics,
+    name: &str,
+    kind: ComponentExternalKind,
+    index: u32,
+) -> Item {
+    let resource = match kind {
+        ComponentExternalKind::Type => statics.of_type(types, index),
+        _ => None,
+    };
+    Item {
+        name: name.to_string(),
+        kind,
+        index,
+        resource,
+    }
 }
 
 fn raw_options(options: &[CanonicalOption]) -> Result<RawOptions, Error> {
@@ -326,6 +444,7 @@ fn raw_options(options: &[CanonicalOption]) -> Result<RawOptions, Error> {
 /// Converts the validator's type, refusing what ephem does not support yet.
 fn type_from_wasm(
     types: &TypesRef<'_>,
+    statics: &mut Statics,
     ty: &ComponentValType,
     depth: usize,
 ) -> Result<Type, Error> {
@@ -336,7 +455,7 @@ fn type_from_wasm(
         ComponentValType::Primitive(p) => return Ok(primitive(*p)),
         ComponentValType::Type(id) => *id,
     };
-    let sub = |t: &ComponentValType| type_from_wasm(types, t, depth + 1);
+    let mut sub = |t: &ComponentValType| type_from_wasm(types, statics, t, depth + 1);
     Ok(match &types[id] {
         ComponentDefinedType::Primitive(p) => primitive(*p),
         ComponentDefinedType::Record(r) => Type::Record(
@@ -354,14 +473,14 @@ fn type_from_wasm(
                 .map(|(name, c)| {
                     Ok(Case {
                         name: name.to_string(),
-                        ty: c.ty.as_ref().map(sub).transpose()?,
+                        ty: c.ty.as_ref().map(&mut sub).transpose()?,
                     })
                 })
                 .collect::<Result<_, Error>>()?,
         ),
         ComponentDefinedType::List { element, .. } => Type::List(Arc::new(sub(element)?)),
         ComponentDefinedType::Tuple(t) => {
-            Type::Tuple(t.types.iter().map(sub).collect::<Result<_, Error>>()?)
+            Type::Tuple(t.types.iter().map(&mut sub).collect::<Result<_, Error>>()?)
         }
         ComponentDefinedType::Flags(names) => {
             Type::Flags(names.iter().map(|n| n.to_string()).collect())
@@ -374,10 +493,9 @@ fn type_from_wasm(
             ok: ok.as_ref().map(|t| sub(t).map(Arc::new)).transpose()?,
             err: err.as_ref().map(|t| sub(t).map(Arc::new)).transpose()?,
         },
-        ComponentDefinedType::Own(_) | ComponentDefinedType::Borrow(_) => {
-            return Err(Error::Unsupported(
-                "resource handles (`own`, `borrow`)".into(),
-            ));
+        ComponentDefinedType::Own(r) => Type::Own(ResourceIndex(statics.number(r.resource()))),
+        ComponentDefinedType::Borrow(r) => {
+            Type::Borrow(ResourceIndex(statics.number(r.resource())))
         }
         ComponentDefinedType::Map { .. } => return Err(Error::Unsupported("`map`".into())),
         ComponentDefinedType::FixedLengthList { .. } => {
@@ -391,16 +509,20 @@ fn type_from_wasm(
     })
 }
 
-fn func_from_wasm(types: &TypesRef<'_>, id: ComponentFuncTypeId) -> Result<FuncType, Error> {
+fn func_from_wasm(
+    types: &TypesRef<'_>,
+    statics: &mut Statics,
+    id: ComponentFuncTypeId,
+) -> Result<FuncType, Error> {
     let ty = &types[id];
     if ty.async_ {
         return Err(Error::Unsupported("async functions".into()));
     }
     let params = (ty.params.iter())
-        .map(|(name, t)| Ok((name.to_string(), type_from_wasm(types, t, 0)?)))
+        .map(|(name, t)| Ok((name.to_string(), type_from_wasm(types, statics, t, 0)?)))
         .collect::<Result<_, Error>>()?;
     let result = (ty.result.as_ref())
-        .map(|t| type_from_wasm(types, t, 0))
+        .map(|t| type_from_wasm(types, statics, t, 0))
         .transpose()?;
     Ok(FuncType::new(params, result))
 }

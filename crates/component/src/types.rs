@@ -62,7 +62,17 @@ pub enum Type {
     },
     /// A WIT `flags`.
     Flags(Arc<[String]>),
+    /// A WIT `own<R>`: a handle that passes the resource on.
+    Own(ResourceIndex),
+    /// A WIT `borrow<R>`: a handle lent for the length of a call.
+    Borrow(ResourceIndex),
 }
+
+/// Which resource type a handle is of: one of the resources a component's plan knows (the
+/// host's, by the import they come through). Before flattening (`inline`), the number is the
+/// validator's resource, numbered as `translate` meets them; after, the plan's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ResourceIndex(pub(crate) u32);
 
 /// A record's field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,6 +140,67 @@ pub(crate) const MAX_FLAT_PARAMS: usize = 16;
 pub(crate) const MAX_FLAT_RESULTS: usize = 1;
 
 impl Type {
+    /// The type with every resource replaced by what `map` gives for it; `None` where `map`
+    /// gives none.
+    pub(crate) fn map_resources(
+        &self,
+        map: &mut impl FnMut(ResourceIndex) -> Option<ResourceIndex>,
+    ) -> Option<Type> {
+        let mut sub = |t: &Type| t.map_resources(&mut *map);
+        Some(match self {
+            Type::Own(r) => Type::Own(map(*r)?),
+            Type::Borrow(r) => Type::Borrow(map(*r)?),
+            Type::List(t) => Type::List(Arc::new(sub(t)?)),
+            Type::Option(t) => Type::Option(Arc::new(sub(t)?)),
+            Type::Record(fields) => Type::Record(
+                (fields.iter())
+                    .map(|f| {
+                        Some(Field {
+                            name: f.name.clone(),
+                            ty: sub(&f.ty)?,
+                        })
+                    })
+                    .collect::<Option<_>>()?,
+            ),
+            Type::Tuple(types) => Type::Tuple(types.iter().map(sub).collect::<Option<_>>()?),
+            Type::Variant(cases) => Type::Variant(
+                (cases.iter())
+                    .map(|c| {
+                        Some(Case {
+                            name: c.name.clone(),
+                            ty: match &c.ty {
+                                Some(t) => Some(sub(t)?),
+                                None => None,
+                            },
+                        })
+                    })
+                    .collect::<Option<_>>()?,
+            ),
+            Type::Result { ok, err } => Type::Result {
+                ok: match ok {
+                    Some(t) => Some(Arc::new(sub(t)?)),
+                    None => None,
+                },
+                err: match err {
+                    Some(t) => Some(Arc::new(sub(t)?)),
+                    None => None,
+                },
+            },
+            other => other.clone(),
+        })
+    }
+
+    /// Whether a resource handle is anywhere in the type.
+    #[cfg(feature = "cranelift")]
+    pub(crate) fn has_resources(&self) -> bool {
+        let mut found = false;
+        self.map_resources(&mut |r| {
+            found = true;
+            Some(r)
+        });
+        found
+    }
+
     /// The cases of a type that the ABI lays out as a variant (a variant, an enum, an option, a
     /// result), each with its payload; `None` for the others.
     pub(crate) fn cases(&self) -> Option<Vec<Option<&Type>>> {
@@ -161,6 +232,7 @@ impl Type {
             Type::Bool | Type::S8 | Type::U8 => 1,
             Type::S16 | Type::U16 => 2,
             Type::S32 | Type::U32 | Type::Float32 | Type::Char => 4,
+            Type::Own(_) | Type::Borrow(_) => 4,
             Type::S64 | Type::U64 | Type::Float64 => 8,
             Type::String | Type::List(_) => 4,
             Type::Record(fields) => fields.iter().map(|f| f.ty.align()).max().unwrap_or(1),
@@ -183,6 +255,7 @@ impl Type {
             Type::Bool | Type::S8 | Type::U8 => 1,
             Type::S16 | Type::U16 => 2,
             Type::S32 | Type::U32 | Type::Float32 | Type::Char => 4,
+            Type::Own(_) | Type::Borrow(_) => 4,
             Type::S64 | Type::U64 | Type::Float64 => 8,
             Type::String | Type::List(_) => 8,
             Type::Record(fields) => record_size(fields.iter().map(|f| &f.ty)),
@@ -227,7 +300,9 @@ impl Type {
             | Type::S32
             | Type::U32
             | Type::Char
-            | Type::Enum(_) => out.push(Flat::I32),
+            | Type::Enum(_)
+            | Type::Own(_)
+            | Type::Borrow(_) => out.push(Flat::I32),
             Type::S64 | Type::U64 => out.push(Flat::I64),
             Type::Float32 => out.push(Flat::F32),
             Type::Float64 => out.push(Flat::F64),
@@ -264,6 +339,21 @@ impl Type {
 }
 
 impl FuncType {
+    /// The type with its resources mapped as [`Type::map_resources`] does.
+    pub(crate) fn map_resources(
+        &self,
+        map: &mut impl FnMut(ResourceIndex) -> Option<ResourceIndex>,
+    ) -> Option<FuncType> {
+        let params = (self.params.iter())
+            .map(|(n, t)| Some((n.clone(), t.map_resources(&mut *map)?)))
+            .collect::<Option<_>>()?;
+        let result = match &self.result {
+            Some(t) => Some(t.map_resources(map)?),
+            None => None,
+        };
+        Some(FuncType::new(params, result))
+    }
+
     /// The function type with `params` and `result`.
     pub fn new(params: Vec<(String, Type)>, result: Option<Type>) -> FuncType {
         let mut func = FuncType {

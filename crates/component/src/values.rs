@@ -48,6 +48,8 @@ pub enum Val {
     Result(Result<Option<Box<Val>>, Option<Box<Val>>>),
     /// A WIT `flags`.
     Flags(Vec<String>),
+    /// A WIT `own<R>` or `borrow<R>`: a handle to a host resource.
+    Resource(crate::resources::ResourceAny),
 }
 
 impl Val {
@@ -90,6 +92,8 @@ impl Val {
                 Ok(v) => fits(v, ok.as_deref()),
                 Err(v) => fits(v, err.as_deref()),
             },
+            (Val::Resource(r), Type::Own(_)) => r.owned(),
+            (Val::Resource(_), Type::Borrow(_)) => true,
             (Val::Flags(set), Type::Flags(names)) => {
                 set.iter().all(|f| names.contains(f))
                     && set.iter().enumerate().all(|(i, f)| !set[..i].contains(f))

@@ -384,6 +384,9 @@ impl Parser<'_> {
                     }
                 }
             }
+            Type::Own(_) | Type::Borrow(_) => {
+                return Err(self.error("no resource handle: they cannot be written as text"));
+            }
             Type::Result { ok, err } => {
                 let at = self.at;
                 match self.label()?.as_str() {
@@ -507,6 +510,8 @@ impl fmt::Display for Val {
                 f.write_str("err")?;
                 payload(f, p)
             }
+            // WAVE has no form for handles; this one is for people to read.
+            Val::Resource(r) => write!(f, "<resource {}>", r.rep()),
             Val::Flags(set) => {
                 f.write_str("{")?;
                 for (i, name) in set.iter().enumerate() {

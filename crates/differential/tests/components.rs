@@ -288,6 +288,7 @@ fn value(rng: &mut Rng, ty: &ec::Type, depth: u32) -> ec::Val {
                     .map(|t| Box::new(value(rng, t, depth + 1)))))
             }
         }
+        T::Own(_) | T::Borrow(_) => unreachable!("the generator makes no resource types"),
         T::Flags(names) => V::Flags(
             names
                 .iter()
@@ -325,6 +326,7 @@ fn to_wasmtime(v: &ec::Val) -> wc::Val {
         E::Result(Ok(p)) => W::Result(Ok(b(p))),
         E::Result(Err(p)) => W::Result(Err(b(p))),
         E::Flags(f) => W::Flags(f.clone()),
+        E::Resource(_) => unreachable!("the generator makes no resource types"),
     }
 }
 

@@ -1,0 +1,227 @@
+//! Host resources through a component, as WASI's streams go: the host makes an object and
+//! hands the component an `own` handle, the component lends it back as a `borrow` and drops it,
+//! which runs the host's destructor. Every misuse of a handle is an error of the call.
+
+use ephem_component::{Component, Error, Linker, Resource, ResourceTable, ResourceType, Val};
+use ephem_runtime::{Engine, Store};
+
+/// A host object: what was written to it.
+struct Stream {
+    name: String,
+    written: usize,
+}
+
+#[derive(Default)]
+struct Host {
+    table: ResourceTable,
+    log: Vec<String>,
+}
+
+const COMPONENT: &str = r#"(component
+    (import "host" (instance $h
+      (export "stream" (type $s (sub resource)))
+      (export "open" (func (param "name" string) (result (own $s))))
+      (export "write" (func (param "s" (borrow $s)) (param "bytes" (list u8)) (result u32)))))
+    (alias export $h "stream" (type $stream))
+    (core module $libc (memory (export "memory") 1))
+    (core instance $libc (instantiate $libc))
+    (core func $open (canon lower (func $h "open") (memory (core memory $libc "memory"))))
+    (core func $write (canon lower (func $h "write") (memory (core memory $libc "memory"))))
+    (core func $drop (canon resource.drop $stream))
+    (core module $m
+      (import "host" "open" (func $open (param i32 i32) (result i32)))
+      (import "host" "write" (func $write (param i32 i32 i32) (result i32)))
+      (import "host" "drop" (func $drop (param i32)))
+      (import "libc" "memory" (memory 1))
+      (data (i32.const 100) "loghelloworld")
+      (func (export "run") (result i32)
+        (local $h i32) (local $n i32)
+        (local.set $h (call $open (i32.const 100) (i32.const 3)))
+        (local.set $n (call $write (local.get $h) (i32.const 103) (i32.const 5)))
+        (local.set $n (i32.add (local.get $n)
+          (call $write (local.get $h) (i32.const 108) (i32.const 5))))
+        (call $drop (local.get $h))
+        (local.get $n))
+      (func (export "use-after-drop") (result i32)
+        (local $h i32)
+        (local.set $h (call $open (i32.const 100) (i32.const 3)))
+        (call $drop (local.get $h))
+        (call $write (local.get $h) (i32.const 103) (i32.const 5)))
+      (func (export "double-drop")
+        (local $h i32)
+        (local.set $h (call $open (i32.const 100) (i32.const 3)))
+        (call $drop (local.get $h))
+        (call $drop (local.get $h)))
+      (func (export "forged") (result i32)
+        (call $write (i32.const 77) (i32.const 103) (i32.const 5)))
+      (func (export "consume") (param i32) (call $drop (local.get 0)))
+      (func (export "peek") (param i32) (result i32)
+        (local $n i32)
+        (local.set $n (call $write (local.get 0) (i32.const 103) (i32.const 5)))
+        (call $drop (local.get 0))
+        (local.get $n))
+      (func (export "keep") (param i32) (result i32)
+        (call $write (local.get 0) (i32.const 103) (i32.const 5)))
+      (func (export "make") (result i32) (call $open (i32.const 100) (i32.const 3))))
+    (core instance $i (instantiate $m
+      (with "host" (instance
+        (export "open" (func $open)) (export "write" (func $write)) (export "drop" (func $drop))))
+      (with "libc" (instance $libc))))
+    (export $s "stream" (type $stream))
+    (func (export "run") (result u32) (canon lift (core func $i "run")))
+    (func (export "use-after-drop") (result u32) (canon lift (core func $i "use-after-drop")))
+    (func (export "double-drop") (canon lift (core func $i "double-drop")))
+    (func (export "forged") (result u32) (canon lift (core func $i "forged")))
+    (func (export "consume") (param "s" (own $s)) (canon lift (core func $i "consume")))
+    (func (export "peek") (param "s" (borrow $s)) (result u32) (canon lift (core func $i "peek")))
+    (func (export "keep") (param "s" (borrow $s)) (result u32) (canon lift (core func $i "keep")))
+    (func (export "make") (result (own $s)) (canon lift (core func $i "make"))))"#;
+
+fn linker(engine: &Engine) -> anyhow::Result<Linker<Host>> {
+    let mut linker = Linker::<Host>::new(engine);
+    let mut host = linker.instance("host")?;
+    host.resource(
+        "stream",
+        ResourceType::host::<Stream>(),
+        |mut store, rep| {
+            let host = store.data_mut();
+            let stream = host.table.delete(Resource::<Stream>::new_own(rep))?;
+            host.log
+                .push(format!("closed {} after {}", stream.name, stream.written));
+            Ok(())
+        },
+    )?;
+    host.func_wrap("open", |mut store, (name,): (String,)| {
+        let stream = store.data_mut().table.push(Stream { name, written: 0 })?;
+        Ok((stream,))
+    })?;
+    host.func_wrap(
+        "write",
+        |mut store, (s, bytes): (Resource<Stream>, Vec<u8>)| {
+            assert!(!s.owned(), "the guest lends its handle");
+            store.data_mut().table.get_mut(&s)?.written += bytes.len();
+            Ok((bytes.len() as u32,))
+        },
+    )?;
+    Ok(linker)
+}
+
+#[test]
+fn a_component_opens_writes_to_and_drops_a_host_resource() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let component = Component::new(&engine, COMPONENT)?;
+    let linker = linker(&engine)?;
+    let mut store = Store::new(&engine, Host::default());
+    let i = linker.instantiate(&mut store, &component)?;
+    let run = i.get_typed_func::<(), (u32,)>(&mut store, "run")?;
+    assert_eq!(run.call(&mut store, ())?, (10,));
+    assert_eq!(store.data().log, ["closed log after 10"]);
+
+    // The host hands in an own handle; the guest drops it: the destructor runs.
+    let s = store.data_mut().table.push(Stream {
+        name: "given".into(),
+        written: 0,
+    })?;
+    let consume = i.get_typed_func::<(Resource<Stream>,), ()>(&mut store, "consume")?;
+    consume.call(&mut store, (s,))?;
+    assert_eq!(store.data().log[1], "closed given after 0");
+
+    // A borrow the guest drops before it returns; the object stays the host's.
+    let s = store.data_mut().table.push(Stream {
+        name: "lent".into(),
+        written: 0,
+    })?;
+    let peek = i.get_typed_func::<(Resource<Stream>,), (u32,)>(&mut store, "peek")?;
+    assert_eq!(
+        peek.call(&mut store, (Resource::new_borrow(s.rep()),))?,
+        (5,)
+    );
+    assert_eq!(store.data().table.get(&s)?.written, 5);
+    assert_eq!(store.data().log.len(), 2, "no destructor for a borrow");
+
+    // An own handle the guest makes and returns: the host's now.
+    let make = i.get_typed_func::<(), (Resource<Stream>,)>(&mut store, "make")?;
+    let (made,) = make.call(&mut store, ())?;
+    assert!(made.owned());
+    assert_eq!(store.data().table.get(&made)?.name, "log");
+    Ok(())
+}
+
+#[test]
+fn misused_handles_are_errors_of_the_call() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let component = Component::new(&engine, COMPONENT)?;
+    let linker = linker(&engine)?;
+    for name in ["use-after-drop", "double-drop", "forged"] {
+        let mut store = Store::new(&engine, Host::default());
+        let i = linker.instantiate(&mut store, &component)?;
+        let f = i.get_func(&mut store, name).unwrap();
+        let mut out = vec![Val::Bool(false); f.ty().result.is_some() as usize];
+        let err = f.call(&mut store, &[], &mut out).unwrap_err();
+        assert!(format!("{err:?}").contains("no handle"), "{name}: {err:?}");
+    }
+    // A borrow the guest keeps past its return.
+    let mut store = Store::new(&engine, Host::default());
+    let i = linker.instantiate(&mut store, &component)?;
+    let s = store.data_mut().table.push(Stream {
+        name: "kept".into(),
+        written: 0,
+    })?;
+    let keep = i.get_typed_func::<(Resource<Stream>,), (u32,)>(&mut store, "keep")?;
+    let err = keep
+        .call(&mut store, (Resource::new_borrow(s.rep()),))
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Abi(ref m) if m.contains("not dropped")),
+        "{err:?}"
+    );
+    // A borrow where an own is wanted, and a handle of another Rust type, are refused.
+    let consume = i.get_func(&mut store, "consume").unwrap();
+    let lent = Val::Resource(ephem_component::ResourceAny::new(
+        ResourceType::host::<Stream>(),
+        s.rep(),
+        false,
+    ));
+    assert!(consume.call(&mut store, &[lent], &mut []).is_err());
+    let other = Val::Resource(ephem_component::ResourceAny::new(
+        ResourceType::host::<String>(),
+        s.rep(),
+        true,
+    ));
+    assert!(matches!(
+        consume.call(&mut store, &[other], &mut []),
+        Err(Error::Usage(_))
+    ));
+    Ok(())
+}
+
+#[test]
+fn a_resource_the_linker_does_not_define_is_a_link_error() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let component = Component::new(&engine, COMPONENT)?;
+    let mut linker = Linker::<Host>::new(&engine);
+    let mut host = linker.instance("host")?;
+    host.func_new("open", |_, _, _, _| Ok(()))?;
+    host.func_new("write", |_, _, _, _| Ok(()))?;
+    let mut store = Store::new(&engine, Host::default());
+    let err = linker.instantiate(&mut store, &component).err();
+    assert!(
+        matches!(err, Some(Error::Link(ref m)) if m.contains("stream")),
+        "{err:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn resources_survive_the_component_artifact() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let key = ephem_runtime::ArtifactKey::from_bytes([9; 32]);
+    let bytes = Component::new(&engine, COMPONENT)?.to_artifact(&key)?;
+    let component = Component::from_artifact(&engine, &bytes, &key)?;
+    let mut store = Store::new(&engine, Host::default());
+    let i = linker(&engine)?.instantiate(&mut store, &component)?;
+    let run = i.get_typed_func::<(), (u32,)>(&mut store, "run")?;
+    assert_eq!(run.call(&mut store, ())?, (10,));
+    assert_eq!(store.data().log, ["closed log after 10"]);
+    Ok(())
+}
