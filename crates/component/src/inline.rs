@@ -139,7 +139,7 @@ pub(crate) fn inline(translations: &[Translation], imports: &ModuleImports) -> R
     let exports = inliner.run(Frame::new(root, None, HashMap::new(), 0), 0)?;
     let mut plan_exports = Vec::new();
     for (name, item) in exports {
-        if let Some(export) = inliner.export(&item)? {
+        if let Some(export) = inliner.export(&item, 0)? {
             plan_exports.push((name, export));
         }
     }
@@ -345,6 +345,7 @@ impl Inliner<'_> {
                     let args = (args.iter())
                         .map(|a| (a.name.clone(), frame.item(a)))
                         .collect();
+                    self.count()?;
                     let table = self.plan.tables;
                     self.plan.tables += 1;
                     let child = Frame::new(
@@ -510,10 +511,14 @@ impl Inliner<'_> {
         }
     }
 
+    /// Refuses a plan past [`MAX_STEPS`] steps and component instances together: a component
+    /// that instantiates its child twice, which does the same, doubles the work at each level
+    /// whether or not anything is made.
     fn count(&self) -> Result<(), Error> {
-        if self.plan.steps.len() >= MAX_STEPS {
+        if self.plan.steps.len() + self.plan.tables >= MAX_STEPS {
             return Err(Error::Unsupported(format!(
-                "a component that makes more than {MAX_STEPS} core instances and functions"
+                "a component that makes more than {MAX_STEPS} core instances, functions and \
+                 component instances"
             )));
         }
         Ok(())
@@ -521,7 +526,10 @@ impl Inliner<'_> {
 
     /// What the outer component exports of `item`: functions and instances of them (types,
     /// modules and components exported are for other components' use and are left out).
-    fn export(&self, item: &ItemDef) -> Result<Option<Export>, Error> {
+    fn export(&self, item: &ItemDef, depth: usize) -> Result<Option<Export>, Error> {
+        if depth > MAX_DEPTH {
+            return Err(unsupported("exported instances nested this deeply"));
+        }
         Ok(match item {
             ItemDef::Func(FuncDef::Lifted(l)) => Some(Export::Func(*l)),
             ItemDef::Func(FuncDef::Import(_)) | ItemDef::Instance(InstanceDef::Import(_)) => {
@@ -530,7 +538,7 @@ impl Inliner<'_> {
             ItemDef::Instance(InstanceDef::Items(items)) => {
                 let mut out = Vec::new();
                 for (name, item) in items.iter() {
-                    if let Some(e) = self.export(item)? {
+                    if let Some(e) = self.export(item, depth + 1)? {
                         out.push((name.clone(), e));
                     }
                 }

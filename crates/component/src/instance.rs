@@ -276,6 +276,13 @@ fn lowered_call<T>(
         if !retptr.is_multiple_of(result_ty.align()) {
             return Err(Error::Abi(format!("return pointer {retptr} is misaligned")));
         }
+        // The whole result's room first, so that no offset within it can pass the memory.
+        let room = options.bytes(&store).len() as u64;
+        if retptr as u64 + result_ty.size() as u64 > room {
+            return Err(Error::Abi(format!(
+                "return pointer {retptr} leaves no room for the result"
+            )));
+        }
         abi::store_val(&mut store, options, res, result_ty, &out[0], retptr)?;
     }
     Ok(())

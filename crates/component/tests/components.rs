@@ -725,3 +725,59 @@ fn a_component_artifact_round_trips_and_is_refused_when_forged_or_damaged() -> a
     assert!(refused(b"\0asm\x01\0\0\0", &key).contains("not a component artifact"));
     Ok(())
 }
+
+/// A component whose parts instantiate their child twice, 40 levels deep (2^40 instances), is
+/// refused at once instead of being flattened for ever.
+#[test]
+fn a_component_that_doubles_its_instances_at_each_level_is_refused() {
+    let mut text = String::from("(component (component $c0)\n");
+    for k in 1..=40 {
+        text += &format!(
+            "(component $c{k} (alias outer 1 $c{} (component $x)) \
+             (instance (instantiate $x)) (instance (instantiate $x)))\n",
+            k - 1
+        );
+    }
+    text += "(instance (instantiate $c40)))";
+    let started = std::time::Instant::now();
+    match Component::new(&Engine::default(), &text) {
+        Err(Error::Unsupported(m)) => assert!(m.contains("more than"), "{m}"),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("accepted"),
+    }
+    assert!(
+        started.elapsed().as_secs() < 10,
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// A return pointer at the top of the address space is refused before anything is stored
+/// (offsets past it would wrap).
+#[test]
+fn a_return_pointer_without_room_for_the_result_traps() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let c = component(
+        &engine,
+        r#"(component
+            (import "pair" (func $pair (result (tuple u32 u32))))
+            (core module $libc (memory (export "memory") 1))
+            (core instance $libc (instantiate $libc))
+            (core func $pair (canon lower (func $pair) (memory (core memory $libc "memory"))))
+            (core module $m
+              (import "" "pair" (func $pair (param i32)))
+              (func (export "run") (call $pair (i32.const -8))))
+            (core instance $i (instantiate $m (with "" (instance (export "pair" (func $pair))))))
+            (func (export "run") (canon lift (core func $i "run"))))"#,
+    );
+    let mut linker = Linker::new(&engine);
+    linker
+        .root()
+        .func_wrap("pair", |_, ()| Ok(((1u32, 2u32),)))?;
+    let mut store = Store::new(&engine, ());
+    let i = linker.instantiate(&mut store, &c)?;
+    let run = i.get_typed_func::<(), ()>(&mut store, "run")?;
+    let err = run.call(&mut store, ()).unwrap_err();
+    assert!(format!("{err:?}").contains("no room"), "{err:?}");
+    Ok(())
+}
