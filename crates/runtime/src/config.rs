@@ -272,9 +272,11 @@ impl Config {
         self
     }
 
-    /// The component model: not yet supported; `true` is refused by `Engine::new`.
+    /// The component model: components compile with `component::Component::new` on any
+    /// engine (see the `ephem-component` crate for what they may use yet); turning it off is
+    /// refused by `Engine::new`, as for the other features ephem always has.
     pub fn wasm_component_model(&mut self, on: bool) -> &mut Config {
-        self.not_yet("the component model", on)
+        self.always_on("turning off the component model", on)
     }
 
     /// A feature ephem always has: asking to turn it off is refused (a host that needs it off
@@ -290,14 +292,6 @@ impl Config {
 
     /// A feature ephem does not have yet: asking for it is refused (a host that relies on it
     /// would otherwise fail later, module by module); turning it off again takes that back.
-    fn not_yet(&mut self, what: &'static str, on: bool) -> &mut Config {
-        self.unsupported.retain(|&w| w != what);
-        if on {
-            self.unsupported.push(what);
-        }
-        self
-    }
-
     /// The key [`Module::serialize`](crate::Module::serialize) seals artifacts with and
     /// [`Module::deserialize_file`](crate::Module::deserialize_file) verifies them by. Without
     /// one, the engine uses the default compile cache's key (`Cache::default_dir()/key`), the

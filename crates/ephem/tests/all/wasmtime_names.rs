@@ -165,13 +165,15 @@ fn features_are_named_as_wasmtime_names_them_and_what_ephem_lacks_is_refused() {
     assert!(Engine::new(&config).is_ok());
     config.wasm_gc(true);
     assert!(Engine::new(&config).is_ok());
-    config.wasm_component_model(true).wasm_simd(false);
+    config.wasm_component_model(true);
+    assert!(Engine::new(&config).is_ok(), "components are on");
+    config.wasm_component_model(false).wasm_simd(false);
     let e = Engine::new(&config).unwrap_err().to_string();
     assert!(
         e.contains("component model") && e.contains("SIMD"),
         "both refusals are named: {e}"
     );
     // Asking again the other way takes each back.
-    config.wasm_component_model(false).wasm_simd(true);
+    config.wasm_component_model(true).wasm_simd(true);
     assert!(Engine::new(&config).is_ok());
 }
