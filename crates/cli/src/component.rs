@@ -3,16 +3,16 @@
 //! arguments and its result printed in WAVE, as `wasmtime run --invoke` does, under the same
 //! limits, fuel and deadline as a module.
 //!
-//! WASI 0.2 is not provided yet: a component that imports anything fails to link, naming the
-//! import, and one run without `--invoke` (a `wasi:cli/run` command) is refused with that
-//! reason.
+//! Without `--invoke`, a command: `wasi:cli/run`'s `run`, with WASI 0.2 as far as ephem has it
+//! (`ephem_wasi::p2`: arguments, environment, exit status, standard streams, clocks, random);
+//! what it does not have of WASI yet (files) traps when called, naming itself.
 
 use anyhow::Context;
 use ephem::component::{self as ec, Component};
-use ephem::{Cache, Compiler, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use ephem::{Cache, Compiler, Engine, Store, StoreLimitsBuilder};
 
 use crate::exit::Usage;
-use crate::run::{Args, TICKS_PER_TIMEOUT};
+use crate::run::{Args, Host, TICKS_PER_TIMEOUT};
 
 /// Whether `bytes` are a component: its artifact, the binary's layer field, or text that starts
 /// with `(component`.
@@ -78,34 +78,68 @@ pub fn run(
     if let Some(bytes) = args.max_memory {
         limits = limits.memory_size(bytes);
     }
-    let mut store = Store::new(engine, limits.build());
-    store.limiter(|l: &mut StoreLimits| l);
+    let host = Host {
+        limits: limits.build(),
+        wasi: crate::run::wasi(args)?.build(),
+    };
+    let mut store = Store::new(engine, host);
+    store.limiter(|h: &mut Host| &mut h.limits);
     if let Some(fuel) = args.fuel {
         store.set_fuel(fuel)?;
     }
     if args.timeout.is_some() {
         store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
     }
-    let _ticker =
-        (args.timeout).map(|timeout| engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT));
-    let Some(call) = &args.invoke else {
-        return Err(Usage(format!(
-            "{} is a component: ephem calls its exports with `--invoke 'name(args…)'`; running \
-             it as a `wasi:cli/run` command needs WASI 0.2, which ephem does not provide yet",
-            args.file.display()
-        ))
-        .into());
-    };
-    let linker = ec::Linker::new(engine);
+    let _ticker = (args.timeout)
+        .map(|timeout| engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT));
+    let mut linker = ec::Linker::new(engine);
+    ephem_wasi::p2::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi).map_err(error)?;
+    ephem_wasi::p2::add_filesystem_to_linker(&mut linker).map_err(error)?;
+    // What ephem does not provide of WASI yet traps when called, naming itself; anything else
+    // missing is a link error unless asked for the same.
+    let trap_all = args.trap_unknown_imports;
+    linker
+        .define_unknown_imports_as_traps(&component, |shown| {
+            trap_all || shown.starts_with("`wasi:")
+        })
+        .map_err(error)?;
     let instance = linker
         .instantiate(&mut store, &component)
         .map_err(error)
-        .with_context(|| {
-            format!(
-                "linking {} (WASI 0.2 and other component imports are not provided yet)",
+        .with_context(|| format!("linking {}", args.file.display()))?;
+    let print_fuel = |store: &Store<Host>| -> anyhow::Result<()> {
+        if let (true, Some(fuel)) = (args.print_fuel, args.fuel) {
+            eprintln!("fuel consumed: {}", fuel - store.get_fuel()?);
+        }
+        Ok(())
+    };
+    let Some(call) = &args.invoke else {
+        // A command: `wasi:cli/run`'s `run`, as `wasmtime run` calls it.
+        let funcs = component.exported_funcs();
+        let run = funcs.iter().find(|(path, _)| {
+            path.len() == 2 && path[0].starts_with("wasi:cli/run@0.2") && path[1] == "run"
+        });
+        let Some((path, _)) = run else {
+            return Err(Usage(format!(
+                "{} exports no `wasi:cli/run`: call one of its exports with `--invoke 'name(args…)'`",
                 args.file.display()
-            )
-        })?;
+            ))
+            .into());
+        };
+        let index = instance.get_export_index(&mut store, None, &path[0]);
+        let index = index.and_then(|i| instance.get_export_index(&mut store, Some(&i), "run"));
+        let func = index
+            .and_then(|i| instance.get_func(&mut store, i))
+            .expect("listed among the exports");
+        let mut result = [ec::Val::Bool(false)];
+        let ran = func.call(&mut store, &[], &mut result).map_err(error);
+        print_fuel(&store)?;
+        ran?;
+        return match &result[0] {
+            ec::Val::Result(Ok(_)) => Ok(()),
+            _ => Err(anyhow::anyhow!("the component's `run` returned an error")),
+        };
+    };
     let funcs = component.exported_funcs();
     // A function the component exports itself, or one of an exported instance by its name
     // alone when only one has it.
@@ -135,9 +169,7 @@ pub fn run(
         .ok_or_else(|| Usage(format!("the component exports no function `{name}`")))?;
     let mut results = vec![ec::Val::Bool(false); ty.result.is_some() as usize];
     let called = func.call(&mut store, &params, &mut results).map_err(error);
-    if let (true, Some(fuel)) = (args.print_fuel, args.fuel) {
-        eprintln!("fuel consumed: {}", fuel - store.get_fuel()?);
-    }
+    print_fuel(&store)?;
     called?;
     for v in &results {
         outln!("{v}")?;

@@ -257,6 +257,11 @@ impl Inliner<'_> {
                             names: Vec::new(),
                         };
                         for (names, number) in resources {
+                            // An interface's type that another import's already is (WIT's
+                            // `use`) stays the type it is.
+                            if frame.resources.contains_key(number) {
+                                continue;
+                            }
                             let mut at = path.clone();
                             at.names = names.clone();
                             let r = self.resource_at(at);

@@ -180,8 +180,13 @@ pub(crate) fn instantiate<T: 'static>(
                             lent: Default::default(),
                         };
                         let store = caller.as_context_mut();
+                        // A host function's own error passes through as it is (WASI's exit
+                        // status is found by its type), any other is the component's.
                         lowered_call(store, &ty, &options, &res, &callee, args, results)
-                            .map_err(|e| Box::new(e) as HostError)
+                            .map_err(|e| match e {
+                                Error::Host(own) => own,
+                                other => Box::new(other) as HostError,
+                            })
                     },
                 );
                 made.lowered.push(func);

@@ -41,6 +41,34 @@ struct Items<T> {
     map: HashMap<String, Definition<T>>,
 }
 
+impl<T> Items<T> {
+    /// The definition of the outer import `name`: defined under that name, else under a name
+    /// whose version is compatible (`wasi:cli/exit@0.2.12` finds `wasi:cli/exit@0.2.6`: the same
+    /// major version, and for 0.x the same minor one), as wasmtime's linker matches them.
+    fn import(&self, name: &str) -> Option<&Definition<T>> {
+        self.map.get(name).or_else(|| {
+            let want = compatible(name)?;
+            (self.map.iter())
+                .find(|(k, _)| compatible(k).as_ref() == Some(&want))
+                .map(|(_, d)| d)
+        })
+    }
+}
+
+/// What of `name@version` must match for another version to do: the name and the version up
+/// to its first non-zero part.
+fn compatible(name: &str) -> Option<(String, String)> {
+    let (base, version) = name.split_once('@')?;
+    let mut kept = Vec::new();
+    for part in version.split('.') {
+        kept.push(part);
+        if part != "0" {
+            break;
+        }
+    }
+    Some((base.to_string(), kept.join(".")))
+}
+
 impl<T> Default for Items<T> {
     fn default() -> Self {
         Items {
@@ -86,6 +114,60 @@ impl<T: 'static> Linker<T> {
         self.root().into_instance(name)
     }
 
+    /// Defines every function and resource type `component` imports that this linker does not
+    /// yet define, and whose path `which` accepts: functions that trap when called, naming
+    /// themselves, and resource types of which the host makes no objects (wasmtime's method,
+    /// with a filter: `ephem run` stubs what it does not provide of WASI this way).
+    pub fn define_unknown_imports_as_traps(
+        &mut self,
+        component: &Component,
+        which: impl Fn(&str) -> bool,
+    ) -> Result<(), Error> {
+        /// The stand-in type of resources nobody provides.
+        struct Unprovided;
+        let plan = &component.inner.plan;
+        let funcs = (plan.lowerings.iter()).filter_map(|l| match &l.callee {
+            plan::Callee::Host(path) => Some((path, true)),
+            plan::Callee::Lifted(_) => None,
+        });
+        let resources = plan.resources.iter().map(|p| (p, false));
+        for (path, func) in funcs.chain(resources).collect::<Vec<_>>() {
+            let (def, shown) = self.find(plan, path);
+            if def.is_some() || !which(&shown) {
+                continue;
+            }
+            // Where the stub goes: under the name the component imports, made as needed.
+            let (last, parents) = match path.names.split_last() {
+                Some((last, parents)) => (last.clone(), parents.to_vec()),
+                None => (plan.imports[path.import].0.clone(), Vec::new()),
+            };
+            // (An instance defined under a compatible version is the one to add to.)
+            let import = &plan.imports[path.import].0;
+            let key = match compatible(import) {
+                Some(want) => (self.root.map.keys())
+                    .find(|k| *k == import || compatible(k).as_ref() == Some(&want))
+                    .cloned()
+                    .unwrap_or_else(|| import.clone()),
+                None => import.clone(),
+            };
+            let mut at = self.root();
+            if !path.names.is_empty() {
+                at = at.into_instance(&key)?;
+            }
+            for name in &parents {
+                at = at.into_instance(name)?;
+            }
+            if func {
+                at.func_new(&last, move |_, _, _, _| {
+                    Err(format!("{shown}, which this host does not provide, was called").into())
+                })?;
+            } else {
+                at.resource(&last, ResourceType::host::<Unprovided>(), |_, _| Ok(()))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Instantiates `component` in `store` with its imports from this linker.
     pub fn instantiate(
         &self,
@@ -99,7 +181,7 @@ impl<T: 'static> Linker<T> {
         }
         let plan = &component.inner.plan;
         for (name, kind) in &plan.imports {
-            let found = self.root.map.get(name);
+            let found = self.root.import(name);
             let fits = matches!(
                 (kind, found),
                 (ImportKind::Other, _)
@@ -135,7 +217,7 @@ impl<T: 'static> Linker<T> {
     fn find(&self, plan: &plan::Plan, path: &Path) -> (Option<&Definition<T>>, String) {
         let import = &plan.imports[path.import].0;
         let mut items = &self.root;
-        let mut def = items.map.get(import);
+        let mut def = items.import(import);
         let mut shown = format!("`{import}`");
         for name in &path.names {
             match def {

@@ -275,6 +275,7 @@ impl WasiCtxBuilder {
             stdin_pos: 0,
             stdout: Sink::new(self.stdout),
             stderr: Sink::new(self.stderr),
+            pollables: Vec::new(),
         }
     }
 }
@@ -390,6 +391,8 @@ pub struct WasiCtx {
     pub(crate) stdin_pos: usize,
     pub(crate) stdout: Sink,
     pub(crate) stderr: Sink,
+    /// WASI 0.2's pollables, by rep (none until a component asks for one).
+    pub(crate) pollables: Vec<crate::p2::Wait>,
 }
 
 impl WasiCtx {

@@ -177,6 +177,33 @@ fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> Result<T> {
     }
 }
 
+/// Writes `bytes` to the context's standard output (or error, `err`): what preview 2's output
+/// streams do with preview 1's sinks.
+pub(crate) fn write_stdio(ctx: &mut WasiCtx, err: bool, bytes: &[u8]) -> Result<usize> {
+    let sink = if err { &mut ctx.stderr } else { &mut ctx.stdout };
+    write_sink(sink, err, &[IoSlice::new(bytes)])
+}
+
+/// Reads into `buf` from the context's standard input; 0 at its end.
+pub(crate) fn read_stdin(ctx: &mut WasiCtx, buf: &mut [u8]) -> Result<usize> {
+    let WasiCtx {
+        fixed,
+        stdin,
+        stdin_pos,
+        ..
+    } = ctx;
+    match fixed.stdin_or(stdin) {
+        Input::Inherit => retry(|| rustix::io::read(host_stdin(), &mut *buf)),
+        Input::Bytes(data) => {
+            let rest = &data[*stdin_pos..];
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            *stdin_pos += n;
+            Ok(n)
+        }
+    }
+}
+
 fn write_sink(sink: &mut Sink, err: bool, bufs: &[IoSlice<'_>]) -> Result<usize> {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     match sink.kind {

@@ -51,6 +51,7 @@ mod ctx;
 mod fs;
 mod host;
 mod mem;
+pub mod p2;
 pub mod threads;
 
 pub use abi::Errno;

@@ -1,0 +1,477 @@
+//! WASI 0.2 for components, first part: `wasi:cli` (arguments, environment, exit, standard
+//! streams, terminals), `wasi:io` (streams, errors, polling), `wasi:clocks` and `wasi:random`,
+//! over the same [`WasiCtx`] as preview 1 (one template, one context per invocation, no system
+//! call to make one).
+//!
+//! Streams are the three standard ones: handles with reps 0, 1 and 2 (no table: a component
+//! cannot name another). Pollables are kept in the context, reset with it. What is not here
+//! yet: files and directories (`wasi:filesystem`: `get-directories` gives none, and the
+//! descriptor methods are not defined; `ephem run` makes them trap, naming themselves),
+//! sockets, and `wasi:http`.
+
+use std::io::ErrorKind;
+
+use ephem_component::{Linker, LinkerInstance, ResourceAny, ResourceType, Val};
+use ephem_runtime::{HostError, StoreContextMut};
+
+use crate::I32Exit;
+use crate::ctx::WasiCtx;
+use crate::host::{read_stdin, write_stdio};
+
+/// The WASI 0.2 version these interfaces are defined under; a component importing any other
+/// 0.2.x finds them too (the linker matches compatible versions).
+pub const VERSION: &str = "0.2.0";
+
+/// The type of standard streams and pollables in the linker.
+pub struct InputStream;
+/// See [`InputStream`].
+pub struct OutputStream;
+/// See [`InputStream`].
+pub struct Pollable;
+/// `wasi:io/error`'s resource: ephem's streams never fail with one, so none is ever made.
+pub struct IoError;
+/// `wasi:cli`'s terminals: none is ever given (standard streams are not reported as ttys).
+pub struct Terminal;
+
+/// What a pollable waits for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wait {
+    /// Ready now (a standard stream: in-memory, or written as it comes).
+    Ready,
+    /// Ready at this monotonic-clock time (nanoseconds).
+    Until(u64),
+}
+
+/// A host function of this module's shape.
+type HostResult = Result<(), HostError>;
+
+fn name(iface: &str) -> String {
+    format!("wasi:{iface}@{VERSION}")
+}
+
+fn monotonic_now() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
+fn rep(v: &Val) -> Result<u32, HostError> {
+    match v {
+        Val::Resource(r) => Ok(r.rep()),
+        other => Err(format!("a resource handle expected, not {other:?}").into()),
+    }
+}
+
+fn u64_arg(v: &Val) -> Result<u64, HostError> {
+    match v {
+        Val::U64(n) => Ok(*n),
+        other => Err(format!("a u64 expected, not {other:?}").into()),
+    }
+}
+
+fn ok(v: Option<Val>) -> Val {
+    Val::Result(Ok(v.map(Box::new)))
+}
+
+/// `stream-error.closed`.
+fn closed() -> Val {
+    Val::Result(Err(Some(Box::new(Val::Variant("closed".into(), None)))))
+}
+
+fn bytes(v: &Val) -> Result<Vec<u8>, HostError> {
+    match v {
+        Val::List(items) => items
+            .iter()
+            .map(|b| match b {
+                Val::U8(b) => Ok(*b),
+                other => Err(format!("a byte expected, not {other:?}").into()),
+            })
+            .collect(),
+        other => Err(format!("a list of bytes expected, not {other:?}").into()),
+    }
+}
+
+fn list_of_bytes(data: &[u8]) -> Val {
+    Val::List(data.iter().map(|&b| Val::U8(b)).collect())
+}
+
+fn strings(s: &crate::ctx::Strings) -> impl Iterator<Item = String> + '_ {
+    (s.bytes.split(|&b| b == 0))
+        .take(s.count)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// Adds WASI 0.2's `wasi:cli`, `wasi:io`, `wasi:clocks` and `wasi:random` to `linker`, with
+/// each store's context found by `get`.
+pub fn add_to_linker<T: 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut WasiCtx,
+) -> Result<(), ephem_component::Error> {
+    io(linker, get)?;
+    cli(linker, get)?;
+    clocks(linker, get)?;
+    random(linker)?;
+    Ok(())
+}
+
+fn io<T: 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut WasiCtx,
+) -> Result<(), ephem_component::Error> {
+    let mut error = linker.instance(&name("io/error"))?;
+    error.resource("error", ResourceType::host::<IoError>(), |_, _| Ok(()))?;
+    error.func_new("[method]error.to-debug-string", |_, _, _, r| {
+        r[0] = Val::String("an I/O error".into());
+        Ok(())
+    })?;
+
+    let mut poll = linker.instance(&name("io/poll"))?;
+    poll.resource("pollable", ResourceType::host::<Pollable>(), |_, _| Ok(()))?;
+    poll.func_new(
+        "[method]pollable.ready",
+        move |mut s: StoreContextMut<'_, T>, _, p, r| {
+            let wait = pollable(get(s.data_mut()), rep(&p[0])?)?;
+            r[0] = Val::Bool(match wait {
+                Wait::Ready => true,
+                Wait::Until(at) => monotonic_now() >= at,
+            });
+            Ok(())
+        },
+    )?;
+    poll.func_new(
+        "[method]pollable.block",
+        move |mut s: StoreContextMut<'_, T>, _, p, _| {
+            let wait = pollable(get(s.data_mut()), rep(&p[0])?)?;
+            block(&[wait]);
+            Ok(())
+        },
+    )?;
+    poll.func_new("poll", move |mut s: StoreContextMut<'_, T>, _, p, r| {
+        let Val::List(list) = &p[0] else {
+            return Err("a list of pollables expected".into());
+        };
+        if list.is_empty() {
+            return Err("`poll` of no pollables".into());
+        }
+        let ctx = get(s.data_mut());
+        let waits = (list.iter())
+            .map(|v| pollable(ctx, rep(v)?))
+            .collect::<Result<Vec<_>, _>>()?;
+        block(&waits);
+        let now = monotonic_now();
+        let ready = (waits.iter().enumerate())
+            .filter(|(_, w)| matches!(w, Wait::Ready) || matches!(w, Wait::Until(at) if now >= *at))
+            .map(|(i, _)| Val::U32(i as u32))
+            .collect();
+        r[0] = Val::List(ready);
+        Ok(())
+    })?;
+
+    let mut streams = linker.instance(&name("io/streams"))?;
+    streams.resource("input-stream", ResourceType::host::<InputStream>(), |_, _| Ok(()))?;
+    streams.resource("output-stream", ResourceType::host::<OutputStream>(), |_, _| Ok(()))?;
+    for blocking in ["read", "blocking-read"] {
+        streams.func_new(
+            &format!("[method]input-stream.{blocking}"),
+            move |mut s: StoreContextMut<'_, T>, _, p, r| {
+                let len = u64_arg(&p[1])?.min(64 << 10) as usize;
+                let mut buf = vec![0; len];
+                r[0] = match read_stdin(get(s.data_mut()), &mut buf) {
+                    Ok(0) if len > 0 => closed(),
+                    Ok(n) => ok(Some(list_of_bytes(&buf[..n]))),
+                    Err(_) => closed(),
+                };
+                Ok(())
+            },
+        )?;
+    }
+    for blocking in ["skip", "blocking-skip"] {
+        streams.func_new(
+            &format!("[method]input-stream.{blocking}"),
+            move |mut s: StoreContextMut<'_, T>, _, p, r| {
+                let len = u64_arg(&p[1])?.min(64 << 10) as usize;
+                let mut buf = vec![0; len];
+                r[0] = match read_stdin(get(s.data_mut()), &mut buf) {
+                    Ok(0) if len > 0 => closed(),
+                    Ok(n) => ok(Some(Val::U64(n as u64))),
+                    Err(_) => closed(),
+                };
+                Ok(())
+            },
+        )?;
+    }
+    for stream in ["input-stream", "output-stream"] {
+        streams.func_new(
+            &format!("[method]{stream}.subscribe"),
+            move |mut s: StoreContextMut<'_, T>, _, _, r| {
+                r[0] = new_pollable(get(s.data_mut()), Wait::Ready)?;
+                Ok(())
+            },
+        )?;
+    }
+    streams.func_new("[method]output-stream.check-write", |_, _, _, r| {
+        r[0] = ok(Some(Val::U64(1 << 20)));
+        Ok(())
+    })?;
+    for write in ["write", "blocking-write-and-flush"] {
+        streams.func_new(
+            &format!("[method]output-stream.{write}"),
+            move |mut s: StoreContextMut<'_, T>, _, p, r| {
+                let data = bytes(&p[1])?;
+                r[0] = output(get(s.data_mut()), rep(&p[0])?, &data);
+                Ok(())
+            },
+        )?;
+    }
+    for zeroes in ["write-zeroes", "blocking-write-zeroes-and-flush"] {
+        streams.func_new(
+            &format!("[method]output-stream.{zeroes}"),
+            move |mut s: StoreContextMut<'_, T>, _, p, r| {
+                let data = vec![0; u64_arg(&p[1])?.min(1 << 20) as usize];
+                r[0] = output(get(s.data_mut()), rep(&p[0])?, &data);
+                Ok(())
+            },
+        )?;
+    }
+    for flush in ["flush", "blocking-flush"] {
+        streams.func_new(&format!("[method]output-stream.{flush}"), |_, _, _, r| {
+            r[0] = ok(None);
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes to standard output (rep 1) or error (rep 2): the result `write` gives.
+fn output(ctx: &mut WasiCtx, rep: u32, data: &[u8]) -> Val {
+    let written = match rep {
+        1 | 2 => write_stdio(ctx, rep == 2, data),
+        _ => return closed(),
+    };
+    match written {
+        Ok(n) if n == data.len() => ok(None),
+        _ => closed(),
+    }
+}
+
+fn pollable(ctx: &mut WasiCtx, rep: u32) -> Result<Wait, HostError> {
+    (ctx.pollables.get(rep as usize).copied()).ok_or_else(|| "no such pollable".into())
+}
+
+fn new_pollable(ctx: &mut WasiCtx, wait: Wait) -> Result<Val, HostError> {
+    let rep = u32::try_from(ctx.pollables.len()).map_err(|_| "too many pollables")?;
+    ctx.pollables.push(wait);
+    Ok(Val::Resource(ResourceAny::new(
+        ResourceType::host::<Pollable>(),
+        rep,
+        true,
+    )))
+}
+
+/// Waits until the first of `waits` is ready (standard streams always are).
+fn block(waits: &[Wait]) {
+    let soonest = waits.iter().map(|w| match w {
+        Wait::Ready => 0,
+        Wait::Until(at) => *at,
+    });
+    let at = soonest.min().unwrap_or(0);
+    let now = monotonic_now();
+    if at > now {
+        std::thread::sleep(std::time::Duration::from_nanos(at - now));
+    }
+}
+
+fn cli<T: 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut WasiCtx,
+) -> Result<(), ephem_component::Error> {
+    let mut env = linker.instance(&name("cli/environment"))?;
+    env.func_new(
+        "get-environment",
+        move |mut s: StoreContextMut<'_, T>, _, _, r| {
+            let ctx = get(s.data_mut());
+            let vars = strings(&ctx.fixed.env)
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((&kv, ""));
+                    Val::Tuple(vec![Val::String(k.into()), Val::String(v.into())])
+                })
+                .collect();
+            r[0] = Val::List(vars);
+            Ok(())
+        },
+    )?;
+    env.func_new(
+        "get-arguments",
+        move |mut s: StoreContextMut<'_, T>, _, _, r| {
+            let ctx = get(s.data_mut());
+            r[0] = Val::List(strings(&ctx.fixed.args).map(Val::String).collect());
+            Ok(())
+        },
+    )?;
+    env.func_new("initial-cwd", |_, _, _, r| {
+        r[0] = Val::Option(None);
+        Ok(())
+    })?;
+
+    let mut exit = linker.instance(&name("cli/exit"))?;
+    exit.func_new("exit", |_, _, p, _| -> HostResult {
+        let code = match &p[0] {
+            Val::Result(Ok(_)) => 0,
+            _ => 1,
+        };
+        Err(Box::new(I32Exit(code)))
+    })?;
+
+    for (iface, func, stream, rep) in [
+        ("cli/stdin", "get-stdin", "input", 0),
+        ("cli/stdout", "get-stdout", "output", 1),
+        ("cli/stderr", "get-stderr", "output", 2),
+    ] {
+        let ty = if stream == "input" {
+            ResourceType::host::<InputStream>()
+        } else {
+            ResourceType::host::<OutputStream>()
+        };
+        linker.instance(&name(iface))?.func_new(func, move |_, _, _, r| {
+            r[0] = Val::Resource(ResourceAny::new(ty, rep, true));
+            Ok(())
+        })?;
+    }
+    let terminal = |_: StoreContextMut<'_, T>, _: u32| -> HostResult { Ok(()) };
+    linker.instance(&name("cli/terminal-input"))?.resource(
+        "terminal-input",
+        ResourceType::host::<Terminal>(),
+        terminal,
+    )?;
+    linker.instance(&name("cli/terminal-output"))?.resource(
+        "terminal-output",
+        ResourceType::host::<Terminal>(),
+        terminal,
+    )?;
+    for (iface, func) in [
+        ("cli/terminal-stdin", "get-terminal-stdin"),
+        ("cli/terminal-stdout", "get-terminal-stdout"),
+        ("cli/terminal-stderr", "get-terminal-stderr"),
+    ] {
+        linker.instance(&name(iface))?.func_new(func, |_, _, _, r| {
+            r[0] = Val::Option(None);
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+fn clocks<T: 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut WasiCtx,
+) -> Result<(), ephem_component::Error> {
+    let mut mono = linker.instance(&name("clocks/monotonic-clock"))?;
+    mono.func_new("now", |_, _, _, r| {
+        r[0] = Val::U64(monotonic_now());
+        Ok(())
+    })?;
+    mono.func_new("resolution", |_, _, _, r| {
+        r[0] = Val::U64(1);
+        Ok(())
+    })?;
+    mono.func_new(
+        "subscribe-instant",
+        move |mut s: StoreContextMut<'_, T>, _, p, r| {
+            let at = u64_arg(&p[0])?;
+            r[0] = new_pollable(get(s.data_mut()), Wait::Until(at))?;
+            Ok(())
+        },
+    )?;
+    mono.func_new(
+        "subscribe-duration",
+        move |mut s: StoreContextMut<'_, T>, _, p, r| {
+            let at = monotonic_now().saturating_add(u64_arg(&p[0])?);
+            r[0] = new_pollable(get(s.data_mut()), Wait::Until(at))?;
+            Ok(())
+        },
+    )?;
+    let mut wall = linker.instance(&name("clocks/wall-clock"))?;
+    let datetime = |seconds: u64, nanoseconds: u32| {
+        Val::Record(vec![
+            ("seconds".into(), Val::U64(seconds)),
+            ("nanoseconds".into(), Val::U32(nanoseconds)),
+        ])
+    };
+    wall.func_new("now", move |_, _, _, r| {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+        r[0] = datetime(t.tv_sec as u64, t.tv_nsec as u32);
+        Ok(())
+    })?;
+    wall.func_new("resolution", move |_, _, _, r| {
+        r[0] = datetime(0, 1);
+        Ok(())
+    })?;
+    Ok(())
+}
+
+fn random<T: 'static>(linker: &mut Linker<T>) -> Result<(), ephem_component::Error> {
+    fn fill(buf: &mut [u8]) -> Result<(), HostError> {
+        let mut done = 0;
+        while done < buf.len() {
+            match rustix::rand::getrandom(&mut buf[done..], rustix::rand::GetRandomFlags::empty())
+            {
+                Ok(n) => done += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(Box::new(std::io::Error::from(e))),
+            }
+        }
+        Ok(())
+    }
+    for (iface, prefix) in [("random/random", ""), ("random/insecure", "insecure-")] {
+        let mut r = linker.instance(&name(iface))?;
+        r.func_new(&format!("get-{prefix}random-bytes"), |_, _, p, r| {
+            let mut buf = vec![0; u64_arg(&p[0])?.min(1 << 20) as usize];
+            fill(&mut buf)?;
+            r[0] = list_of_bytes(&buf);
+            Ok(())
+        })?;
+        r.func_new(&format!("get-{prefix}random-u64"), |_, _, _, r| {
+            let mut buf = [0; 8];
+            fill(&mut buf)?;
+            r[0] = Val::U64(u64::from_le_bytes(buf));
+            Ok(())
+        })?;
+    }
+    let mut seed = linker.instance(&name("random/insecure-seed"))?;
+    seed.func_new("insecure-seed", |_, _, _, r| {
+        let mut buf = [0; 16];
+        fill(&mut buf)?;
+        let (a, b) = buf.split_at(8);
+        r[0] = Val::Tuple(vec![
+            Val::U64(u64::from_le_bytes(a.try_into().expect("8"))),
+            Val::U64(u64::from_le_bytes(b.try_into().expect("8"))),
+        ]);
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// Adds `wasi:filesystem` as far as it goes yet: its resource types, no preopened
+/// directories, and `filesystem-error-code` (never one, as no error resource is made).
+pub fn add_filesystem_to_linker<T: 'static>(
+    linker: &mut Linker<T>,
+) -> Result<(), ephem_component::Error> {
+    /// `wasi:filesystem`'s resources: none is ever made yet.
+    struct Descriptor;
+    let mut types = linker.instance(&name("filesystem/types"))?;
+    types.resource("descriptor", ResourceType::host::<Descriptor>(), |_, _| Ok(()))?;
+    types.resource(
+        "directory-entry-stream",
+        ResourceType::host::<Descriptor>(),
+        |_, _| Ok(()),
+    )?;
+    types.func_new("filesystem-error-code", |_, _, _, r| {
+        r[0] = Val::Option(None);
+        Ok(())
+    })?;
+    let mut preopens: LinkerInstance<'_, T> = linker.instance(&name("filesystem/preopens"))?;
+    preopens.func_new("get-directories", |_, _, _, r| {
+        r[0] = Val::List(Vec::new());
+        Ok(())
+    })?;
+    Ok(())
+}
