@@ -90,8 +90,8 @@ pub fn run(
     if args.timeout.is_some() {
         store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
     }
-    let _ticker = (args.timeout)
-        .map(|timeout| engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT));
+    let _ticker =
+        (args.timeout).map(|timeout| engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT));
     let mut linker = ec::Linker::new(engine);
     ephem_wasi::p2::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi).map_err(error)?;
     ephem_wasi::p2::add_filesystem_to_linker(&mut linker).map_err(error)?;

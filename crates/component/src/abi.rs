@@ -193,6 +193,7 @@ pub(crate) fn load_val(
     at: u32,
 ) -> Result<Val, Error> {
     range(memory, at, ty.size() as u64, ty.align())?;
+    res.charge(std::mem::size_of::<Val>() as u64)?;
     Ok(match ty {
         Type::Bool => Val::Bool(load::<1>(memory, at)?[0] != 0),
         Type::S8 => Val::S8(load::<1>(memory, at)?[0] as i8),
@@ -221,7 +222,7 @@ pub(crate) fn load_val(
                     f.name.clone(),
                     load_val(memory, encoding, res, &f.ty, offset)?,
                 ));
-                offset += f.ty.size();
+                offset = offset.saturating_add(f.ty.size());
             }
             Val::Record(values)
         }
@@ -231,7 +232,7 @@ pub(crate) fn load_val(
             for t in types.iter() {
                 offset = align_to(offset, t.align());
                 values.push(load_val(memory, encoding, res, t, offset)?);
-                offset += t.size();
+                offset = offset.saturating_add(t.size());
             }
             Val::Tuple(values)
         }
@@ -278,10 +279,15 @@ fn lift_pointer_pair(
     len: u32,
 ) -> Result<Val, Error> {
     match ty {
-        Type::String => lift_string(memory, encoding, ptr, len).map(Val::String),
+        Type::String => {
+            let s = lift_string(memory, encoding, ptr, len)?;
+            res.charge(s.len() as u64)?;
+            Ok(Val::String(s))
+        }
         Type::List(element) => {
             let size = element.size();
             range(memory, ptr, len as u64 * size as u64, element.align())?;
+            // (Each element is charged as it is lifted; reserving them all first would not be.)
             let items = (0..len)
                 .map(|i| load_val(memory, encoding, res, element, ptr + i * size))
                 .collect::<Result<_, Error>>()?;
@@ -306,7 +312,8 @@ fn lift_string(memory: &[u8], encoding: Encoding, ptr: u32, len: u32) -> Result<
             .collect::<Result<String, _>>()
             .map_err(|_| abi("a string that is not valid UTF-16"))
     } else if encoding == Encoding::Latin1Utf16 {
-        let bytes = range(memory, ptr, units as u64, 1)?;
+        // A latin1+utf16 string is aligned to 2 in either form.
+        let bytes = range(memory, ptr, units as u64, 2)?;
         Ok(bytes.iter().map(|&b| b as char).collect())
     } else {
         let bytes = range(memory, ptr, units as u64, 1)?;
@@ -360,6 +367,7 @@ pub(crate) fn lift_flat(
     ty: &Type,
     flat: &mut FlatReader<'_>,
 ) -> Result<Val, Error> {
+    res.charge(std::mem::size_of::<Val>() as u64)?;
     Ok(match ty {
         Type::Bool => Val::Bool(flat.i32()? != 0),
         Type::S8 => Val::S8(flat.i32()? as i8),
@@ -561,7 +569,7 @@ pub(crate) fn store_val<T>(
             for (f, (_, v)) in fields.iter().zip(values) {
                 offset = align_to(offset, f.ty.align());
                 store_val(&mut *store, opts, res, &f.ty, v, offset)?;
-                offset += f.ty.size();
+                offset = offset.saturating_add(f.ty.size());
             }
             Ok(())
         }
@@ -570,7 +578,7 @@ pub(crate) fn store_val<T>(
             for (t, v) in types.iter().zip(values) {
                 offset = align_to(offset, t.align());
                 store_val(&mut *store, opts, res, t, v, offset)?;
-                offset += t.size();
+                offset = offset.saturating_add(t.size());
             }
             Ok(())
         }

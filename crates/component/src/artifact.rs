@@ -125,75 +125,78 @@ pub(crate) fn read(
 
 /// Checks that every index of `plan` lies within what exists when it is used.
 fn check(plan: &Plan, modules: &[Module]) -> Result<(), Error> {
-    let mut instances = 0;
-    let mut lowered = 0;
-    let mut drops = 0;
-    // (Drops are checked against all of them: they make no core instance and use none.)
-    let core = |def: &CoreDef, instances: usize, lowered: usize| match def {
-        CoreDef::Export { instance, .. } if *instance < instances => Ok(()),
-        CoreDef::Lowered(n) if *n < lowered => Ok(()),
-        CoreDef::Drop(n) if *n < plan.drops.len() => Ok(()),
-        _ => Err(bad("a core item used before it is made")),
-    };
-    let options = |o: &Options, instances: usize, lowered: usize| -> Result<(), Error> {
-        for def in o.memory.iter().chain(&o.realloc) {
-            core(def, instances, lowered)?;
+    if plan.tables > crate::plan::MAX_STEPS {
+        return Err(bad("more component instances than a plan may have"));
+    }
+    // Core instances, lowerings and drops made so far.
+    let mut made = (0, 0, 0);
+    fn core(
+        def: &CoreDef,
+        (instances, lowered, drops): (usize, usize, usize),
+    ) -> Result<(), Error> {
+        match def {
+            CoreDef::Export { instance, .. } if *instance < instances => Ok(()),
+            CoreDef::Lowered(n) if *n < lowered => Ok(()),
+            CoreDef::Drop(n) if *n < drops => Ok(()),
+            _ => Err(bad("a core item used before it is made")),
         }
-        Ok(())
-    };
+    }
+    fn options(o: &Options, made: (usize, usize, usize)) -> Result<(), Error> {
+        o.memory
+            .iter()
+            .chain(&o.realloc)
+            .try_for_each(|d| core(d, made))
+    }
+    fn lift(lift: &Lift, made: (usize, usize, usize)) -> Result<(), Error> {
+        core(&lift.func, made)?;
+        options(&lift.options, made)?;
+        lift.post_return.iter().try_for_each(|p| core(p, made))
+    }
     for step in &plan.steps {
         match step {
             Step::Instantiate { module, args } => {
                 if *module >= modules.len() {
                     return Err(bad("an instantiation of a module that is not there"));
                 }
-                for def in args {
-                    core(def, instances, lowered)?;
-                }
-                instances += 1;
+                args.iter().try_for_each(|d| core(d, made))?;
+                made.0 += 1;
             }
             Step::Lower(n) => {
                 let l = plan.lowerings.get(*n).ok_or_else(|| bad("a lowering"))?;
-                if *n != lowered {
-                    return Err(bad("lowerings out of order"));
+                if *n != made.1 || l.table >= plan.tables {
+                    return Err(bad("a lowering out of order or of a table not there"));
                 }
-                options(&l.options, instances, lowered)?;
+                options(&l.options, made)?;
                 match &l.callee {
                     Callee::Host(path) if path.import < plan.imports.len() => {}
                     Callee::Lifted(i) => {
-                        let lift = plan.lifts.get(*i).ok_or_else(|| bad("a lift"))?;
-                        core(&lift.func, instances, lowered)?;
-                        options(&lift.options, instances, lowered)?;
-                        if let Some(p) = &lift.post_return {
-                            core(p, instances, lowered)?;
-                        }
+                        lift(plan.lifts.get(*i).ok_or_else(|| bad("a lift"))?, made)?
                     }
                     Callee::Host(_) => return Err(bad("a lowering of an import not there")),
                 }
-                if l.table >= plan.tables {
-                    return Err(bad("a lowering's table"));
-                }
-                lowered += 1;
+                made.1 += 1;
             }
             Step::Drop(n) => {
                 let d = plan.drops.get(*n).ok_or_else(|| bad("a drop"))?;
-                if *n != drops || d.table >= plan.tables {
+                if *n != made.2 || d.table >= plan.tables {
                     return Err(bad("a drop out of order or of a table not there"));
                 }
                 if d.resource.0 as usize >= plan.resources.len() {
                     return Err(bad("a drop of a resource not there"));
                 }
-                drops += 1;
+                made.2 += 1;
             }
         }
     }
-    if instances != plan.instances || lowered != plan.lowerings.len() || drops != plan.drops.len() {
+    if made != (plan.instances, plan.lowerings.len(), plan.drops.len()) {
         return Err(bad("counts that do not match the steps"));
     }
-    for path in &plan.resources {
-        if path.import >= plan.imports.len() {
-            return Err(bad("a resource of an import not there"));
-        }
+    if plan
+        .resources
+        .iter()
+        .any(|p| p.import >= plan.imports.len())
+    {
+        return Err(bad("a resource of an import not there"));
     }
     let resources_ok = |ty: &FuncType| {
         let mut ok = true;
@@ -204,17 +207,12 @@ fn check(plan: &Plan, modules: &[Module]) -> Result<(), Error> {
         ok
     };
     if !plan.lowerings.iter().all(|l| resources_ok(&l.ty))
-        || !plan
-            .lifts
-            .iter()
-            .all(|l| resources_ok(&l.ty) && l.table < plan.tables)
+        || !(plan.lifts.iter()).all(|l| resources_ok(&l.ty) && l.table < plan.tables)
     {
         return Err(bad("a handle of a resource not there"));
     }
-    for lift in &plan.lifts {
-        core(&lift.func, instances, lowered)?;
-        options(&lift.options, instances, lowered)?;
-    }
+    // An exported lift is called once everything is made.
+    plan.lifts.iter().try_for_each(|l| lift(l, made))?;
     fn exports(plan: &Plan, list: &[(String, Export)], depth: usize) -> Result<(), Error> {
         if depth > MAX_DEPTH {
             return Err(bad("exports nested too deeply"));

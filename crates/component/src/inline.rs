@@ -18,13 +18,12 @@ use wasmparser::{ComponentExternalKind, ComponentOuterAliasKind, ExternalKind};
 
 use crate::Error;
 use crate::plan::{
-    Callee, CoreDef, Drop, Export, ImportKind, Lift, Lowering, Options, Path, Plan, Step,
+    Callee, CoreDef, Drop, Export, ImportKind, Lift, Lowering, MAX_STEPS, Options, Path, Plan, Step,
 };
 use crate::translate::{Init, Item, RawOptions, Translation};
 use crate::types::{FuncType, ResourceIndex};
 
 pub(crate) const MAX_DEPTH: usize = 64;
-pub(crate) const MAX_STEPS: usize = 10_000;
 
 impl Path {
     pub(crate) fn child(&self, name: &str) -> Path {
@@ -119,7 +118,13 @@ struct Inliner<'a> {
     translations: &'a [Translation],
     imports: &'a ModuleImports,
     plan: Plan,
+    /// The work done so far, in definitions run, names copied and type nodes rebuilt: bounded
+    /// by [`MAX_WORK`], since a small component can make the flattening do much.
+    work: u64,
 }
+
+/// The most work flattening one component may take (see `Inliner::work`).
+pub(crate) const MAX_WORK: u64 = 20_000_000;
 
 fn unsupported(what: &str) -> Error {
     Error::Unsupported(what.to_string())
@@ -131,6 +136,7 @@ pub(crate) fn inline(translations: &[Translation], imports: &ModuleImports) -> R
         translations,
         imports,
         plan: Plan::default(),
+        work: 0,
     };
     let root = translations
         .last()
@@ -244,6 +250,7 @@ impl Inliner<'_> {
             return Err(unsupported("components nested this deeply"));
         }
         for init in &frame.translation.inits {
+            self.charge(1)?;
             match init {
                 Init::Import {
                     name,
@@ -290,6 +297,8 @@ impl Inliner<'_> {
                 }
                 Init::Module(m) => frame.modules.push(*m),
                 Init::Component(t) => {
+                    let copied = frame.modules.len() + frame.components.len();
+                    self.charge((copied + frame.resources.len()) as u64)?;
                     let def = ComponentDef {
                         translation: *t,
                         scope: frame.scope(),
@@ -431,6 +440,7 @@ impl Inliner<'_> {
                     ty,
                     options,
                 } => {
+                    self.charge(ty.size)?;
                     let ty = frame.plan_type(ty)?;
                     let lift = Lift {
                         func: frame.core_item(ExternalKind::Func, *core_func),
@@ -450,6 +460,7 @@ impl Inliner<'_> {
                         FuncDef::Lifted(l) => Callee::Lifted(*l),
                     };
                     self.count()?;
+                    self.charge(ty.size)?;
                     let ty = frame.plan_type(ty)?;
                     self.plan.lowerings.push(Lowering {
                         callee,
@@ -519,6 +530,16 @@ impl Inliner<'_> {
     /// Refuses a plan past [`MAX_STEPS`] steps and component instances together: a component
     /// that instantiates its child twice, which does the same, doubles the work at each level
     /// whether or not anything is made.
+    fn charge(&mut self, work: u64) -> Result<(), Error> {
+        self.work = self.work.saturating_add(work);
+        if self.work > MAX_WORK {
+            return Err(unsupported(
+                "a component whose flattening takes more work than ephem allows",
+            ));
+        }
+        Ok(())
+    }
+
     fn count(&self) -> Result<(), Error> {
         if self.plan.steps.len() + self.plan.tables >= MAX_STEPS {
             return Err(Error::Unsupported(format!(

@@ -57,11 +57,7 @@ struct Lifted {
 
 impl Lifted {
     fn res(&self) -> Res<'_> {
-        Res {
-            handles: self.handles.as_deref(),
-            table: self.table,
-            lent: Default::default(),
-        }
+        Res::new(self.handles.as_deref(), self.table)
     }
 }
 
@@ -174,19 +170,16 @@ pub(crate) fn instantiate<T: 'static>(
                     &mut store,
                     core_ty,
                     move |mut caller, args, results| {
-                        let res = Res {
-                            handles: handles.as_deref(),
-                            table,
-                            lent: Default::default(),
-                        };
+                        let res = Res::new(handles.as_deref(), table);
                         let store = caller.as_context_mut();
                         // A host function's own error passes through as it is (WASI's exit
                         // status is found by its type), any other is the component's.
-                        lowered_call(store, &ty, &options, &res, &callee, args, results)
-                            .map_err(|e| match e {
+                        lowered_call(store, &ty, &options, &res, &callee, args, results).map_err(
+                            |e| match e {
                                 Error::Host(own) => own,
                                 other => Box::new(other) as HostError,
-                            })
+                            },
+                        )
                     },
                 );
                 made.lowered.push(func);
@@ -319,28 +312,28 @@ fn call_lifted<T>(
     }
     let options = &lifted.options;
     let res = lifted.res();
-    let params_flat = ty.params_fit;
-    let mut args = Vec::new();
-    if params_flat {
-        for (v, (_, t)) in params.iter().zip(&ty.params) {
-            abi::lower_flat(&mut *store, options, &res, t, v, &mut args)?;
+    let called = (|| {
+        let mut args = Vec::new();
+        if ty.params_fit {
+            for (v, (_, t)) in params.iter().zip(&ty.params) {
+                abi::lower_flat(&mut *store, options, &res, t, v, &mut args)?;
+            }
+        } else {
+            let tuple = ty.params_tuple();
+            let ptr = options.realloc_for(&mut *store, &tuple)?;
+            let all = Val::Tuple(params.to_vec());
+            abi::store_val(&mut *store, options, &res, &tuple, &all, ptr)?;
+            args.push(Core::I32(ptr as i32));
         }
-    } else {
-        let tuple = ty.params_tuple();
-        let ptr = options.realloc_for(&mut *store, &tuple)?;
-        abi::store_val(
-            &mut *store,
-            options,
-            &res,
-            &tuple,
-            &Val::Tuple(params.to_vec()),
-            ptr,
-        )?;
-        args.push(Core::I32(ptr as i32));
-    }
-    let mut core_results: Vec<Core> = lifted.core_results.iter().map(|&t| zero(t)).collect();
-    lifted.func.call(&mut *store, &args, &mut core_results)?;
-    res.returned()?;
+        let mut core_results: Vec<Core> = lifted.core_results.iter().map(|&t| zero(t)).collect();
+        lifted.func.call(&mut *store, &args, &mut core_results)?;
+        Ok::<_, Error>(core_results)
+    })();
+    // The borrows lent for the call end with it however it ended (a trap, a failed lowering):
+    // a handle kept past it would name whatever the host's rep names next.
+    let returned = res.returned();
+    let core_results = called?;
+    returned?;
     if let Some(result_ty) = &ty.result {
         let bytes = options.bytes(&*store);
         let results_flat = ty.results_fit;
@@ -385,7 +378,8 @@ impl Instance {
         let mut path = Vec::new();
         for &i in parent.map(|p| p.0.as_slice()).unwrap_or_default() {
             path.push(i);
-            match &exports[i].1 {
+            // (An index from another component's instance may point anywhere.)
+            match &exports.get(i)?.1 {
                 Export::Instance(items) => exports = items,
                 Export::Func(_) => return None,
             }

@@ -7,6 +7,9 @@ use std::sync::Arc;
 use crate::abi::Encoding;
 use crate::types::{FuncType, ResourceIndex};
 
+/// The most steps and component instances together a plan may have (see `inline`).
+pub(crate) const MAX_STEPS: usize = 10_000;
+
 /// What an import of the outer component brings in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ImportKind {

@@ -227,9 +227,20 @@ struct Handle {
 /// host type of each of the plan's resources.
 #[derive(Default)]
 pub(crate) struct Handles {
-    tables: Vec<Vec<Option<Handle>>>,
+    tables: Vec<Table>,
     types: Vec<ResourceType>,
 }
+
+/// One component instance's handles: slots by index less one, and the free ones.
+#[derive(Clone, Default)]
+struct Table {
+    slots: Vec<Option<Handle>>,
+    free: Vec<u32>,
+}
+
+/// The most handles one table holds at once (the canonical ABI allows 2^28; each takes 16
+/// bytes of the host's memory).
+const MAX_HANDLES: usize = 1 << 22;
 
 fn abi(message: impl Into<String>) -> Error {
     Error::Abi(message.into())
@@ -238,29 +249,28 @@ fn abi(message: impl Into<String>) -> Error {
 impl Handles {
     pub(crate) fn new(tables: usize, types: Vec<ResourceType>) -> Handles {
         Handles {
-            tables: vec![Vec::new(); tables],
+            tables: vec![Table::default(); tables],
             types,
         }
     }
 
-    fn insert(&mut self, table: usize, handle: Handle) -> u32 {
+    fn insert(&mut self, table: usize, handle: Handle) -> Result<u32, Error> {
         let t = &mut self.tables[table];
         // Handles count from 1; 0 is never one.
-        match t.iter().position(Option::is_none) {
-            Some(i) => {
-                t[i] = Some(handle);
-                i as u32 + 1
-            }
-            None => {
-                t.push(Some(handle));
-                t.len() as u32
-            }
+        if let Some(i) = t.free.pop() {
+            t.slots[i as usize] = Some(handle);
+            return Ok(i + 1);
         }
+        if t.slots.len() >= MAX_HANDLES {
+            return Err(abi(format!("more than {MAX_HANDLES} handles in one table")));
+        }
+        t.slots.push(Some(handle));
+        Ok(t.slots.len() as u32)
     }
 
     fn get(&self, table: usize, index: u32, resource: ResourceIndex) -> Result<Handle, Error> {
         let found = (index.checked_sub(1))
-            .and_then(|i| self.tables[table].get(i as usize))
+            .and_then(|i| self.tables[table].slots.get(i as usize))
             .copied()
             .flatten();
         match found {
@@ -271,7 +281,9 @@ impl Handles {
     }
 
     fn remove(&mut self, table: usize, index: u32) {
-        self.tables[table][index as usize - 1] = None;
+        let t = &mut self.tables[table];
+        t.slots[index as usize - 1] = None;
+        t.free.push(index - 1);
     }
 }
 
@@ -282,9 +294,37 @@ pub(crate) struct Res<'a> {
     pub handles: Option<&'a Mutex<Handles>>,
     pub table: usize,
     pub lent: std::cell::RefCell<Vec<u32>>,
+    /// Host memory the values lifted in this call take so far (see [`MAX_LIFTED`]).
+    pub spent: std::cell::Cell<u64>,
 }
 
+/// The most host memory the values lifted in one call may take: a guest's list of strings
+/// that all point at the same bytes would otherwise make the host copy them without end.
+pub(crate) const MAX_LIFTED: u64 = 256 << 20;
+
 impl Res<'_> {
+    /// A call's resource state for table `table`.
+    pub(crate) fn new(handles: Option<&Mutex<Handles>>, table: usize) -> Res<'_> {
+        Res {
+            handles,
+            table,
+            lent: Default::default(),
+            spent: Default::default(),
+        }
+    }
+
+    /// Counts `bytes` more of lifted values; an ABI error past [`MAX_LIFTED`].
+    pub(crate) fn charge(&self, bytes: u64) -> Result<(), Error> {
+        let spent = self.spent.get().saturating_add(bytes);
+        self.spent.set(spent);
+        if spent > MAX_LIFTED {
+            return Err(abi(format!(
+                "the values lifted in one call take more than {MAX_LIFTED} bytes"
+            )));
+        }
+        Ok(())
+    }
+
     fn handles(&self) -> Result<std::sync::MutexGuard<'_, Handles>, Error> {
         let handles = self
             .handles
@@ -337,7 +377,7 @@ impl Res<'_> {
                 rep: value.rep,
                 owned: own,
             },
-        );
+        )?;
         if !own {
             self.lent.borrow_mut().push(index);
         }
@@ -353,9 +393,9 @@ impl Res<'_> {
         let mut handles = self.handles()?;
         let mut kept = false;
         for index in lent {
-            let t = &mut handles.tables[self.table];
-            if let Some(slot @ Some(Handle { owned: false, .. })) = t.get_mut(index as usize - 1) {
-                *slot = None;
+            let slot = handles.tables[self.table].slots.get(index as usize - 1);
+            if let Some(Some(Handle { owned: false, .. })) = slot {
+                handles.remove(self.table, index);
                 kept = true;
             }
         }

@@ -15,10 +15,12 @@ use wasmparser::{
 use crate::Error;
 use crate::abi::Encoding;
 use crate::plan::ImportKind;
+use std::collections::HashMap;
 use wasmparser::PrimitiveValType;
+
 use wasmparser::component_types::{
-    ComponentAnyTypeId, ComponentDefinedType, ComponentEntityType, ComponentFuncTypeId,
-    ComponentValType,
+    ComponentAnyTypeId, ComponentDefinedType, ComponentDefinedTypeId, ComponentEntityType,
+    ComponentFuncTypeId, ComponentValType,
 };
 use wasmparser::types::TypesRef;
 
@@ -107,13 +109,25 @@ pub(crate) struct Item {
 
 /// The validator's resource types, numbered as they are met: what a [`ResourceIndex`] holds
 /// before flattening.
+///
+/// It also keeps each type converted, with its size written out in full (nodes and name
+/// bytes): a type used twice is converted once and shared, and one whose full size passes
+/// [`MAX_TYPE_SIZE`] is refused, since every walk over a type (flattening, lifting, the
+/// artifact) goes through it all.
 #[derive(Default)]
-struct Statics(std::collections::HashMap<wasmparser::component_types::ResourceId, u32>);
+struct Statics {
+    resources: HashMap<wasmparser::component_types::ResourceId, u32>,
+    types: HashMap<ComponentDefinedTypeId, (Type, u64)>,
+    funcs: HashMap<ComponentFuncTypeId, Arc<FuncType>>,
+}
+
+/// The largest a type may be written out in full: nodes and name bytes.
+const MAX_TYPE_SIZE: u64 = 1_000_000;
 
 impl Statics {
     fn number(&mut self, id: wasmparser::component_types::ResourceId) -> u32 {
-        let next = self.0.len() as u32;
-        *self.0.entry(id).or_insert(next)
+        let next = self.resources.len() as u32;
+        *self.resources.entry(id).or_insert(next)
     }
 
     /// The number of type `index` of the component `types` describes, if it is a resource.
@@ -302,7 +316,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                             };
                             Init::Lift {
                                 core_func: core_func_index,
-                                ty: Arc::new(func_from_wasm(&types, &mut statics, id)?),
+                                ty: func_from_wasm(&types, &mut statics, id)?,
                                 options: raw_options(&options)?,
                             }
                         }
@@ -313,7 +327,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                             let id = types.component_function_at(func_index);
                             Init::Lower {
                                 func: func_index,
-                                ty: Arc::new(func_from_wasm(&types, &mut statics, id)?),
+                                ty: func_from_wasm(&types, &mut statics, id)?,
                                 options: raw_options(&options)?,
                             }
                         }
@@ -441,26 +455,42 @@ fn raw_options(options: &[CanonicalOption]) -> Result<RawOptions, Error> {
     Ok(raw)
 }
 
-/// Converts the validator's type, refusing what ephem does not support yet.
-fn type_from_wasm(
+/// Converts the validator's type, refusing what ephem does not support yet; gives it with its
+/// full size.
+fn convert(
     types: &TypesRef<'_>,
     statics: &mut Statics,
     ty: &ComponentValType,
     depth: usize,
-) -> Result<Type, Error> {
+) -> Result<(Type, u64), Error> {
     if depth > MAX_DEPTH {
         return Err(Error::Unsupported("a type nested too deeply".into()));
     }
     let id = match ty {
-        ComponentValType::Primitive(p) => return Ok(primitive(*p)),
+        ComponentValType::Primitive(p) => return Ok((primitive(*p)?, 1)),
         ComponentValType::Type(id) => *id,
     };
-    let mut sub = |t: &ComponentValType| type_from_wasm(types, statics, t, depth + 1);
-    Ok(match &types[id] {
-        ComponentDefinedType::Primitive(p) => primitive(*p),
+    if let Some(done) = statics.types.get(&id) {
+        return Ok(done.clone());
+    }
+    let mut size: u64 = 1;
+    let mut sub = |t: &ComponentValType| -> Result<Type, Error> {
+        let (t, n) = convert(types, statics, t, depth + 1)?;
+        size = size.saturating_add(n);
+        if size > MAX_TYPE_SIZE {
+            return Err(Error::Unsupported(format!(
+                "a type larger than {MAX_TYPE_SIZE} nodes and name bytes written out"
+            )));
+        }
+        Ok(t)
+    };
+    let mut names: u64 = 0;
+    let ty = match &types[id] {
+        ComponentDefinedType::Primitive(p) => primitive(*p)?,
         ComponentDefinedType::Record(r) => Type::Record(
             (r.fields.iter())
                 .map(|(name, t)| {
+                    names += name.len() as u64;
                     Ok(Field {
                         name: name.to_string(),
                         ty: sub(t)?,
@@ -471,6 +501,7 @@ fn type_from_wasm(
         ComponentDefinedType::Variant(v) => Type::Variant(
             (v.cases.iter())
                 .map(|(name, c)| {
+                    names += name.len() as u64;
                     Ok(Case {
                         name: name.to_string(),
                         ty: c.ty.as_ref().map(&mut sub).transpose()?,
@@ -482,11 +513,13 @@ fn type_from_wasm(
         ComponentDefinedType::Tuple(t) => {
             Type::Tuple(t.types.iter().map(&mut sub).collect::<Result<_, Error>>()?)
         }
-        ComponentDefinedType::Flags(names) => {
-            Type::Flags(names.iter().map(|n| n.to_string()).collect())
-        }
-        ComponentDefinedType::Enum(names) => {
-            Type::Enum(names.iter().map(|n| n.to_string()).collect())
+        ComponentDefinedType::Flags(list) | ComponentDefinedType::Enum(list) => {
+            let list: Arc<[String]> = list.iter().map(|n| n.to_string()).collect();
+            names += list.iter().map(|n| n.len() as u64 + 1).sum::<u64>();
+            match &types[id] {
+                ComponentDefinedType::Flags(_) => Type::Flags(list),
+                _ => Type::Enum(list),
+            }
         }
         ComponentDefinedType::Option { ty, .. } => Type::Option(Arc::new(sub(ty)?)),
         ComponentDefinedType::Result { ok, err, .. } => Type::Result {
@@ -506,29 +539,54 @@ fn type_from_wasm(
                 "futures, streams and error contexts".into(),
             ));
         }
-    })
+    };
+    let size = size.saturating_add(names);
+    if size > MAX_TYPE_SIZE {
+        return Err(Error::Unsupported(format!(
+            "a type larger than {MAX_TYPE_SIZE} nodes and name bytes written out"
+        )));
+    }
+    statics.types.insert(id, (ty.clone(), size));
+    Ok((ty, size))
 }
 
 fn func_from_wasm(
     types: &TypesRef<'_>,
     statics: &mut Statics,
     id: ComponentFuncTypeId,
-) -> Result<FuncType, Error> {
+) -> Result<Arc<FuncType>, Error> {
+    if let Some(done) = statics.funcs.get(&id) {
+        return Ok(done.clone());
+    }
     let ty = &types[id];
     if ty.async_ {
         return Err(Error::Unsupported("async functions".into()));
     }
+    // The function's types together are bounded as one type is.
+    let mut size: u64 = 0;
+    let mut one = |t: &ComponentValType| -> Result<Type, Error> {
+        let (t, n) = convert(types, statics, t, 0)?;
+        size = size.saturating_add(n);
+        if size > MAX_TYPE_SIZE {
+            return Err(Error::Unsupported(format!(
+                "a function whose types are larger than {MAX_TYPE_SIZE} nodes written out"
+            )));
+        }
+        Ok(t)
+    };
     let params = (ty.params.iter())
-        .map(|(name, t)| Ok((name.to_string(), type_from_wasm(types, statics, t, 0)?)))
+        .map(|(name, t)| Ok((name.to_string(), one(t)?)))
         .collect::<Result<_, Error>>()?;
-    let result = (ty.result.as_ref())
-        .map(|t| type_from_wasm(types, statics, t, 0))
-        .transpose()?;
-    Ok(FuncType::new(params, result))
+    let result = ty.result.as_ref().map(&mut one).transpose()?;
+    let mut func = FuncType::new(params, result);
+    func.size = size;
+    let func = Arc::new(func);
+    statics.funcs.insert(id, func.clone());
+    Ok(func)
 }
 
-fn primitive(p: PrimitiveValType) -> Type {
-    match p {
+fn primitive(p: PrimitiveValType) -> Result<Type, Error> {
+    Ok(match p {
         PrimitiveValType::Bool => Type::Bool,
         PrimitiveValType::S8 => Type::S8,
         PrimitiveValType::U8 => Type::U8,
@@ -542,6 +600,8 @@ fn primitive(p: PrimitiveValType) -> Type {
         PrimitiveValType::F64 => Type::Float64,
         PrimitiveValType::Char => Type::Char,
         PrimitiveValType::String => Type::String,
-        PrimitiveValType::ErrorContext => Type::Tuple(Arc::from([])),
-    }
+        PrimitiveValType::ErrorContext => {
+            return Err(Error::Unsupported("error contexts".into()));
+        }
+    })
 }

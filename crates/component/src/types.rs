@@ -103,6 +103,9 @@ pub struct FuncType {
     /// as a core result: worked out once, as every call asks.
     pub(crate) params_fit: bool,
     pub(crate) results_fit: bool,
+    /// Its types' size written out in full, when `translate` made it (0 otherwise): what
+    /// rebuilding it costs.
+    pub(crate) size: u64,
 }
 
 /// A core value type of a flattened component value.
@@ -361,6 +364,7 @@ impl FuncType {
             result,
             params_fit: false,
             results_fit: false,
+            size: 0,
         };
         func.params_fit = func.flat_params().1;
         func.results_fit = func.flat_results().1;
@@ -411,8 +415,11 @@ impl FuncType {
     }
 }
 
+/// `offset` rounded up to `align`; at the top of the 32-bit space it stays there rather than
+/// wrap (only a zero-sized field could be placed past a value ending there).
 pub(crate) fn align_to(offset: u32, align: u32) -> u32 {
-    offset.div_ceil(align) * align
+    let up = (offset as u64).div_ceil(align as u64) * align as u64;
+    up.min(u32::MAX as u64) as u32
 }
 
 fn record_size<'a>(types: impl Iterator<Item = &'a Type>) -> u32 {

@@ -781,3 +781,68 @@ fn a_return_pointer_without_room_for_the_result_traps() -> anyhow::Result<()> {
     assert!(format!("{err:?}").contains("no room"), "{err:?}");
     Ok(())
 }
+
+/// A type that is small in the binary but huge written out (an enum of 10 000 cases, in a
+/// tuple of 100, in a tuple of 100) is refused when the component is compiled, at once.
+#[test]
+fn a_type_too_large_written_out_is_refused() {
+    let cases: String = (0..10_000).map(|i| format!(" \"c{i}\"")).collect();
+    let hundred = |t: &str| format!("(tuple{})", format!(" {t}").repeat(100));
+    let text = format!(
+        r#"(component
+            (type $e0 (enum{cases})) (import "e" (type $e (eq $e0)))
+            (type $t0 {}) (import "t" (type $t (eq $t0)))
+            (type $u0 {}) (import "u" (type $u (eq $u0)))
+            (import "f" (func $f (param "x" $u)))
+            (core module $libc (memory (export "memory") 1))
+            (core instance $libc (instantiate $libc))
+            (core func (canon lower (func $f) (memory (core memory $libc "memory")))))"#,
+        hundred("$e"),
+        hundred("$t")
+    );
+    let started = std::time::Instant::now();
+    match Component::new(&Engine::default(), &text) {
+        Err(Error::Unsupported(m)) => assert!(m.contains("larger than"), "{m}"),
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("accepted"),
+    }
+    assert!(started.elapsed().as_secs() < 10, "took {:?}", started.elapsed());
+}
+
+/// A guest that hands the host a list of 8 192 strings all naming the same 64 KiB (512 MiB
+/// lifted from one page) gets an error, not a host that copies without end.
+#[test]
+fn lifting_more_than_a_call_may_take_is_an_error() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let c = component(
+        &engine,
+        r#"(component
+            (import "take" (func $take (param "l" (list string))))
+            (core module $libc (memory (export "memory") 2))
+            (core instance $libc (instantiate $libc))
+            (core func $take (canon lower (func $take) (memory (core memory $libc "memory"))))
+            (core module $m
+              (import "" "take" (func $take (param i32 i32)))
+              (import "" "memory" (memory 2))
+              (func (export "run")
+                (local $i i32)
+                (loop $fill
+                  (i32.store (i32.mul (local.get $i) (i32.const 8)) (i32.const 0))
+                  (i32.store (i32.add (i32.mul (local.get $i) (i32.const 8)) (i32.const 4))
+                    (i32.const 65536))
+                  (local.set $i (i32.add (local.get $i) (i32.const 1)))
+                  (br_if $fill (i32.lt_u (local.get $i) (i32.const 8192))))
+                (call $take (i32.const 0) (i32.const 8192))))
+            (core instance $i (instantiate $m (with "" (instance
+              (export "take" (func $take)) (export "memory" (memory $libc "memory"))))))
+            (func (export "run") (canon lift (core func $i "run"))))"#,
+    );
+    let mut linker = Linker::new(&engine);
+    linker.root().func_new("take", |_, _, _, _| Ok(()))?;
+    let mut store = Store::new(&engine, ());
+    let i = linker.instantiate(&mut store, &c)?;
+    let run = i.get_typed_func::<(), ()>(&mut store, "run")?;
+    let err = run.call(&mut store, ()).unwrap_err();
+    assert!(format!("{err:?}").contains("lifted in one call"), "{err:?}");
+    Ok(())
+}

@@ -62,7 +62,10 @@ const COMPONENT: &str = r#"(component
         (local.get $n))
       (func (export "keep") (param i32) (result i32)
         (call $write (local.get 0) (i32.const 103) (i32.const 5)))
-      (func (export "make") (result i32) (call $open (i32.const 100) (i32.const 3))))
+      (func (export "make") (result i32) (call $open (i32.const 100) (i32.const 3)))
+      (func (export "trap-lent") (param i32) unreachable)
+      (func (export "use-index") (param i32) (result i32)
+        (call $write (local.get 0) (i32.const 103) (i32.const 5))))
     (core instance $i (instantiate $m
       (with "host" (instance
         (export "open" (func $open)) (export "write" (func $write)) (export "drop" (func $drop))))
@@ -75,7 +78,10 @@ const COMPONENT: &str = r#"(component
     (func (export "consume") (param "s" (own $s)) (canon lift (core func $i "consume")))
     (func (export "peek") (param "s" (borrow $s)) (result u32) (canon lift (core func $i "peek")))
     (func (export "keep") (param "s" (borrow $s)) (result u32) (canon lift (core func $i "keep")))
-    (func (export "make") (result (own $s)) (canon lift (core func $i "make"))))"#;
+    (func (export "make") (result (own $s)) (canon lift (core func $i "make")))
+    (func (export "trap-lent") (param "s" (borrow $s)) (canon lift (core func $i "trap-lent")))
+    (func (export "use-index") (param "i" u32) (result u32)
+      (canon lift (core func $i "use-index"))))"#;
 
 fn linker(engine: &Engine) -> anyhow::Result<Linker<Host>> {
     let mut linker = Linker::<Host>::new(engine);
@@ -223,5 +229,26 @@ fn resources_survive_the_component_artifact() -> anyhow::Result<()> {
     let run = i.get_typed_func::<(), (u32,)>(&mut store, "run")?;
     assert_eq!(run.call(&mut store, ())?, (10,));
     assert_eq!(store.data().log, ["closed log after 10"]);
+    Ok(())
+}
+
+/// A borrow lent to a call that traps ends with the call: its handle cannot be used after.
+#[test]
+fn a_borrow_lent_to_a_call_that_traps_ends_with_it() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let component = Component::new(&engine, COMPONENT)?;
+    let mut store = Store::new(&engine, Host::default());
+    let i = linker(&engine)?.instantiate(&mut store, &component)?;
+    let s = store.data_mut().table.push(Stream {
+        name: "lent".into(),
+        written: 0,
+    })?;
+    let trap = i.get_typed_func::<(Resource<Stream>,), ()>(&mut store, "trap-lent")?;
+    assert!(trap.call(&mut store, (Resource::new_borrow(s.rep()),)).is_err());
+    // The guest knows the handle was 1; it is gone.
+    let use_index = i.get_typed_func::<(u32,), (u32,)>(&mut store, "use-index")?;
+    let err = use_index.call(&mut store, (1,)).unwrap_err();
+    assert!(format!("{err:?}").contains("no handle 1"), "{err:?}");
+    assert_eq!(store.data().table.get(&s)?.written, 0);
     Ok(())
 }

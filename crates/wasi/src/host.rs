@@ -180,7 +180,11 @@ fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> Result<T> {
 /// Writes `bytes` to the context's standard output (or error, `err`): what preview 2's output
 /// streams do with preview 1's sinks.
 pub(crate) fn write_stdio(ctx: &mut WasiCtx, err: bool, bytes: &[u8]) -> Result<usize> {
-    let sink = if err { &mut ctx.stderr } else { &mut ctx.stdout };
+    let sink = if err {
+        &mut ctx.stderr
+    } else {
+        &mut ctx.stdout
+    };
     write_sink(sink, err, &[IoSlice::new(bytes)])
 }
 

@@ -167,8 +167,16 @@ fn io<T: 'static>(
     })?;
 
     let mut streams = linker.instance(&name("io/streams"))?;
-    streams.resource("input-stream", ResourceType::host::<InputStream>(), |_, _| Ok(()))?;
-    streams.resource("output-stream", ResourceType::host::<OutputStream>(), |_, _| Ok(()))?;
+    streams.resource(
+        "input-stream",
+        ResourceType::host::<InputStream>(),
+        |_, _| Ok(()),
+    )?;
+    streams.resource(
+        "output-stream",
+        ResourceType::host::<OutputStream>(),
+        |_, _| Ok(()),
+    )?;
     for blocking in ["read", "blocking-read"] {
         streams.func_new(
             &format!("[method]input-stream.{blocking}"),
@@ -331,10 +339,12 @@ fn cli<T: 'static>(
         } else {
             ResourceType::host::<OutputStream>()
         };
-        linker.instance(&name(iface))?.func_new(func, move |_, _, _, r| {
-            r[0] = Val::Resource(ResourceAny::new(ty, rep, true));
-            Ok(())
-        })?;
+        linker
+            .instance(&name(iface))?
+            .func_new(func, move |_, _, _, r| {
+                r[0] = Val::Resource(ResourceAny::new(ty, rep, true));
+                Ok(())
+            })?;
     }
     let terminal = |_: StoreContextMut<'_, T>, _: u32| -> HostResult { Ok(()) };
     linker.instance(&name("cli/terminal-input"))?.resource(
@@ -352,10 +362,12 @@ fn cli<T: 'static>(
         ("cli/terminal-stdout", "get-terminal-stdout"),
         ("cli/terminal-stderr", "get-terminal-stderr"),
     ] {
-        linker.instance(&name(iface))?.func_new(func, |_, _, _, r| {
-            r[0] = Val::Option(None);
-            Ok(())
-        })?;
+        linker
+            .instance(&name(iface))?
+            .func_new(func, |_, _, _, r| {
+                r[0] = Val::Option(None);
+                Ok(())
+            })?;
     }
     Ok(())
 }
@@ -412,8 +424,7 @@ fn random<T: 'static>(linker: &mut Linker<T>) -> Result<(), ephem_component::Err
     fn fill(buf: &mut [u8]) -> Result<(), HostError> {
         let mut done = 0;
         while done < buf.len() {
-            match rustix::rand::getrandom(&mut buf[done..], rustix::rand::GetRandomFlags::empty())
-            {
+            match rustix::rand::getrandom(&mut buf[done..], rustix::rand::GetRandomFlags::empty()) {
                 Ok(n) => done += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(Box::new(std::io::Error::from(e))),
@@ -458,7 +469,9 @@ pub fn add_filesystem_to_linker<T: 'static>(
     /// `wasi:filesystem`'s resources: none is ever made yet.
     struct Descriptor;
     let mut types = linker.instance(&name("filesystem/types"))?;
-    types.resource("descriptor", ResourceType::host::<Descriptor>(), |_, _| Ok(()))?;
+    types.resource("descriptor", ResourceType::host::<Descriptor>(), |_, _| {
+        Ok(())
+    })?;
     types.resource(
         "directory-entry-stream",
         ResourceType::host::<Descriptor>(),
