@@ -9,16 +9,19 @@
 //!
 //! The stages, one file each:
 //! - `translate`: validation (wasmparser) and each component's definitions, types converted;
-//! - `inline`: the definitions run over symbolic values into a [`Plan`](plan::Plan);
+//! - `inline`: the definitions run over symbolic values into a plan (`plan`);
+//! - `artifact`: a compiled component as one sealed file, loaded without the compiler;
 //! - `abi`: the canonical ABI, lifting and lowering [`Val`]s through core values and memory;
 //! - `instance`: running a plan in a store, and calling lifted functions;
 //! - `linker`: host functions by name and path, checked against the types they are lowered at;
+//! - `resources`: host resources, handle tables, `resource.drop`;
 //! - `typed`: Rust types as component types, for [`TypedFunc`] and [`LinkerInstance::func_wrap`];
 //! - [`wave`]: values as text, as `wasmtime run --invoke` reads and prints them.
 //!
 //! Not yet supported (each refused with [`Error::Unsupported`] when a component is compiled):
-//! resources and their handles, async, the threads built-ins, fixed-length lists, maps, value
-//! imports and exports, start functions, imported modules and components. A call between two
+//! resources a component defines itself (`resource.new`, `resource.rep`), async, the threads
+//! built-ins, fixed-length lists, maps, error contexts, value imports and exports, start
+//! functions, imported modules and components. A call between two
 //! parts of one component goes through the host's lifting and lowering (`Callee::Lifted`), not
 //! through generated adapter code. A component artifact is loaded whole into memory (its
 //! modules' artifacts copied into memory files); the per-invocation path from disk that modules

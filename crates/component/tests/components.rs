@@ -806,7 +806,11 @@ fn a_type_too_large_written_out_is_refused() {
         Err(e) => panic!("another error: {e}"),
         Ok(_) => panic!("accepted"),
     }
-    assert!(started.elapsed().as_secs() < 10, "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed().as_secs() < 10,
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 /// A guest that hands the host a list of 8 192 strings all naming the same 64 KiB (512 MiB

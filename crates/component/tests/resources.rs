@@ -244,7 +244,10 @@ fn a_borrow_lent_to_a_call_that_traps_ends_with_it() -> anyhow::Result<()> {
         written: 0,
     })?;
     let trap = i.get_typed_func::<(Resource<Stream>,), ()>(&mut store, "trap-lent")?;
-    assert!(trap.call(&mut store, (Resource::new_borrow(s.rep()),)).is_err());
+    assert!(
+        trap.call(&mut store, (Resource::new_borrow(s.rep()),))
+            .is_err()
+    );
     // The guest knows the handle was 1; it is gone.
     let use_index = i.get_typed_func::<(u32,), (u32,)>(&mut store, "use-index")?;
     let err = use_index.call(&mut store, (1,)).unwrap_err();

@@ -1,5 +1,6 @@
 //! WASI preview 1 (`wasi_snapshot_preview1`) for ephem: the host that C (wasi-libc), Rust
-//! (`wasm32-wasip1`), TinyGo and Go (`GOOS=wasip1`) programs expect.
+//! (`wasm32-wasip1`), TinyGo and Go (`GOOS=wasip1`) programs expect; and for components, the
+//! first part of WASI 0.2 over the same context ([`p2`]).
 //!
 //! Three parts, and a fourth for `-pthread` programs ([`threads`]: `wasi-threads`'
 //! `thread-spawn`, each thread a fresh instance on the shared memory):

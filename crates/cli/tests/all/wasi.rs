@@ -354,3 +354,47 @@ fn kotlin_wasm_programs_print_and_return_what_wasmtime_does() {
         assert_eq!(stdout(&out).trim(), result, "{export}({arg})");
     }
 }
+
+/// `ephem run` of WASI 0.2 commands (C programs wrapped as components with the preview 1
+/// adapter, `guests/build-components.sh`): output and exit status as `wasmtime run` (49.0.3)
+/// gave them for the same arguments, environment and input.
+#[test]
+fn wasi_0_2_commands_run_as_wasmtime_runs_them() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = ephem_test_support::temp_dir();
+    let run = |args: &[&str], input: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ephem"))
+            .args(["run", "--no-cache"])
+            .args(args)
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let hello = guest("hello.component");
+    let out = run(&[&hello], b"");
+    assert_eq!(stdout(&out), "Hello, world!\n");
+    assert!(out.status.success());
+
+    let basics = guest("basics.component");
+    let out = run(&["--env", "A=b", &basics, "args", "x"], b"");
+    let want = format!("arg 0: {basics}\narg 1: args\narg 2: x\nenv: A=b\n");
+    assert_eq!(stdout(&out), want);
+    let out = run(&[&basics, "cat"], b"abc\n");
+    assert_eq!(stdout(&out), "poll stdin: OK\nABC\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "4 bytes\n");
+    let out = run(&[&basics, "random"], b"");
+    assert_eq!(stdout(&out), "getentropy: OK\ngetentropy: OK\ndiffer: 1\n");
+    // The adapter passes a failure status as `exit(err)`: 1, as wasmtime reports it.
+    let out = run(&[&basics, "exit", "3"], b"");
+    assert_eq!(out.status.code(), Some(1));
+
+    let wc = guest("wc.component");
+    let out = run(&[&wc], b"one two\nthree\n");
+    assert_eq!(stdout(&out), "2 14\n");
+}
