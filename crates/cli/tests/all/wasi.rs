@@ -398,3 +398,41 @@ fn wasi_0_2_commands_run_as_wasmtime_runs_them() {
     let out = run(&[&wc], b"one two\nthree\n");
     assert_eq!(stdout(&out), "2 14\n");
 }
+
+/// A Python command built by componentize-py (CPython inside, 18 MB): it prints what
+/// `wasmtime run` printed for it. Where componentize-py is not installed (CI), says so and
+/// passes; `guests/python/build.sh` is how it is built.
+#[test]
+fn a_componentize_py_command_prints_what_wasmtime_prints() {
+    let available = Command::new("componentize-py")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !available {
+        println!("skipped: componentize-py is not installed (pip install componentize-py)");
+        return;
+    }
+    let dir = ephem_test_support::temp_dir();
+    let app = dir.path().join("app.wasm");
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../wasi/tests/guests/python/build.sh");
+    let built = Command::new(script).arg(&app).output().unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let out = ephem(
+        dir.path(),
+        &["--env", "GREETING=hi", app.to_str().unwrap(), "a", "b"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout(&out),
+        "hello from python ['a', 'b'] hi\nsum of squares 332833500\n"
+    );
+}
