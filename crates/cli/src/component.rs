@@ -117,7 +117,7 @@ pub fn run(
         // A command: `wasi:cli/run`'s `run`, as `wasmtime run` calls it.
         let funcs = component.exported_funcs();
         let run = funcs.iter().find(|(path, _)| {
-            path.len() == 2 && path[0].starts_with("wasi:cli/run@0.2") && path[1] == "run"
+            path.len() == 2 && path[0].starts_with("wasi:cli/run@0.2.") && path[1] == "run"
         });
         let Some((path, _)) = run else {
             return Err(Usage(format!(
@@ -135,9 +135,10 @@ pub fn run(
         let ran = func.call(&mut store, &[], &mut result).map_err(error);
         print_fuel(&store)?;
         ran?;
+        // `run` returning `err` is the command failing: status 1, nothing said, as wasmtime.
         return match &result[0] {
             ec::Val::Result(Ok(_)) => Ok(()),
-            _ => Err(anyhow::anyhow!("the component's `run` returned an error")),
+            _ => Err(ephem_wasi::I32Exit(1).into()),
         };
     };
     let funcs = component.exported_funcs();

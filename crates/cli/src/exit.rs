@@ -29,9 +29,11 @@ pub struct Usage(pub String);
 
 /// The status the guest gave `proc_exit`, if that is what ended the run.
 fn guest_exit(error: &anyhow::Error) -> Option<u8> {
+    // (A component's `run` returning `err` is an `I32Exit` of the command's own.)
     let status = error.chain().find_map(|c| {
-        c.downcast_ref::<ephem::Error>()
+        (c.downcast_ref::<ephem::Error>())
             .and_then(ephem_wasi::exit_code)
+            .or_else(|| c.downcast_ref::<ephem_wasi::I32Exit>().map(|e| e.0))
     })?;
     Some(u8::try_from(status).unwrap_or(ERROR))
 }

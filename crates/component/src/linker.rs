@@ -44,21 +44,31 @@ struct Items<T> {
 impl<T> Items<T> {
     /// The definition of the outer import `name`: defined under that name, else under a name
     /// whose version is compatible (`wasi:cli/exit@0.2.12` finds `wasi:cli/exit@0.2.6`: the same
-    /// major version, and for 0.x the same minor one), as wasmtime's linker matches them.
+    /// major version, and for 0.x the same minor one), the highest of those, as wasmtime's linker
+    /// matches them.
     fn import(&self, name: &str) -> Option<&Definition<T>> {
-        self.map.get(name).or_else(|| {
-            let want = compatible(name)?;
-            (self.map.iter())
-                .find(|(k, _)| compatible(k).as_ref() == Some(&want))
-                .map(|(_, d)| d)
-        })
+        self.map.get(self.import_key(name)?)
+    }
+
+    /// The name `name` is defined under, as [`Items::import`] finds it.
+    fn import_key(&self, name: &str) -> Option<&String> {
+        if let Some((key, _)) = self.map.get_key_value(name) {
+            return Some(key);
+        }
+        let want = compatible(name)?;
+        (self.map.keys())
+            .filter(|k| compatible(k).as_ref() == Some(&want))
+            .max_by_key(|k| version(k))
     }
 }
 
 /// What of `name@version` must match for another version to do: the name and the version up
-/// to its first non-zero part.
+/// to its first non-zero part. A pre-release (`0.2.0-rc-2023-10-18`) matches only itself.
 fn compatible(name: &str) -> Option<(String, String)> {
     let (base, version) = name.split_once('@')?;
+    if version.contains('-') || version.contains('+') {
+        return None;
+    }
     let mut kept = Vec::new();
     for part in version.split('.') {
         kept.push(part);
@@ -67,6 +77,12 @@ fn compatible(name: &str) -> Option<(String, String)> {
         }
     }
     Some((base.to_string(), kept.join(".")))
+}
+
+/// A name's version as numbers, to order compatible ones.
+fn version(name: &str) -> Vec<u64> {
+    let version = name.split_once('@').map_or("", |(_, v)| v);
+    version.split('.').map(|p| p.parse().unwrap_or(0)).collect()
 }
 
 impl<T> Default for Items<T> {
@@ -141,15 +157,10 @@ impl<T: 'static> Linker<T> {
                 Some((last, parents)) => (last.clone(), parents.to_vec()),
                 None => (plan.imports[path.import].0.clone(), Vec::new()),
             };
-            // (An instance defined under a compatible version is the one to add to.)
+            // (An instance defined under a compatible version is the one to add to: the one
+            // the import finds.)
             let import = &plan.imports[path.import].0;
-            let key = match compatible(import) {
-                Some(want) => (self.root.map.keys())
-                    .find(|k| *k == import || compatible(k).as_ref() == Some(&want))
-                    .cloned()
-                    .unwrap_or_else(|| import.clone()),
-                None => import.clone(),
-            };
+            let key = (self.root.import_key(import).cloned()).unwrap_or_else(|| import.clone());
             let mut at = self.root();
             if !path.names.is_empty() {
                 at = at.into_instance(&key)?;
@@ -343,5 +354,24 @@ impl<'a, T: 'static> LinkerInstance<'a, T> {
                 "`{name}` is already defined, not as an instance"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{compatible, version};
+
+    #[test]
+    fn compatible_versions_are_those_semver_allows_and_the_highest_is_found() {
+        let c = |n: &str| compatible(n);
+        assert_eq!(c("wasi:cli/exit@0.2.12"), c("wasi:cli/exit@0.2.0"));
+        assert_ne!(c("wasi:cli/exit@0.2.12"), c("wasi:cli/exit@0.3.0"));
+        assert_ne!(c("wasi:cli/exit@0.2.0"), c("wasi:io/exit@0.2.0"));
+        assert_eq!(c("a:b/c@1.2.3"), c("a:b/c@1.0.0"));
+        assert_ne!(c("a:b/c@1.2.3"), c("a:b/c@2.0.0"));
+        assert_ne!(c("a:b/c@0.0.1"), c("a:b/c@0.0.2"));
+        assert_eq!(c("wasi:cli/exit@0.2.0-rc-2023-10-18"), None);
+        assert_eq!(c("no-version"), None);
+        assert!(version("x@0.2.12") > version("x@0.2.9"));
     }
 }

@@ -275,7 +275,7 @@ impl WasiCtxBuilder {
             stdin_pos: 0,
             stdout: Sink::new(self.stdout),
             stderr: Sink::new(self.stderr),
-            pollables: Vec::new(),
+            pollables: Default::default(),
         }
     }
 }
@@ -392,7 +392,7 @@ pub struct WasiCtx {
     pub(crate) stdout: Sink,
     pub(crate) stderr: Sink,
     /// WASI 0.2's pollables, by rep (none until a component asks for one).
-    pub(crate) pollables: Vec<crate::p2::Wait>,
+    pub(crate) pollables: crate::p2::Pollables,
 }
 
 impl WasiCtx {

@@ -33,6 +33,20 @@ pub struct IoError;
 /// `wasi:cli`'s terminals: none is ever given (standard streams are not reported as ttys).
 pub struct Terminal;
 
+/// A context's pollables: slots by rep, and the free ones.
+#[derive(Default)]
+pub(crate) struct Pollables {
+    slots: Vec<Option<Wait>>,
+    free: Vec<u32>,
+}
+
+/// The most pollables a context holds at once.
+const MAX_POLLABLES: usize = 1 << 16;
+
+/// The most bytes one call reads, writes as zeroes, or draws at random: past it the call
+/// fails rather than do less than asked.
+const MAX_BYTES: u64 = 1 << 20;
+
 /// What a pollable waits for.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Wait {
@@ -52,6 +66,34 @@ fn name(iface: &str) -> String {
 fn monotonic_now() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
+/// Parameter `i`: a component may import these functions at any type, so nothing is taken for
+/// granted of its parameters.
+fn arg(p: &[Val], i: usize) -> Result<&Val, HostError> {
+    p.get(i)
+        .ok_or_else(|| format!("a parameter {i} this function's WASI type has").into())
+}
+
+/// Sets the result, where the import's type has one.
+fn set(r: &mut [Val], v: Val) -> HostResult {
+    match r.first_mut() {
+        Some(slot) => {
+            *slot = v;
+            Ok(())
+        }
+        None => Err("imported without the result its WASI type has".into()),
+    }
+}
+
+/// `n`, if it is at most [`MAX_BYTES`].
+fn at_most(n: u64) -> Result<usize, HostError> {
+    if n > MAX_BYTES {
+        return Err(
+            format!("{n} bytes asked for in one call; ephem gives at most {MAX_BYTES}").into(),
+        );
+    }
+    Ok(n as usize)
 }
 
 fn rep(v: &Val) -> Result<u32, HostError> {
@@ -120,33 +162,40 @@ fn io<T: 'static>(
     let mut error = linker.instance(&name("io/error"))?;
     error.resource("error", ResourceType::host::<IoError>(), |_, _| Ok(()))?;
     error.func_new("[method]error.to-debug-string", |_, _, _, r| {
-        r[0] = Val::String("an I/O error".into());
+        set(r, Val::String("an I/O error".into()))?;
         Ok(())
     })?;
 
     let mut poll = linker.instance(&name("io/poll"))?;
-    poll.resource("pollable", ResourceType::host::<Pollable>(), |_, _| Ok(()))?;
+    poll.resource(
+        "pollable",
+        ResourceType::host::<Pollable>(),
+        move |mut s: StoreContextMut<'_, T>, rep| drop_pollable(get(s.data_mut()), rep),
+    )?;
     poll.func_new(
         "[method]pollable.ready",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let wait = pollable(get(s.data_mut()), rep(&p[0])?)?;
-            r[0] = Val::Bool(match wait {
-                Wait::Ready => true,
-                Wait::Until(at) => monotonic_now() >= at,
-            });
+            let wait = pollable(get(s.data_mut()), rep(arg(p, 0)?)?)?;
+            set(
+                r,
+                Val::Bool(match wait {
+                    Wait::Ready => true,
+                    Wait::Until(at) => monotonic_now() >= at,
+                }),
+            )?;
             Ok(())
         },
     )?;
     poll.func_new(
         "[method]pollable.block",
         move |mut s: StoreContextMut<'_, T>, _, p, _| {
-            let wait = pollable(get(s.data_mut()), rep(&p[0])?)?;
+            let wait = pollable(get(s.data_mut()), rep(arg(p, 0)?)?)?;
             block(&[wait]);
             Ok(())
         },
     )?;
     poll.func_new("poll", move |mut s: StoreContextMut<'_, T>, _, p, r| {
-        let Val::List(list) = &p[0] else {
+        let Val::List(list) = arg(p, 0)? else {
             return Err("a list of pollables expected".into());
         };
         if list.is_empty() {
@@ -162,7 +211,7 @@ fn io<T: 'static>(
             .filter(|(_, w)| matches!(w, Wait::Ready) || matches!(w, Wait::Until(at) if now >= *at))
             .map(|(i, _)| Val::U32(i as u32))
             .collect();
-        r[0] = Val::List(ready);
+        set(r, Val::List(ready))?;
         Ok(())
     })?;
 
@@ -181,13 +230,16 @@ fn io<T: 'static>(
         streams.func_new(
             &format!("[method]input-stream.{blocking}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let len = u64_arg(&p[1])?.min(64 << 10) as usize;
+                let len = u64_arg(arg(p, 1)?)?.min(64 << 10) as usize;
                 let mut buf = vec![0; len];
-                r[0] = match read_stdin(get(s.data_mut()), &mut buf) {
-                    Ok(0) if len > 0 => closed(),
-                    Ok(n) => ok(Some(list_of_bytes(&buf[..n]))),
-                    Err(_) => closed(),
-                };
+                set(
+                    r,
+                    match read_stdin(get(s.data_mut()), &mut buf) {
+                        Ok(0) if len > 0 => closed(),
+                        Ok(n) => ok(Some(list_of_bytes(&buf[..n]))),
+                        Err(_) => closed(),
+                    },
+                )?;
                 Ok(())
             },
         )?;
@@ -196,13 +248,16 @@ fn io<T: 'static>(
         streams.func_new(
             &format!("[method]input-stream.{blocking}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let len = u64_arg(&p[1])?.min(64 << 10) as usize;
+                let len = u64_arg(arg(p, 1)?)?.min(64 << 10) as usize;
                 let mut buf = vec![0; len];
-                r[0] = match read_stdin(get(s.data_mut()), &mut buf) {
-                    Ok(0) if len > 0 => closed(),
-                    Ok(n) => ok(Some(Val::U64(n as u64))),
-                    Err(_) => closed(),
-                };
+                set(
+                    r,
+                    match read_stdin(get(s.data_mut()), &mut buf) {
+                        Ok(0) if len > 0 => closed(),
+                        Ok(n) => ok(Some(Val::U64(n as u64))),
+                        Err(_) => closed(),
+                    },
+                )?;
                 Ok(())
             },
         )?;
@@ -211,21 +266,21 @@ fn io<T: 'static>(
         streams.func_new(
             &format!("[method]{stream}.subscribe"),
             move |mut s: StoreContextMut<'_, T>, _, _, r| {
-                r[0] = new_pollable(get(s.data_mut()), Wait::Ready)?;
+                set(r, new_pollable(get(s.data_mut()), Wait::Ready)?)?;
                 Ok(())
             },
         )?;
     }
     streams.func_new("[method]output-stream.check-write", |_, _, _, r| {
-        r[0] = ok(Some(Val::U64(1 << 20)));
+        set(r, ok(Some(Val::U64(1 << 20))))?;
         Ok(())
     })?;
     for write in ["write", "blocking-write-and-flush"] {
         streams.func_new(
             &format!("[method]output-stream.{write}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let data = bytes(&p[1])?;
-                r[0] = output(get(s.data_mut()), rep(&p[0])?, &data);
+                let data = bytes(arg(p, 1)?)?;
+                set(r, output(get(s.data_mut()), rep(arg(p, 0)?)?, &data))?;
                 Ok(())
             },
         )?;
@@ -234,15 +289,15 @@ fn io<T: 'static>(
         streams.func_new(
             &format!("[method]output-stream.{zeroes}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let data = vec![0; u64_arg(&p[1])?.min(1 << 20) as usize];
-                r[0] = output(get(s.data_mut()), rep(&p[0])?, &data);
+                let data = vec![0; at_most(u64_arg(arg(p, 1)?)?)?];
+                set(r, output(get(s.data_mut()), rep(arg(p, 0)?)?, &data))?;
                 Ok(())
             },
         )?;
     }
     for flush in ["flush", "blocking-flush"] {
         streams.func_new(&format!("[method]output-stream.{flush}"), |_, _, _, r| {
-            r[0] = ok(None);
+            set(r, ok(None))?;
             Ok(())
         })?;
     }
@@ -262,12 +317,23 @@ fn output(ctx: &mut WasiCtx, rep: u32, data: &[u8]) -> Val {
 }
 
 fn pollable(ctx: &mut WasiCtx, rep: u32) -> Result<Wait, HostError> {
-    (ctx.pollables.get(rep as usize).copied()).ok_or_else(|| "no such pollable".into())
+    let slot = ctx.pollables.slots.get(rep as usize).copied().flatten();
+    slot.ok_or_else(|| "no such pollable".into())
 }
 
 fn new_pollable(ctx: &mut WasiCtx, wait: Wait) -> Result<Val, HostError> {
-    let rep = u32::try_from(ctx.pollables.len()).map_err(|_| "too many pollables")?;
-    ctx.pollables.push(wait);
+    let p = &mut ctx.pollables;
+    let rep = match p.free.pop() {
+        Some(rep) => {
+            p.slots[rep as usize] = Some(wait);
+            rep
+        }
+        None if p.slots.len() < MAX_POLLABLES => {
+            p.slots.push(Some(wait));
+            p.slots.len() as u32 - 1
+        }
+        None => return Err(format!("more than {MAX_POLLABLES} pollables at once").into()),
+    };
     Ok(Val::Resource(ResourceAny::new(
         ResourceType::host::<Pollable>(),
         rep,
@@ -275,7 +341,21 @@ fn new_pollable(ctx: &mut WasiCtx, wait: Wait) -> Result<Val, HostError> {
     )))
 }
 
-/// Waits until the first of `waits` is ready (standard streams always are).
+fn drop_pollable(ctx: &mut WasiCtx, rep: u32) -> HostResult {
+    let p = &mut ctx.pollables;
+    match p.slots.get_mut(rep as usize) {
+        Some(slot @ Some(_)) => {
+            *slot = None;
+            p.free.push(rep);
+            Ok(())
+        }
+        _ => Err("no such pollable".into()),
+    }
+}
+
+/// Waits until the first of `waits` is ready (standard streams always are). One sleep: cut
+/// short by a signal (the runtime's interrupt, when the deadline passed), it returns early,
+/// and the guest stops as it goes back to wasm.
 fn block(waits: &[Wait]) {
     let soonest = waits.iter().map(|w| match w {
         Wait::Ready => 0,
@@ -284,7 +364,12 @@ fn block(waits: &[Wait]) {
     let at = soonest.min().unwrap_or(0);
     let now = monotonic_now();
     if at > now {
-        std::thread::sleep(std::time::Duration::from_nanos(at - now));
+        let ns = at - now;
+        let t = rustix::time::Timespec {
+            tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as i64,
+            tv_nsec: (ns % 1_000_000_000) as i64,
+        };
+        let _ = rustix::thread::nanosleep(&t);
     }
 }
 
@@ -303,7 +388,7 @@ fn cli<T: 'static>(
                     Val::Tuple(vec![Val::String(k.into()), Val::String(v.into())])
                 })
                 .collect();
-            r[0] = Val::List(vars);
+            set(r, Val::List(vars))?;
             Ok(())
         },
     )?;
@@ -311,18 +396,21 @@ fn cli<T: 'static>(
         "get-arguments",
         move |mut s: StoreContextMut<'_, T>, _, _, r| {
             let ctx = get(s.data_mut());
-            r[0] = Val::List(strings(&ctx.fixed.args).map(Val::String).collect());
+            set(
+                r,
+                Val::List(strings(&ctx.fixed.args).map(Val::String).collect()),
+            )?;
             Ok(())
         },
     )?;
     env.func_new("initial-cwd", |_, _, _, r| {
-        r[0] = Val::Option(None);
+        set(r, Val::Option(None))?;
         Ok(())
     })?;
 
     let mut exit = linker.instance(&name("cli/exit"))?;
     exit.func_new("exit", |_, _, p, _| -> HostResult {
-        let code = match &p[0] {
+        let code = match arg(p, 0)? {
             Val::Result(Ok(_)) => 0,
             _ => 1,
         };
@@ -342,7 +430,7 @@ fn cli<T: 'static>(
         linker
             .instance(&name(iface))?
             .func_new(func, move |_, _, _, r| {
-                r[0] = Val::Resource(ResourceAny::new(ty, rep, true));
+                set(r, Val::Resource(ResourceAny::new(ty, rep, true)))?;
                 Ok(())
             })?;
     }
@@ -365,7 +453,7 @@ fn cli<T: 'static>(
         linker
             .instance(&name(iface))?
             .func_new(func, |_, _, _, r| {
-                r[0] = Val::Option(None);
+                set(r, Val::Option(None))?;
                 Ok(())
             })?;
     }
@@ -378,26 +466,26 @@ fn clocks<T: 'static>(
 ) -> Result<(), ephem_component::Error> {
     let mut mono = linker.instance(&name("clocks/monotonic-clock"))?;
     mono.func_new("now", |_, _, _, r| {
-        r[0] = Val::U64(monotonic_now());
+        set(r, Val::U64(monotonic_now()))?;
         Ok(())
     })?;
     mono.func_new("resolution", |_, _, _, r| {
-        r[0] = Val::U64(1);
+        set(r, Val::U64(1))?;
         Ok(())
     })?;
     mono.func_new(
         "subscribe-instant",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let at = u64_arg(&p[0])?;
-            r[0] = new_pollable(get(s.data_mut()), Wait::Until(at))?;
+            let at = u64_arg(arg(p, 0)?)?;
+            set(r, new_pollable(get(s.data_mut()), Wait::Until(at))?)?;
             Ok(())
         },
     )?;
     mono.func_new(
         "subscribe-duration",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let at = monotonic_now().saturating_add(u64_arg(&p[0])?);
-            r[0] = new_pollable(get(s.data_mut()), Wait::Until(at))?;
+            let at = monotonic_now().saturating_add(u64_arg(arg(p, 0)?)?);
+            set(r, new_pollable(get(s.data_mut()), Wait::Until(at))?)?;
             Ok(())
         },
     )?;
@@ -410,11 +498,11 @@ fn clocks<T: 'static>(
     };
     wall.func_new("now", move |_, _, _, r| {
         let t = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
-        r[0] = datetime(t.tv_sec as u64, t.tv_nsec as u32);
+        set(r, datetime(t.tv_sec as u64, t.tv_nsec as u32))?;
         Ok(())
     })?;
     wall.func_new("resolution", move |_, _, _, r| {
-        r[0] = datetime(0, 1);
+        set(r, datetime(0, 1))?;
         Ok(())
     })?;
     Ok(())
@@ -435,15 +523,15 @@ fn random<T: 'static>(linker: &mut Linker<T>) -> Result<(), ephem_component::Err
     for (iface, prefix) in [("random/random", ""), ("random/insecure", "insecure-")] {
         let mut r = linker.instance(&name(iface))?;
         r.func_new(&format!("get-{prefix}random-bytes"), |_, _, p, r| {
-            let mut buf = vec![0; u64_arg(&p[0])?.min(1 << 20) as usize];
+            let mut buf = vec![0; at_most(u64_arg(arg(p, 0)?)?)?];
             fill(&mut buf)?;
-            r[0] = list_of_bytes(&buf);
+            set(r, list_of_bytes(&buf))?;
             Ok(())
         })?;
         r.func_new(&format!("get-{prefix}random-u64"), |_, _, _, r| {
             let mut buf = [0; 8];
             fill(&mut buf)?;
-            r[0] = Val::U64(u64::from_le_bytes(buf));
+            set(r, Val::U64(u64::from_le_bytes(buf)))?;
             Ok(())
         })?;
     }
@@ -452,10 +540,13 @@ fn random<T: 'static>(linker: &mut Linker<T>) -> Result<(), ephem_component::Err
         let mut buf = [0; 16];
         fill(&mut buf)?;
         let (a, b) = buf.split_at(8);
-        r[0] = Val::Tuple(vec![
-            Val::U64(u64::from_le_bytes(a.try_into().expect("8"))),
-            Val::U64(u64::from_le_bytes(b.try_into().expect("8"))),
-        ]);
+        set(
+            r,
+            Val::Tuple(vec![
+                Val::U64(u64::from_le_bytes(a.try_into().expect("8"))),
+                Val::U64(u64::from_le_bytes(b.try_into().expect("8"))),
+            ]),
+        )?;
         Ok(())
     })?;
     Ok(())
@@ -478,12 +569,12 @@ pub fn add_filesystem_to_linker<T: 'static>(
         |_, _| Ok(()),
     )?;
     types.func_new("filesystem-error-code", |_, _, _, r| {
-        r[0] = Val::Option(None);
+        set(r, Val::Option(None))?;
         Ok(())
     })?;
     let mut preopens: LinkerInstance<'_, T> = linker.instance(&name("filesystem/preopens"))?;
     preopens.func_new("get-directories", |_, _, _, r| {
-        r[0] = Val::List(Vec::new());
+        set(r, Val::List(Vec::new()))?;
         Ok(())
     })?;
     Ok(())
