@@ -226,39 +226,25 @@ fn io<T: 'static>(
         ResourceType::host::<OutputStream>(),
         |_, _| Ok(()),
     )?;
-    for blocking in ["read", "blocking-read"] {
+    // Reading and skipping: the same read of standard input, giving the bytes or their count.
+    for (method, skip) in [
+        ("read", false),
+        ("blocking-read", false),
+        ("skip", true),
+        ("blocking-skip", true),
+    ] {
         streams.func_new(
-            &format!("[method]input-stream.{blocking}"),
+            &format!("[method]input-stream.{method}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
                 let len = u64_arg(arg(p, 1)?)?.min(64 << 10) as usize;
                 let mut buf = vec![0; len];
-                set(
-                    r,
-                    match read_stdin(get(s.data_mut()), &mut buf) {
-                        Ok(0) if len > 0 => closed(),
-                        Ok(n) => ok(Some(list_of_bytes(&buf[..n]))),
-                        Err(_) => closed(),
-                    },
-                )?;
-                Ok(())
-            },
-        )?;
-    }
-    for blocking in ["skip", "blocking-skip"] {
-        streams.func_new(
-            &format!("[method]input-stream.{blocking}"),
-            move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let len = u64_arg(arg(p, 1)?)?.min(64 << 10) as usize;
-                let mut buf = vec![0; len];
-                set(
-                    r,
-                    match read_stdin(get(s.data_mut()), &mut buf) {
-                        Ok(0) if len > 0 => closed(),
-                        Ok(n) => ok(Some(Val::U64(n as u64))),
-                        Err(_) => closed(),
-                    },
-                )?;
-                Ok(())
+                let result = match read_stdin(get(s.data_mut()), &mut buf) {
+                    Ok(0) if len > 0 => closed(),
+                    Ok(n) if skip => ok(Some(Val::U64(n as u64))),
+                    Ok(n) => ok(Some(list_of_bytes(&buf[..n]))),
+                    Err(_) => closed(),
+                };
+                set(r, result)
             },
         )?;
     }
