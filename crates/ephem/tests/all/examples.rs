@@ -12,6 +12,9 @@ mod threads;
 #[path = "../../../../examples/wasi.rs"]
 mod wasi;
 
+#[path = "../../../../examples/component.rs"]
+mod component;
+
 #[test]
 fn hello_runs() {
     hello::main().unwrap();
@@ -33,6 +36,11 @@ fn wasi_runs() {
 }
 
 #[test]
+fn component_runs() {
+    component::main().unwrap();
+}
+
+#[test]
 fn every_example_is_run_here() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let mut examples: Vec<String> = std::fs::read_dir(dir)
@@ -45,7 +53,7 @@ fn every_example_is_run_here() {
     examples.sort();
     assert_eq!(
         examples,
-        ["fresh", "hello", "threads", "wasi"],
+        ["component", "fresh", "hello", "threads", "wasi"],
         "a new example needs a test here"
     );
 }
