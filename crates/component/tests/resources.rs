@@ -17,71 +17,7 @@ struct Host {
     log: Vec<String>,
 }
 
-const COMPONENT: &str = r#"(component
-    (import "host" (instance $h
-      (export "stream" (type $s (sub resource)))
-      (export "open" (func (param "name" string) (result (own $s))))
-      (export "write" (func (param "s" (borrow $s)) (param "bytes" (list u8)) (result u32)))))
-    (alias export $h "stream" (type $stream))
-    (core module $libc (memory (export "memory") 1))
-    (core instance $libc (instantiate $libc))
-    (core func $open (canon lower (func $h "open") (memory (core memory $libc "memory"))))
-    (core func $write (canon lower (func $h "write") (memory (core memory $libc "memory"))))
-    (core func $drop (canon resource.drop $stream))
-    (core module $m
-      (import "host" "open" (func $open (param i32 i32) (result i32)))
-      (import "host" "write" (func $write (param i32 i32 i32) (result i32)))
-      (import "host" "drop" (func $drop (param i32)))
-      (import "libc" "memory" (memory 1))
-      (data (i32.const 100) "loghelloworld")
-      (func (export "run") (result i32)
-        (local $h i32) (local $n i32)
-        (local.set $h (call $open (i32.const 100) (i32.const 3)))
-        (local.set $n (call $write (local.get $h) (i32.const 103) (i32.const 5)))
-        (local.set $n (i32.add (local.get $n)
-          (call $write (local.get $h) (i32.const 108) (i32.const 5))))
-        (call $drop (local.get $h))
-        (local.get $n))
-      (func (export "use-after-drop") (result i32)
-        (local $h i32)
-        (local.set $h (call $open (i32.const 100) (i32.const 3)))
-        (call $drop (local.get $h))
-        (call $write (local.get $h) (i32.const 103) (i32.const 5)))
-      (func (export "double-drop")
-        (local $h i32)
-        (local.set $h (call $open (i32.const 100) (i32.const 3)))
-        (call $drop (local.get $h))
-        (call $drop (local.get $h)))
-      (func (export "forged") (result i32)
-        (call $write (i32.const 77) (i32.const 103) (i32.const 5)))
-      (func (export "consume") (param i32) (call $drop (local.get 0)))
-      (func (export "peek") (param i32) (result i32)
-        (local $n i32)
-        (local.set $n (call $write (local.get 0) (i32.const 103) (i32.const 5)))
-        (call $drop (local.get 0))
-        (local.get $n))
-      (func (export "keep") (param i32) (result i32)
-        (call $write (local.get 0) (i32.const 103) (i32.const 5)))
-      (func (export "make") (result i32) (call $open (i32.const 100) (i32.const 3)))
-      (func (export "trap-lent") (param i32) unreachable)
-      (func (export "use-index") (param i32) (result i32)
-        (call $write (local.get 0) (i32.const 103) (i32.const 5))))
-    (core instance $i (instantiate $m
-      (with "host" (instance
-        (export "open" (func $open)) (export "write" (func $write)) (export "drop" (func $drop))))
-      (with "libc" (instance $libc))))
-    (export $s "stream" (type $stream))
-    (func (export "run") (result u32) (canon lift (core func $i "run")))
-    (func (export "use-after-drop") (result u32) (canon lift (core func $i "use-after-drop")))
-    (func (export "double-drop") (canon lift (core func $i "double-drop")))
-    (func (export "forged") (result u32) (canon lift (core func $i "forged")))
-    (func (export "consume") (param "s" (own $s)) (canon lift (core func $i "consume")))
-    (func (export "peek") (param "s" (borrow $s)) (result u32) (canon lift (core func $i "peek")))
-    (func (export "keep") (param "s" (borrow $s)) (result u32) (canon lift (core func $i "keep")))
-    (func (export "make") (result (own $s)) (canon lift (core func $i "make")))
-    (func (export "trap-lent") (param "s" (borrow $s)) (canon lift (core func $i "trap-lent")))
-    (func (export "use-index") (param "i" u32) (result u32)
-      (canon lift (core func $i "use-index"))))"#;
+const COMPONENT: &str = include_str!("resources.wat");
 
 fn linker(engine: &Engine) -> anyhow::Result<Linker<Host>> {
     let mut linker = Linker::<Host>::new(engine);
