@@ -1,10 +1,12 @@
-//! `component-vs-wasmtime FILE=CALL…`: a fresh instance of a component per call, on ephem and
-//! on wasmtime, in one run, with the ratio per component.
+//! `component-vs-wasmtime FILE=CALL… | FILE…`: a fresh instance of a component per call, on
+//! ephem and on wasmtime, in one run, with the ratio per component. A `FILE` without a call is
+//! a WASI 0.2 command: its `wasi:cli/run` runs with a fresh WASI context each time (ephem's
+//! `ephem_wasi::p2`, wasmtime's `wasmtime-wasi`), output discarded on both.
 //!
 //! Each invocation: a new store, instantiate the component, look up and call the export as
 //! CALL says (`greet("world")`, WAVE as `ephem run --invoke` takes it), drop the store. The
-//! component stays loaded on both sides (ephem's `Component`, wasmtime's `InstancePre` of its
-//! `Component`, with the pooling allocator of [`ephem_bench_wasmtime::wt::engine`]): ephem has
+//! component stays loaded on both sides (an `InstancePre` on each, wasmtime's with the pooling
+//! allocator of [`ephem_bench_wasmtime::wt::engine`]): ephem has
 //! no component artifact yet, so loading from disk is not part of this comparison. The two
 //! runtimes take turns in blocks, as `fresh-vs-wasmtime` does. Every component given is
 //! reported, also one that fails on either side.
@@ -20,7 +22,8 @@ use wasmtime::component as wc;
 #[derive(Parser)]
 #[command(about = "A fresh component instance per call, on ephem and on wasmtime")]
 struct Args {
-    /// Components and the call to make on each: `FILE=NAME(ARGS…)`.
+    /// Components and the call to make on each: `FILE=NAME(ARGS…)`, or `FILE` for a WASI
+    /// command.
     #[arg(required = true)]
     subjects: Vec<String>,
     /// Invocations per runtime and component.
@@ -69,10 +72,85 @@ struct Subject {
     wasmtime: Box<dyn Fn() -> anyhow::Result<String>>,
 }
 
+/// What a WASI command's store holds on wasmtime's side.
+struct WtWasi {
+    ctx: wasmtime_wasi::WasiCtx,
+    table: wasmtime::component::ResourceTable,
+}
+
+impl wasmtime_wasi::WasiView for WtWasi {
+    fn ctx(&mut self) -> wasmtime_wasi::WasiCtxView<'_> {
+        wasmtime_wasi::WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// A WASI command on both runtimes.
+fn prepare_command(file: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<Subject> {
+    let wasm = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+
+    let engine = ephem::Engine::default();
+    let component = ec::Component::new(&engine, &wasm)?;
+    let mut linker = ec::Linker::<ephem_wasi::WasiCtx>::new(&engine);
+    ephem_wasi::p2::add_to_linker(&mut linker, |c| c)?;
+    ephem_wasi::p2::add_filesystem_to_linker(&mut linker)?;
+    linker.define_unknown_imports_as_traps(&component, |_| true)?;
+    let ephem_pre = linker.instantiate_pre(&component)?;
+    let mut template = ephem_wasi::WasiCtx::builder();
+    template.arg(file)?;
+    let run = (component.exported_funcs().into_iter())
+        .map(|(path, _)| path)
+        .find(|p| p.len() == 2 && p[0].starts_with("wasi:cli/run@0.2.") && p[1] == "run")
+        .context("no wasi:cli/run")?;
+    let ephem = Box::new(move || -> anyhow::Result<String> {
+        let mut store = ephem::Store::new(&engine, template.build());
+        let instance = ephem_pre.instantiate(&mut store)?;
+        let i = instance.get_export_index(&mut store, None, &run[0]);
+        let i = i.and_then(|i| instance.get_export_index(&mut store, Some(&i), "run"));
+        let func = i
+            .and_then(|i| instance.get_func(&mut store, i))
+            .context("no run")?;
+        let mut out = [ec::Val::Bool(false)];
+        func.call(&mut store, &[], &mut out)?;
+        Ok(out[0].to_string())
+    });
+
+    let wt_component = wc::Component::new(wt_engine, &wasm)?;
+    let mut wt_linker = wc::Linker::<WtWasi>::new(wt_engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut wt_linker)?;
+    let pre = wasmtime_wasi::p2::bindings::sync::CommandPre::new(
+        wt_linker.instantiate_pre(&wt_component)?,
+    )?;
+    let wt_engine = wt_engine.clone();
+    let file_arg = file.to_string();
+    let wasmtime = Box::new(move || -> anyhow::Result<String> {
+        let ctx = wasmtime_wasi::WasiCtxBuilder::new().arg(&file_arg).build();
+        let host = WtWasi {
+            ctx,
+            table: Default::default(),
+        };
+        let mut store = wasmtime::Store::new(&wt_engine, host);
+        let command = pre.instantiate(&mut store)?;
+        let ran = command.wasi_cli_run().call_run(&mut store)?;
+        Ok(format!("{ran:?}"))
+    });
+    Ok(Subject {
+        label: std::path::Path::new(file)
+            .file_name()
+            .unwrap()
+            .display()
+            .to_string(),
+        ephem,
+        wasmtime,
+    })
+}
+
 fn prepare(spec: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<Subject> {
-    let (file, call) = spec
-        .split_once('=')
-        .with_context(|| format!("`{spec}`: expected FILE=CALL"))?;
+    let Some((file, call)) = spec.split_once('=') else {
+        return prepare_command(spec, wt_engine);
+    };
     let wasm = wat::parse_file(file).with_context(|| format!("reading {file}"))?;
 
     let engine = ephem::Engine::default();
@@ -88,12 +166,12 @@ fn prepare(spec: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<Subject> 
     let has_result = funcs
         .iter()
         .any(|(p, ty)| p[0] == name && ty.result.is_some());
-    let linker = ec::Linker::<()>::new(&engine);
+    let pre = ec::Linker::<()>::new(&engine).instantiate_pre(&component)?;
     let ephem = {
         let (name, args) = (name.clone(), args.clone());
         Box::new(move || -> anyhow::Result<String> {
             let mut store = ephem::Store::new(&engine, ());
-            let instance = linker.instantiate(&mut store, &component)?;
+            let instance = pre.instantiate(&mut store)?;
             let func = instance
                 .get_func(&mut store, name.as_str())
                 .context("no export")?;
@@ -180,7 +258,11 @@ fn main() -> anyhow::Result<()> {
                 us(wp),
                 wm.as_nanos() as f64 / em.as_nanos().max(1) as f64
             ),
-            Err(e) => println!("{spec:<40} failed: {e:#}"),
+            Err(e) => {
+                // The error's first line: a trap's backtrace would break the table.
+                let e = format!("{e:#}");
+                println!("{spec:<40} failed: {}", e.lines().next().unwrap_or(""));
+            }
         }
     }
     Ok(())

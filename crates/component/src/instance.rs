@@ -121,22 +121,21 @@ impl<I: AsRef<[ephem_runtime::Instance]>, F: AsRef<[ephem_runtime::Func]>> Made<
     }
 }
 
-/// Instantiates `component` in `store`, its host functions found by `host(path)` and its
-/// host resource types by `resource(path)`.
+/// What a linker resolved for a component: the host function of each lowering of a host
+/// import (by lowering), and each resource type's host type and destructor (by resource).
+pub(crate) struct Imports<T> {
+    pub hosts: Vec<Option<Arc<HostFn<T>>>>,
+    pub resources: Vec<(ResourceType, Arc<Dtor<T>>)>,
+}
+
+/// Instantiates `component` in `store` with `imports`, which a linker resolved for it.
 pub(crate) fn instantiate<T: 'static>(
     mut store: StoreContextMut<'_, T>,
     component: &Component,
-    host: impl Fn(&plan::Path, &FuncType) -> Result<Arc<HostFn<T>>, Error>,
-    resource: impl Fn(&plan::Path) -> Result<(ResourceType, Arc<Dtor<T>>), Error>,
+    imports: &Imports<T>,
 ) -> Result<Instance, Error> {
     let plan = &component.inner.plan;
-    let mut dtors = Vec::with_capacity(plan.resources.len());
-    let mut types = Vec::with_capacity(plan.resources.len());
-    for path in &plan.resources {
-        let (ty, dtor) = resource(path)?;
-        types.push(ty);
-        dtors.push(dtor);
-    }
+    let types = imports.resources.iter().map(|(ty, _)| *ty).collect();
     let handles = (!plan.resources.is_empty())
         .then(|| Arc::new(Mutex::new(Handles::new(plan.tables, types))));
     let mut made = Made {
@@ -161,7 +160,9 @@ pub(crate) fn instantiate<T: 'static>(
                 let options = made.options(&mut store, &lowering.options)?;
                 let ty = lowering.ty.clone();
                 let callee: Callee2<T> = match &lowering.callee {
-                    Callee::Host(path) => Callee2::Host(host(path, &ty)?),
+                    Callee::Host(_) => {
+                        Callee2::Host(imports.hosts[*n].clone().expect("resolved by the linker"))
+                    }
                     Callee::Lifted(l) => Callee2::Lifted(made.lifted(&mut store, *l)?),
                 };
                 let core_ty = lowering.core.clone();
@@ -190,7 +191,7 @@ pub(crate) fn instantiate<T: 'static>(
                     .handles
                     .clone()
                     .expect("a plan with drops has resources");
-                let dtor = dtors[drop.resource.0 as usize].clone();
+                let dtor = imports.resources[drop.resource.0 as usize].1.clone();
                 let ty = ephem_runtime::FuncType::new([ephem_runtime::ValType::I32], []);
                 let func = ephem_runtime::Func::new(&mut store, ty, move |mut caller, args, _| {
                     let index = args[0].i32().unwrap_or(0) as u32;

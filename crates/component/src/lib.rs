@@ -50,7 +50,7 @@ use ephem_runtime::{ArtifactKey, Engine, Module};
 
 pub use artifact::is_component_artifact;
 pub use instance::{ComponentExportIndex, Func, Instance, TypedFunc};
-pub use linker::{Linker, LinkerInstance};
+pub use linker::{InstancePre, Linker, LinkerInstance};
 pub use resources::{Resource, ResourceAny, ResourceTable, ResourceTableError, ResourceType};
 pub use typed::{ComponentNamedList, ComponentType};
 pub use types::{Case, Field, FuncType, Type};

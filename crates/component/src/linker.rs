@@ -99,6 +99,34 @@ pub struct Linker<T> {
     root: Items<T>,
 }
 
+/// A component with its imports resolved by a [`Linker`]: instantiating it looks nothing up
+/// (wasmtime's `InstancePre`).
+pub struct InstancePre<T> {
+    component: Component,
+    imports: Arc<instance::Imports<T>>,
+}
+
+impl<T> Clone for InstancePre<T> {
+    fn clone(&self) -> Self {
+        InstancePre {
+            component: self.component.clone(),
+            imports: self.imports.clone(),
+        }
+    }
+}
+
+impl<T: 'static> InstancePre<T> {
+    /// Instantiates the component in `store`.
+    pub fn instantiate(&self, mut store: impl AsContextMut<Data = T>) -> Result<Instance, Error> {
+        instance::instantiate(store.as_context_mut(), &self.component, &self.imports)
+    }
+
+    /// The component.
+    pub fn component(&self) -> &Component {
+        &self.component
+    }
+}
+
 /// One level of a [`Linker`]: the outer names, or an instance's.
 pub struct LinkerInstance<'a, T> {
     items: &'a mut Items<T>,
@@ -182,9 +210,15 @@ impl<T: 'static> Linker<T> {
     /// Instantiates `component` in `store` with its imports from this linker.
     pub fn instantiate(
         &self,
-        mut store: impl AsContextMut<Data = T>,
+        store: impl AsContextMut<Data = T>,
         component: &Component,
     ) -> Result<Instance, Error> {
+        self.instantiate_pre(component)?.instantiate(store)
+    }
+
+    /// Resolves and type-checks `component`'s imports once, for many instantiations (an
+    /// instantiation then looks nothing up).
+    pub fn instantiate_pre(&self, component: &Component) -> Result<InstancePre<T>, Error> {
         if !component.engine().same(&self.engine) {
             return Err(Error::Usage(
                 "the component belongs to another engine than the linker".into(),
@@ -210,18 +244,25 @@ impl<T: 'static> Linker<T> {
                 )));
             }
         }
-        instance::instantiate(
-            store.as_context_mut(),
-            component,
-            |path, ty| self.host(plan, path, ty),
-            |path| match self.find(plan, path) {
+        let hosts = (plan.lowerings.iter())
+            .map(|l| match &l.callee {
+                plan::Callee::Host(path) => self.host(plan, path, &l.ty).map(Some),
+                plan::Callee::Lifted(_) => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
+        let resources = (plan.resources.iter())
+            .map(|path| match self.find(plan, path) {
                 (Some(Definition::Resource(ty, dtor)), _) => Ok((*ty, dtor.clone())),
                 (_, shown) => Err(Error::Link(format!(
                     "the component imports the resource type {shown}, which the linker does \
                      not define as one"
                 ))),
-            },
-        )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(InstancePre {
+            component: component.clone(),
+            imports: Arc::new(instance::Imports { hosts, resources }),
+        })
     }
 
     /// The definition at `path`, if any, and the path as the errors show it.
