@@ -522,6 +522,18 @@ fn run_invokes_a_component_export_and_prints_its_result_as_wasmtime_does() {
         "spin()",
     ]);
     assert_eq!(out.status.code(), Some(134), "fuel");
+    // The store's limits bound the component's core memories: its one page does not fit.
+    let out = ephem(&[
+        "run",
+        "--max-memory",
+        "32k",
+        "examples/component.wat",
+        "--invoke",
+        "add(1, 2)",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("limit"), "{stderr}");
     for call in ["add(1)", "add(-1, 2)", "nope()", "greet(\"open"] {
         let out = ephem(&["run", "examples/component.wat", "--invoke", call]);
         assert_eq!(out.status.code(), Some(2), "{call}: a usage error");

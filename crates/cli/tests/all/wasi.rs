@@ -397,6 +397,11 @@ fn wasi_0_2_commands_run_as_wasmtime_runs_them() {
     let wc = guest("wc.component");
     let out = run(&[&wc], b"one two\nthree\n");
     assert_eq!(stdout(&out), "2 14\n");
+
+    // A deadline stops a command asleep on a clock (`nanosleep` through `wasi:io/poll`).
+    let out = run(&["--timeout", "5ms", &basics, "clocks"], b"");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(134), "{stderr}");
 }
 
 /// A Python command built by componentize-py (CPython inside, 18 MB): it prints what
