@@ -78,6 +78,13 @@ pub fn run(
     if let Some(bytes) = args.max_memory {
         limits = limits.memory_size(bytes);
     }
+    if !args.dirs.is_empty() || !args.dirs_ro.is_empty() {
+        // (Said rather than refused: a command that opens no file runs as it would.)
+        eprintln!(
+            "warning: a component sees no directories yet (`wasi:filesystem` is not provided); \
+             `--dir` is ignored"
+        );
+    }
     let host = Host {
         limits: limits.build(),
         wasi: crate::run::wasi(args)?.build(),

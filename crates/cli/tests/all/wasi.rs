@@ -380,6 +380,10 @@ fn wasi_0_2_commands_run_as_wasmtime_runs_them() {
     let out = run(&[&hello], b"");
     assert_eq!(stdout(&out), "Hello, world!\n");
     assert!(out.status.success());
+    // Directories are not given to components yet: said, not silently dropped.
+    let out = run(&["--dir", ".", &hello], b"");
+    assert_eq!(stdout(&out), "Hello, world!\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`--dir` is ignored"));
 
     let basics = guest("basics.component");
     let out = run(&["--env", "A=b", &basics, "args", "x"], b"");
