@@ -232,14 +232,24 @@ impl Artifact {
         Artifact::in_memory(&crate::to_bytes(compiled, &[0; 32], &unsealed))
     }
 
-    /// Opens artifact bytes this process wrote, through a memory file (not checked: see the
-    /// module documentation).
     /// Opens artifact bytes held in memory (as `Module::serialize` gives them), checked as
     /// [`Artifact::open`] checks a file: the seal with `key`, then the metadata.
     pub fn from_bytes(bytes: &[u8], key: &ArtifactKey) -> Result<Artifact, Error> {
         Artifact::from_file(memory_file(bytes)?, None, Some(Some(key)))
     }
 
+    /// As [`Artifact::from_bytes`], with the metadata checked and the seal not: for bytes a
+    /// seal of their own already covers (a component artifact's, around its modules').
+    ///
+    /// # Safety
+    /// As [`Artifact::open_unverified`]: the caller vouches for the machine code, here by a
+    /// seal it verified over these very bytes.
+    pub unsafe fn from_bytes_unverified(bytes: &[u8]) -> Result<Artifact, Error> {
+        Artifact::from_file(memory_file(bytes)?, None, Some(None))
+    }
+
+    /// Opens artifact bytes this process wrote, through a memory file (not checked: see the
+    /// module documentation).
     pub(crate) fn in_memory(bytes: &[u8]) -> Result<Artifact, Error> {
         Artifact::from_file(memory_file(bytes)?, None, None)
     }
