@@ -9,10 +9,10 @@
 
 use anyhow::Context;
 use ephem::component::{self as ec, Component};
-use ephem::{Cache, Compiler, Engine, Store, StoreLimitsBuilder};
+use ephem::{Cache, Compiler, Engine, Store};
 
 use crate::exit::Usage;
-use crate::run::{Args, Host, TICKS_PER_TIMEOUT};
+use crate::run::{self, Args, Host, TICKS_PER_TIMEOUT};
 
 /// Whether `bytes` are a component: its artifact, the binary's layer field, or text that starts
 /// with `(component`.
@@ -74,10 +74,6 @@ pub fn run(
         .map_err(error)
         .with_context(|| format!("compiling {}", args.file.display()))?
     };
-    let mut limits = StoreLimitsBuilder::new();
-    if let Some(bytes) = args.max_memory {
-        limits = limits.memory_size(bytes);
-    }
     if !args.dirs.is_empty() || !args.dirs_ro.is_empty() {
         // (Said rather than refused: a command that opens no file runs as it would.)
         eprintln!(
@@ -86,17 +82,11 @@ pub fn run(
         );
     }
     let host = Host {
-        limits: limits.build(),
-        wasi: crate::run::wasi(args)?.build(),
+        limits: run::limits(args),
+        wasi: run::wasi(args)?.build(),
     };
     let mut store = Store::new(engine, host);
-    store.limiter(|h: &mut Host| &mut h.limits);
-    if let Some(fuel) = args.fuel {
-        store.set_fuel(fuel)?;
-    }
-    if args.timeout.is_some() {
-        store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
-    }
+    run::bound(&mut store, args.fuel, args.timeout)?;
     let _ticker =
         (args.timeout).map(|timeout| engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT));
     let mut linker = ec::Linker::new(engine);
@@ -114,12 +104,6 @@ pub fn run(
         .instantiate(&mut store, &component)
         .map_err(error)
         .with_context(|| format!("linking {}", args.file.display()))?;
-    let print_fuel = |store: &Store<Host>| -> anyhow::Result<()> {
-        if let (true, Some(fuel)) = (args.print_fuel, args.fuel) {
-            eprintln!("fuel consumed: {}", fuel - store.get_fuel()?);
-        }
-        Ok(())
-    };
     let Some(call) = &args.invoke else {
         // A command: `wasi:cli/run`'s `run`, as `wasmtime run` calls it.
         let funcs = component.exported_funcs();
@@ -140,7 +124,7 @@ pub fn run(
             .expect("listed among the exports");
         let mut result = [ec::Val::Bool(false)];
         let ran = func.call(&mut store, &[], &mut result).map_err(error);
-        print_fuel(&store)?;
+        run::print_fuel(args, &store)?;
         ran?;
         // `run` returning `err` is the command failing: status 1, nothing said, as wasmtime.
         return match &result[0] {
@@ -177,7 +161,7 @@ pub fn run(
         .ok_or_else(|| Usage(format!("the component exports no function `{name}`")))?;
     let mut results = vec![ec::Val::Bool(false); ty.result.is_some() as usize];
     let called = func.call(&mut store, &params, &mut results).map_err(error);
-    print_fuel(&store)?;
+    run::print_fuel(args, &store)?;
     called?;
     for v in &results {
         outln!("{v}")?;

@@ -107,6 +107,40 @@ pub(crate) fn wasi(args: &Args) -> anyhow::Result<WasiCtxBuilder> {
     Ok(b)
 }
 
+/// The store limits the flags ask for (`--max-memory`).
+pub(crate) fn limits(args: &Args) -> StoreLimits {
+    let mut limits = StoreLimitsBuilder::new();
+    if let Some(bytes) = args.max_memory {
+        limits = limits.memory_size(bytes);
+    }
+    limits.build()
+}
+
+/// Puts a store under its limits, `fuel` and the deadline `timeout` asks for (modules' stores,
+/// each `wasi-threads` thread's, components').
+pub(crate) fn bound(
+    store: &mut Store<Host>,
+    fuel: Option<u64>,
+    timeout: Option<std::time::Duration>,
+) -> Result<(), ephem::Error> {
+    store.limiter(|h| &mut h.limits);
+    if let Some(fuel) = fuel {
+        store.set_fuel(fuel)?;
+    }
+    if timeout.is_some() {
+        store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
+    }
+    Ok(())
+}
+
+/// With `--print-fuel`, the fuel the store's guest consumed, on standard error.
+pub(crate) fn print_fuel(args: &Args, store: &Store<Host>) -> anyhow::Result<()> {
+    if let (true, Some(fuel)) = (args.print_fuel, args.fuel) {
+        eprintln!("fuel consumed: {}", fuel - store.get_fuel()?);
+    }
+    Ok(())
+}
+
 /// Ticks per `--timeout`: the deadline is reached between 19/20 and the whole of it.
 pub(crate) const TICKS_PER_TIMEOUT: u32 = 20;
 
@@ -191,29 +225,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         crate::cache::load(&compiler, &engine, path, cache, &args.trust)
     };
     let module = load(&args.file)?;
-    let mut limits = StoreLimitsBuilder::new();
-    if let Some(bytes) = args.max_memory {
-        limits = limits.memory_size(bytes);
-    }
     let mut linker = Linker::new(&engine);
     ephem_wasi::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi)?;
     let threads = ephem_wasi::threads::Threads::<Host>::default();
     ephem_wasi::threads::add_to_linker(&mut linker, &threads)?;
     let template = wasi(&args)?;
-    let limits = limits.build();
+    let limits = limits(&args);
     let (fuel, timeout) = (args.fuel, args.timeout);
     // Every store, the main thread's and each `wasi-threads` thread's, has the same limits,
     // fuel and deadline.
-    let setup = move |store: &mut Store<Host>| -> Result<(), ephem::Error> {
-        store.limiter(|h| &mut h.limits);
-        if let Some(fuel) = fuel {
-            store.set_fuel(fuel)?;
-        }
-        if timeout.is_some() {
-            store.set_epoch_deadline(u64::from(TICKS_PER_TIMEOUT));
-        }
-        Ok(())
-    };
+    let setup = move |store: &mut Store<Host>| bound(store, fuel, timeout);
     let make = {
         let (template, limits) = (template.clone(), limits.clone());
         move || Host {
@@ -280,17 +301,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )
     })?;
     let instance = pre.instantiate(&mut store)?;
-    let print_fuel = |store: &Store<Host>| -> anyhow::Result<()> {
-        if let (true, Some(fuel)) = (args.print_fuel, args.fuel) {
-            eprintln!("fuel consumed: {}", fuel - store.get_fuel()?);
-        }
-        Ok(())
-    };
     // A WASI command: `_start`, with the arguments given to the guest.
     let command = instance.get_func(&mut store, "_start");
     if let (None, Some(start)) = (&args.invoke, command) {
         let ran = start.call(&mut store, &[], &mut []);
-        print_fuel(&store)?;
+        print_fuel(&args, &store)?;
         return uncaught(&mut store, ran);
     }
     // A reactor is initialised before its export is called.
@@ -325,7 +340,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut results: Vec<Val> = ty.results.iter().map(|&t| Val::default_for(t)).collect();
     let called = func.call(&mut store, &vals, &mut results);
-    print_fuel(&store)?;
+    print_fuel(&args, &store)?;
     uncaught(&mut store, called)?;
     for v in &results {
         outln!("{}", show(v))?;

@@ -466,15 +466,6 @@ fn join(v: Core, slot: Flat) -> Core {
     }
 }
 
-fn zero(slot: Flat) -> Core {
-    match slot {
-        Flat::I32 => Core::I32(0),
-        Flat::I64 => Core::I64(0),
-        Flat::F32 => Core::F32(0),
-        Flat::F64 => Core::F64(0),
-    }
-}
-
 // ---- Lowering ----
 
 /// Lowers `val` (already checked to be of type `ty`) into flat core values.
@@ -532,7 +523,7 @@ pub(crate) fn lower_flat<T>(
             for (i, &slot) in joined[1..].iter().enumerate() {
                 out.push(match own.get(i) {
                     Some(&v) => join(v, slot),
-                    None => zero(slot),
+                    None => Core::default_for(slot.core()),
                 });
             }
         }

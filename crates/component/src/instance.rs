@@ -326,7 +326,11 @@ fn call_lifted<T>(
             abi::store_val(&mut *store, options, &res, &tuple, &all, ptr)?;
             args.push(Core::I32(ptr as i32));
         }
-        let mut core_results: Vec<Core> = lifted.core_results.iter().map(|&t| zero(t)).collect();
+        let mut core_results: Vec<Core> = lifted
+            .core_results
+            .iter()
+            .map(|&t| Core::default_for(t))
+            .collect();
         lifted.func.call(&mut *store, &args, &mut core_results)?;
         Ok::<_, Error>(core_results)
     })();
@@ -355,15 +359,6 @@ fn call_lifted<T>(
         post.call(&mut *store, &core_results, &mut [])?;
     }
     Ok(())
-}
-
-fn zero(t: ephem_runtime::ValType) -> Core {
-    match t {
-        ephem_runtime::ValType::I64 => Core::I64(0),
-        ephem_runtime::ValType::F32 => Core::F32(0),
-        ephem_runtime::ValType::F64 => Core::F64(0),
-        _ => Core::I32(0),
-    }
 }
 
 impl Instance {

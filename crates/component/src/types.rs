@@ -271,13 +271,8 @@ impl Type {
             },
             _ => {
                 let cases = self.cases().expect("a variant");
-                let payload_align = cases.iter().flatten().map(|t| t.align()).max();
-                let start = align_to(
-                    Type::discriminant_size(cases.len()),
-                    payload_align.unwrap_or(1),
-                );
                 let payload = cases.iter().flatten().map(|t| t.size()).max();
-                align_to(start + payload.unwrap_or(0), self.align())
+                align_to(self.payload_offset() + payload.unwrap_or(0), self.align())
             }
         }
     }

@@ -50,13 +50,13 @@ fn clock(id: u32) -> Result<ClockId> {
     })
 }
 
-fn nanos(t: Timespec) -> u64 {
+pub(crate) fn nanos(t: Timespec) -> u64 {
     (t.tv_sec as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(t.tv_nsec as u64)
 }
 
-fn timespec(ns: u64) -> Timespec {
+pub(crate) fn timespec(ns: u64) -> Timespec {
     Timespec {
         tv_sec: (ns / 1_000_000_000) as i64,
         tv_nsec: (ns % 1_000_000_000) as _,
@@ -165,6 +165,18 @@ fn read_each(
         }
     }
     Ok(total)
+}
+
+/// Fills `out` with the kernel's random bytes (preview 1's `random_get`, preview 2's
+/// `get-random-bytes`).
+pub(crate) fn fill_random(out: &mut [u8]) -> Result<()> {
+    let mut filled = 0;
+    while filled < out.len() {
+        filled += retry(|| {
+            rustix::rand::getrandom(&mut out[filled..], rustix::rand::GetRandomFlags::empty())
+        })?;
+    }
+    Ok(())
 }
 
 /// Retries a call interrupted by a signal.
@@ -301,18 +313,7 @@ impl WasiCtx {
     }
 
     pub(crate) fn random_get(&mut self, m: &mut GuestMemory<'_>, buf: u32, len: u32) -> Result<()> {
-        m.fill(buf, len, |out| {
-            let mut filled = 0;
-            while filled < out.len() {
-                filled += retry(|| {
-                    rustix::rand::getrandom(
-                        &mut out[filled..],
-                        rustix::rand::GetRandomFlags::empty(),
-                    )
-                })?;
-            }
-            Ok(filled)
-        })?;
+        m.fill(buf, len, |out| fill_random(out).map(|()| out.len()))?;
         Ok(())
     }
 

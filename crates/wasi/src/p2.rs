@@ -9,14 +9,12 @@
 //! descriptor methods are not defined; `ephem run` makes them trap, naming themselves),
 //! sockets, and `wasi:http`.
 
-use std::io::ErrorKind;
-
 use ephem_component::{Linker, LinkerInstance, ResourceAny, ResourceType, Val};
 use ephem_runtime::{HostError, StoreContextMut};
 
 use crate::I32Exit;
 use crate::ctx::WasiCtx;
-use crate::host::{read_stdin, write_stdio};
+use crate::host::{fill_random, nanos, read_stdin, timespec, write_stdio};
 
 /// The WASI 0.2 version these interfaces are defined under; a component importing any other
 /// 0.2.x finds them too (the linker matches compatible versions).
@@ -64,8 +62,9 @@ fn name(iface: &str) -> String {
 }
 
 fn monotonic_now() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+    nanos(rustix::time::clock_gettime(
+        rustix::time::ClockId::Monotonic,
+    ))
 }
 
 /// Parameter `i`: a component may import these functions at any type, so nothing is taken for
@@ -350,12 +349,7 @@ fn block(waits: &[Wait]) {
     let at = soonest.min().unwrap_or(0);
     let now = monotonic_now();
     if at > now {
-        let ns = at - now;
-        let t = rustix::time::Timespec {
-            tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as i64,
-            tv_nsec: (ns % 1_000_000_000) as i64,
-        };
-        let _ = rustix::thread::nanosleep(&t);
+        let _ = rustix::thread::nanosleep(&timespec(at - now));
     }
 }
 
@@ -496,15 +490,8 @@ fn clocks<T: 'static>(
 
 fn random<T: 'static>(linker: &mut Linker<T>) -> Result<(), ephem_component::Error> {
     fn fill(buf: &mut [u8]) -> Result<(), HostError> {
-        let mut done = 0;
-        while done < buf.len() {
-            match rustix::rand::getrandom(&mut buf[done..], rustix::rand::GetRandomFlags::empty()) {
-                Ok(n) => done += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(Box::new(std::io::Error::from(e))),
-            }
-        }
-        Ok(())
+        fill_random(buf)
+            .map_err(|e| format!("the kernel gave no random bytes (errno {})", e.0).into())
     }
     for (iface, prefix) in [("random/random", ""), ("random/insecure", "insecure-")] {
         let mut r = linker.instance(&name(iface))?;
