@@ -1,5 +1,5 @@
 //! `ephem serve`: the HTTP server of `ephem-serve`, configured by a TOML file (`--config`) with
-//! flags over it.
+//! flags over it; with `--component FILE`, one `wasi:http` component answering every request.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -62,6 +62,10 @@ pub struct Args {
     /// Logs as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
+    /// Serves this `wasi:http/proxy` component at every path, a fresh instance per request
+    /// (as `wasmtime serve FILE`), instead of the module API.
+    #[arg(long, value_name = "FILE")]
+    component: Option<PathBuf>,
 }
 
 impl Args {
@@ -102,12 +106,21 @@ pub fn serve(args: Args) -> anyhow::Result<()> {
     } else {
         logs.init();
     }
+    let component = match &args.component {
+        Some(path) => Some(
+            std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
     let config = args.config()?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
         .block_on(async {
-            let server = Server::bind(config).await?;
+            let server = match &component {
+                Some(bytes) => Server::bind_component(config, bytes).await?,
+                None => Server::bind(config).await?,
+            };
             tracing::info!(address = %server.local_addr()?, "listening");
             server.run(ephem_serve::shutdown_signal()).await
         })

@@ -58,6 +58,8 @@ pub struct Shared {
     /// Calls in the server, running or waiting: `workers` + the queue's length.
     admitted: Arc<Semaphore>,
     compiles: Arc<Semaphore>,
+    /// The component served at every path (`ephem serve --component`), if any.
+    pub component: Option<crate::component::Handler>,
 }
 
 impl Shared {
@@ -77,6 +79,7 @@ impl Shared {
             registry,
             exec,
             token,
+            component: None,
         }
     }
 }
@@ -95,6 +98,13 @@ impl ApiError {
             body: json!({"error": error, "message": message.to_string()}),
             retry_after: false,
         }
+    }
+}
+
+impl ApiError {
+    /// The same answer with another status.
+    pub(crate) fn with_status(self, status: StatusCode) -> ApiError {
+        ApiError { status, ..self }
     }
 }
 
@@ -150,9 +160,16 @@ impl From<CallError> for ApiError {
 
 type App = State<Arc<Shared>>;
 
-/// The routes, over `shared`.
+/// The routes, over `shared`: every path to the component it serves, if it serves one.
 pub fn router(shared: Arc<Shared>) -> Router {
     let limits = shared.config.limits;
+    if shared.component.is_some() {
+        return Router::new()
+            .fallback(crate::component::handle)
+            .layer(middleware::from_fn_with_state(shared.clone(), authorize))
+            .layer(middleware::from_fn_with_state(shared.clone(), observe))
+            .with_state(shared);
+    }
     let modules = Router::new()
         .route(
             "/modules",
@@ -451,7 +468,7 @@ fn busy(shared: &Shared) -> ApiError {
 
 /// Runs `f` on a worker: at once if one is free, after a wait if the queue has room, else
 /// `503` with `Retry-After` (latency does not grow without bound under overload).
-async fn on_worker<R: Send + 'static>(
+pub(crate) async fn on_worker<R: Send + 'static>(
     shared: &Arc<Shared>,
     f: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, ApiError> {

@@ -16,11 +16,13 @@
 //! - [`exec`]: one call, in a fresh store.
 //! - [`http`]: routes (axum), bearer-token checks, the worker gate.
 //! - [`metrics`]: Prometheus metrics.
+//! - [`component`]: `ephem serve --component`, one `wasi:http` component at every path.
 //!
 //! Embedders mount [`Server::router`] in their own axum application, or run [`Server::run`].
 
 #![forbid(unsafe_code)]
 
+pub mod component;
 pub mod config;
 pub mod exec;
 pub mod http;
@@ -59,7 +61,17 @@ impl Server {
         config: Config,
         objects: Option<Arc<dyn object_store::ObjectStore>>,
     ) -> anyhow::Result<Server> {
-        let shared = Arc::new(shared(config, objects)?);
+        Server::bind_shared(shared(config, objects, None)?).await
+    }
+
+    /// A server answering every request with the `wasi:http/proxy` component in `bytes`
+    /// (compiled now, through the artifact cache), a fresh instance per request.
+    pub async fn bind_component(config: Config, bytes: &[u8]) -> anyhow::Result<Server> {
+        Server::bind_shared(shared(config, None, Some(bytes))?).await
+    }
+
+    async fn bind_shared(shared: http::Shared) -> anyhow::Result<Server> {
+        let shared = Arc::new(shared);
         let listener = tokio::net::TcpListener::bind(shared.config.listen)
             .await
             .with_context(|| format!("listening on {}", shared.config.listen))?;
@@ -96,6 +108,7 @@ impl Server {
 fn shared(
     config: Config,
     objects: Option<Arc<dyn object_store::ObjectStore>>,
+    component: Option<&[u8]>,
 ) -> anyhow::Result<http::Shared> {
     let token = match &config.token_file {
         Some(path) => {
@@ -130,6 +143,9 @@ fn shared(
     // A module deleted through another node sharing these directories is called no more at
     // once: each call asks its kept artifact's file (an `fstat`, small beside a request).
     let cache = cache.asking_kept_entries_every(std::time::Duration::ZERO);
+    let component = (component)
+        .map(|bytes| component::Handler::new(&engine, &compiler, &cache, bytes))
+        .transpose()?;
     let mut registry =
         registry::Registry::new(config.modules_dir(), cache, compiler, engine.clone())
             .with_context(|| format!("creating {}", config.modules_dir().display()))?;
@@ -147,7 +163,9 @@ fn shared(
     let scratch = config.scratch_dir();
     let exec = exec::Executor::new(&engine, scratch.clone(), config.trap_unknown_imports)
         .with_context(|| format!("setting up {}", scratch.display()))?;
-    Ok(http::Shared::new(config, registry, exec, token))
+    let mut shared = http::Shared::new(config, registry, exec, token);
+    shared.component = component;
+    Ok(shared)
 }
 
 /// Completes on SIGTERM or SIGINT (Ctrl-C): the signal for a graceful shutdown.

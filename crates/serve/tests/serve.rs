@@ -42,14 +42,27 @@ fn start(config: Config) -> Running {
 
 /// A server with `objects` as its fleet's object store.
 fn start_with(config: Config, objects: Option<Arc<dyn ObjectStore>>) -> Running {
+    start_serving(config, Serving::Modules(objects))
+}
+
+/// What a test server serves.
+enum Serving {
+    /// Modules, with this fleet object store.
+    Modules(Option<Arc<dyn ObjectStore>>),
+    /// This `wasi:http` component at every path.
+    Component(Vec<u8>),
+}
+
+fn start_serving(config: Config, serving: Serving) -> Running {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async move {
-            let server = match objects {
-                Some(objects) => Server::bind_with(config, Some(objects)).await,
-                None => Server::bind(config).await,
+            let server = match serving {
+                Serving::Modules(Some(objects)) => Server::bind_with(config, Some(objects)).await,
+                Serving::Modules(None) => Server::bind(config).await,
+                Serving::Component(bytes) => Server::bind_component(config, &bytes).await,
             };
             let server = server.unwrap();
             addr_tx.send(server.local_addr().unwrap()).unwrap();
@@ -931,4 +944,190 @@ fn a_node_serves_what_it_holds_when_the_object_store_does_not_answer() {
         waited >= ephem_serve::store::CHECK_TIMEOUT && waited < Duration::from_secs(20),
         "{waited:?}"
     );
+}
+
+/// The `wasi:http` handler built from `guests/http-handler.c` (see `guests/build.sh`).
+fn http_handler() -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/guests/http-handler.wasm");
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// FNV-1a, 32 bits: the hash the handler reports of a body.
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes
+        .iter()
+        .fold(2166136261u32, |h, &b| (h ^ b as u32).wrapping_mul(16777619))
+}
+
+// The expected texts below are what `wasmtime serve -Scli` (wasmtime 49.0.3) answered to the
+// same requests with the same component.
+
+#[test]
+fn a_wasi_http_component_answers_as_wasmtime_serve_does() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start_serving(config(data.path()), Serving::Component(http_handler()));
+    let c = client();
+    let base = &server.base;
+
+    let r = c
+        .post(format!("{base}/a/b?c=d"))
+        .header("x-foo", "bar")
+        .header("X-Up", "Case")
+        .header("connection", "keep-alive")
+        .body("hello body")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "text/plain");
+    assert_eq!(r.headers()["x-handled-by"], "c");
+    assert_eq!(
+        r.text().unwrap(),
+        "method POST\npath /a/b?c=d\nscheme 0\nheader x-foo: bar\nheader x-up: Case\n\
+         forbidden seen 0\ntrailers none\nbody 10 776466081\n"
+    );
+
+    let r = c.patch(format!("{base}/fields")).send().unwrap();
+    assert_eq!(
+        r.text().unwrap(),
+        "from-list bad name: err 0\nfrom-list connection: err 1\nappend: 11\nget x-b: 1 2\n\
+         set: 1 has: 1\nentries: x-upper=V x-b=3\ndelete: 1 has: 0\nappend host: err 1\n\
+         append crlf: err 0\nrequest headers append: err 2\nclone append: 1 has: 1\n"
+    );
+
+    let method = reqwest::Method::from_bytes(b"FOO").unwrap();
+    let r = c
+        .request(method, format!("{base}/status/418"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 418);
+    assert_eq!(
+        r.text().unwrap(),
+        "method OTHER FOO\npath /status/418\nscheme 0\nforbidden seen 0\ntrailers none\n\
+         body 0 2166136261\n"
+    );
+
+    // A larger body, read by the guest in several reads.
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 1000) as u8).collect();
+    let r = c
+        .put(format!("{base}/up"))
+        .body(body.clone())
+        .send()
+        .unwrap();
+    let text = r.text().unwrap();
+    let expected = format!("body {} {}\n", body.len(), fnv1a(&body));
+    assert!(text.ends_with(&expected), "{text}");
+
+    // A streamed body: 300 chunks written after the response was set.
+    let r = c.get(format!("{base}/stream/300")).send().unwrap();
+    let bytes = r.bytes().unwrap();
+    let head = "method GET\npath /stream/300\nscheme 0\nforbidden seen 0\ntrailers none\nbody 0 2166136261\n";
+    assert_eq!(&bytes[..head.len()], head.as_bytes());
+    let chunks = &bytes[head.len()..];
+    assert_eq!(chunks.len(), 300 * 4096);
+    for (i, chunk) in chunks.chunks(4096).enumerate() {
+        assert!(
+            chunk.iter().all(|&b| b == b'a' + (i % 26) as u8),
+            "chunk {i}"
+        );
+    }
+
+    // Failures before a response: 500, as wasmtime answers, with the reason.
+    for (path, error) in [
+        ("none", "no_response"),
+        ("error", "handler_error"),
+        ("trap", "trap"),
+    ] {
+        let r = c.get(format!("{base}/{path}")).send().unwrap();
+        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR, "{path}");
+        let v: Value = r.json().unwrap();
+        assert_eq!(v["error"], error, "{path}: {v}");
+    }
+    let r = c.get(format!("{base}/error")).send().unwrap();
+    assert!(
+        r.text()
+            .unwrap()
+            .contains("internal-error(some(\\\"boom\\\"))")
+    );
+}
+
+#[test]
+fn a_wasi_http_response_streams_waits_for_its_client_and_is_cut_short_when_the_guest_fails() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.workers = 1;
+    cfg.queue = Some(0);
+    let server = start_serving(cfg, Serving::Component(http_handler()));
+    let c = client();
+    let base = &server.base;
+
+    // Bytes written before the response is set wait for it, and come first.
+    let r = c.get(format!("{base}/early")).send().unwrap();
+    let text = r.text().unwrap();
+    assert!(
+        text.starts_with("early chunk\nearly chunk\nearly chunk\nmethod GET\npath /early\n"),
+        "{text}"
+    );
+
+    // A guest failing after its head was sent: the client sees the body fail, not end.
+    let r = c.get(format!("{base}/trap-after")).send();
+    assert!(
+        r.and_then(|r| r.bytes()).is_err(),
+        "a response cut short must not read as whole"
+    );
+
+    // 400 MiB asked for, the client reading a little and going away: the guest, held back by
+    // the bounded channel, sees its stream closed and ends; the one worker is free again.
+    let mut r = served(&c, &format!("{base}/stream/100000"));
+    let mut first = [0; 4096];
+    std::io::Read::read_exact(&mut r, &mut first).unwrap();
+    drop(r);
+    served(&c, &format!("{base}/"));
+}
+
+/// The answer to `GET url` from a server with one worker and no queue, asked again while that
+/// worker is busy (`503`) for at most 20 s.
+fn served(c: &Client, url: &str) -> reqwest::blocking::Response {
+    let t = Instant::now();
+    loop {
+        let r = c.get(url).send().unwrap();
+        if r.status() == StatusCode::OK {
+            return r;
+        }
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the worker stayed busy"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_wasi_http_component_is_bounded_by_the_servers_limits_and_refused_if_it_is_no_handler() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.limits.fuel = 2_000;
+    let server = start_serving(cfg, Serving::Component(http_handler()));
+    let r = client().get(format!("{}/", server.base)).send().unwrap();
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["kind"], "OutOfFuel", "{v}");
+    drop(server);
+
+    let mut cfg = config(data.path());
+    cfg.limits.max_input = 1000;
+    let server = start_serving(cfg, Serving::Component(http_handler()));
+    let r = (client().post(format!("{}/", server.base)))
+        .body(vec![0; 5000])
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    drop(server);
+
+    // A command is not a handler: refused when the server starts, saying why.
+    let command = guest("hello.component.wasm");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let refused = rt.block_on(Server::bind_component(config(data.path()), &command));
+    let message = format!("{:#}", refused.err().expect("refused"));
+    assert!(message.contains("wasi:http/incoming-handler"), "{message}");
 }

@@ -275,7 +275,7 @@ impl WasiCtxBuilder {
             stdin_pos: 0,
             stdout: Sink::new(self.stdout),
             stderr: Sink::new(self.stderr),
-            pollables: Default::default(),
+            p2: Default::default(),
         }
     }
 }
@@ -391,8 +391,8 @@ pub struct WasiCtx {
     pub(crate) stdin_pos: usize,
     pub(crate) stdout: Sink,
     pub(crate) stderr: Sink,
-    /// WASI 0.2's pollables, by rep (none until a component asks for one).
-    pub(crate) pollables: crate::p2::Pollables,
+    /// WASI 0.2's pollables, streams and HTTP objects (none until a component asks for one).
+    pub(crate) p2: crate::p2::State,
 }
 
 impl WasiCtx {

@@ -1,13 +1,13 @@
-//! WASI 0.2 for components, first part: `wasi:cli` (arguments, environment, exit, standard
-//! streams, terminals), `wasi:io` (streams, errors, polling), `wasi:clocks` and `wasi:random`,
-//! over the same [`WasiCtx`] as preview 1 (one template, one context per invocation, no system
-//! call to make one).
+//! WASI 0.2 for components: `wasi:cli` (arguments, environment, exit, standard streams,
+//! terminals), `wasi:io` (streams, errors, polling), `wasi:clocks`, `wasi:random`, and
+//! `wasi:http` ([`http`]), over the same [`WasiCtx`] as preview 1 (one template, one context
+//! per invocation, no system call to make one).
 //!
-//! Streams are the three standard ones: handles with reps 0, 1 and 2 (no table: a component
-//! cannot name another). Pollables are kept in the context, reset with it. What is not here
-//! yet: files and directories (`wasi:filesystem`: `get-directories` gives none, and the
-//! descriptor methods are not defined; `ephem run` makes them trap, naming themselves),
-//! sockets, and `wasi:http`.
+//! Streams 0, 1 and 2 are the standard ones; others (HTTP bodies) are slots of the context's
+//! stream table past them. Pollables, streams and HTTP objects are kept in the context
+//! ([`State`]), dropped with it. What is not here yet: files and directories
+//! (`wasi:filesystem`: `get-directories` gives none, and the descriptor methods are not
+//! defined; `ephem run` makes them trap, naming themselves) and sockets.
 
 use ephem_component::{Linker, LinkerInstance, ResourceAny, ResourceType, Val};
 use ephem_runtime::{HostError, StoreContextMut};
@@ -15,6 +15,8 @@ use ephem_runtime::{HostError, StoreContextMut};
 use crate::I32Exit;
 use crate::ctx::WasiCtx;
 use crate::host::{fill_random, nanos, read_stdin, timespec, write_stdio};
+
+pub mod http;
 
 /// The WASI 0.2 version these interfaces are defined under; a component importing any other
 /// 0.2.x finds them too (the linker matches compatible versions).
@@ -31,15 +33,84 @@ pub struct IoError;
 /// `wasi:cli`'s terminals: none is ever given (standard streams are not reported as ttys).
 pub struct Terminal;
 
-/// A context's pollables: slots by rep, and the free ones.
+/// A context's WASI 0.2 state: pollables, the streams other than the standard three, and
+/// `wasi:http`'s resources. Empty (nothing allocated) until a component asks for one.
 #[derive(Default)]
-pub(crate) struct Pollables {
-    slots: Vec<Option<Wait>>,
+pub(crate) struct State {
+    pub pollables: Table<Wait>,
+    pub streams: Table<Stream>,
+    pub http: http::State,
+}
+
+/// Objects of one resource type, by rep: slots, and the free ones to reuse.
+pub(crate) struct Table<T> {
+    slots: Vec<Option<T>>,
     free: Vec<u32>,
 }
 
-/// The most pollables a context holds at once.
-const MAX_POLLABLES: usize = 1 << 16;
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Table {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+/// The most objects of one resource type a context holds at once.
+const MAX_OBJECTS: usize = 1 << 16;
+
+impl<T> Table<T> {
+    /// Adds `value`, giving its rep.
+    pub fn push(&mut self, value: T) -> Result<u32, HostError> {
+        match self.free.pop() {
+            Some(rep) => {
+                self.slots[rep as usize] = Some(value);
+                Ok(rep)
+            }
+            None if self.slots.len() < MAX_OBJECTS => {
+                self.slots.push(Some(value));
+                Ok(self.slots.len() as u32 - 1)
+            }
+            None => Err(format!(
+                "more than {MAX_OBJECTS} WASI objects of one kind (pollables, streams, fields…) at once"
+            )
+            .into()),
+        }
+    }
+
+    pub fn get(&self, rep: u32) -> Result<&T, HostError> {
+        let slot = self.slots.get(rep as usize).and_then(Option::as_ref);
+        slot.ok_or_else(|| "no such resource".into())
+    }
+
+    pub fn get_mut(&mut self, rep: u32) -> Result<&mut T, HostError> {
+        let slot = self.slots.get_mut(rep as usize).and_then(Option::as_mut);
+        slot.ok_or_else(|| "no such resource".into())
+    }
+
+    /// Takes the object away, freeing its rep.
+    pub fn take(&mut self, rep: u32) -> Result<T, HostError> {
+        let slot = self.slots.get_mut(rep as usize).and_then(Option::take);
+        let value = slot.ok_or("no such resource")?;
+        self.free.push(rep);
+        Ok(value)
+    }
+}
+
+/// A stream other than the standard three (reps 0, 1, 2): rep `3 + n` is slot `n`.
+pub(crate) enum Stream {
+    /// Bytes to read (an incoming HTTP body), from `at`.
+    In {
+        data: std::sync::Arc<[u8]>,
+        at: usize,
+    },
+    /// Writes to outgoing HTTP body `n` (`http::State`'s rep).
+    Out(u32),
+}
+
+/// Reps of the standard streams; the others are [`State::streams`]' slots past them.
+const STDIO_REPS: u32 = 3;
 
 /// The most bytes one call reads, writes as zeroes, or draws at random: past it the call
 /// fails rather than do less than asked.
@@ -215,17 +286,23 @@ fn io<T: 'static>(
     })?;
 
     let mut streams = linker.instance(&name("io/streams"))?;
+    let drop_stream = move |mut s: StoreContextMut<'_, T>, rep: u32| -> HostResult {
+        match rep.checked_sub(STDIO_REPS) {
+            None => Ok(()),
+            Some(n) => get(s.data_mut()).p2.streams.take(n).map(drop),
+        }
+    };
     streams.resource(
         "input-stream",
         ResourceType::host::<InputStream>(),
-        |_, _| Ok(()),
+        drop_stream,
     )?;
     streams.resource(
         "output-stream",
         ResourceType::host::<OutputStream>(),
-        |_, _| Ok(()),
+        drop_stream,
     )?;
-    // Reading and skipping: the same read of standard input, giving the bytes or their count.
+    // Reading and skipping: the same read, giving the bytes or their count.
     for (method, skip) in [
         ("read", false),
         ("blocking-read", false),
@@ -237,7 +314,7 @@ fn io<T: 'static>(
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
                 let len = u64_arg(arg(p, 1)?)?.min(64 << 10) as usize;
                 let mut buf = vec![0; len];
-                let result = match read_stdin(get(s.data_mut()), &mut buf) {
+                let result = match input(get(s.data_mut()), rep(arg(p, 0)?)?, &mut buf)? {
                     Ok(0) if len > 0 => closed(),
                     Ok(n) if skip => ok(Some(Val::U64(n as u64))),
                     Ok(n) => ok(Some(list_of_bytes(&buf[..n]))),
@@ -265,7 +342,7 @@ fn io<T: 'static>(
             &format!("[method]output-stream.{write}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
                 let data = bytes(arg(p, 1)?)?;
-                set(r, output(get(s.data_mut()), rep(arg(p, 0)?)?, &data))?;
+                set(r, output(get(s.data_mut()), rep(arg(p, 0)?)?, &data)?)?;
                 Ok(())
             },
         )?;
@@ -275,7 +352,7 @@ fn io<T: 'static>(
             &format!("[method]output-stream.{zeroes}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
                 let data = vec![0; at_most(u64_arg(arg(p, 1)?)?)?];
-                set(r, output(get(s.data_mut()), rep(arg(p, 0)?)?, &data))?;
+                set(r, output(get(s.data_mut()), rep(arg(p, 0)?)?, &data)?)?;
                 Ok(())
             },
         )?;
@@ -289,53 +366,72 @@ fn io<T: 'static>(
     Ok(())
 }
 
-/// Writes to standard output (rep 1) or error (rep 2): the result `write` gives.
-fn output(ctx: &mut WasiCtx, rep: u32, data: &[u8]) -> Val {
+/// Reads from standard input (rep 0) or an incoming body into `buf`: how many bytes, 0 at the
+/// end, or the error that closed the stream.
+fn input(ctx: &mut WasiCtx, rep: u32, buf: &mut [u8]) -> Result<Result<usize, ()>, HostError> {
+    let n = match rep.checked_sub(STDIO_REPS) {
+        None if rep == 0 => return Ok(read_stdin(ctx, buf).map_err(drop)),
+        None => return Err("an output stream read from".into()),
+        Some(n) => n,
+    };
+    match ctx.p2.streams.get_mut(n)? {
+        Stream::In { data, at } => {
+            let rest = &data[*at..];
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            *at += n;
+            Ok(Ok(n))
+        }
+        Stream::Out(_) => Err("an output stream read from".into()),
+    }
+}
+
+/// Writes to standard output (rep 1), error (rep 2) or an outgoing body: the result `write`
+/// gives.
+fn output(ctx: &mut WasiCtx, rep: u32, data: &[u8]) -> Result<Val, HostError> {
     let written = match rep {
         1 | 2 => write_stdio(ctx, rep == 2, data),
-        _ => return closed(),
+        0 => return Err("an input stream written to".into()),
+        _ => match ctx.p2.streams.get(rep - STDIO_REPS)? {
+            Stream::Out(body) => {
+                let body = *body;
+                return Ok(match http::write(ctx, body, data) {
+                    true => ok(None),
+                    false => closed(),
+                });
+            }
+            Stream::In { .. } => return Err("an input stream written to".into()),
+        },
     };
-    match written {
+    Ok(match written {
         Ok(n) if n == data.len() => ok(None),
         _ => closed(),
-    }
+    })
+}
+
+/// A new stream, as the owned handle a function returns.
+pub(crate) fn new_stream<R: 'static>(ctx: &mut WasiCtx, stream: Stream) -> Result<Val, HostError> {
+    let n = ctx.p2.streams.push(stream)?;
+    Ok(own::<R>(n + STDIO_REPS))
 }
 
 fn pollable(ctx: &mut WasiCtx, rep: u32) -> Result<Wait, HostError> {
-    let slot = ctx.pollables.slots.get(rep as usize).copied().flatten();
-    slot.ok_or_else(|| "no such pollable".into())
+    ctx.p2.pollables.get(rep).copied()
 }
 
-fn new_pollable(ctx: &mut WasiCtx, wait: Wait) -> Result<Val, HostError> {
-    let p = &mut ctx.pollables;
-    let rep = match p.free.pop() {
-        Some(rep) => {
-            p.slots[rep as usize] = Some(wait);
-            rep
-        }
-        None if p.slots.len() < MAX_POLLABLES => {
-            p.slots.push(Some(wait));
-            p.slots.len() as u32 - 1
-        }
-        None => return Err(format!("more than {MAX_POLLABLES} pollables at once").into()),
-    };
-    Ok(Val::Resource(ResourceAny::new(
-        ResourceType::host::<Pollable>(),
-        rep,
-        true,
-    )))
+/// A new pollable, as the owned handle a function returns.
+pub(crate) fn new_pollable(ctx: &mut WasiCtx, wait: Wait) -> Result<Val, HostError> {
+    let rep = ctx.p2.pollables.push(wait)?;
+    Ok(own::<Pollable>(rep))
 }
 
 fn drop_pollable(ctx: &mut WasiCtx, rep: u32) -> HostResult {
-    let p = &mut ctx.pollables;
-    match p.slots.get_mut(rep as usize) {
-        Some(slot @ Some(_)) => {
-            *slot = None;
-            p.free.push(rep);
-            Ok(())
-        }
-        _ => Err("no such pollable".into()),
-    }
+    ctx.p2.pollables.take(rep).map(drop)
+}
+
+/// An owned handle to host resource `R`'s `rep`.
+pub(crate) fn own<R: 'static>(rep: u32) -> Val {
+    Val::Resource(ResourceAny::new(ResourceType::host::<R>(), rep, true))
 }
 
 /// Waits until the first of `waits` is ready (standard streams always are). One sleep: cut

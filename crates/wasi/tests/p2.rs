@@ -1,6 +1,6 @@
 //! WASI 0.2's host functions (`ephem_wasi::p2`) under components that use them as no program
-//! should: imported at another type than WASI's, making pollables without end, asking for more
-//! bytes than a call gives. Each gets an error of the call, never a host that panics or grows.
+//! should: imported at another type than WASI's, making pollables or HTTP fields without end,
+//! asking for more bytes than a call gives. Each gets an error of the call, never a host that panics or grows.
 
 use ephem::component::{Component, Linker, Val};
 use ephem::{Engine, Store};
@@ -11,6 +11,7 @@ fn run(text: &str, args: &[Val]) -> Result<(), ephem::component::Error> {
     let component = Component::new(&engine, text)?;
     let mut linker = Linker::<WasiCtx>::new(&engine);
     ephem_wasi::p2::add_to_linker(&mut linker, |c| c)?;
+    ephem_wasi::p2::http::add_to_linker(&mut linker, |c| c)?;
     let mut store = Store::new(&engine, WasiCtx::builder().build());
     let instance = linker.instantiate(&mut store, &component)?;
     let run = instance
@@ -102,5 +103,50 @@ fn pollables_made_and_dropped_without_end_take_no_more_room() {
     run(text, &[Val::U32(200_000), Val::U32(0)]).expect("dropped ones are reused");
     // Kept, they stop at the bound with an error.
     let err = run(text, &[Val::U32(200_000), Val::U32(1)]).unwrap_err();
-    assert!(format!("{err:?}").contains("pollables at once"), "{err:?}");
+    assert!(format!("{err:?}").contains("at once"), "{err:?}");
+}
+
+#[test]
+fn http_fields_made_without_end_stop_at_a_bound() {
+    // Fields of 100 KiB each, kept: 1 000 of them would be 100 MB of the host's memory.
+    let text = r#"(component $C
+      (import "wasi:http/types@0.2.0" (instance $t
+        (export "fields" (type $f (sub resource)))
+        (type $he (variant (case "invalid-syntax") (case "forbidden") (case "immutable")))
+        (export "header-error" (type $e (eq $he)))
+        (export "[constructor]fields" (func (result (own $f))))
+        (export "[method]fields.append"
+          (func (param "self" (borrow $f)) (param "name" string) (param "value" (list u8))
+            (result (result (error $e)))))))
+      (core module $libc (memory (export "memory") 4)
+        (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 0)))
+      (core instance $libc (instantiate $libc))
+      (core func $new (canon lower (func $t "[constructor]fields")))
+      (core func $append (canon lower (func $t "[method]fields.append")
+        (memory (core memory $libc "memory"))))
+      (core module $m
+        (import "" "new" (func $new (result i32)))
+        (import "" "append" (func $append (param i32 i32 i32 i32 i32 i32)))
+        (import "" "memory" (memory 1))
+        (data (memory 0) (i32.const 0) "x-a")
+        (func (export "run") (param $n i32)
+          (local $f i32)
+          (memory.fill (i32.const 1024) (i32.const 97) (i32.const 102400))
+          (loop $l
+            (local.set $f (call $new))
+            ;; The name "x-a" at 0, a value of 100 KiB of 'a's at 1024.
+            (call $append (local.get $f) (i32.const 0) (i32.const 3)
+              (i32.const 1024) (i32.const 102400) (i32.const 200000))
+            (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+            (br_if $l (local.get $n)))))
+      (core instance $i (instantiate $m (with "" (instance
+        (export "new" (func $new)) (export "append" (func $append))
+        (export "memory" (memory $libc "memory"))))))
+      (func (export "run") (param "n" u32) (canon lift (core func $i "run"))))"#;
+    run(text, &[Val::U32(20)]).expect("2 MB of fields are made");
+    let err = run(text, &[Val::U32(1000)]).unwrap_err();
+    assert!(
+        format!("{err:?}").contains("bytes of fields made"),
+        "{err:?}"
+    );
 }

@@ -1,0 +1,284 @@
+//! `ephem serve --component FILE`: one `wasi:http/proxy` component answering every request,
+//! each in a fresh instance, as `wasmtime serve FILE` does.
+//!
+//! A request's body is read whole (up to the server's `max_input`) and handed to the
+//! component's `wasi:http/incoming-handler` on a worker, under the server's limits (fuel,
+//! deadline, memory), its gate (`503` when the workers and the queue are full) and its token.
+//! The response streams back as the component writes it: the status and headers as soon as it
+//! sets them, then its body chunk by chunk through a bounded channel, so a component writing
+//! faster than the client reads waits (back-pressure) instead of filling memory. A component
+//! that fails before it answers (a trap, a limit, no response set) gets `500` with the reason
+//! in JSON; one that fails after the head was sent has its response cut short, the connection
+//! closed before the body's end, so that no client takes it for whole (`wasmtime serve` 49
+//! ends such a body as if it were complete).
+//!
+//! Every path goes to the component: `/healthz` and `/metrics` are not served in this mode.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ephem::component::{self as ec, Component};
+use ephem::{Engine, EpochTicker, Store, StoreLimits, StoreLimitsBuilder};
+use ephem_wasi::p2::http::{Handled, Head, Proxy, Request as WasiRequest, Responder};
+use ephem_wasi::{Output, WasiCtx};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::exec::{CallError, TICK};
+use crate::http::{ApiError, Shared, on_worker};
+
+/// What a component's store holds.
+pub struct Host {
+    wasi: WasiCtx,
+    limits: StoreLimits,
+}
+
+fn wasi_of(host: &mut Host) -> &mut WasiCtx {
+    &mut host.wasi
+}
+
+/// The component served, linked and ready to instantiate per request.
+pub struct Handler {
+    engine: Engine,
+    pre: ec::InstancePre<Host>,
+    proxy: Proxy,
+    wasi: ephem_wasi::WasiCtxBuilder,
+    _ticker: EpochTicker,
+}
+
+/// How many body chunks wait between the component and the connection.
+const CHUNKS_IN_FLIGHT: usize = 8;
+
+impl Handler {
+    /// Compiles (through `cache`) and links the component in `bytes`; refuses one that is not
+    /// a `wasi:http` handler, or imports what the server does not provide, saying why.
+    pub fn new(
+        engine: &Engine,
+        compiler: &ephem::Compiler,
+        cache: &ephem::Cache,
+        bytes: &[u8],
+    ) -> anyhow::Result<Handler> {
+        let component = Component::new_with(engine, bytes, |wasm| {
+            ephem::compile_cached(compiler, engine, cache, wasm).map(|(m, _)| m)
+        })?;
+        let proxy = Proxy::new(&component)
+            .map_err(|why| anyhow::anyhow!("the component cannot be served: {why}"))?;
+        let mut linker = ec::Linker::new(engine);
+        ephem_wasi::p2::add_to_linker(&mut linker, wasi_of)?;
+        ephem_wasi::p2::http::add_to_linker(&mut linker, wasi_of)?;
+        ephem_wasi::p2::add_filesystem_to_linker(&mut linker)?;
+        // What the server does not provide of WASI traps when called, naming itself.
+        linker.define_unknown_imports_as_traps(&component, |name| name.starts_with("`wasi:"))?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .context("linking the component")?;
+        // What the component prints goes where the server's own output goes, as with
+        // `wasmtime serve`.
+        let mut wasi = WasiCtx::builder();
+        wasi.stdout(Output::Inherit).stderr(Output::Inherit);
+        Ok(Handler {
+            engine: engine.clone(),
+            pre,
+            proxy,
+            wasi,
+            _ticker: engine.start_epoch_ticker(TICK),
+        })
+    }
+
+    /// Handles `request` in a fresh instance bounded by `limits`; the response goes to
+    /// `responder`.
+    fn call(
+        &self,
+        request: WasiRequest,
+        responder: ChannelResponder,
+        limits: &crate::Limits,
+    ) -> Result<Handled, ec::Error> {
+        let memory = usize::try_from(limits.max_memory).unwrap_or(usize::MAX);
+        let host = Host {
+            wasi: self.wasi.build(),
+            limits: StoreLimitsBuilder::new().memory_size(memory).build(),
+        };
+        let mut store = Store::new(&self.engine, host);
+        store.limiter(|h| &mut h.limits);
+        store.set_fuel(limits.fuel).map_err(ec::Error::Runtime)?;
+        let tick = TICK.as_millis() as u64;
+        store.set_epoch_deadline(limits.timeout_ms.div_ceil(tick) + 1);
+        let instance = self.pre.instantiate(&mut store)?;
+        (self.proxy).handle(&mut store, &instance, wasi_of, request, Box::new(responder))
+    }
+}
+
+/// Passes the response to the connection: the head through a one-shot channel, the body
+/// through a bounded one, and whether it ended through a flag the body's stream reads when the
+/// channel closes (a body that did not end is cut short, not ended as if whole).
+struct ChannelResponder {
+    head: Option<oneshot::Sender<Head>>,
+    body: mpsc::Sender<Bytes>,
+    ended: Arc<AtomicBool>,
+}
+
+impl Responder for ChannelResponder {
+    fn head(&mut self, head: Head) -> bool {
+        self.head.take().is_some_and(|tx| tx.send(head).is_ok())
+    }
+
+    fn body(&mut self, chunk: &[u8]) -> bool {
+        // Blocks while the channel is full: the worker waits for the client.
+        self.body
+            .blocking_send(Bytes::copy_from_slice(chunk))
+            .is_ok()
+    }
+
+    fn end(&mut self, _trailers: Vec<(String, Vec<u8>)>) {
+        // (Trailers are dropped: HTTP/1.1 responses here carry none.)
+        self.ended.store(true, Ordering::Release);
+    }
+}
+
+/// The body as it comes from the component; an error at its close if it did not end.
+struct Chunks {
+    rx: mpsc::Receiver<Bytes>,
+    ended: Arc<AtomicBool>,
+    done: bool,
+}
+
+impl futures_core::Stream for Chunks {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(chunk))),
+            Poll::Ready(None) => {
+                self.done = true;
+                if self.ended.load(Ordering::Acquire) {
+                    return Poll::Ready(None);
+                }
+                let cut = std::io::Error::other("the component did not finish its response");
+                Poll::Ready(Some(Err(cut)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// Answers any request with the component.
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    match answer(shared, request).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn answer(shared: Arc<Shared>, request: Request) -> Result<Response, ApiError> {
+    let limits = shared.config.limits;
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, limits.max_input)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "the body could not be read whole within {} bytes: {e}",
+                    limits.max_input
+                ),
+            )
+        })?;
+    let authority = (parts.uri.authority().map(|a| a.to_string())).or_else(|| {
+        let host = parts.headers.get(axum::http::header::HOST)?;
+        host.to_str().ok().map(str::to_owned)
+    });
+    let request = WasiRequest {
+        method: parts.method.as_str().to_owned(),
+        path_with_query: parts.uri.path_and_query().map(|p| p.as_str().to_owned()),
+        scheme: Some(parts.uri.scheme_str().unwrap_or("http").to_owned()),
+        authority,
+        headers: (parts.headers.iter())
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect(),
+        body: Arc::from(&body[..]),
+    };
+    let (head_tx, head_rx) = oneshot::channel();
+    let (body_tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
+    let ended = Arc::new(AtomicBool::new(false));
+    let responder = ChannelResponder {
+        head: Some(head_tx),
+        body: body_tx,
+        ended: ended.clone(),
+    };
+    let s = shared.clone();
+    let call = tokio::spawn(async move {
+        let worker = s.clone();
+        on_worker(&s, move || {
+            let handler = worker.component.as_ref().expect("served in component mode");
+            let t = Instant::now();
+            let handled = handler.call(request, responder, &limits);
+            worker.metrics.phase("call", t.elapsed());
+            handled
+        })
+        .await
+    });
+    if let Ok(head) = head_rx.await {
+        let mut response = Response::new(axum::body::Body::from_stream(Chunks {
+            rx,
+            ended,
+            done: false,
+        }));
+        *response.status_mut() =
+            StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        for (name, value) in head.headers {
+            // (Checked by the WASI host as HTTP's grammar has them; kept safe here anyway.)
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(&value),
+            ) {
+                headers.append(n, v);
+            }
+        }
+        return Ok(response);
+    }
+    // No head: the call ended (or was refused) without a response.
+    let outcome = call
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))??;
+    Err(match outcome {
+        Ok(Handled::Error(code)) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "handler_error",
+            format!("the component answered with an error: {code}"),
+        ),
+        Ok(_) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no_response",
+            "the component returned without setting a response",
+        ),
+        Err(e) => failed(&shared, e),
+    })
+}
+
+/// The answer to a call that failed before a response was set: `500`, as `wasmtime serve`
+/// answers (the application failed, whatever the client sent), with the body a module's call
+/// has (a trap's kind, or the limit).
+fn failed(shared: &Shared, e: ec::Error) -> ApiError {
+    let e = match e {
+        ec::Error::Runtime(inner) => CallError::from(inner),
+        e @ (ec::Error::Abi(_) | ec::Error::Host(_)) => CallError::Exception(e.to_string()),
+        e => CallError::Internal(e.to_string()),
+    };
+    if let CallError::Trap { kind, .. } = &e {
+        let m = &shared.metrics;
+        (m.traps.get_or_create(&vec![("kind", format!("{kind:?}"))])).inc();
+    }
+    ApiError::from(e).with_status(StatusCode::INTERNAL_SERVER_ERROR)
+}
