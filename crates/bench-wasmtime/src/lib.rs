@@ -3,6 +3,7 @@
 
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod oha;
 pub mod wt;
 
 use std::time::Duration;

@@ -23,7 +23,6 @@
 //! `--oha-cpus` on CPUs of its own.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
@@ -32,6 +31,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::routing::post;
 use axum::{Json, Router};
 use clap::Parser;
+use ephem_bench_wasmtime::oha::{Load, Oha};
 use ephem_bench_wasmtime::wt;
 use ephem_serve::http::{ApiError, Workers};
 use serde_json::{Value, json};
@@ -154,20 +154,7 @@ async fn wasmtime_loaded(
     wasmtime_call(b, n, body, true).await
 }
 
-/// What one `oha` run measured.
-#[derive(Debug, Default, Clone, Copy)]
-struct Load {
-    /// Answers per second, of every status.
-    rps: f64,
-    /// Of the `2xx` answers.
-    ok_rps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    /// Share of answers that were not `2xx`.
-    refused: f64,
-}
-
-/// Loads `url` with `oha`: `connections` connections, at most `rate` requests per second.
+/// Loads `url` with `oha` as `args` say (see [`ephem_bench_wasmtime::oha`]).
 fn oha(
     args: &Args,
     url: &str,
@@ -175,63 +162,12 @@ fn oha(
     connections: usize,
     rate: Option<f64>,
 ) -> anyhow::Result<Load> {
-    let mut cmd = match &args.oha_cpus {
-        Some(cpus) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpus]).arg(&args.oha);
-            c
-        }
-        None => Command::new(&args.oha),
+    let oha = Oha {
+        binary: &args.oha,
+        cpus: args.oha_cpus.as_deref(),
+        seconds: args.seconds,
     };
-    cmd.args([
-        "--no-tui",
-        "--output-format",
-        "json",
-        "--stats-success-breakdown",
-    ])
-    .args(["-m", "POST", "-d", body, "-T", "application/json"])
-    .args(["-z", &format!("{}s", args.seconds)])
-    .args(["-c", &connections.to_string()]);
-    if let Some(q) = rate {
-        cmd.args(["-q", &format!("{q:.0}")]);
-    }
-    let out = cmd
-        .arg(url)
-        .output()
-        .with_context(|| format!("running {}", args.oha.display()))?;
-    if !out.status.success() {
-        bail!("oha: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    let v: Value = serde_json::from_slice(&out.stdout).context("reading oha's JSON")?;
-    let statuses = v["statusCodeDistribution"].as_object().cloned();
-    let count = |ok: bool| -> f64 {
-        (statuses.iter().flatten())
-            .filter(|(code, _)| code.starts_with('2') == ok)
-            .map(|(_, n)| n.as_f64().unwrap_or(0.0))
-            .fold(0.0, |a, b| a + b)
-    };
-    let (ok, not_ok) = (count(true), count(false));
-    if ok == 0.0 {
-        bail!(
-            "no request to {url} succeeded: {}",
-            v["statusCodeDistribution"]
-        );
-    }
-    let total_s = v["summary"]["total"].as_f64().unwrap_or(1.0);
-    let ms = |p: &str| {
-        v["latencyPercentilesSuccessful"][p]
-            .as_f64()
-            .unwrap_or(f64::NAN)
-            * 1e3
-    };
-    Ok(Load {
-        rps: (ok + not_ok) / total_s,
-        ok_rps: ok / total_s,
-        p50_ms: ms("p50"),
-        p99_ms: ms("p99"),
-        refused: not_ok / (ok + not_ok),
-    })
+    oha.load(url, Some(body), connections, rate)
 }
 
 /// A target of the throughput runs.

@@ -1131,3 +1131,82 @@ fn a_wasi_http_component_is_bounded_by_the_servers_limits_and_refused_if_it_is_n
     let message = format!("{:#}", refused.err().expect("refused"));
     assert!(message.contains("wasi:http/incoming-handler"), "{message}");
 }
+
+/// The component `guests/{name}/build.sh` builds, or `None` (said) where the toolchain it
+/// needs, or the `wasi:http` WIT it takes from the cargo registry, is missing (CI).
+fn built(name: &str) -> Option<Vec<u8>> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("app.wasm");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/guests")
+        .join(name)
+        .join("build.sh");
+    let built = std::process::Command::new(script)
+        .arg(&out)
+        .output()
+        .unwrap();
+    let why = String::from_utf8_lossy(&built.stderr);
+    if !built.status.success() {
+        let missing = ["not found", "No such file", "no wasmtime-wasi-http"];
+        assert!(missing.iter().any(|m| why.contains(m)), "{why}");
+        println!("skipped: {why}");
+        return None;
+    }
+    Some(std::fs::read(&out).unwrap())
+}
+
+/// A Python handler built by componentize-py (CPython inside, 18 MB) answers what `wasmtime
+/// serve` answered.
+#[test]
+fn a_componentize_py_handler_answers_as_wasmtime_serve_does() {
+    let Some(bytes) = built("python") else { return };
+    let data = tempfile::tempdir().unwrap();
+    let server = start_serving(config(data.path()), Serving::Component(bytes));
+    let c = client();
+    let r = (c.post(format!("{}/a/b?c=d", server.base)))
+        .header("x-foo", "bar")
+        .header("X-Up", "Case")
+        .body("hello body")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["x-handled-by"], "python");
+    assert_eq!(
+        r.text().unwrap(),
+        "POST /a/b?c=d\nx-foo: bar\nx-up: Case\nbody 10 b'hello body'\n"
+    );
+    let r = c.get(format!("{}/missing", server.base)).send().unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let big = c.get(format!("{}/big", server.base)).send().unwrap();
+    let big = big.bytes().unwrap();
+    // What wasmtime sent: the echo, then 1 MiB (its MD5 was 0ebc1aefc8e6f62f636966bf717ce4a5).
+    let echo = b"GET /big\nbody 0 b''\n";
+    assert_eq!(&big[..echo.len()], echo);
+    assert_eq!(big.len(), echo.len() + (1 << 20));
+    assert!(
+        big[echo.len()..]
+            .chunks(16)
+            .all(|c| c == b"0123456789abcdef")
+    );
+}
+
+/// A JavaScript handler built by componentize-js (StarlingMonkey inside, 13 MB; the tool given
+/// as `$COMPONENTIZE_JS`) answers what `wasmtime serve` answered.
+#[test]
+fn a_componentize_js_handler_answers_as_wasmtime_serve_does() {
+    let Some(bytes) = built("js") else { return };
+    let data = tempfile::tempdir().unwrap();
+    let server = start_serving(config(data.path()), Serving::Component(bytes));
+    let c = client();
+    let r = (c.post(format!("{}/a/b?c=d", server.base)))
+        .header("x-foo", "bar")
+        .body("hello body")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["x-handled-by"], "js");
+    assert_eq!(r.headers()["content-length"], "33");
+    assert_eq!(r.text().unwrap(), "POST /a/b?c=d\nx-foo: bar\nbody 10\n");
+    let r = c.get(format!("{}/missing", server.base)).send().unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
