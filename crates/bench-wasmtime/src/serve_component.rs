@@ -42,8 +42,9 @@ struct Args {
     /// Seconds of load per measurement.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
-    /// Connections of the throughput runs.
-    #[arg(long, default_value_t = 8)]
+    /// Connections of the throughput runs (ephem's default workers and queue admit twice its
+    /// CPUs at once, and answer more with `503`).
+    #[arg(long, default_value_t = 4)]
     connections: usize,
 }
 
@@ -134,10 +135,10 @@ fn main() -> anyhow::Result<()> {
         bail!("no component given");
     }
     println!(
-        "| component | server | req/s ({} conn.) | p50 ms | p99 ms | p99 ms alone | ephem ÷ wasmtime req/s |",
+        "| component | server | 2xx/s ({} conn.) | not 2xx | p50 ms | p99 ms | p99 ms alone | ephem ÷ wasmtime 2xx/s |",
         args.connections
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for spec in &args.components {
         let (file, path) = match spec.rsplit_once(':') {
             Some((f, p)) if p.starts_with('/') => (PathBuf::from(f), p.to_owned()),
@@ -156,11 +157,15 @@ fn main() -> anyhow::Result<()> {
                         _ => String::new(),
                     };
                     println!(
-                        "| {name}{path} | {server} | {:.0} | {:.2} | {:.2} | {:.2} | {ratio} |",
-                        loaded.ok_rps, loaded.p50_ms, loaded.p99_ms, alone.p99_ms
+                        "| {name}{path} | {server} | {:.0} | {:.1} % | {:.2} | {:.2} | {:.2} | {ratio} |",
+                        loaded.ok_rps,
+                        loaded.refused * 100.0,
+                        loaded.p50_ms,
+                        loaded.p99_ms,
+                        alone.p99_ms
                     );
                 }
-                Err(e) => println!("| {name}{path} | {server} | failed: {e:#} | | | | |"),
+                Err(e) => println!("| {name}{path} | {server} | failed: {e:#} | | | | | |"),
             }
         }
     }

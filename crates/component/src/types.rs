@@ -231,60 +231,65 @@ impl Type {
     }
 
     pub(crate) fn align(&self) -> u32 {
-        match self {
-            Type::Bool | Type::S8 | Type::U8 => 1,
-            Type::S16 | Type::U16 => 2,
-            Type::S32 | Type::U32 | Type::Float32 | Type::Char => 4,
-            Type::Own(_) | Type::Borrow(_) => 4,
-            Type::S64 | Type::U64 | Type::Float64 => 8,
-            Type::String | Type::List(_) => 4,
-            Type::Record(fields) => fields.iter().map(|f| f.ty.align()).max().unwrap_or(1),
-            Type::Tuple(types) => types.iter().map(Type::align).max().unwrap_or(1),
-            Type::Flags(names) => match names.len() {
-                0..=8 => 1,
-                9..=16 => 2,
-                _ => 4,
-            },
-            _ => {
-                let cases = self.cases().expect("a variant");
-                let payload = cases.iter().flatten().map(|t| t.align()).max();
-                Type::discriminant_size(cases.len()).max(payload.unwrap_or(1))
-            }
-        }
+        self.layout().1
     }
 
     pub(crate) fn size(&self) -> u32 {
-        match self {
-            Type::Bool | Type::S8 | Type::U8 => 1,
-            Type::S16 | Type::U16 => 2,
-            Type::S32 | Type::U32 | Type::Float32 | Type::Char => 4,
-            Type::Own(_) | Type::Borrow(_) => 4,
-            Type::S64 | Type::U64 | Type::Float64 => 8,
-            Type::String | Type::List(_) => 8,
-            Type::Record(fields) => record_size(fields.iter().map(|f| &f.ty)),
-            Type::Tuple(types) => record_size(types.iter()),
-            Type::Flags(names) => match names.len() {
-                0 => 0,
-                1..=8 => 1,
-                9..=16 => 2,
-                n => 4 * Type::flag_words(n) as u32,
-            },
-            _ => {
-                let cases = self.cases().expect("a variant");
-                let payload = cases.iter().flatten().map(|t| t.size()).max();
-                align_to(self.payload_offset() + payload.unwrap_or(0), self.align())
-            }
-        }
+        self.layout().0
     }
 
     /// Where a variant's payload starts, past its discriminant.
     pub(crate) fn payload_offset(&self) -> u32 {
-        let cases = self.cases().expect("a variant");
-        let payload_align = cases.iter().flatten().map(|t| t.align()).max();
-        align_to(
-            Type::discriminant_size(cases.len()),
-            payload_align.unwrap_or(1),
-        )
+        let (cases, _, payload_align) = self.variant_layout().expect("a variant");
+        align_to(Type::discriminant_size(cases), payload_align)
+    }
+
+    /// The size and alignment together, each part's worked out once: one walk of the type,
+    /// as every value the ABI moves asks for them.
+    fn layout(&self) -> (u32, u32) {
+        match self {
+            Type::Bool | Type::S8 | Type::U8 => (1, 1),
+            Type::S16 | Type::U16 => (2, 2),
+            Type::S32 | Type::U32 | Type::Float32 | Type::Char => (4, 4),
+            Type::Own(_) | Type::Borrow(_) => (4, 4),
+            Type::S64 | Type::U64 | Type::Float64 => (8, 8),
+            Type::String | Type::List(_) => (8, 4),
+            Type::Record(fields) => record_layout(fields.iter().map(|f| &f.ty)),
+            Type::Tuple(types) => record_layout(types.iter()),
+            Type::Flags(names) => match names.len() {
+                0 => (0, 1),
+                1..=8 => (1, 1),
+                9..=16 => (2, 2),
+                n => (4 * Type::flag_words(n) as u32, 4),
+            },
+            _ => {
+                let (cases, payload_size, payload_align) =
+                    self.variant_layout().expect("a variant");
+                let discriminant = Type::discriminant_size(cases);
+                let align = discriminant.max(payload_align);
+                let offset = align_to(discriminant, payload_align);
+                (align_to(offset.saturating_add(payload_size), align), align)
+            }
+        }
+    }
+
+    /// A variant's (or an enum's, option's, result's) number of cases and its payloads'
+    /// largest size and alignment; `None` for the other types.
+    fn variant_layout(&self) -> Option<(usize, u32, u32)> {
+        let max = |payloads: &mut dyn Iterator<Item = &Type>| {
+            payloads.fold((0, 1), |(size, align), t| {
+                let (s, a) = t.layout();
+                (size.max(s), align.max(a))
+            })
+        };
+        let (cases, (size, align)) = match self {
+            Type::Variant(cases) => (cases.len(), max(&mut cases.iter().flat_map(|c| &c.ty))),
+            Type::Enum(names) => (names.len(), (0, 1)),
+            Type::Option(t) => (2, t.layout()),
+            Type::Result { ok, err } => (2, max(&mut ok.iter().chain(err).map(|t| &**t))),
+            _ => return None,
+        };
+        Some((cases, size, align))
     }
 
     /// Appends the core types this type flattens to.
@@ -417,14 +422,16 @@ pub(crate) fn align_to(offset: u32, align: u32) -> u32 {
     up.min(u32::MAX as u64) as u32
 }
 
-fn record_size<'a>(types: impl Iterator<Item = &'a Type>) -> u32 {
+/// The size and alignment of fields laid out in order.
+fn record_layout<'a>(types: impl Iterator<Item = &'a Type>) -> (u32, u32) {
     let mut size = 0;
     let mut align = 1;
     for t in types {
-        size = align_to(size, t.align()) + t.size();
-        align = align.max(t.align());
+        let (s, a) = t.layout();
+        size = align_to(size, a).saturating_add(s);
+        align = align.max(a);
     }
-    align_to(size, align)
+    (align_to(size, align), align)
 }
 
 #[cfg(test)]

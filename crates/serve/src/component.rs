@@ -15,8 +15,8 @@
 //! Every path goes to the component: `/healthz` and `/metrics` are not served in this mode.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -32,7 +32,7 @@ use ephem_wasi::{Output, WasiCtx};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::exec::{CallError, TICK};
-use crate::http::{ApiError, Shared, on_worker};
+use crate::http::{ApiError, Shared, start_on_worker};
 
 /// What a component's store holds.
 pub struct Host {
@@ -115,30 +115,69 @@ impl Handler {
     }
 }
 
-/// Passes the response to the connection: the head through a one-shot channel, the body
-/// through a bounded one, and whether it ended through a flag the body's stream reads when the
-/// channel closes (a body that did not end is cut short, not ended as if whole).
+/// What the connection's task waits for: the head, or why there is none.
+type First = Result<Head, ApiError>;
+
+/// Where the one [`First`] of a request goes: the responder sends the head, the worker the
+/// failure if no head was sent when the call ended.
+type FirstSlot = Arc<Mutex<Option<oneshot::Sender<First>>>>;
+
+fn send_first(slot: &FirstSlot, first: impl FnOnce() -> First) -> bool {
+    let tx = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    tx.is_some_and(|tx| tx.send(first()).is_ok())
+}
+
+/// Passes the response to the connection: the head as the request's [`First`], the body
+/// through a bounded channel, and whether it ended through a flag the body's stream reads when
+/// the channel closes (a body that did not end is cut short, not ended as if whole).
 struct ChannelResponder {
-    head: Option<oneshot::Sender<Head>>,
+    first: FirstSlot,
+    /// The head, until the body's first bytes or its end.
+    waiting: Option<Head>,
     body: mpsc::Sender<Bytes>,
     ended: Arc<AtomicBool>,
 }
 
+impl ChannelResponder {
+    /// Sends the head if it waits: the connection's task builds the response when it arrives.
+    fn release_head(&mut self) -> bool {
+        match self.waiting.take() {
+            Some(head) => send_first(&self.first, || Ok(head)),
+            None => true,
+        }
+    }
+}
+
 impl Responder for ChannelResponder {
     fn head(&mut self, head: Head) -> bool {
-        self.head.take().is_some_and(|tx| tx.send(head).is_ok())
+        // Held until the first bytes of the body (or its end), so that the connection writes
+        // them together: one write, not a head alone then a body.
+        self.waiting = Some(head);
+        true
     }
 
     fn body(&mut self, chunk: &[u8]) -> bool {
-        // Blocks while the channel is full: the worker waits for the client.
-        self.body
+        // The chunk goes first, then the head it was held for. Blocks while the channel is
+        // full: the worker waits for the client.
+        let sent = self
+            .body
             .blocking_send(Bytes::copy_from_slice(chunk))
-            .is_ok()
+            .is_ok();
+        sent && self.release_head()
     }
 
     fn end(&mut self, _trailers: Vec<(String, Vec<u8>)>) {
         // (Trailers are dropped: HTTP/1.1 responses here carry none.)
         self.ended.store(true, Ordering::Release);
+        self.release_head();
+    }
+}
+
+impl Drop for ChannelResponder {
+    fn drop(&mut self) {
+        // A head still held (the guest failed before writing its body) goes out, and the body
+        // is then cut short.
+        self.release_head();
     }
 }
 
@@ -208,51 +247,62 @@ async fn answer(shared: Arc<Shared>, request: Request) -> Result<Response, ApiEr
             .collect(),
         body: Arc::from(&body[..]),
     };
-    let (head_tx, head_rx) = oneshot::channel();
+    let (first_tx, first_rx) = oneshot::channel();
+    let first: FirstSlot = Arc::new(Mutex::new(Some(first_tx)));
     let (body_tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
     let ended = Arc::new(AtomicBool::new(false));
     let responder = ChannelResponder {
-        head: Some(head_tx),
+        first: first.clone(),
+        waiting: None,
         body: body_tx,
         ended: ended.clone(),
     };
     let s = shared.clone();
-    let call = tokio::spawn(async move {
-        let worker = s.clone();
-        on_worker(&s, move || {
-            let handler = worker.component.as_ref().expect("served in component mode");
-            let t = Instant::now();
-            let handled = handler.call(request, responder, &limits);
-            worker.metrics.phase("call", t.elapsed());
-            handled
-        })
-        .await
-    });
-    if let Ok(head) = head_rx.await {
-        let mut response = Response::new(axum::body::Body::from_stream(Chunks {
-            rx,
-            ended,
-            done: false,
-        }));
-        *response.status_mut() =
-            StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let headers = response.headers_mut();
-        for (name, value) in head.headers {
-            // (Checked by the WASI host as HTTP's grammar has them; kept safe here anyway.)
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_bytes(&value),
-            ) {
-                headers.append(n, v);
-            }
+    // Kept by the worker until it has given its place back: the response ends when the last
+    // sender is gone, so a client's next request finds the place free.
+    let body_open = responder.body.clone();
+    // The call runs on without being awaited: the response streams from it, and its outcome,
+    // when no head was sent, comes as the request's `First`.
+    let _running = start_on_worker(&shared, move |place| {
+        let handler = s.component.as_ref().expect("served in component mode");
+        let t = Instant::now();
+        let handled = handler.call(request, responder, &limits);
+        s.metrics.phase("call", t.elapsed());
+        drop(place);
+        send_first(&first, || Err(unanswered(&s, handled)));
+        drop(body_open);
+    })
+    .await?;
+    let head = first_rx.await.map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the call stopped without an outcome",
+        )
+    })??;
+    let mut response = Response::new(axum::body::Body::from_stream(Chunks {
+        rx,
+        ended,
+        done: false,
+    }));
+    *response.status_mut() =
+        StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    for (name, value) in head.headers {
+        // (Checked by the WASI host as HTTP's grammar has them; kept safe here anyway.)
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) {
+            headers.append(n, v);
         }
-        return Ok(response);
     }
-    // No head: the call ended (or was refused) without a response.
-    let outcome = call
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))??;
-    Err(match outcome {
+    Ok(response)
+}
+
+/// The answer to a call that ended without sending a head.
+fn unanswered(shared: &Shared, handled: Result<Handled, ec::Error>) -> ApiError {
+    match handled {
         Ok(Handled::Error(code)) => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "handler_error",
@@ -263,8 +313,8 @@ async fn answer(shared: Arc<Shared>, request: Request) -> Result<Response, ApiEr
             "no_response",
             "the component returned without setting a response",
         ),
-        Err(e) => failed(&shared, e),
-    })
+        Err(e) => failed(shared, e),
+    }
 }
 
 /// The answer to a call that failed before a response was set: `500`, as `wasmtime serve`

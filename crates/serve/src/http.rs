@@ -200,6 +200,11 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // No Nagle delay: a response written in pieces (a head, then a streamed body) would
+    // otherwise wait for the client's delayed acknowledgement, tens of milliseconds.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
@@ -472,6 +477,35 @@ pub(crate) async fn on_worker<R: Send + 'static>(
     shared: &Arc<Shared>,
     f: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, ApiError> {
+    let running = start_on_worker(shared, |_place| f()).await?;
+    running
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))
+}
+
+/// A call's place in the server (a worker, and its admission): given back when dropped.
+pub(crate) struct Place {
+    _permits: (
+        Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
+    shared: Arc<Shared>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.shared.metrics.busy.dec();
+    }
+}
+
+/// As [`on_worker`], returning once `f` has a worker (or was refused): `f` then runs on
+/// whether or not its handle is awaited. `f` holds its [`Place`], and may give it back before
+/// it returns (before the last thing a client waits for, so that the client's next request
+/// does not find the place still taken).
+pub(crate) async fn start_on_worker<R: Send + 'static>(
+    shared: &Arc<Shared>,
+    f: impl FnOnce(Place) -> R + Send + 'static,
+) -> Result<tokio::task::JoinHandle<R>, ApiError> {
     let t = Instant::now();
     // Admission is one permit of `workers + queue`, held until the work is done: a call that
     // has been handed a worker but not yet woken up still counts once, not as waiting too.
@@ -483,14 +517,13 @@ pub(crate) async fn on_worker<R: Send + 'static>(
     shared.metrics.queued.dec();
     shared.metrics.phase("queue", t.elapsed());
     let s = shared.clone();
-    blocking(move || {
-        let _permits = (permit, admitted);
+    Ok(tokio::task::spawn_blocking(move || {
         s.metrics.busy.inc();
-        let r = f();
-        s.metrics.busy.dec();
-        r
-    })
-    .await
+        f(Place {
+            _permits: (permit, admitted),
+            shared: s,
+        })
+    }))
 }
 
 /// The cache of prepared modules, locked (a panic while it was held left it consistent: its
