@@ -29,7 +29,7 @@ use ephem::component::{self as ec, Component};
 use ephem::{Engine, EpochTicker, Store, StoreLimits, StoreLimitsBuilder};
 use ephem_wasi::p2::http::{Handled, Head, Proxy, Request as WasiRequest, Responder};
 use ephem_wasi::{Output, WasiCtx};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
 use crate::exec::{CallError, TICK};
 use crate::http::{ApiError, Shared, start_on_worker};
@@ -134,6 +134,11 @@ struct ChannelResponder {
     first: FirstSlot,
     /// The head, until the body's first bytes or its end.
     waiting: Option<Head>,
+    /// The call's admission (see [`crate::http::Place::take_admission`]), given back before
+    /// the response's last byte goes: its end, or the byte its `content-length` ends at.
+    admission: Option<OwnedSemaphorePermit>,
+    content_length: Option<u64>,
+    sent: u64,
     body: mpsc::Sender<Bytes>,
     ended: Arc<AtomicBool>,
 }
@@ -150,6 +155,9 @@ impl ChannelResponder {
 
 impl Responder for ChannelResponder {
     fn head(&mut self, head: Head) -> bool {
+        self.content_length = (head.headers.iter())
+            .find(|(n, _)| n == "content-length")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse().ok());
         // Held until the first bytes of the body (or its end), so that the connection writes
         // them together: one write, not a head alone then a body.
         self.waiting = Some(head);
@@ -157,6 +165,10 @@ impl Responder for ChannelResponder {
     }
 
     fn body(&mut self, chunk: &[u8]) -> bool {
+        self.sent += chunk.len() as u64;
+        if self.content_length.is_some_and(|l| self.sent >= l) {
+            self.admission = None;
+        }
         // The chunk goes first, then the head it was held for. Blocks while the channel is
         // full: the worker waits for the client.
         let sent = self
@@ -169,6 +181,7 @@ impl Responder for ChannelResponder {
     fn end(&mut self, _trailers: Vec<(String, Vec<u8>)>) {
         // (Trailers are dropped: HTTP/1.1 responses here carry none.)
         self.ended.store(true, Ordering::Release);
+        self.admission = None;
         self.release_head();
     }
 }
@@ -251,19 +264,23 @@ async fn answer(shared: Arc<Shared>, request: Request) -> Result<Response, ApiEr
     let first: FirstSlot = Arc::new(Mutex::new(Some(first_tx)));
     let (body_tx, rx) = mpsc::channel(CHUNKS_IN_FLIGHT);
     let ended = Arc::new(AtomicBool::new(false));
-    let responder = ChannelResponder {
-        first: first.clone(),
-        waiting: None,
-        body: body_tx,
-        ended: ended.clone(),
-    };
+    let stream_ended = ended.clone();
     let s = shared.clone();
-    // Kept by the worker until it has given its place back: the response ends when the last
-    // sender is gone, so a client's next request finds the place free.
-    let body_open = responder.body.clone();
     // The call runs on without being awaited: the response streams from it, and its outcome,
     // when no head was sent, comes as the request's `First`.
-    let _running = start_on_worker(&shared, move |place| {
+    let _running = start_on_worker(&shared, move |mut place| {
+        let responder = ChannelResponder {
+            first: first.clone(),
+            waiting: None,
+            admission: place.take_admission(),
+            content_length: None,
+            sent: 0,
+            body: body_tx,
+            ended,
+        };
+        // Kept by the worker until it has given its place back: a body without a length ends
+        // when the last sender is gone, so a client's next request finds the place free.
+        let body_open = responder.body.clone();
         let handler = s.component.as_ref().expect("served in component mode");
         let t = Instant::now();
         let handled = handler.call(request, responder, &limits);
@@ -282,7 +299,7 @@ async fn answer(shared: Arc<Shared>, request: Request) -> Result<Response, ApiEr
     })??;
     let mut response = Response::new(axum::body::Body::from_stream(Chunks {
         rx,
-        ended,
+        ended: stream_ended,
         done: false,
     }));
     *response.status_mut() =

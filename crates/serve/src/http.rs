@@ -483,13 +483,20 @@ pub(crate) async fn on_worker<R: Send + 'static>(
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))
 }
 
-/// A call's place in the server (a worker, and its admission): given back when dropped.
+/// A call's place in the server: its worker and its admission, given back when dropped.
 pub(crate) struct Place {
-    _permits: (
-        Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
-        tokio::sync::OwnedSemaphorePermit,
-    ),
+    _worker: Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>,
+    admission: Option<tokio::sync::OwnedSemaphorePermit>,
     shared: Arc<Shared>,
+}
+
+impl Place {
+    /// The admission alone, to give back before the call ends: a call whose response is
+    /// complete still holds its worker until it returns, but no longer counts against the
+    /// queue, so that the client's next request waits for the worker instead of being refused.
+    pub(crate) fn take_admission(&mut self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.admission.take()
+    }
 }
 
 impl Drop for Place {
@@ -499,9 +506,8 @@ impl Drop for Place {
 }
 
 /// As [`on_worker`], returning once `f` has a worker (or was refused): `f` then runs on
-/// whether or not its handle is awaited. `f` holds its [`Place`], and may give it back before
-/// it returns (before the last thing a client waits for, so that the client's next request
-/// does not find the place still taken).
+/// whether or not its handle is awaited. `f` holds its [`Place`], and may give its admission
+/// back before it returns.
 pub(crate) async fn start_on_worker<R: Send + 'static>(
     shared: &Arc<Shared>,
     f: impl FnOnce(Place) -> R + Send + 'static,
@@ -520,7 +526,8 @@ pub(crate) async fn start_on_worker<R: Send + 'static>(
     Ok(tokio::task::spawn_blocking(move || {
         s.metrics.busy.inc();
         f(Place {
-            _permits: (permit, admitted),
+            _worker: permit,
+            admission: Some(admitted),
             shared: s,
         })
     }))
