@@ -6,6 +6,7 @@
 //   /fields        works `fields` over: from-list, append, get, set, has, delete, clone, and
 //                  the errors (invalid syntax, forbidden, immutable), one line each
 //   /status/N      answers with status N
+//   /length        answers with a content-length
 //   /stream/N      N chunks of 4096 bytes, written after the response is set
 //   /early         three chunks written before the response is set (wasmtime 49 waits for
 //                  them to be read, which they cannot be yet: ephem only)
@@ -285,10 +286,13 @@ void exports_wasi_http_incoming_handler_handle(
     if (starts(&path, "/fields")) fields_report(&text, req);
     else echo(&text, req, &m, &path);
 
-    wasi_http_types_tuple2_field_name_field_value_t hs[2] = {
+    buf_t length = {0};
+    putn(&length, (long long)text.len);
+    wasi_http_types_tuple2_field_name_field_value_t hs[3] = {
         {str("content-type"), {(uint8_t *)"text/plain", 10}},
-        {str("x-handled-by"), {(uint8_t *)"c", 1}}};
-    wasi_http_types_list_tuple2_field_name_field_value_t hl = {hs, 2};
+        {str("x-handled-by"), {(uint8_t *)"c", 1}},
+        {str("content-length"), {(uint8_t *)length.p, length.len}}};
+    wasi_http_types_list_tuple2_field_name_field_value_t hl = {hs, starts(&path, "/length") ? 3 : 2};
     wasi_http_types_own_fields_t headers;
     wasi_http_types_header_error_t herr;
     wasi_http_types_static_fields_from_list(&hl, &headers, &herr);
@@ -324,5 +328,6 @@ void exports_wasi_http_incoming_handler_handle(
     wasi_http_types_error_code_t ferr;
     wasi_http_types_static_outgoing_body_finish(body, NULL, &ferr);
     free(text.p);
+    free(length.p);
     wasi_http_types_incoming_request_drop_own(request);
 }
