@@ -21,7 +21,8 @@ use ephem_runtime::{Artifact, ArtifactKey, Engine, Module};
 use crate::Error;
 use crate::abi::Encoding;
 use crate::plan::{
-    Callee, CoreDef, Drop, Export, ImportKind, Lift, Lowering, Options, Path, Plan, Step,
+    Callee, CoreDef, Export, ImportKind, Lift, Lowering, Options, Path, Plan, ResourceDef,
+    ResourceFunc, ResourceFuncKind, Step,
 };
 use crate::types::{Case, Field, FuncType, MAX_DEPTH, ResourceIndex, Type};
 
@@ -29,7 +30,7 @@ use crate::types::{Case, Field, FuncType, MAX_DEPTH, ResourceIndex, Type};
 pub const MAGIC: &[u8; 16] = b"\0ephem-component";
 
 /// The layout's version: a file of another is refused.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 const SEAL_AT: usize = 20;
 const BODY_AT: usize = SEAL_AT + 32;
@@ -133,16 +134,16 @@ fn check(plan: &Plan, modules: &[Module]) -> Result<(), Error> {
     if plan.tables > crate::plan::MAX_STEPS {
         return Err(bad("more component instances than a plan may have"));
     }
-    // Core instances, lowerings and drops made so far.
+    // Core instances, lowerings and resource built-ins made so far.
     let mut made = (0, 0, 0);
     fn core(
         def: &CoreDef,
-        (instances, lowered, drops): (usize, usize, usize),
+        (instances, lowered, resource_funcs): (usize, usize, usize),
     ) -> Result<(), Error> {
         match def {
             CoreDef::Export { instance, .. } if *instance < instances => Ok(()),
             CoreDef::Lowered(n) if *n < lowered => Ok(()),
-            CoreDef::Drop(n) if *n < drops => Ok(()),
+            CoreDef::Resource(n) if *n < resource_funcs => Ok(()),
             _ => Err(bad("a core item used before it is made")),
         }
     }
@@ -181,27 +182,54 @@ fn check(plan: &Plan, modules: &[Module]) -> Result<(), Error> {
                 }
                 made.1 += 1;
             }
-            Step::Drop(n) => {
-                let d = plan.drops.get(*n).ok_or_else(|| bad("a drop"))?;
-                if *n != made.2 || d.table >= plan.tables {
-                    return Err(bad("a drop out of order or of a table not there"));
+            Step::Resource(n) => {
+                let f = plan
+                    .resource_funcs
+                    .get(*n)
+                    .ok_or_else(|| bad("a resource built-in"))?;
+                if *n != made.2 || f.table >= plan.tables {
+                    return Err(bad(
+                        "a resource built-in out of order or of a table not there",
+                    ));
                 }
-                if d.resource.0 as usize >= plan.resources.len() {
-                    return Err(bad("a drop of a resource not there"));
+                match (plan.resources.get(f.resource.0 as usize), f.kind) {
+                    (None, _) => return Err(bad("a built-in of a resource not there")),
+                    // `new` and `rep` only in the instance that defines the type.
+                    (Some(ResourceDef::Guest { table, .. }), kind)
+                        if *table != f.table && kind != ResourceFuncKind::Drop =>
+                    {
+                        return Err(bad("`resource.new` or `.rep` of another's type"));
+                    }
+                    (Some(ResourceDef::Host(_)), ResourceFuncKind::New | ResourceFuncKind::Rep) => {
+                        return Err(bad("`resource.new` or `.rep` of a host's type"));
+                    }
+                    _ => {}
+                }
+                // A destructor is resolved when its type's `resource.drop` is made.
+                if let Some(ResourceDef::Guest { dtor: Some(d), .. }) =
+                    plan.resources.get(f.resource.0 as usize)
+                {
+                    core(d, made)?;
                 }
                 made.2 += 1;
             }
         }
     }
-    if made != (plan.instances, plan.lowerings.len(), plan.drops.len()) {
+    if made
+        != (
+            plan.instances,
+            plan.lowerings.len(),
+            plan.resource_funcs.len(),
+        )
+    {
         return Err(bad("counts that do not match the steps"));
     }
-    if plan
-        .resources
-        .iter()
-        .any(|p| p.import >= plan.imports.len())
-    {
-        return Err(bad("a resource of an import not there"));
+    let resource_ok = |r: &ResourceDef| match r {
+        ResourceDef::Host(p) => p.import < plan.imports.len(),
+        ResourceDef::Guest { table, .. } => *table < plan.tables,
+    };
+    if !plan.resources.iter().all(resource_ok) {
+        return Err(bad("a resource of an import or a table not there"));
     }
     let resources_ok = |ty: &FuncType| {
         let mut ok = true;
@@ -264,7 +292,7 @@ impl Writer {
                 self.u8(1);
                 self.usize(*n);
             }
-            CoreDef::Drop(n) => {
+            CoreDef::Resource(n) => {
                 self.u8(2);
                 self.usize(*n);
             }
@@ -407,7 +435,7 @@ impl Writer {
                     self.u8(1);
                     self.usize(*n);
                 }
-                Step::Drop(n) => {
+                Step::Resource(n) => {
                     self.u8(2);
                     self.usize(*n);
                 }
@@ -449,11 +477,28 @@ impl Writer {
         self.exports(&plan.exports);
         self.usize(plan.instances);
         self.usize(plan.resources.len());
-        plan.resources.iter().for_each(|p| self.path(p));
-        self.usize(plan.drops.len());
-        for d in &plan.drops {
-            self.u32(d.resource.0);
-            self.usize(d.table);
+        for r in &plan.resources {
+            match r {
+                ResourceDef::Host(p) => {
+                    self.u8(0);
+                    self.path(p);
+                }
+                ResourceDef::Guest { dtor, table } => {
+                    self.u8(1);
+                    self.opt_core(dtor);
+                    self.usize(*table);
+                }
+            }
+        }
+        self.usize(plan.resource_funcs.len());
+        for f in &plan.resource_funcs {
+            self.u8(match f.kind {
+                ResourceFuncKind::New => 0,
+                ResourceFuncKind::Rep => 1,
+                ResourceFuncKind::Drop => 2,
+            });
+            self.u32(f.resource.0);
+            self.usize(f.table);
         }
         self.usize(plan.tables);
     }
@@ -503,7 +548,7 @@ impl<'a> Reader<'a> {
                 name: self.str()?,
             },
             1 => CoreDef::Lowered(self.usize()?),
-            2 => CoreDef::Drop(self.usize()?),
+            2 => CoreDef::Resource(self.usize()?),
             _ => return Err(bad("a core item's kind")),
         })
     }
@@ -643,7 +688,7 @@ impl<'a> Reader<'a> {
                         Step::Instantiate { module, args }
                     }
                     1 => Step::Lower(self.usize()?),
-                    2 => Step::Drop(self.usize()?),
+                    2 => Step::Resource(self.usize()?),
                     _ => return Err(bad("a step's kind")),
                 })
             })
@@ -697,11 +742,28 @@ impl<'a> Reader<'a> {
         let exports = self.exports(0)?;
         let instances = self.usize()?;
         let n = self.count()?;
-        let resources = (0..n).map(|_| self.path()).collect::<Result<_, _>>()?;
-        let n = self.count()?;
-        let drops = (0..n)
+        let resources = (0..n)
             .map(|_| {
-                Ok(Drop {
+                Ok(match self.u8()? {
+                    0 => ResourceDef::Host(self.path()?),
+                    1 => ResourceDef::Guest {
+                        dtor: self.opt_core()?,
+                        table: self.usize()?,
+                    },
+                    _ => return Err(bad("a resource's kind")),
+                })
+            })
+            .collect::<Result<_, Error>>()?;
+        let n = self.count()?;
+        let resource_funcs = (0..n)
+            .map(|_| {
+                Ok(ResourceFunc {
+                    kind: match self.u8()? {
+                        0 => ResourceFuncKind::New,
+                        1 => ResourceFuncKind::Rep,
+                        2 => ResourceFuncKind::Drop,
+                        _ => return Err(bad("a resource built-in's kind")),
+                    },
                     resource: ResourceIndex(self.u32()?),
                     table: self.usize()?,
                 })
@@ -715,7 +777,7 @@ impl<'a> Reader<'a> {
             exports,
             instances,
             resources,
-            drops,
+            resource_funcs,
             tables: self.usize()?,
         })
     }

@@ -18,7 +18,8 @@ use wasmparser::{ComponentExternalKind, ComponentOuterAliasKind, ExternalKind};
 
 use crate::Error;
 use crate::plan::{
-    Callee, CoreDef, Drop, Export, ImportKind, Lift, Lowering, MAX_STEPS, Options, Path, Plan, Step,
+    Callee, CoreDef, Export, ImportKind, Lift, Lowering, MAX_STEPS, Options, Path, Plan,
+    ResourceDef, ResourceFunc, ResourceFuncKind, Step,
 };
 use crate::translate::{Init, Item, RawOptions, Translation};
 use crate::types::{FuncType, ResourceIndex};
@@ -216,7 +217,7 @@ impl<'a> Frame<'a> {
             .map(Arc::new)
             .ok_or_else(|| {
                 unsupported(
-                    "a resource type the component defines itself, or passes on in a way \
+                    "a resource type passed on in a way \
                      ephem does not follow yet",
                 )
             })
@@ -478,18 +479,47 @@ impl Inliner<'_> {
                     frame.exports.push((export.name.clone(), item.clone()));
                     frame.push(item);
                 }
-                Init::ResourceDrop(number) => {
+                Init::ResourceFunc(kind, number) => {
                     let resource = *frame.resources.get(number).ok_or_else(|| {
-                        unsupported("`resource.drop` of a resource the component defines itself")
+                        unsupported("a resource built-in on a resource type the plan cannot follow")
                     })?;
+                    let defined_here = matches!(
+                        self.plan.resources[resource.0 as usize],
+                        ResourceDef::Guest { table, .. } if table == frame.table
+                    );
+                    if *kind != ResourceFuncKind::Drop && !defined_here {
+                        return Err(unsupported(
+                            "`resource.new` or `.rep` of a type the plan does not see defined here",
+                        ));
+                    }
                     self.count()?;
-                    self.plan.drops.push(Drop {
+                    self.plan.resource_funcs.push(ResourceFunc {
+                        kind: *kind,
                         resource,
                         table: frame.table,
                     });
-                    let n = self.plan.drops.len() - 1;
-                    self.plan.steps.push(Step::Drop(n));
-                    frame.core[0].push(CoreDef::Drop(n));
+                    let n = self.plan.resource_funcs.len() - 1;
+                    self.plan.steps.push(Step::Resource(n));
+                    frame.core[0].push(CoreDef::Resource(n));
+                }
+                Init::DefineResource { number, dtor } => {
+                    // A new type for each instance of the component that defines it.
+                    let dtor = match dtor {
+                        Some(f) => {
+                            Some(frame.core[0].get(*f as usize).cloned().ok_or_else(|| {
+                                Error::Invalid("a destructor that is no core function".into())
+                            })?)
+                        }
+                        None => None,
+                    };
+                    // (Counted: the plan grows by one type per instantiation.)
+                    self.count()?;
+                    self.plan.resources.push(ResourceDef::Guest {
+                        dtor,
+                        table: frame.table,
+                    });
+                    let r = ResourceIndex(self.plan.resources.len() as u32 - 1);
+                    frame.resources.insert(*number, r);
                 }
             }
         }
@@ -499,10 +529,13 @@ impl Inliner<'_> {
     /// The plan's host resource type at `path`, added the first time it is asked for.
     fn resource_at(&mut self, path: Path) -> ResourceIndex {
         let resources = &mut self.plan.resources;
-        let i = match resources.iter().position(|p| *p == path) {
+        let found = resources
+            .iter()
+            .position(|r| matches!(r, ResourceDef::Host(p) if *p == path));
+        let i = match found {
             Some(i) => i,
             None => {
-                resources.push(path);
+                resources.push(ResourceDef::Host(path));
                 resources.len() - 1
             }
         };
@@ -541,10 +574,10 @@ impl Inliner<'_> {
     }
 
     fn count(&self) -> Result<(), Error> {
-        if self.plan.steps.len() + self.plan.tables >= MAX_STEPS {
+        if self.plan.steps.len() + self.plan.tables + self.plan.resources.len() >= MAX_STEPS {
             return Err(Error::Unsupported(format!(
-                "a component that makes more than {MAX_STEPS} core instances, functions and \
-                 component instances"
+                "a component that makes more than {MAX_STEPS} core instances, functions, \
+                 component instances and resource types"
             )));
         }
         Ok(())

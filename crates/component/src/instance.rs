@@ -14,7 +14,7 @@ use ephem_runtime::{AsContextMut, Extern, HostError, StoreContextMut, Val as Cor
 
 use crate::abi::{self, FlatReader};
 use crate::linker::HostFn;
-use crate::plan::{self, Callee, CoreDef, Export, Plan, Step};
+use crate::plan::{self, Callee, CoreDef, Export, Plan, ResourceFuncKind, Step};
 use crate::resources::{self, Dtor, Handles, Res, ResourceType};
 use crate::typed::ComponentNamedList;
 use crate::types::{FuncType, Type};
@@ -27,7 +27,7 @@ pub struct Instance {
     component: Component,
     core: Arc<[ephem_runtime::Instance]>,
     lowered: Arc<[ephem_runtime::Func]>,
-    drops: Arc<[ephem_runtime::Func]>,
+    resource_funcs: Arc<[ephem_runtime::Func]>,
     handles: Option<Arc<Mutex<Handles>>>,
 }
 
@@ -66,18 +66,24 @@ struct Made<'a, I, F> {
     plan: &'a Plan,
     core: I,
     lowered: F,
-    drops: F,
+    resource_funcs: F,
     handles: Option<Arc<Mutex<Handles>>>,
 }
 
 impl<I: AsRef<[ephem_runtime::Instance]>, F: AsRef<[ephem_runtime::Func]>> Made<'_, I, F> {
     fn resolve(&self, mut store: impl AsContextMut, def: &CoreDef) -> Result<Extern, Error> {
         match def {
-            CoreDef::Export { instance, name } => self.core.as_ref()[*instance]
-                .get_export(&mut store, name)
-                .ok_or_else(|| Error::Link(format!("a core instance exports no `{name}`"))),
-            CoreDef::Lowered(n) => Ok(Extern::Func(self.lowered.as_ref()[*n])),
-            CoreDef::Drop(n) => Ok(Extern::Func(self.drops.as_ref()[*n])),
+            // (Every item exists by the time it is used, in a plan `inline` made or `artifact`
+            // checked; one that does not is an error, not a panic.)
+            CoreDef::Export { instance, name } => (self.core.as_ref().get(*instance))
+                .and_then(|i| i.get_export(&mut store, name))
+                .ok_or_else(|| Error::Link(format!("no core export `{name}` made yet"))),
+            CoreDef::Lowered(n) => (self.lowered.as_ref().get(*n).copied())
+                .map(Extern::Func)
+                .ok_or_else(|| Error::Link("a lowered function used before it is made".into())),
+            CoreDef::Resource(n) => (self.resource_funcs.as_ref().get(*n).copied())
+                .map(Extern::Func)
+                .ok_or_else(|| Error::Link("a resource built-in used before it is made".into())),
         }
     }
 
@@ -122,10 +128,11 @@ impl<I: AsRef<[ephem_runtime::Instance]>, F: AsRef<[ephem_runtime::Func]>> Made<
 }
 
 /// What a linker resolved for a component: the host function of each lowering of a host
-/// import (by lowering), and each resource type's host type and destructor (by resource).
+/// import (by lowering), and each host resource type's type and destructor (by resource;
+/// `None` for the types the component defines).
 pub(crate) struct Imports<T> {
     pub hosts: Vec<Option<Arc<HostFn<T>>>>,
-    pub resources: Vec<(ResourceType, Arc<Dtor<T>>)>,
+    pub resources: Vec<Option<(ResourceType, Arc<Dtor<T>>)>>,
 }
 
 /// Instantiates `component` in `store` with `imports`, which a linker resolved for it.
@@ -135,14 +142,26 @@ pub(crate) fn instantiate<T: 'static>(
     imports: &Imports<T>,
 ) -> Result<Instance, Error> {
     let plan = &component.inner.plan;
-    let types = imports.resources.iter().map(|(ty, _)| *ty).collect();
+    // The types this instance's components define are new ones, its own.
+    let types = (imports.resources.iter())
+        .map(|host| {
+            host.as_ref()
+                .map_or_else(ResourceType::fresh, |(ty, _)| *ty)
+        })
+        .collect();
+    let owners = (plan.resources.iter())
+        .map(|r| match r {
+            plan::ResourceDef::Guest { table, .. } => Some(*table),
+            plan::ResourceDef::Host(_) => None,
+        })
+        .collect();
     let handles = (!plan.resources.is_empty())
-        .then(|| Arc::new(Mutex::new(Handles::new(plan.tables, types))));
+        .then(|| Arc::new(Mutex::new(Handles::new(plan.tables, types, owners))));
     let mut made = Made {
         plan,
         core: Vec::with_capacity(plan.instances),
         lowered: Vec::with_capacity(plan.lowerings.len()),
-        drops: Vec::with_capacity(plan.drops.len()),
+        resource_funcs: Vec::with_capacity(plan.resource_funcs.len()),
         handles,
     };
     for step in &plan.steps {
@@ -185,25 +204,9 @@ pub(crate) fn instantiate<T: 'static>(
                 );
                 made.lowered.push(func);
             }
-            Step::Drop(n) => {
-                let drop = plan.drops[*n];
-                let handles = made
-                    .handles
-                    .clone()
-                    .expect("a plan with drops has resources");
-                let dtor = imports.resources[drop.resource.0 as usize].1.clone();
-                let ty = ephem_runtime::FuncType::new([ephem_runtime::ValType::I32], []);
-                let func = ephem_runtime::Func::new(&mut store, ty, move |mut caller, args, _| {
-                    let index = args[0].i32().unwrap_or(0) as u32;
-                    let dropped =
-                        resources::drop_handle(&handles, drop.table, drop.resource, index)
-                            .map_err(|e| Box::new(e) as HostError)?;
-                    match dropped {
-                        Some(rep) => dtor(caller.as_context_mut(), rep),
-                        None => Ok(()),
-                    }
-                });
-                made.drops.push(func);
+            Step::Resource(n) => {
+                let func = resource_func(&mut store, &made, imports, plan.resource_funcs[*n])?;
+                made.resource_funcs.push(func);
             }
         }
     }
@@ -211,7 +214,7 @@ pub(crate) fn instantiate<T: 'static>(
         component: component.clone(),
         core: made.core.into(),
         lowered: made.lowered.into(),
-        drops: made.drops.into(),
+        resource_funcs: made.resource_funcs.into(),
         handles: made.handles,
     })
 }
@@ -361,6 +364,77 @@ fn call_lifted<T>(
     Ok(())
 }
 
+/// The core function of resource built-in `f`.
+fn resource_func<T: 'static>(
+    mut store: &mut StoreContextMut<'_, T>,
+    made: &Made<'_, Vec<ephem_runtime::Instance>, Vec<ephem_runtime::Func>>,
+    imports: &Imports<T>,
+    f: plan::ResourceFunc,
+) -> Result<ephem_runtime::Func, Error> {
+    use ephem_runtime::{FuncType as CoreType, ValType};
+    type CoreVal = Core;
+    let handles = (made.handles.clone()).expect("a plan with resource built-ins has resources");
+    let (table, resource) = (f.table, f.resource);
+    let i32_arg = |args: &[CoreVal]| args[0].i32().unwrap_or(0) as u32;
+    let trap = |e: Error| Box::new(e) as HostError;
+    Ok(match f.kind {
+        ResourceFuncKind::New => {
+            let ty = CoreType::new([ValType::I32], [ValType::I32]);
+            ephem_runtime::Func::new(&mut store, ty, move |_, args, results| {
+                let index = resources::new_handle(&handles, table, resource, i32_arg(args));
+                results[0] = CoreVal::I32(index.map_err(trap)? as i32);
+                Ok(())
+            })
+        }
+        ResourceFuncKind::Rep => {
+            let ty = CoreType::new([ValType::I32], [ValType::I32]);
+            ephem_runtime::Func::new(&mut store, ty, move |_, args, results| {
+                let rep = resources::rep_of(&handles, table, resource, i32_arg(args));
+                results[0] = CoreVal::I32(rep.map_err(trap)? as i32);
+                Ok(())
+            })
+        }
+        ResourceFuncKind::Drop => {
+            // What destroys the resource: the host's destructor, or the defining instance's
+            // (made by then: a type's destructor is defined before the type, the type before
+            // its built-ins).
+            enum Destroy<T: 'static> {
+                Host(Arc<Dtor<T>>),
+                Guest(Option<ephem_runtime::Func>),
+            }
+            let destroy = match (
+                &made.plan.resources[resource.0 as usize],
+                &imports.resources[resource.0 as usize],
+            ) {
+                (plan::ResourceDef::Guest { dtor, .. }, _) => Destroy::Guest(match dtor {
+                    Some(def) => {
+                        Some(made.resolve(&mut store, def)?.into_func().ok_or_else(|| {
+                            Error::Link("a resource's destructor is not a function".into())
+                        })?)
+                    }
+                    None => None,
+                }),
+                (plan::ResourceDef::Host(_), Some((_, dtor))) => Destroy::Host(dtor.clone()),
+                (plan::ResourceDef::Host(_), None) => unreachable!("resolved by the linker"),
+            };
+            let ty = CoreType::new([ValType::I32], []);
+            ephem_runtime::Func::new(&mut store, ty, move |mut caller, args, _| {
+                let dropped = resources::drop_handle(&handles, table, resource, i32_arg(args))
+                    .map_err(trap)?;
+                match (dropped, &destroy) {
+                    (None, _) | (Some(_), Destroy::Guest(None)) => Ok(()),
+                    (Some(rep), Destroy::Host(dtor)) => dtor(caller.as_context_mut(), rep),
+                    (Some(rep), Destroy::Guest(Some(dtor))) => {
+                        let rep = [CoreVal::I32(rep as i32)];
+                        dtor.call(caller.as_context_mut(), &rep, &mut [])
+                            .map_err(|e| Box::new(Error::Runtime(e)) as HostError)
+                    }
+                }
+            })
+        }
+    })
+}
+
 impl Instance {
     /// Finds export `name`, in the instance `parent` names if given (an exported instance)
     /// or among the component's own exports.
@@ -412,7 +486,7 @@ impl Instance {
             plan: &self.component.inner.plan,
             core: &*self.core,
             lowered: &*self.lowered,
-            drops: &*self.drops,
+            resource_funcs: &*self.resource_funcs,
             handles: self.handles.clone(),
         };
         let lifted = made.lifted(&mut store, *l).ok()?;

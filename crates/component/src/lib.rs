@@ -14,12 +14,13 @@
 //! - `abi`: the canonical ABI, lifting and lowering [`Val`]s through core values and memory;
 //! - `instance`: running a plan in a store, and calling lifted functions;
 //! - `linker`: host functions by name and path, checked against the types they are lowered at;
-//! - `resources`: host resources, handle tables, `resource.drop`;
+//! - `resources`: resource types (the host's, and those components define), handle tables,
+//!   `resource.new`, `.rep` and `.drop`;
 //! - `typed`: Rust types as component types, for [`TypedFunc`] and [`LinkerInstance::func_wrap`];
 //! - [`wave`]: values as text, as `wasmtime run --invoke` reads and prints them.
 //!
 //! Not yet supported (each refused with [`Error::Unsupported`] when a component is compiled):
-//! resources a component defines itself (`resource.new`, `resource.rep`), async, the threads
+//! async, the threads
 //! built-ins, fixed-length lists, maps, error contexts, value imports and exports, start
 //! functions, imported modules and components. A call between two
 //! parts of one component goes through the host's lifting and lowering (`Callee::Lifted`), not

@@ -174,7 +174,10 @@ impl<T: 'static> Linker<T> {
             plan::Callee::Host(path) => Some((path, true)),
             plan::Callee::Lifted(_) => None,
         });
-        let resources = plan.resources.iter().map(|p| (p, false));
+        let resources = (plan.resources.iter()).filter_map(|r| match r {
+            plan::ResourceDef::Host(path) => Some((path, false)),
+            plan::ResourceDef::Guest { .. } => None,
+        });
         for (path, func) in funcs.chain(resources).collect::<Vec<_>>() {
             let (def, shown) = self.find(plan, path);
             if def.is_some() || !which(&shown) {
@@ -251,12 +254,15 @@ impl<T: 'static> Linker<T> {
             })
             .collect::<Result<_, _>>()?;
         let resources = (plan.resources.iter())
-            .map(|path| match self.find(plan, path) {
-                (Some(Definition::Resource(ty, dtor)), _) => Ok((*ty, dtor.clone())),
-                (_, shown) => Err(Error::Link(format!(
-                    "the component imports the resource type {shown}, which the linker does \
-                     not define as one"
-                ))),
+            .map(|r| match r {
+                plan::ResourceDef::Guest { .. } => Ok(None),
+                plan::ResourceDef::Host(path) => match self.find(plan, path) {
+                    (Some(Definition::Resource(ty, dtor)), _) => Ok(Some((*ty, dtor.clone()))),
+                    (_, shown) => Err(Error::Link(format!(
+                        "the component imports the resource type {shown}, which the linker \
+                         does not define as one"
+                    ))),
+                },
             })
             .collect::<Result<_, _>>()?;
         Ok(InstancePre {

@@ -1,5 +1,5 @@
-//! A component flattened (see `inline`): the core instantiations and lowered functions to make,
-//! in order, and the lifted functions it exports. What instantiating runs (`instance`) and what
+//! A component flattened (see `inline`): the core instantiations, lowered functions and
+//! resource built-ins to make, in order, and the lifted functions it exports. What instantiating runs (`instance`) and what
 //! a component artifact holds (`artifact`); made only by `inline`, at compile time.
 
 use std::sync::Arc;
@@ -20,12 +20,12 @@ pub(crate) enum ImportKind {
 }
 
 /// A core item: an export of a core instance the plan makes, a lowered function, or a
-/// `resource.drop`.
+/// resource built-in (`resource.new`, `.rep`, `.drop`).
 #[derive(Clone, Debug)]
 pub(crate) enum CoreDef {
     Export { instance: usize, name: String },
     Lowered(usize),
-    Drop(usize),
+    Resource(usize),
 }
 
 /// A path to an item the host provides: the outer component's import, then export names.
@@ -76,11 +76,33 @@ pub(crate) struct Lowering {
     pub table: usize,
 }
 
-/// A `resource.drop` of a resource in a component instance's handle table.
+/// Which resource built-in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ResourceFuncKind {
+    /// `resource.new`: an own handle for a rep (resources the component defines).
+    New,
+    /// `resource.rep`: the rep behind a handle (resources the component defines).
+    Rep,
+    /// `resource.drop`: the handle goes; an own one's resource is destroyed.
+    Drop,
+}
+
+/// A resource built-in on a resource in a component instance's handle table.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Drop {
+pub(crate) struct ResourceFunc {
+    pub kind: ResourceFuncKind,
     pub resource: ResourceIndex,
     pub table: usize,
+}
+
+/// Where a resource type comes from.
+#[derive(Clone, Debug)]
+pub(crate) enum ResourceDef {
+    /// The host's, by the path it is imported through.
+    Host(Path),
+    /// Defined by the component instance whose handle table is `table`: a new type for each
+    /// instantiation, destroyed by `dtor` (a core function of that instance), if it has one.
+    Guest { dtor: Option<CoreDef>, table: usize },
 }
 
 /// One step of instantiating a plan.
@@ -90,8 +112,8 @@ pub(crate) enum Step {
     Instantiate { module: usize, args: Vec<CoreDef> },
     /// Makes lowered function `n`.
     Lower(usize),
-    /// Makes `resource.drop` function `n`.
-    Drop(usize),
+    /// Makes resource built-in `n`.
+    Resource(usize),
 }
 
 /// What the outer component exports.
@@ -110,9 +132,9 @@ pub(crate) struct Plan {
     pub imports: Vec<(String, ImportKind)>,
     pub exports: Vec<(String, Export)>,
     pub instances: usize,
-    /// The resource types: each the host's, by the path it is imported through.
-    pub resources: Vec<Path>,
-    pub drops: Vec<Drop>,
+    /// The resource types.
+    pub resources: Vec<ResourceDef>,
+    pub resource_funcs: Vec<ResourceFunc>,
     /// Component instances in the plan, each with its handle table.
     pub tables: usize,
 }

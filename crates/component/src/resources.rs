@@ -10,7 +10,12 @@
 //! the host's destructor for the rep. A handle of the wrong type, or one that is not there, is
 //! an ABI error, which traps.
 //!
-//! Resources a component defines itself (`resource.new`, `resource.rep`) are not supported yet.
+//! A component may define resource types itself: `resource.new` makes an own handle for a rep
+//! of its choosing, `resource.rep` gives a handle's rep back, and dropping the last own handle
+//! (`resource.drop`, in whichever component holds it) runs the defining instance's destructor.
+//! Each instantiation makes new types ([`ResourceType::fresh`]), so one instance's handles are
+//! never taken for another's. A borrow of such a resource lent to the instance that defines it
+//! passes its rep, not a handle, as the canonical ABI has it.
 
 use std::any::{Any, TypeId};
 use std::marker::PhantomData;
@@ -21,14 +26,34 @@ use ephem_runtime::{HostError, StoreContextMut};
 use crate::Error;
 use crate::types::{ResourceIndex, Type};
 
-/// The type of a host resource, as the linker defines it: the Rust type standing for it.
+/// A resource type: the host's, as the linker defines it (the Rust type standing for it), or
+/// one a component instance defines (a new type each time a component is instantiated).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ResourceType(TypeId);
+pub struct ResourceType(Kind);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Host(TypeId),
+    Guest(u64),
+}
 
 impl ResourceType {
     /// The resource type `T` stands for.
     pub fn host<T: 'static>() -> ResourceType {
-        ResourceType(TypeId::of::<T>())
+        ResourceType(Kind::Host(TypeId::of::<T>()))
+    }
+
+    /// A resource type no other is equal to: a component instance's own.
+    pub(crate) fn fresh() -> ResourceType {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        ResourceType(Kind::Guest(
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        ))
+    }
+
+    /// Whether a component defines the type (else the host does).
+    pub fn is_guest(&self) -> bool {
+        matches!(self.0, Kind::Guest(_))
     }
 }
 
@@ -229,6 +254,8 @@ struct Handle {
 pub(crate) struct Handles {
     tables: Vec<Table>,
     types: Vec<ResourceType>,
+    /// For each resource a component instance defines, that instance's table.
+    owners: Vec<Option<usize>>,
 }
 
 /// One component instance's handles: slots by index less one, and the free ones.
@@ -247,10 +274,15 @@ fn abi(message: impl Into<String>) -> Error {
 }
 
 impl Handles {
-    pub(crate) fn new(tables: usize, types: Vec<ResourceType>) -> Handles {
+    pub(crate) fn new(
+        tables: usize,
+        types: Vec<ResourceType>,
+        owners: Vec<Option<usize>>,
+    ) -> Handles {
         Handles {
             tables: vec![Table::default(); tables],
             types,
+            owners,
         }
     }
 
@@ -370,6 +402,10 @@ impl Res<'_> {
                 "a borrowed resource where an own is wanted".into(),
             ));
         }
+        if !own && handles.owners[resource.0 as usize] == Some(self.table) {
+            // Lent to the instance that defines it: the rep itself.
+            return Ok(value.rep);
+        }
         let index = handles.insert(
             self.table,
             Handle {
@@ -406,6 +442,33 @@ impl Res<'_> {
         }
         Ok(())
     }
+}
+
+/// What `resource.new` does: an own handle in table `table` for `rep`.
+pub(crate) fn new_handle(
+    handles: &Mutex<Handles>,
+    table: usize,
+    resource: ResourceIndex,
+    rep: u32,
+) -> Result<u32, Error> {
+    let mut handles = handles.lock().unwrap_or_else(|e| e.into_inner());
+    let handle = Handle {
+        resource,
+        rep,
+        owned: true,
+    };
+    handles.insert(table, handle)
+}
+
+/// What `resource.rep` does: the rep behind handle `index` of table `table`.
+pub(crate) fn rep_of(
+    handles: &Mutex<Handles>,
+    table: usize,
+    resource: ResourceIndex,
+    index: u32,
+) -> Result<u32, Error> {
+    let handles = handles.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(handles.get(table, index, resource)?.rep)
 }
 
 /// What `resource.drop` does in table `table` for handle `index` of resource `resource`: the

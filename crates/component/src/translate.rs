@@ -14,7 +14,7 @@ use wasmparser::{
 
 use crate::Error;
 use crate::abi::Encoding;
-use crate::plan::ImportKind;
+use crate::plan::{ImportKind, ResourceFuncKind};
 use std::collections::HashMap;
 use wasmparser::PrimitiveValType;
 
@@ -94,8 +94,14 @@ pub(crate) enum Init {
         options: RawOptions,
     },
     Export(Item),
-    /// `resource.drop` of the resource numbered so.
-    ResourceDrop(u32),
+    /// A resource built-in on the resource numbered so.
+    ResourceFunc(ResourceFuncKind, u32),
+    /// A resource type the component defines, numbered so, with its destructor (an index of
+    /// its core functions), if it has one.
+    DefineResource {
+        number: u32,
+        dtor: Option<u32>,
+    },
 }
 
 /// An item a component names by kind and index: an instantiation's argument, an export.
@@ -331,17 +337,14 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                                 options: raw_options(&options)?,
                             }
                         }
-                        CanonicalFunction::ResourceDrop { resource } => {
-                            match statics.of_type(&types, resource) {
-                                Some(r) => Init::ResourceDrop(r),
-                                None => unreachable!("validated: a resource type"),
-                            }
+                        CanonicalFunction::ResourceNew { resource } => {
+                            resource_func(&types, &mut statics, ResourceFuncKind::New, resource)
                         }
-                        CanonicalFunction::ResourceNew { .. }
-                        | CanonicalFunction::ResourceRep { .. } => {
-                            return Err(unsupported(
-                                "resources a component defines itself (`resource.new`, `.rep`)",
-                            ));
+                        CanonicalFunction::ResourceRep { resource } => {
+                            resource_func(&types, &mut statics, ResourceFuncKind::Rep, resource)
+                        }
+                        CanonicalFunction::ResourceDrop { resource } => {
+                            resource_func(&types, &mut statics, ResourceFuncKind::Drop, resource)
                         }
                         _ => {
                             return Err(unsupported(
@@ -400,7 +403,16 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
             Payload::ComponentStartSection { .. } => {
                 return Err(unsupported("component start functions"));
             }
-            Payload::ComponentTypeSection(section) => current.types += section.count(),
+            Payload::ComponentTypeSection(section) => {
+                for ty in section {
+                    if let wasmparser::ComponentType::Resource { dtor, .. } = ty? {
+                        let number = (statics.of_type(&types, current.types))
+                            .expect("validated: a resource type");
+                        current.inits.push(Init::DefineResource { number, dtor });
+                    }
+                    current.types += 1;
+                }
+            }
             // Types are resolved where they are used; names and custom sections do nothing.
             _ => {}
         }
@@ -409,6 +421,19 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
         translations,
         modules,
     })
+}
+
+/// A resource built-in on resource type `index`.
+fn resource_func(
+    types: &TypesRef<'_>,
+    statics: &mut Statics,
+    kind: ResourceFuncKind,
+    index: u32,
+) -> Init {
+    match statics.of_type(types, index) {
+        Some(r) => Init::ResourceFunc(kind, r),
+        None => unreachable!("validated: a resource type"),
+    }
 }
 
 /// An item by kind and index, with its resource number if it is a resource type.
