@@ -95,7 +95,7 @@ fn prepare_command(file: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<S
     let component = ec::Component::new(&engine, &wasm)?;
     let mut linker = ec::Linker::<ephem_wasi::WasiCtx>::new(&engine);
     ephem_wasi::p2::add_to_linker(&mut linker, |c| c)?;
-    ephem_wasi::p2::add_filesystem_to_linker(&mut linker)?;
+    ephem_wasi::p2::add_filesystem_to_linker(&mut linker, |c| c)?;
     linker.define_unknown_imports_as_traps(&component, |_| true)?;
     let ephem_pre = linker.instantiate_pre(&component)?;
     let mut template = ephem_wasi::WasiCtx::builder();

@@ -4,8 +4,9 @@
 //! limits, fuel and deadline as a module.
 //!
 //! Without `--invoke`, a command: `wasi:cli/run`'s `run`, with WASI 0.2 as far as ephem has it
-//! (`ephem_wasi::p2`: arguments, environment, exit status, standard streams, clocks, random);
-//! what it does not have of WASI yet (files) traps when called, naming itself.
+//! (`ephem_wasi::p2`: arguments, environment, exit status, standard streams, clocks, random,
+//! the `--dir` directories); what it does not have of WASI yet traps when called, naming
+//! itself.
 
 use anyhow::Context;
 use ephem::component::{self as ec, Component};
@@ -74,13 +75,6 @@ pub fn run(
         .map_err(error)
         .with_context(|| format!("compiling {}", args.file.display()))?
     };
-    if !args.dirs.is_empty() || !args.dirs_ro.is_empty() {
-        // (Said rather than refused: a command that opens no file runs as it would.)
-        eprintln!(
-            "warning: a component sees no directories yet (`wasi:filesystem` is not provided); \
-             `--dir` is ignored"
-        );
-    }
     let host = Host {
         limits: run::limits(args),
         wasi: run::wasi(args)?.build(),
@@ -91,7 +85,8 @@ pub fn run(
         (args.timeout).map(|timeout| engine.start_epoch_ticker(timeout / TICKS_PER_TIMEOUT));
     let mut linker = ec::Linker::new(engine);
     ephem_wasi::p2::add_to_linker(&mut linker, |h: &mut Host| &mut h.wasi).map_err(error)?;
-    ephem_wasi::p2::add_filesystem_to_linker(&mut linker).map_err(error)?;
+    ephem_wasi::p2::add_filesystem_to_linker(&mut linker, |h: &mut Host| &mut h.wasi)
+        .map_err(error)?;
     // What ephem does not provide of WASI yet traps when called, naming itself; anything else
     // missing is a link error unless asked for the same.
     let trap_all = args.trap_unknown_imports;

@@ -73,7 +73,7 @@ impl Handler {
         let mut linker = ec::Linker::new(engine);
         ephem_wasi::p2::add_to_linker(&mut linker, wasi_of)?;
         ephem_wasi::p2::http::add_to_linker(&mut linker, wasi_of)?;
-        ephem_wasi::p2::add_filesystem_to_linker(&mut linker)?;
+        ephem_wasi::p2::add_filesystem_to_linker(&mut linker, wasi_of)?;
         // What the server does not provide of WASI traps when called, naming itself.
         linker.define_unknown_imports_as_traps(&component, |name| name.starts_with("`wasi:"))?;
         let pre = linker

@@ -180,7 +180,7 @@ pub(crate) fn fill_random(out: &mut [u8]) -> Result<()> {
 }
 
 /// Retries a call interrupted by a signal.
-fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> Result<T> {
+pub(crate) fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> Result<T> {
     loop {
         match f() {
             Err(rustix::io::Errno::INTR) => continue,
@@ -802,7 +802,31 @@ impl WasiCtx {
     ) -> Result<()> {
         // The result's place first: a descriptor is never opened that the guest cannot learn.
         m.slice(out, 4)?;
-        let oflags = oflags as u16;
+        let path = m.slice(path, path_len)?.into_owned();
+        let new = self.open_at(
+            fd,
+            lookup,
+            &path,
+            oflags as u16,
+            base,
+            inheriting,
+            flags as u16,
+        )?;
+        m.set_u32(out, new)
+    }
+
+    /// `path_open` without guest memory (preview 2's `open-at` too): the new descriptor.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open_at(
+        &mut self,
+        fd: u32,
+        lookup: u32,
+        path: &[u8],
+        oflags: u16,
+        base: u64,
+        inheriting: u64,
+        flags: u16,
+    ) -> Result<u32> {
         let mut needed = rights::PATH_OPEN;
         if oflags & oflags::CREAT != 0 {
             needed |= rights::PATH_CREATE_FILE;
@@ -835,7 +859,7 @@ impl WasiCtx {
                 host |= flag;
             }
         }
-        host |= oflags_of(flags as u16) | OFlags::NOCTTY;
+        host |= oflags_of(flags) | OFlags::NOCTTY;
         if lookup & abi::LOOKUP_SYMLINK_FOLLOW == 0 {
             host |= OFlags::NOFOLLOW;
         }
@@ -844,7 +868,7 @@ impl WasiCtx {
             true => Mode::from_raw_mode(0o666),
             false => Mode::empty(),
         };
-        let opened = fs::open(dir.fd.as_fd(), &m.slice(path, path_len)?, host, mode)?;
+        let opened = fs::open(dir.fd.as_fd(), path, host, mode)?;
         let is_dir = oflags & oflags::DIRECTORY != 0
             || FileType::from_raw_mode(retry(|| rustix::fs::fstat(&opened))?.st_mode)
                 == FileType::Directory;
@@ -859,8 +883,7 @@ impl WasiCtx {
         } else {
             Entry::new(Desc::File(opened), base & allowed & rights::FILE, 0)
         };
-        let new = self.push(entry)?;
-        m.set_u32(out, new)
+        self.push(entry)
     }
 
     pub(crate) fn path_create_directory(
@@ -870,8 +893,13 @@ impl WasiCtx {
         path: u32,
         len: u32,
     ) -> Result<()> {
+        self.create_directory_at(fd, &m.slice(path, len)?)
+    }
+
+    /// `path_create_directory` without guest memory.
+    pub(crate) fn create_directory_at(&self, fd: u32, path: &[u8]) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_CREATE_DIRECTORY)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), &m.slice(path, len)?)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), path)?;
         retry(|| rustix::fs::mkdirat(&base, last.as_slice(), Mode::from_raw_mode(0o777)))
     }
 
@@ -882,8 +910,13 @@ impl WasiCtx {
         path: u32,
         len: u32,
     ) -> Result<()> {
+        self.remove_directory_at(fd, &m.slice(path, len)?)
+    }
+
+    /// `path_remove_directory` without guest memory.
+    pub(crate) fn remove_directory_at(&self, fd: u32, path: &[u8]) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_REMOVE_DIRECTORY)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), &m.slice(path, len)?)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), path)?;
         retry(|| rustix::fs::unlinkat(&base, last.as_slice(), AtFlags::REMOVEDIR))
     }
 
@@ -894,9 +927,13 @@ impl WasiCtx {
         path: u32,
         len: u32,
     ) -> Result<()> {
+        self.unlink_file_at(fd, &m.slice(path, len)?)
+    }
+
+    /// `path_unlink_file` without guest memory.
+    pub(crate) fn unlink_file_at(&self, fd: u32, path: &[u8]) -> Result<()> {
         let dir = self.dir(fd, rights::PATH_UNLINK_FILE)?;
-        let path = m.slice(path, len)?;
-        let (base, last) = fs::parent(dir.fd.as_fd(), &path)?;
+        let (base, last) = fs::parent(dir.fd.as_fd(), path)?;
         if path.ends_with(b"/") {
             // "file/" names a directory: never a file to unlink.
             let st =
@@ -989,16 +1026,29 @@ impl WasiCtx {
         len: u32,
         out: u32,
     ) -> Result<()> {
-        let dir = self.dir(fd, rights::PATH_FILESTAT_GET)?;
-        let path = m.slice(path, len)?;
-        let st = if lookup & abi::LOOKUP_SYMLINK_FOLLOW != 0 {
-            let file = fs::open(dir.fd.as_fd(), &path, OFlags::PATH, Mode::empty())?;
-            retry(|| rustix::fs::fstat(&file))?
-        } else {
-            let (base, last) = fs::parent(dir.fd.as_fd(), &path)?;
-            retry(|| rustix::fs::statat(&base, last.as_slice(), AtFlags::SYMLINK_NOFOLLOW))?
-        };
+        let st = self.stat_at(fd, lookup, &m.slice(path, len)?)?;
         m.write(out, &filestat(&st))
+    }
+
+    /// `path_filestat_get` without guest memory: the host's stat.
+    pub(crate) fn stat_at(&self, fd: u32, lookup: u32, path: &[u8]) -> Result<rustix::fs::Stat> {
+        let dir = self.dir(fd, rights::PATH_FILESTAT_GET)?;
+        if lookup & abi::LOOKUP_SYMLINK_FOLLOW != 0 {
+            let file = fs::open(dir.fd.as_fd(), path, OFlags::PATH, Mode::empty())?;
+            retry(|| rustix::fs::fstat(&file))
+        } else {
+            let (base, last) = fs::parent(dir.fd.as_fd(), path)?;
+            retry(|| rustix::fs::statat(&base, last.as_slice(), AtFlags::SYMLINK_NOFOLLOW))
+        }
+    }
+
+    /// The host descriptor of `fd` (a file or a directory) if it has every right in `needed`.
+    pub(crate) fn fs_fd(&self, fd: u32, needed: u64) -> Result<BorrowedFd<'_>> {
+        match &self.entry(fd, needed)?.desc {
+            Desc::File(f) => Ok(f.as_fd()),
+            Desc::Dir(d) => Ok(d.fd.as_fd()),
+            _ => Err(Errno::BADF),
+        }
     }
 
     pub(crate) fn path_filestat_set_times(

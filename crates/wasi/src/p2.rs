@@ -9,13 +9,14 @@
 //! (`wasi:filesystem`: `get-directories` gives none, and the descriptor methods are not
 //! defined; `ephem run` makes them trap, naming themselves) and sockets.
 
-use ephem_component::{Linker, LinkerInstance, ResourceAny, ResourceType, Val};
+use ephem_component::{Linker, ResourceAny, ResourceType, Val};
 use ephem_runtime::{HostError, StoreContextMut};
 
 use crate::I32Exit;
 use crate::ctx::WasiCtx;
 use crate::host::{fill_random, nanos, read_stdin, timespec, write_stdio};
 
+pub mod fs;
 pub mod http;
 
 /// The WASI 0.2 version these interfaces are defined under; a component importing any other
@@ -39,6 +40,9 @@ pub struct Terminal;
 pub(crate) struct State {
     pub pollables: Table<Wait>,
     pub streams: Table<Stream>,
+    pub listings: fs::Listings,
+    /// Streams of files open (each holds a host descriptor of its own).
+    pub file_streams: usize,
     pub http: http::State,
 }
 
@@ -89,6 +93,11 @@ impl<T> Table<T> {
         slot.ok_or_else(|| "no such resource".into())
     }
 
+    /// How many objects it holds.
+    pub fn live(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
     /// Takes the object away, freeing its rep.
     pub fn take(&mut self, rep: u32) -> Result<T, HostError> {
         let slot = self.slots.get_mut(rep as usize).and_then(Option::take);
@@ -107,6 +116,12 @@ pub(crate) enum Stream {
     },
     /// Writes to outgoing HTTP body `n` (`http::State`'s rep).
     Out(u32),
+    /// Reads or writes a file from `at` on (at its end, with `append`).
+    File {
+        file: std::os::fd::OwnedFd,
+        at: u64,
+        append: bool,
+    },
 }
 
 /// Reps of the standard streams; the others are [`State::streams`]' slots past them.
@@ -289,7 +304,13 @@ fn io<T: 'static>(
     let drop_stream = move |mut s: StoreContextMut<'_, T>, rep: u32| -> HostResult {
         match rep.checked_sub(STDIO_REPS) {
             None => Ok(()),
-            Some(n) => get(s.data_mut()).p2.streams.take(n).map(drop),
+            Some(n) => {
+                let p2 = &mut get(s.data_mut()).p2;
+                if let Stream::File { .. } = p2.streams.take(n)? {
+                    p2.file_streams -= 1;
+                }
+                Ok(())
+            }
         }
     };
     streams.resource(
@@ -382,6 +403,13 @@ fn input(ctx: &mut WasiCtx, rep: u32, buf: &mut [u8]) -> Result<Result<usize, ()
             *at += n;
             Ok(Ok(n))
         }
+        Stream::File { file, at, .. } => {
+            let read = fs::pread(std::os::fd::AsFd::as_fd(file), buf, *at);
+            if let Ok(n) = read {
+                *at += n as u64;
+            }
+            Ok(read.map_err(drop))
+        }
         Stream::Out(_) => Err("an output stream read from".into()),
     }
 }
@@ -392,16 +420,26 @@ fn output(ctx: &mut WasiCtx, rep: u32, data: &[u8]) -> Result<Val, HostError> {
     let written = match rep {
         1 | 2 => write_stdio(ctx, rep == 2, data),
         0 => return Err("an input stream written to".into()),
-        _ => match ctx.p2.streams.get(rep - STDIO_REPS)? {
-            Stream::Out(body) => {
+        _ => {
+            let n = rep - STDIO_REPS;
+            if let Stream::Out(body) = ctx.p2.streams.get(n)? {
                 let body = *body;
                 return Ok(match http::write(ctx, body, data) {
                     true => ok(None),
                     false => closed(),
                 });
             }
-            Stream::In { .. } => return Err("an input stream written to".into()),
-        },
+            match ctx.p2.streams.get_mut(n)? {
+                Stream::File { file, at, append } => {
+                    let written = fs::pwrite(std::os::fd::AsFd::as_fd(file), data, *at, *append);
+                    if let Ok(n) = written {
+                        *at += n as u64;
+                    }
+                    written
+                }
+                _ => return Err("an input stream written to".into()),
+            }
+        }
     };
     Ok(match written {
         Ok(n) if n == data.len() => ok(None),
@@ -621,30 +659,11 @@ fn random<T: 'static>(linker: &mut Linker<T>) -> Result<(), ephem_component::Err
     Ok(())
 }
 
-/// Adds `wasi:filesystem` as far as it goes yet: its resource types, no preopened
-/// directories, and `filesystem-error-code` (never one, as no error resource is made).
+/// Adds `wasi:filesystem` (see [`fs`]) to `linker`, with each store's context found by
+/// `get`: the context's preopened directories, in the same sandbox as preview 1's.
 pub fn add_filesystem_to_linker<T: 'static>(
     linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut WasiCtx,
 ) -> Result<(), ephem_component::Error> {
-    /// `wasi:filesystem`'s resources: none is ever made yet.
-    struct Descriptor;
-    let mut types = linker.instance(&name("filesystem/types"))?;
-    types.resource("descriptor", ResourceType::host::<Descriptor>(), |_, _| {
-        Ok(())
-    })?;
-    types.resource(
-        "directory-entry-stream",
-        ResourceType::host::<Descriptor>(),
-        |_, _| Ok(()),
-    )?;
-    types.func_new("filesystem-error-code", |_, _, _, r| {
-        set(r, Val::Option(None))?;
-        Ok(())
-    })?;
-    let mut preopens: LinkerInstance<'_, T> = linker.instance(&name("filesystem/preopens"))?;
-    preopens.func_new("get-directories", |_, _, _, r| {
-        set(r, Val::List(Vec::new()))?;
-        Ok(())
-    })?;
-    Ok(())
+    fs::add_to_linker(linker, get)
 }

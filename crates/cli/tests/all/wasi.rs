@@ -380,10 +380,28 @@ fn wasi_0_2_commands_run_as_wasmtime_runs_them() {
     let out = run(&[&hello], b"");
     assert_eq!(stdout(&out), "Hello, world!\n");
     assert!(out.status.success());
-    // Directories are not given to components yet: said, not silently dropped.
-    let out = run(&["--dir", ".", &hello], b"");
-    assert_eq!(stdout(&out), "Hello, world!\n");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("`--dir` is ignored"));
+    // Files and directories through `wasi:filesystem`, beneath the `--dir` given (the test's
+    // directory, empty, as wasmtime's was).
+    let files = guest("files.component");
+    let out = run(&["--dir", ".", &files], b"");
+    assert_eq!(
+        stdout(&out),
+        "read 23: first line\nsecond line\nstat notes.txt: OK\nsize 23, regular 1\n\
+         pread: 6 line\ns\nmkdir sub: OK\nmkdir sub again: File exists\nstat sub: OK\n\
+         directory 1\nentry notes.txt\nentry sub\n\
+         rmdir sub (not empty): Directory not empty\nunlink sub/inner.txt: OK\nrmdir sub: OK\n\
+         open missing: No such file or directory\nopen ../escape: Operation not permitted\n\
+         open /etc/passwd: No such file or directory\nunlink notes.txt: OK\n\
+         stat notes.txt: No such file or directory\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success());
+    // Without a directory, the program has none to write to.
+    let out = run(&[&files], b"");
+    assert_eq!(stdout(&out), "");
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("fopen: "));
+    assert_eq!(out.status.code(), Some(1));
 
     let basics = guest("basics.component");
     let out = run(&["--env", "A=b", &basics, "args", "x"], b"");
