@@ -20,13 +20,12 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use anyhow::Context as _;
 use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ephem::component::{self as ec, Component};
-use ephem::{Engine, EpochTicker, Store, StoreLimits, StoreLimitsBuilder};
+use ephem::{Engine, Store, StoreLimits, StoreLimitsBuilder};
 use ephem_wasi::p2::http::{Handled, Head, Proxy, Request as WasiRequest, Responder};
 use ephem_wasi::{Output, WasiCtx};
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
@@ -50,7 +49,6 @@ pub struct Handler {
     pre: ec::InstancePre<Host>,
     proxy: Proxy,
     wasi: ephem_wasi::WasiCtxBuilder,
-    _ticker: EpochTicker,
 }
 
 /// How many body chunks wait between the component and the connection.
@@ -68,27 +66,37 @@ impl Handler {
         let component = Component::new_with(engine, bytes, |wasm| {
             ephem::compile_cached(compiler, engine, cache, wasm).map(|(m, _)| m)
         })?;
-        let proxy = Proxy::new(&component)
-            .map_err(|why| anyhow::anyhow!("the component cannot be served: {why}"))?;
-        let mut linker = ec::Linker::new(engine);
-        ephem_wasi::p2::add_to_linker(&mut linker, wasi_of)?;
-        ephem_wasi::p2::http::add_to_linker(&mut linker, wasi_of)?;
-        ephem_wasi::p2::add_filesystem_to_linker(&mut linker, wasi_of)?;
-        // What the server does not provide of WASI traps when called, naming itself.
-        linker.define_unknown_imports_as_traps(&component, |name| name.starts_with("`wasi:"))?;
-        let pre = linker
-            .instantiate_pre(&component)
-            .context("linking the component")?;
         // What the component prints goes where the server's own output goes, as with
         // `wasmtime serve`.
+        Handler::from_component(engine, &component, Output::Inherit)
+            .map_err(|why| anyhow::anyhow!("the component cannot be served: {why}"))
+    }
+
+    /// `component` linked to the server's WASI, its standard output and error going to
+    /// `output`; or why it cannot be served (no handler, imports the server lacks).
+    pub fn from_component(
+        engine: &Engine,
+        component: &Component,
+        output: Output,
+    ) -> Result<Handler, String> {
+        let proxy = Proxy::new(component)?;
+        let mut linker = ec::Linker::new(engine);
+        let linked = (|| {
+            ephem_wasi::p2::add_to_linker(&mut linker, wasi_of)?;
+            ephem_wasi::p2::http::add_to_linker(&mut linker, wasi_of)?;
+            ephem_wasi::p2::add_filesystem_to_linker(&mut linker, wasi_of)?;
+            // What the server does not provide of WASI traps when called, naming itself.
+            linker.define_unknown_imports_as_traps(component, |name| name.starts_with("`wasi:"))?;
+            linker.instantiate_pre(component)
+        })();
+        let pre = linked.map_err(|e| format!("linking it: {e}"))?;
         let mut wasi = WasiCtx::builder();
-        wasi.stdout(Output::Inherit).stderr(Output::Inherit);
+        wasi.stdout(output).stderr(output);
         Ok(Handler {
             engine: engine.clone(),
             pre,
             proxy,
             wasi,
-            _ticker: engine.start_epoch_ticker(TICK),
         })
     }
 
@@ -223,15 +231,23 @@ impl futures_core::Stream for Chunks {
     }
 }
 
-/// Answers any request with the component.
+/// Answers any request with the component the server serves (`--component`).
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    match answer(shared, request).await {
+    let handler = (shared.component.clone()).expect("served in component mode");
+    match answer(shared, handler, request, None).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
 }
 
-async fn answer(shared: Arc<Shared>, request: Request) -> Result<Response, ApiError> {
+/// Answers `request` with `handler`, the path and query the component sees replaced by
+/// `path` if given.
+pub(crate) async fn answer(
+    shared: Arc<Shared>,
+    handler: Arc<Handler>,
+    request: Request,
+    path: Option<String>,
+) -> Result<Response, ApiError> {
     let limits = shared.config.limits;
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, limits.max_input)
@@ -252,7 +268,7 @@ async fn answer(shared: Arc<Shared>, request: Request) -> Result<Response, ApiEr
     });
     let request = WasiRequest {
         method: parts.method.as_str().to_owned(),
-        path_with_query: parts.uri.path_and_query().map(|p| p.as_str().to_owned()),
+        path_with_query: path.or_else(|| parts.uri.path_and_query().map(|p| p.as_str().to_owned())),
         scheme: Some(parts.uri.scheme_str().unwrap_or("http").to_owned()),
         authority,
         headers: (parts.headers.iter())
@@ -281,7 +297,6 @@ async fn answer(shared: Arc<Shared>, request: Request) -> Result<Response, ApiEr
         // Kept by the worker until it has given its place back: a body without a length ends
         // when the last sender is gone, so a client's next request finds the place free.
         let body_open = responder.body.clone();
-        let handler = s.component.as_ref().expect("served in component mode");
         let t = Instant::now();
         let handled = handler.call(request, responder, &limits);
         s.metrics.phase("call", t.elapsed());

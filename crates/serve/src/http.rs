@@ -4,6 +4,8 @@
 //! | route | success | errors |
 //! | --- | --- | --- |
 //! | `PUT /modules` (wasm body) | `201` (`200` if it was there) `{id, exports, imports}` | `400` invalid or imports other than WASI, `413` too large |
+//! | `PUT /modules` (a `wasi:http` component) | `201` (`200`) `{id, kind: "component", exports, http}` | `400` invalid, no handler, or imports other than WASI |
+//! | `ANY /modules/{id}/http/{path}` | the component's answer to the request for `/{path}` | `404`, `413`, `500` trap or no response, `503` busy |
 //! | `GET /modules/{id}` | `200` `{id, exports, imports}` | `404` |
 //! | `DELETE /modules/{id}` | `204` | `404` |
 //! | `POST /modules/{id}/invoke/{export}` (JSON array of arguments) | `200` `{results, fuel_used, time_us}` | `400` arguments, `404`, `413`, `422` trap or limit, `503` busy |
@@ -32,7 +34,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Path, RawQuery, Request, Stat
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{any, get, post, put};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -40,6 +42,7 @@ use tokio::sync::Semaphore;
 use ephem::InstancePre;
 use lru::LruCache;
 
+use crate::component::Handler;
 use crate::config::{Config, Requested};
 use crate::exec::{CallError, Executor, Host, InputFile, Measured};
 use crate::metrics::Metrics;
@@ -54,12 +57,14 @@ pub struct Shared {
     token: Option<Vec<u8>>,
     /// Modules kept open and linked for the calls that follow, by id (`None`: none kept).
     prepared: Option<Mutex<LruCache<String, InstancePre<Host>>>>,
+    /// Components, likewise.
+    prepared_components: Option<Mutex<LruCache<String, Arc<Handler>>>>,
     workers: Arc<Semaphore>,
     /// Calls in the server, running or waiting: `workers` + the queue's length.
     admitted: Arc<Semaphore>,
     compiles: Arc<Semaphore>,
     /// The component served at every path (`ephem serve --component`), if any.
-    pub component: Option<crate::component::Handler>,
+    pub component: Option<Arc<crate::component::Handler>>,
 }
 
 impl Shared {
@@ -74,6 +79,8 @@ impl Shared {
             admitted: Arc::new(Semaphore::new(config.workers.max(1) + config.queue())),
             compiles: Arc::new(Semaphore::new(config.compile_workers.max(1))),
             prepared: NonZeroUsize::new(config.open_modules).map(|n| Mutex::new(LruCache::new(n))),
+            prepared_components: NonZeroUsize::new(config.open_modules)
+                .map(|n| Mutex::new(LruCache::new(n))),
             metrics: Metrics::default(),
             config,
             registry,
@@ -184,6 +191,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/modules/{id}/run",
             post(run).layer(DefaultBodyLimit::max(limits.max_input)),
         )
+        .route("/modules/{id}/http", any(http_root))
+        .route("/modules/{id}/http/{*path}", any(http_path))
         .route_layer(middleware::from_fn_with_state(shared.clone(), authorize));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -288,6 +297,19 @@ fn describe_module(id: &str, found: &Found) -> Value {
     json!({"id": id, "exports": exports, "imports": imports})
 }
 
+/// A component's id, and what it serves (its exported functions, where known).
+fn describe_component(id: &str, component: Option<&ephem::component::Component>) -> Value {
+    let exports: Vec<Value> = (component.iter())
+        .flat_map(|c| c.exported_funcs())
+        .map(|(path, _)| json!(path.join("#")))
+        .collect();
+    json!({"id": id, "kind": "component", "exports": exports, "http": format!("/modules/{id}/http/")})
+}
+
+/// Where an uploaded component's standard output and error go: nowhere (a tenant's output is
+/// not the server's log).
+const UPLOADED_OUTPUT: ephem_wasi::Output = ephem_wasi::Output::Discard;
+
 fn count_artifact(shared: &Shared, found: &Found) {
     count_outcome(shared, found.origin.label());
 }
@@ -314,6 +336,29 @@ async fn blocking<R: Send + 'static>(
 async fn upload(State(shared): App, Body(wasm): Body) -> Result<Response, ApiError> {
     let permit = shared.compiles.clone().acquire_owned().await;
     let s = shared.clone();
+    if ephem::component::Component::is_component(&wasm) {
+        let (id, component, created) = blocking(move || {
+            let _permit = permit;
+            let mut made = None;
+            let put = (s.registry).put_component(&wasm, |component| {
+                let engine = s.registry.engine();
+                made = Some(Handler::from_component(engine, component, UPLOADED_OUTPUT)?);
+                Ok(())
+            });
+            let (id, component, created) = put?;
+            if let (Some(handler), Some(p)) = (made, &s.prepared_components) {
+                lock_components(p).put(id.clone(), Arc::new(handler));
+            }
+            Ok::<_, RegistryError>((id, component, created))
+        })
+        .await??;
+        let status = if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        return Ok((status, Json(describe_component(&id, Some(&component)))).into_response());
+    }
     let (id, found, created) = blocking(move || {
         let _permit = permit;
         (s.registry).put(&wasm, |module| {
@@ -332,6 +377,9 @@ async fn upload(State(shared): App, Body(wasm): Body) -> Result<Response, ApiErr
 
 async fn describe(State(shared): App, Path(id): Path<String>) -> Result<Response, ApiError> {
     let s = shared.clone();
+    if s.registry.is_component(&id) {
+        return Ok(Json(describe_component(&id, None)).into_response());
+    }
     let (id, found) = blocking(move || s.registry.module(&id).map(|f| (id, f))).await??;
     count_artifact(&shared, &found);
     Ok(Json(describe_module(&id, &found)).into_response())
@@ -659,4 +707,83 @@ async fn run(
         set("x-ephem-stderr-dropped", ran.stderr_dropped.to_string());
     }
     Ok(response)
+}
+
+/// The components kept open, locked (as [`lock`]).
+fn lock_components(
+    p: &Mutex<LruCache<String, Arc<Handler>>>,
+) -> std::sync::MutexGuard<'_, LruCache<String, Arc<Handler>>> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Component `id` ready to serve: kept open from an earlier request (while its wasm is still
+/// kept), else compiled from its wasm (its modules' artifacts from the store) and linked.
+fn open_component(shared: &Shared, id: &str) -> Result<Arc<Handler>, ApiError> {
+    if let Some(p) = &shared.prepared_components {
+        let kept = lock_components(p).get(id).cloned();
+        if let Some(handler) = kept {
+            if shared.registry.is_kept(id) {
+                return Ok(handler);
+            }
+            lock_components(p).pop(id);
+        }
+    }
+    if !shared.registry.is_component(id) && shared.registry.is_kept(id) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "not_a_component",
+            format!("{id} is a module: call it with /modules/{id}/invoke or /run"),
+        ));
+    }
+    let component = shared.registry.component(id)?;
+    let handler = Handler::from_component(shared.registry.engine(), &component, UPLOADED_OUTPUT)
+        .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, "invalid", why))?;
+    let handler = Arc::new(handler);
+    if let Some(p) = &shared.prepared_components {
+        lock_components(p).put(id.to_owned(), handler.clone());
+    }
+    Ok(handler)
+}
+
+async fn http_root(State(shared): App, Path(id): Path<String>, request: Request) -> Response {
+    http_call(shared, id, String::new(), request).await
+}
+
+async fn http_path(
+    State(shared): App,
+    Path((id, path)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    http_call(shared, id, path, request).await
+}
+
+/// A request to uploaded component `id`, which sees the path past `/modules/{id}/http`.
+async fn http_call(shared: Arc<Shared>, id: String, path: String, request: Request) -> Response {
+    let query = request
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let s = shared.clone();
+    // A component not kept open is compiled: within the server's compile pool.
+    let kept =
+        (shared.prepared_components.as_ref()).is_some_and(|p| lock_components(p).contains(&id));
+    let permit = match kept {
+        true => None,
+        false => Some(shared.compiles.clone().acquire_owned().await),
+    };
+    let handler = match blocking(move || {
+        let _permit = permit;
+        open_component(&s, &id)
+    })
+    .await
+    {
+        Ok(Ok(handler)) => handler,
+        Ok(Err(e)) | Err(e) => return e.into_response(),
+    };
+    let seen = format!("/{path}{query}");
+    match crate::component::answer(shared, handler, request, Some(seen)).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
 }

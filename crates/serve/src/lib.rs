@@ -144,7 +144,7 @@ fn shared(
     // once: each call asks its kept artifact's file (an `fstat`, small beside a request).
     let cache = cache.asking_kept_entries_every(std::time::Duration::ZERO);
     let component = (component)
-        .map(|bytes| component::Handler::new(&engine, &compiler, &cache, bytes))
+        .map(|bytes| component::Handler::new(&engine, &compiler, &cache, bytes).map(Arc::new))
         .transpose()?;
     let mut registry =
         registry::Registry::new(config.modules_dir(), cache, compiler, engine.clone())

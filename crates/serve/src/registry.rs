@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use ephem::component::Component;
 use ephem::{Cache, Compiler, Engine, Module, Outcome};
 
 use crate::store::Bucket;
@@ -146,23 +147,82 @@ impl Registry {
         let id = id_of(wasm);
         let found = self.compiled(&id, || Ok(wasm.to_vec()))?;
         check(&found.module).map_err(RegistryError::Invalid)?;
-        let path = self.source_path(&id);
+        let new = self.keep(&id, wasm)?;
+        Ok((id, found, new))
+    }
+
+    /// As [`Registry::put`] for a component: validated, its core modules compiled through the
+    /// artifact store (each its own entry, as any module's), checked by `check`, and kept.
+    pub fn put_component(
+        &self,
+        wasm: &[u8],
+        check: impl FnOnce(&Component) -> Result<(), String>,
+    ) -> Result<(String, Component, bool), RegistryError> {
+        let id = id_of(wasm);
+        let component = self.compile_component(wasm)?;
+        check(&component).map_err(RegistryError::Invalid)?;
+        let new = self.keep(&id, wasm)?;
+        Ok((id, component, new))
+    }
+
+    /// The component `id`, compiled again from its kept wasm (its modules' artifacts opened
+    /// from the store, where they are).
+    pub fn component(&self, id: &str) -> Result<Component, RegistryError> {
+        if !is_id(id) {
+            return Err(RegistryError::NotFound(id.to_owned()));
+        }
+        self.hold(id)?;
+        let wasm = std::fs::read(self.source_path(id)).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => RegistryError::NotFound(id.to_owned()),
+            _ => RegistryError::Internal(format!("reading component {id}: {e}")),
+        })?;
+        self.compile_component(&wasm)
+    }
+
+    /// Whether what was uploaded as `id` is a component (else a module, or nothing).
+    pub fn is_component(&self, id: &str) -> bool {
+        let mut head = [0; 8];
+        let read = std::fs::File::open(self.source_path(id))
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
+        read.is_ok() && Component::is_component(&head)
+    }
+
+    fn compile_component(&self, wasm: &[u8]) -> Result<Component, RegistryError> {
+        let compiled = Component::new_with(&self.engine, wasm, |module| {
+            ephem::compile_cached(&self.compiler, &self.engine, &self.cache, module).map(|(m, _)| m)
+        });
+        compiled.map_err(|e| match e {
+            ephem::component::Error::Invalid(_) | ephem::component::Error::Unsupported(_) => {
+                RegistryError::Invalid(e.to_string())
+            }
+            ephem::component::Error::Runtime(inner)
+                if inner.kind() == ephem::ErrorKind::Compile =>
+            {
+                RegistryError::Invalid(inner.to_string())
+            }
+            e => RegistryError::Internal(e.to_string()),
+        })
+    }
+
+    /// Keeps `wasm` as `id` (here, and in the bucket if there is one): whether it is new.
+    fn keep(&self, id: &str, wasm: &[u8]) -> Result<bool, RegistryError> {
+        let path = self.source_path(id);
         let mut new = !path.is_file();
         if new {
             ephem_artifact::write_atomic(&path, wasm)
                 .map_err(|e| RegistryError::Internal(format!("keeping the module: {e}")))?;
         }
         if let Some(bucket) = &self.bucket {
-            let held = bucket.has_module(&id, crate::store::TRANSFER_TIMEOUT);
+            let held = bucket.has_module(id, crate::store::TRANSFER_TIMEOUT);
             new = !held.map_err(RegistryError::Internal)?;
             if new {
                 bucket
-                    .put_module(&id, wasm)
+                    .put_module(id, wasm)
                     .map_err(RegistryError::Internal)?;
             }
-            bucket.saw(&id);
+            bucket.saw(id);
         }
-        Ok((id, found, new))
+        Ok(new)
     }
 
     /// The module `id`, opened from its artifact, or compiled again from its kept wasm.

@@ -1223,3 +1223,92 @@ fn a_componentize_js_handler_answers_as_wasmtime_serve_does() {
     let r = c.get(format!("{}/missing", server.base)).send().unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
+
+/// A `wasi:http` component uploaded as a module is: kept by its hash, served at its own route
+/// (`/modules/{id}/http/…`, the component seeing the path past it) in a fresh instance per
+/// request, behind the token, until it is deleted; one that is no handler is refused at upload.
+#[test]
+fn an_uploaded_http_component_is_served_at_its_own_route_until_deleted() {
+    let data = tempfile::tempdir().unwrap();
+    let token_file = data.path().join("token");
+    std::fs::write(&token_file, "s3cret-token-of-some-length\n").unwrap();
+    let mut cfg = config(data.path());
+    cfg.token_file = Some(token_file);
+    let server = start(cfg);
+    let base = &server.base;
+    let auth = "Bearer s3cret-token-of-some-length";
+    let c = client();
+
+    let r = (c.put(format!("{base}/modules")))
+        .header("authorization", auth)
+        .body(http_handler())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["kind"], "component");
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(id, blake3::hash(&http_handler()).to_hex().to_string());
+    assert!(
+        v["exports"]
+            .to_string()
+            .contains("wasi:http/incoming-handler"),
+        "{v}"
+    );
+
+    let url = format!("{base}/modules/{id}/http/a/b?c=d");
+    let r = (c.post(&url))
+        .header("authorization", auth)
+        .header("x-foo", "bar")
+        .body("hello body")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        r.text().unwrap(),
+        "method POST\npath /a/b?c=d\nscheme 0\nheader x-foo: bar\nforbidden seen 0\n\
+         trailers none\nbody 10 776466081\n"
+    );
+    let r = (c.get(format!("{base}/modules/{id}/http")))
+        .header("authorization", auth)
+        .send()
+        .unwrap();
+    assert!(r.text().unwrap().starts_with("method GET\npath /\n"));
+    let r = (c.get(format!("{base}/modules/{id}/http/status/418")))
+        .header("authorization", auth)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 418);
+    // The token guards it as every module route.
+    let r = c.get(&url).send().unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = (c.get(format!("{base}/modules/{id}")))
+        .header("authorization", auth)
+        .send()
+        .unwrap();
+    assert_eq!(r.json::<Value>().unwrap()["kind"], "component");
+
+    // A command component is no handler: refused at upload, saying why.
+    let r = (c.put(format!("{base}/modules")))
+        .header("authorization", auth)
+        .body(guest("hello.component.wasm"))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let v: Value = r.json().unwrap();
+    assert!(
+        v["message"]
+            .to_string()
+            .contains("wasi:http/incoming-handler"),
+        "{v}"
+    );
+
+    // Deleted, it is served no more.
+    let r = (c.delete(format!("{base}/modules/{id}")))
+        .header("authorization", auth)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let r = (c.get(&url)).header("authorization", auth).send().unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
