@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -149,6 +149,9 @@ struct ChannelResponder {
     sent: u64,
     body: mpsc::Sender<Bytes>,
     ended: Arc<AtomicBool>,
+    /// When the call's time is up, and the runtime whose timers measure it.
+    deadline: tokio::time::Instant,
+    runtime: tokio::runtime::Handle,
 }
 
 impl ChannelResponder {
@@ -177,12 +180,13 @@ impl Responder for ChannelResponder {
         if self.content_length.is_some_and(|l| self.sent >= l) {
             self.admission = None;
         }
-        // The chunk goes first, then the head it was held for. Blocks while the channel is
-        // full: the worker waits for the client.
-        let sent = self
-            .body
-            .blocking_send(Bytes::copy_from_slice(chunk))
-            .is_ok();
+        // The chunk goes first, then the head it was held for. Waits while the channel is
+        // full (the worker waits for the client), but not past the call's deadline: a client
+        // that reads slowly, or not at all, cannot hold a worker longer than a guest may run
+        // (the deadline stops only wasm, not a host function waiting).
+        let chunk = Bytes::copy_from_slice(chunk);
+        let send = tokio::time::timeout_at(self.deadline, self.body.send(chunk));
+        let sent = matches!(self.runtime.block_on(send), Ok(Ok(())));
         sent && self.release_head()
     }
 
@@ -282,6 +286,8 @@ pub(crate) async fn answer(
     let ended = Arc::new(AtomicBool::new(false));
     let stream_ended = ended.clone();
     let s = shared.clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.timeout_ms);
+    let runtime = tokio::runtime::Handle::current();
     // The call runs on without being awaited: the response streams from it, and its outcome,
     // when no head was sent, comes as the request's `First`.
     let _running = start_on_worker(&shared, move |mut place| {
@@ -293,6 +299,8 @@ pub(crate) async fn answer(
             sent: 0,
             body: body_tx,
             ended,
+            deadline,
+            runtime,
         };
         // Kept by the worker until it has given its place back: a body without a length ends
         // when the last sender is gone, so a client's next request finds the place free.

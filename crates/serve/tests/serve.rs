@@ -1312,3 +1312,38 @@ fn an_uploaded_http_component_is_served_at_its_own_route_until_deleted() {
     let r = (c.get(&url)).header("authorization", auth).send().unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
+
+/// A client that asks for a long streamed body and never reads it holds a worker no longer
+/// than a call may run: the component's writes stop at the deadline, and the worker is free.
+#[test]
+fn a_client_that_never_reads_holds_a_worker_only_until_the_deadline() {
+    use std::io::Write;
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.workers = 1;
+    cfg.queue = Some(0);
+    cfg.limits.timeout_ms = 1000;
+    let server = start_serving(cfg, Serving::Component(http_handler()));
+    let addr = server.base.trim_start_matches("http://");
+    let mut stuck = std::net::TcpStream::connect(addr).unwrap();
+    write!(stuck, "GET /stream/100000 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    // Wait for its call to take the one worker.
+    let c = client();
+    let t = Instant::now();
+    loop {
+        let r = c.get(format!("{}/", server.base)).send().unwrap();
+        if r.status() == StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the stuck call never started"
+        );
+    }
+    served(&c, &format!("{}/", server.base));
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "freed at the deadline, not later"
+    );
+    drop(stuck);
+}
