@@ -147,8 +147,11 @@ struct ChannelResponder {
     admission: Option<OwnedSemaphorePermit>,
     content_length: Option<u64>,
     sent: u64,
-    body: mpsc::Sender<Bytes>,
+    /// The body's channel, until its end (dropped there, the response ends).
+    body: Option<mpsc::Sender<Bytes>>,
     ended: Arc<AtomicBool>,
+    /// A chunk could not be sent: the response is cut whatever follows.
+    cut: bool,
     /// When the call's time is up, and the runtime whose timers measure it.
     deadline: tokio::time::Instant,
     runtime: tokio::runtime::Handle,
@@ -184,17 +187,25 @@ impl Responder for ChannelResponder {
         // full (the worker waits for the client), but not past the call's deadline: a client
         // that reads slowly, or not at all, cannot hold a worker longer than a guest may run
         // (the deadline stops only wasm, not a host function waiting).
+        let Some(body) = &self.body else {
+            return false;
+        };
         let chunk = Bytes::copy_from_slice(chunk);
-        let send = tokio::time::timeout_at(self.deadline, self.body.send(chunk));
+        let send = tokio::time::timeout_at(self.deadline, body.send(chunk));
         let sent = matches!(self.runtime.block_on(send), Ok(Ok(())));
+        self.cut |= !sent;
         sent && self.release_head()
     }
 
     fn end(&mut self, _trailers: Vec<(String, Vec<u8>)>) {
-        // (Trailers are dropped: HTTP/1.1 responses here carry none.)
-        self.ended.store(true, Ordering::Release);
+        // (Trailers are dropped: HTTP/1.1 responses here carry none.) The admission goes
+        // back before the channel closes, so the client's next request finds room.
         self.admission = None;
+        if !self.cut {
+            self.ended.store(true, Ordering::Release);
+        }
         self.release_head();
+        self.body = None;
     }
 }
 
@@ -253,7 +264,13 @@ pub(crate) async fn answer(
     path: Option<String>,
 ) -> Result<Response, ApiError> {
     let limits = shared.config.limits;
-    let (parts, body) = request.into_parts();
+    // Refused before its body is read when the server has no room (as module calls are).
+    shared.has_room()?;
+    let (mut parts, body) = request.into_parts();
+    // The server's token is the server's: a guest does not see it.
+    if shared.has_token() {
+        parts.headers.remove(axum::http::header::AUTHORIZATION);
+    }
     let body = axum::body::to_bytes(body, limits.max_input)
         .await
         .map_err(|e| {
@@ -278,7 +295,7 @@ pub(crate) async fn answer(
         headers: (parts.headers.iter())
             .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
             .collect(),
-        body: Arc::from(&body[..]),
+        body: Arc::from(Vec::from(body)),
     };
     let (first_tx, first_rx) = oneshot::channel();
     let first: FirstSlot = Arc::new(Mutex::new(Some(first_tx)));
@@ -286,31 +303,31 @@ pub(crate) async fn answer(
     let ended = Arc::new(AtomicBool::new(false));
     let stream_ended = ended.clone();
     let s = shared.clone();
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.timeout_ms);
     let runtime = tokio::runtime::Handle::current();
     // The call runs on without being awaited: the response streams from it, and its outcome,
     // when no head was sent, comes as the request's `First`.
     let _running = start_on_worker(&shared, move |mut place| {
+        // The call's time counts from here, as its guest's deadline does.
+        let now = tokio::time::Instant::now();
+        let timeout = Duration::from_millis(limits.timeout_ms);
+        let far = Duration::from_secs(365 * 24 * 3600);
         let responder = ChannelResponder {
             first: first.clone(),
             waiting: None,
             admission: place.take_admission(),
             content_length: None,
             sent: 0,
-            body: body_tx,
+            body: Some(body_tx),
             ended,
-            deadline,
+            cut: false,
+            deadline: (now.checked_add(timeout)).unwrap_or(now + far),
             runtime,
         };
-        // Kept by the worker until it has given its place back: a body without a length ends
-        // when the last sender is gone, so a client's next request finds the place free.
-        let body_open = responder.body.clone();
         let t = Instant::now();
         let handled = handler.call(request, responder, &limits);
         s.metrics.phase("call", t.elapsed());
         drop(place);
         send_first(&first, || Err(unanswered(&s, handled)));
-        drop(body_open);
     })
     .await?;
     let head = first_rx.await.map_err(|_| {

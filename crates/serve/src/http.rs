@@ -91,6 +91,21 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Whether the server requires a token.
+    pub(crate) fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// `503` now if every worker is busy and the queue is full (see [`Room`]).
+    pub(crate) fn has_room(&self) -> Result<(), ApiError> {
+        match self.admitted.available_permits() {
+            0 => Err(busy(self)),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// An error answer: a status and a JSON body.
 pub struct ApiError {
     status: StatusCode,
@@ -377,9 +392,11 @@ async fn upload(State(shared): App, Body(wasm): Body) -> Result<Response, ApiErr
 
 async fn describe(State(shared): App, Path(id): Path<String>) -> Result<Response, ApiError> {
     let s = shared.clone();
-    if s.registry.is_component(&id) {
+    let id2 = id.clone();
+    if blocking(move || s.registry.is_component(&id2)).await? {
         return Ok(Json(describe_component(&id, None)).into_response());
     }
+    let s = shared.clone();
     let (id, found) = blocking(move || s.registry.module(&id).map(|f| (id, f))).await??;
     count_artifact(&shared, &found);
     Ok(Json(describe_module(&id, &found)).into_response())
@@ -391,6 +408,9 @@ async fn remove(State(shared): App, Path(id): Path<String>) -> Result<StatusCode
         let deleted = s.registry.delete(&id);
         if let Some(prepared) = &s.prepared {
             lock(prepared).pop(&id);
+        }
+        if let Some(prepared) = &s.prepared_components {
+            lock_components(prepared).pop(&id);
         }
         deleted
     });
@@ -764,6 +784,7 @@ async fn http_call(shared: Arc<Shared>, id: String, path: String, request: Reque
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
+    let id_shown = id.clone();
     let s = shared.clone();
     // A component not kept open is compiled: within the server's compile pool.
     let kept =
@@ -781,7 +802,14 @@ async fn http_call(shared: Arc<Shared>, id: String, path: String, request: Reque
         Ok(Ok(handler)) => handler,
         Ok(Err(e)) | Err(e) => return e.into_response(),
     };
-    let seen = format!("/{path}{query}");
+    // The path as the client sent it (not percent-decoded, as axum's `path` is), past the
+    // route's prefix.
+    let prefix = format!("/modules/{id_shown}/http");
+    let seen = match request.uri().path().strip_prefix(&prefix) {
+        Some("") => format!("/{query}"),
+        Some(rest) if rest.starts_with('/') => format!("{rest}{query}"),
+        _ => format!("/{path}{query}"),
+    };
     match crate::component::answer(shared, handler, request, Some(seen)).await {
         Ok(response) => response,
         Err(e) => e.into_response(),

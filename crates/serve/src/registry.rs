@@ -181,6 +181,9 @@ impl Registry {
 
     /// Whether what was uploaded as `id` is a component (else a module, or nothing).
     pub fn is_component(&self, id: &str) -> bool {
+        if !is_id(id) || self.hold(id).is_err() {
+            return false;
+        }
         let mut head = [0; 8];
         let read = std::fs::File::open(self.source_path(id))
             .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));

@@ -1274,6 +1274,16 @@ fn an_uploaded_http_component_is_served_at_its_own_route_until_deleted() {
         .send()
         .unwrap();
     assert!(r.text().unwrap().starts_with("method GET\npath /\n"));
+    // The path as the client sent it, not decoded.
+    let r = (c.get(format!("{base}/modules/{id}/http/a%3Fb%2F..?x=1")))
+        .header("authorization", auth)
+        .send()
+        .unwrap();
+    assert!(
+        r.text()
+            .unwrap()
+            .starts_with("method GET\npath /a%3Fb%2F..?x=1\n")
+    );
     let r = (c.get(format!("{base}/modules/{id}/http/status/418")))
         .header("authorization", auth)
         .send()

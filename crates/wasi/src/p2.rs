@@ -355,7 +355,7 @@ fn io<T: 'static>(
         )?;
     }
     streams.func_new("[method]output-stream.check-write", |_, _, _, r| {
-        set(r, ok(Some(Val::U64(1 << 20))))?;
+        set(r, ok(Some(Val::U64(MAX_BYTES))))?;
         Ok(())
     })?;
     for write in ["write", "blocking-write-and-flush"] {
@@ -417,6 +417,11 @@ fn input(ctx: &mut WasiCtx, rep: u32, buf: &mut [u8]) -> Result<Result<usize, ()
 /// Writes to standard output (rep 1), error (rep 2) or an outgoing body: the result `write`
 /// gives.
 fn output(ctx: &mut WasiCtx, rep: u32, data: &[u8]) -> Result<Val, HostError> {
+    if data.len() as u64 > MAX_BYTES {
+        return Err(
+            format!("a write of more than the {MAX_BYTES} bytes `check-write` permits").into(),
+        );
+    }
     let written = match rep {
         1 | 2 => write_stdio(ctx, rep == 2, data),
         0 => return Err("an input stream written to".into()),

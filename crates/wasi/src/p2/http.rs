@@ -112,9 +112,15 @@ struct Fields {
     immutable: bool,
 }
 
+/// What an entry costs beyond its bytes (its tuple and allocations), counted against the
+/// bounds so that many empty entries are not nearly free.
+const ENTRY_COST: usize = 64;
+
 impl Fields {
     fn size(&self) -> usize {
-        self.entries.iter().map(|(n, v)| n.len() + v.len()).sum()
+        (self.entries.iter())
+            .map(|(n, v)| n.len() + v.len() + ENTRY_COST)
+            .sum()
     }
 }
 
@@ -136,13 +142,15 @@ struct Body {
     /// Its response was sent: writes go to the responder.
     streaming: bool,
     /// Its stream was given out (there is only one).
-    written: bool,
+    stream_given: bool,
     /// Finished (with these trailers): no more writes.
     finished: Option<Vec<(String, Vec<u8>)>>,
-    /// Dropped without being finished.
-    abandoned: bool,
-    /// The responder said to stop.
+    /// No more writes, and the response must be cut, not ended: the responder said to stop,
+    /// a write was refused, or the body was dropped unfinished.
     closed: bool,
+    /// Bytes written so far, and what the response's `content-length` says there are.
+    written: u64,
+    expected: Option<u64>,
 }
 
 /// The per-context state of `wasi:http`.
@@ -191,17 +199,28 @@ pub(crate) fn write(ctx: &mut WasiCtx, body: u32, data: &[u8]) -> bool {
     if b.finished.is_some() || b.closed {
         return false;
     }
+    let written = b.written + data.len() as u64;
+    // Past the declared length, or past what may wait for the response: the body is cut.
+    if b.expected.is_some_and(|l| written > l)
+        || (!b.streaming && state.buffered + data.len() > MAX_BUFFERED)
+    {
+        b.closed = true;
+        return false;
+    }
+    b.written = written;
     if !b.streaming {
-        if state.buffered + data.len() > MAX_BUFFERED {
-            return false;
-        }
         state.buffered += data.len();
         b.waiting.extend_from_slice(data);
         return true;
     }
     let go_on = (state.responder.as_mut()).is_some_and(|r| r.body(data));
-    b.closed = !go_on;
+    b.closed |= !go_on;
     go_on
+}
+
+/// Whether `body` may end: finished, nothing cut, as long as its `content-length` says.
+fn whole(body: &Body) -> bool {
+    body.finished.is_some() && !body.closed && body.expected.is_none_or(|l| l == body.written)
 }
 
 fn name(iface: &str) -> String {
@@ -309,9 +328,9 @@ pub fn add_to_linker<T: 'static>(
         move |mut s: StoreContextMut<'_, T>, rep| {
             let state = &mut get(s.data_mut()).p2.http;
             let body = state.bodies.get_mut(rep)?;
-            body.abandoned = true;
-            // A body whose response was sent is dropped with the context; one that waits for
-            // its response is kept for it (and the response reported incomplete).
+            // Dropped unfinished: cut. (Kept in the table: its response may still be sent,
+            // and must then be cut rather than ended.)
+            body.closed = true;
             Ok(())
         },
     )?;
@@ -439,7 +458,7 @@ fn fields<T: 'static>(
                 if let Some(case) = refusal {
                     return set(r, header_error(case));
                 }
-                let grown: usize = values.iter().map(|v| n.len() + v.len()).sum();
+                let grown: usize = values.iter().map(|v| n.len() + v.len() + ENTRY_COST).sum();
                 if fields.size() + grown > MAX_FIELDS_BYTES {
                     return Err(format!("fields of more than {MAX_FIELDS_BYTES} bytes").into());
                 }
@@ -638,7 +657,8 @@ fn responses<T: 'static>(
             let Val::U16(status) = *arg(p, 1)? else {
                 return Err("a u16 status expected".into());
             };
-            if !(100..=999).contains(&status) {
+            // (A final status: informational ones are not a response's.)
+            if !(200..=999).contains(&status) {
                 return set(r, Val::Result(Err(None)));
             }
             response.status = status;
@@ -674,7 +694,7 @@ fn responses<T: 'static>(
             let ctx = get(s.data_mut());
             let b = rep(arg(p, 0)?)?;
             let body = ctx.p2.http.bodies.get_mut(b)?;
-            if std::mem::replace(&mut body.written, true) {
+            if std::mem::replace(&mut body.stream_given, true) {
                 return set(r, Val::Result(Err(None)));
             }
             let stream = new_stream::<OutputStream>(ctx, Stream::Out(b))?;
@@ -692,11 +712,34 @@ fn responses<T: 'static>(
             };
             let state = &mut ctx.p2.http;
             let body = state.bodies.get_mut(b)?;
-            if let (true, Some(responder)) = (body.streaming, &mut state.responder) {
-                responder.end(trailers.clone());
+            let error = if body.closed {
+                Some(Val::Variant(
+                    "internal-error".into(),
+                    Some(Box::new(Val::Option(Some(Box::new(Val::String(
+                        "the body was cut short".into(),
+                    )))))),
+                ))
+            } else if body.expected.is_some_and(|l| l != body.written) {
+                body.closed = true;
+                let written = Val::Option(Some(Box::new(Val::U64(body.written))));
+                Some(Val::Variant(
+                    "HTTP-response-body-size".into(),
+                    Some(Box::new(written)),
+                ))
+            } else {
+                None
+            };
+            body.finished = Some(trailers.clone());
+            if let (None, true, Some(responder)) = (&error, body.streaming, &mut state.responder) {
+                responder.end(trailers);
             }
-            body.finished = Some(trailers);
-            set(r, ok(None))
+            set(
+                r,
+                match error {
+                    None => ok(None),
+                    Some(e) => Val::Result(Err(Some(Box::new(e)))),
+                },
+            )
         },
     )?;
     types.func_new(
@@ -748,6 +791,9 @@ impl State {
         let Some(responder) = &mut self.responder else {
             return;
         };
+        let content_length = (response.headers.entries.iter())
+            .find(|(n, _)| n == "content-length")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
         let head = Head {
             status: response.status,
             headers: response.headers.entries,
@@ -762,14 +808,18 @@ impl State {
             return;
         };
         body.streaming = true;
+        body.expected = content_length;
+        if content_length.is_some_and(|l| body.written > l) {
+            body.closed = true;
+        }
         let waiting = std::mem::take(&mut body.waiting);
         self.buffered -= waiting.len();
-        if go_on && !waiting.is_empty() {
+        if go_on && !body.closed && !waiting.is_empty() {
             go_on = responder.body(&waiting);
         }
-        body.closed = !go_on;
-        if let (true, Some(trailers)) = (go_on, &body.finished) {
-            responder.end(trailers.clone());
+        body.closed |= !go_on;
+        if whole(body) {
+            responder.end(body.finished.clone().unwrap_or_default());
         }
     }
 
@@ -782,7 +832,7 @@ impl State {
             None => Handled::NoResponse,
             Some(None) => Handled::Complete,
             Some(Some(b)) => match self.bodies.get(b) {
-                Ok(body) if body.finished.is_some() && !body.closed => Handled::Complete,
+                Ok(body) if whole(body) => Handled::Complete,
                 _ => Handled::Incomplete,
             },
         }
