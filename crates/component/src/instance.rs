@@ -236,6 +236,14 @@ fn lowered_call<T>(
     args: &[Core],
     results: &mut [Core],
 ) -> Result<(), Error> {
+    // Whatever happens, the borrows lifted out of the caller for this call end with it.
+    struct Release<'a, 'b>(&'a Res<'b>);
+    impl Drop for Release<'_, '_> {
+        fn drop(&mut self) {
+            self.0.release();
+        }
+    }
+    let _release = Release(res);
     let params_flat = ty.params_fit;
     let params = {
         let bytes = options.bytes(&store);

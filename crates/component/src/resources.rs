@@ -246,6 +246,9 @@ struct Handle {
     resource: ResourceIndex,
     rep: u32,
     owned: bool,
+    /// Borrows of it lent to calls in progress: while there are any, it can be neither given
+    /// away nor dropped (the canonical ABI's lend count).
+    lends: u32,
 }
 
 /// The handle tables of one instance of a plan: one per component instance in it, and the
@@ -312,6 +315,15 @@ impl Handles {
         }
     }
 
+    /// Changes the lend count of handle `index` (there, as a lift found it) by `by`.
+    fn lend(&mut self, table: usize, index: u32, by: i32) {
+        let slot =
+            (index.checked_sub(1)).and_then(|i| self.tables[table].slots.get_mut(i as usize));
+        if let Some(Some(h)) = slot {
+            h.lends = h.lends.saturating_add_signed(by);
+        }
+    }
+
     fn remove(&mut self, table: usize, index: u32) {
         let t = &mut self.tables[table];
         t.slots[index as usize - 1] = None;
@@ -326,6 +338,8 @@ pub(crate) struct Res<'a> {
     pub handles: Option<&'a Mutex<Handles>>,
     pub table: usize,
     pub lent: std::cell::RefCell<Vec<u32>>,
+    /// Handles of this table lifted as borrows for a call: lent until [`Res::release`].
+    pub borrowed: std::cell::RefCell<Vec<u32>>,
     /// Host memory the values lifted in this call take so far (see [`MAX_LIFTED`]).
     pub spent: std::cell::Cell<u64>,
 }
@@ -341,6 +355,7 @@ impl Res<'_> {
             handles,
             table,
             lent: Default::default(),
+            borrowed: Default::default(),
             spent: Default::default(),
         }
     }
@@ -378,7 +393,13 @@ impl Res<'_> {
             if !h.owned {
                 return Err(abi(format!("handle {index} is borrowed, not owned")));
             }
+            if h.lends > 0 {
+                return Err(abi(format!("handle {index} is lent to a call in progress")));
+            }
             handles.remove(self.table, index);
+        } else {
+            handles.lend(self.table, index, 1);
+            self.borrowed.borrow_mut().push(index);
         }
         let host = handles.types[resource.0 as usize];
         Ok(crate::Val::Resource(ResourceAny::new(host, h.rep, own)))
@@ -412,12 +433,26 @@ impl Res<'_> {
                 resource,
                 rep: value.rep,
                 owned: own,
+                lends: 0,
             },
         )?;
         if !own {
             self.lent.borrow_mut().push(index);
         }
         Ok(index)
+    }
+
+    /// Ends the lends of the borrows lifted out of this table for a call (however it ended).
+    pub(crate) fn release(&self) {
+        let borrowed = std::mem::take(&mut *self.borrowed.borrow_mut());
+        if borrowed.is_empty() {
+            return;
+        }
+        if let Ok(mut handles) = self.handles() {
+            for index in borrowed {
+                handles.lend(self.table, index, -1);
+            }
+        }
     }
 
     /// Checks, once a callee has returned, that it dropped every borrow it was lent.
@@ -456,6 +491,7 @@ pub(crate) fn new_handle(
         resource,
         rep,
         owned: true,
+        lends: 0,
     };
     handles.insert(table, handle)
 }
@@ -481,6 +517,9 @@ pub(crate) fn drop_handle(
 ) -> Result<Option<u32>, Error> {
     let mut handles = handles.lock().unwrap_or_else(|e| e.into_inner());
     let h = handles.get(table, index, resource)?;
+    if h.lends > 0 {
+        return Err(abi(format!("handle {index} is lent to a call in progress")));
+    }
     handles.remove(table, index);
     Ok(h.owned.then_some(h.rep))
 }

@@ -191,3 +191,57 @@ fn a_borrow_lent_to_a_call_that_traps_ends_with_it() -> anyhow::Result<()> {
     assert_eq!(store.data().table.get(&s)?.written, 0);
     Ok(())
 }
+
+/// A handle lent as a borrow to a call cannot be given away as an own in the same call (the
+/// canonical ABI's lend count): `both(h, h)` traps, instead of the callee destroying what it
+/// still borrows.
+#[test]
+fn a_handle_lent_to_a_call_cannot_be_given_away_in_it() -> anyhow::Result<()> {
+    let text = r#"(component
+      (import "host" (instance $host
+        (export "stream" (type $s (sub resource)))
+        (export "open" (func (param "name" string) (result (own $s))))
+        (export "both" (func (param "b" (borrow $s)) (param "o" (own $s))))))
+      (alias export $host "stream" (type $s))
+      (core module $libc (memory (export "memory") 1)
+        (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 64)))
+      (core instance $libc (instantiate $libc))
+      (core func $open (canon lower (func $host "open") (memory (core memory $libc "memory"))))
+      (core func $both (canon lower (func $host "both")))
+      (core func $drop (canon resource.drop $s))
+      (core module $m
+        (import "" "open" (func $open (param i32 i32) (result i32)))
+        (import "" "both" (func $both (param i32 i32)))
+        (import "" "drop" (func $drop (param i32)))
+        (func (export "twice") (local $h i32)
+          (local.set $h (call $open (i32.const 0) (i32.const 1)))
+          (call $both (local.get $h) (local.get $h)))
+        (func (export "apart") (local $h i32) (local $g i32)
+          (local.set $h (call $open (i32.const 0) (i32.const 1)))
+          (local.set $g (call $open (i32.const 0) (i32.const 1)))
+          (call $both (local.get $h) (local.get $g))
+          (call $drop (local.get $h))))
+      (core instance $i (instantiate $m (with "" (instance
+        (export "open" (func $open)) (export "both" (func $both)) (export "drop" (func $drop))))))
+      (func (export "twice") (canon lift (core func $i "twice")))
+      (func (export "apart") (canon lift (core func $i "apart"))))"#;
+    let engine = Engine::default();
+    let component = Component::new(&engine, text)?;
+    let mut linker = linker(&engine)?;
+    linker
+        .instance("host")?
+        .func_new("both", |_, _, _, _| Ok(()))?;
+    let mut store = Store::new(&engine, Host::default());
+    let i = linker.instantiate(&mut store, &component)?;
+    let err = i
+        .get_func(&mut store, "twice")
+        .unwrap()
+        .call(&mut store, &[], &mut []);
+    let err = err.unwrap_err();
+    assert!(format!("{err}").contains("lent"), "{err}");
+    // Two handles: one lent, the other given; the lent one is the caller's again after.
+    i.get_func(&mut store, "apart")
+        .unwrap()
+        .call(&mut store, &[], &mut [])?;
+    Ok(())
+}

@@ -51,6 +51,11 @@ pub struct Handler {
     wasi: ephem_wasi::WasiCtxBuilder,
 }
 
+/// The most memories, tables and table elements of one request's component instance.
+const MAX_MEMORIES: usize = 16;
+const MAX_TABLES: usize = 64;
+const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
 /// How many body chunks wait between the component and the connection.
 const CHUNKS_IN_FLIGHT: usize = 8;
 
@@ -111,7 +116,15 @@ impl Handler {
         let memory = usize::try_from(limits.max_memory).unwrap_or(usize::MAX);
         let host = Host {
             wasi: self.wasi.build(),
-            limits: StoreLimitsBuilder::new().memory_size(memory).build(),
+            // `max_memory` bounds each memory; a component has several, so their number is
+            // bounded too (real ones have a few: a language runtime's, libc's, an adapter's),
+            // and so are tables and their elements.
+            limits: StoreLimitsBuilder::new()
+                .memory_size(memory)
+                .memories(MAX_MEMORIES)
+                .tables(MAX_TABLES)
+                .table_elements(MAX_TABLE_ELEMENTS)
+                .build(),
         };
         let mut store = Store::new(&self.engine, host);
         store.limiter(|h| &mut h.limits);
