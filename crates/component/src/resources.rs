@@ -256,6 +256,8 @@ struct Handle {
 #[derive(Default)]
 pub(crate) struct Handles {
     tables: Vec<Table>,
+    /// Handles in all tables.
+    live: usize,
     types: Vec<ResourceType>,
     /// For each resource a component instance defines, that instance's table.
     owners: Vec<Option<usize>>,
@@ -268,8 +270,8 @@ struct Table {
     free: Vec<u32>,
 }
 
-/// The most handles one table holds at once (the canonical ABI allows 2^28; each takes 16
-/// bytes of the host's memory).
+/// The most handles the tables of one instance of a plan hold at once, all together (the
+/// canonical ABI allows 2^28 per table; each takes 20 bytes of the host's memory).
 const MAX_HANDLES: usize = 1 << 22;
 
 fn abi(message: impl Into<String>) -> Error {
@@ -284,20 +286,22 @@ impl Handles {
     ) -> Handles {
         Handles {
             tables: vec![Table::default(); tables],
+            live: 0,
             types,
             owners,
         }
     }
 
     fn insert(&mut self, table: usize, handle: Handle) -> Result<u32, Error> {
+        if self.live >= MAX_HANDLES {
+            return Err(abi(format!("more than {MAX_HANDLES} handles at once")));
+        }
+        self.live += 1;
         let t = &mut self.tables[table];
         // Handles count from 1; 0 is never one.
         if let Some(i) = t.free.pop() {
             t.slots[i as usize] = Some(handle);
             return Ok(i + 1);
-        }
-        if t.slots.len() >= MAX_HANDLES {
-            return Err(abi(format!("more than {MAX_HANDLES} handles in one table")));
         }
         t.slots.push(Some(handle));
         Ok(t.slots.len() as u32)
@@ -328,6 +332,7 @@ impl Handles {
         let t = &mut self.tables[table];
         t.slots[index as usize - 1] = None;
         t.free.push(index - 1);
+        self.live = self.live.saturating_sub(1);
     }
 }
 

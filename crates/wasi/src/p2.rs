@@ -181,9 +181,13 @@ fn at_most(n: u64) -> Result<usize, HostError> {
     Ok(n as usize)
 }
 
-fn rep(v: &Val) -> Result<u32, HostError> {
+/// The rep of a handle of host resource type `R`. A component may import WASI's functions at
+/// types where another resource stands for `R`: it gets an error, not another object of `R`
+/// whose rep happens to match.
+fn rep_of<R: 'static>(v: &Val) -> Result<u32, HostError> {
     match v {
-        Val::Resource(r) => Ok(r.rep()),
+        Val::Resource(r) if r.ty() == ResourceType::host::<R>() => Ok(r.rep()),
+        Val::Resource(_) => Err("a handle of another resource type than WASI's".into()),
         other => Err(format!("a resource handle expected, not {other:?}").into()),
     }
 }
@@ -260,7 +264,7 @@ fn io<T: 'static>(
     poll.func_new(
         "[method]pollable.ready",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let wait = pollable(get(s.data_mut()), rep(arg(p, 0)?)?)?;
+            let wait = pollable(get(s.data_mut()), rep_of::<Pollable>(arg(p, 0)?)?)?;
             set(
                 r,
                 Val::Bool(match wait {
@@ -274,7 +278,7 @@ fn io<T: 'static>(
     poll.func_new(
         "[method]pollable.block",
         move |mut s: StoreContextMut<'_, T>, _, p, _| {
-            let wait = pollable(get(s.data_mut()), rep(arg(p, 0)?)?)?;
+            let wait = pollable(get(s.data_mut()), rep_of::<Pollable>(arg(p, 0)?)?)?;
             block(&[wait]);
             Ok(())
         },
@@ -288,7 +292,7 @@ fn io<T: 'static>(
         }
         let ctx = get(s.data_mut());
         let waits = (list.iter())
-            .map(|v| pollable(ctx, rep(v)?))
+            .map(|v| pollable(ctx, rep_of::<Pollable>(v)?))
             .collect::<Result<Vec<_>, _>>()?;
         block(&waits);
         let now = monotonic_now();
@@ -335,7 +339,11 @@ fn io<T: 'static>(
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
                 let len = u64_arg(arg(p, 1)?)?.min(64 << 10) as usize;
                 let mut buf = vec![0; len];
-                let result = match input(get(s.data_mut()), rep(arg(p, 0)?)?, &mut buf)? {
+                let result = match input(
+                    get(s.data_mut()),
+                    rep_of::<InputStream>(arg(p, 0)?)?,
+                    &mut buf,
+                )? {
                     Ok(0) if len > 0 => closed(),
                     Ok(n) if skip => ok(Some(Val::U64(n as u64))),
                     Ok(n) => ok(Some(list_of_bytes(&buf[..n]))),
@@ -363,7 +371,14 @@ fn io<T: 'static>(
             &format!("[method]output-stream.{write}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
                 let data = bytes(arg(p, 1)?)?;
-                set(r, output(get(s.data_mut()), rep(arg(p, 0)?)?, &data)?)?;
+                set(
+                    r,
+                    output(
+                        get(s.data_mut()),
+                        rep_of::<OutputStream>(arg(p, 0)?)?,
+                        &data,
+                    )?,
+                )?;
                 Ok(())
             },
         )?;
@@ -373,7 +388,14 @@ fn io<T: 'static>(
             &format!("[method]output-stream.{zeroes}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
                 let data = vec![0; at_most(u64_arg(arg(p, 1)?)?)?];
-                set(r, output(get(s.data_mut()), rep(arg(p, 0)?)?, &data)?)?;
+                set(
+                    r,
+                    output(
+                        get(s.data_mut()),
+                        rep_of::<OutputStream>(arg(p, 0)?)?,
+                        &data,
+                    )?,
+                )?;
                 Ok(())
             },
         )?;

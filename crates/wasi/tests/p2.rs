@@ -150,3 +150,72 @@ fn http_fields_made_without_end_stop_at_a_bound() {
         "{err:?}"
     );
 }
+
+#[test]
+fn a_handle_of_another_resource_type_is_refused_where_wasi_wants_a_descriptor() {
+    // The component imports `wasi:filesystem`'s `descriptor` as the very type of its pollables,
+    // then hands a pollable whose rep is the preopen's descriptor number to `unlink-file-at`.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("victim"), "x").unwrap();
+    let errors = "\"access\" \"would-block\" \"already\" \"bad-descriptor\" \"busy\" \"deadlock\" \
+        \"quota\" \"exist\" \"file-too-large\" \"illegal-byte-sequence\" \"in-progress\" \
+        \"interrupted\" \"invalid\" \"io\" \"is-directory\" \"loop\" \"too-many-links\" \
+        \"message-size\" \"name-too-long\" \"no-device\" \"no-entry\" \"no-lock\" \
+        \"insufficient-memory\" \"insufficient-space\" \"not-directory\" \"not-empty\" \
+        \"not-recoverable\" \"unsupported\" \"no-tty\" \"no-such-device\" \"overflow\" \
+        \"not-permitted\" \"pipe\" \"read-only\" \"invalid-seek\" \"text-file-busy\" \
+        \"cross-device\"";
+    let text = format!(
+        r#"(component $C
+      (import "wasi:io/poll@0.2.0" (instance $poll (export "pollable" (type (sub resource)))))
+      (alias export $poll "pollable" (type $pollable))
+      (import "wasi:clocks/monotonic-clock@0.2.0" (instance $clock
+        (alias outer $C $pollable (type $p))
+        (export "subscribe-duration" (func (param "when" u64) (result (own $p))))))
+      (import "wasi:filesystem/types@0.2.0" (instance $fs
+        (alias outer $C $pollable (type $p))
+        (export "descriptor" (type $d (eq $p)))
+        (type $e0 (enum {errors}))
+        (export "error-code" (type $e (eq $e0)))
+        (export "[method]descriptor.unlink-file-at"
+          (func (param "self" (borrow $d)) (param "path" string) (result (result (error $e)))))))
+      (core module $libc (memory (export "memory") 1)
+        (data (i32.const 0) "victim")
+        (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 64)))
+      (core instance $libc (instantiate $libc))
+      (core func $sub (canon lower (func $clock "subscribe-duration")))
+      (core func $unlink (canon lower (func $fs "[method]descriptor.unlink-file-at")
+        (memory (core memory $libc "memory"))))
+      (core module $m
+        (import "" "sub" (func $sub (param i64) (result i32)))
+        (import "" "unlink" (func $unlink (param i32 i32 i32 i32)))
+        (func (export "run") (local $h i32) (local $n i32)
+          ;; Pollables with reps 0, 1, 2, 3: the last has the preopen's number.
+          (loop $l
+            (local.set $h (call $sub (i64.const 0)))
+            (local.set $n (i32.add (local.get $n) (i32.const 1)))
+            (br_if $l (i32.lt_u (local.get $n) (i32.const 4))))
+          (call $unlink (local.get $h) (i32.const 0) (i32.const 6) (i32.const 128))))
+      (core instance $i (instantiate $m (with "" (instance
+        (export "sub" (func $sub)) (export "unlink" (func $unlink))))))
+      (func (export "run") (canon lift (core func $i "run"))))"#
+    );
+    let engine = Engine::default();
+    let component = Component::new(&engine, text).unwrap();
+    let mut linker = Linker::<WasiCtx>::new(&engine);
+    ephem_wasi::p2::add_to_linker(&mut linker, |c| c).unwrap();
+    ephem_wasi::p2::add_filesystem_to_linker(&mut linker, |c| c).unwrap();
+    let mut builder = WasiCtx::builder();
+    builder
+        .preopened_dir(dir.path(), ".", ephem_wasi::DirPerms::ReadWrite)
+        .unwrap();
+    let mut store = Store::new(&engine, builder.build());
+    let instance = linker.instantiate(&mut store, &component).unwrap();
+    let run = instance.get_func(&mut store, "run").unwrap();
+    let err = run.call(&mut store, &[], &mut []).unwrap_err();
+    assert!(format!("{err}").contains("another resource type"), "{err}");
+    assert!(
+        dir.path().join("victim").exists(),
+        "nothing done on the preopen"
+    );
+}

@@ -17,8 +17,8 @@ use ephem_runtime::{HostError, StoreContextMut};
 use rustix::fs::FileType;
 
 use super::{
-    InputStream, OutputStream, Stream, Table, arg, bytes, list_of_bytes, new_stream, ok, own, rep,
-    set, u64_arg,
+    InputStream, OutputStream, Stream, Table, arg, bytes, list_of_bytes, new_stream, ok, own,
+    rep_of, set, u64_arg,
 };
 use crate::abi::{self, Errno, rights};
 use crate::ctx::{Desc, WasiCtx};
@@ -39,8 +39,11 @@ const MAX_ENTRIES: usize = 1 << 16;
 /// The most listings a context holds at once (each read whole into the host's memory).
 const MAX_LISTINGS: usize = 16;
 
-/// The most bytes one `read` gives.
-const MAX_READ: u64 = 1 << 20;
+/// The most bytes one `read` gives (as a stream's read: each byte is a value on its way out).
+const MAX_READ: u64 = 64 << 10;
+
+/// The most bytes of names one listing holds.
+const MAX_LISTING_BYTES: usize = 4 << 20;
 
 /// The rights that make a descriptor readable (as preview 1's `path_open` reads them).
 const READS: u64 = rights::FD_READ | rights::FD_READDIR;
@@ -210,13 +213,15 @@ fn list(ctx: &WasiCtx, fd: u32) -> Result<Listing, Errno> {
     let host = ctx.fs_fd(fd, rights::FD_READDIR)?;
     let dir = retry(|| rustix::fs::Dir::read_from(host))?;
     let mut entries = Vec::new();
+    let mut names = 0;
     for entry in dir {
         let entry = entry.map_err(Errno::from)?;
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." {
             continue;
         }
-        if entries.len() >= MAX_ENTRIES {
+        names += name.len();
+        if entries.len() >= MAX_ENTRIES || names > MAX_LISTING_BYTES {
             return Err(Errno::NOMEM);
         }
         let name = String::from_utf8(name.to_vec()).map_err(|_| Errno::ILSEQ)?;
@@ -304,7 +309,7 @@ pub fn add_to_linker<T: 'static>(
         types.func_new(
             &format!("[method]descriptor.{method}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let fd = rep(arg(p, 0)?)?;
+                let fd = rep_of::<ty::Descriptor>(arg(p, 0)?)?;
                 set(r, result(f(get(s.data_mut()), fd)))
             },
         )?;
@@ -326,7 +331,7 @@ pub fn add_to_linker<T: 'static>(
         types.func_new(
             &format!("[method]descriptor.{method}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let (fd, at) = (rep(arg(p, 0)?)?, path(arg(p, 1)?)?);
+                let (fd, at) = (rep_of::<ty::Descriptor>(arg(p, 0)?)?, path(arg(p, 1)?)?);
                 set(r, result(f(get(s.data_mut()), fd, &at)))
             },
         )?;
@@ -340,7 +345,7 @@ pub fn add_to_linker<T: 'static>(
         types.func_new(
             &format!("[method]descriptor.{method}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let fd = rep(arg(p, 0)?)?;
+                let fd = rep_of::<ty::Descriptor>(arg(p, 0)?)?;
                 let follow = has(flags(arg(p, 1)?)?, "symlink-follow");
                 let at = path(arg(p, 2)?)?;
                 let lookup = if follow {
@@ -356,11 +361,18 @@ pub fn add_to_linker<T: 'static>(
     types.func_new(
         "[method]descriptor.open-at",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let fd = rep(arg(p, 0)?)?;
+            let fd = rep_of::<ty::Descriptor>(arg(p, 0)?)?;
             let follow = has(flags(arg(p, 1)?)?, "symlink-follow");
             let at = path(arg(p, 2)?)?;
             let open = flags(arg(p, 3)?)?;
             let access = flags(arg(p, 4)?)?;
+            // A directory is not created, made exclusively or truncated by `open-at`.
+            let creating = ["create", "exclusive", "truncate"]
+                .iter()
+                .any(|f| has(open, f));
+            if has(open, "directory") && creating {
+                return set(r, result(Err(Errno::INVAL)));
+            }
             let mut oflags = 0;
             for (name, bit) in [
                 ("create", abi::oflags::CREAT),
@@ -399,7 +411,7 @@ pub fn add_to_linker<T: 'static>(
         types.func_new(
             &format!("[method]descriptor.{method}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let fd = rep(arg(p, 0)?)?;
+                let fd = rep_of::<ty::Descriptor>(arg(p, 0)?)?;
                 let at = if append { 0 } else { u64_arg(arg(p, 1)?)? };
                 let ctx = get(s.data_mut());
                 let needed = if write {
@@ -433,7 +445,7 @@ pub fn add_to_linker<T: 'static>(
     types.func_new(
         "[method]descriptor.read",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let fd = rep(arg(p, 0)?)?;
+            let fd = rep_of::<ty::Descriptor>(arg(p, 0)?)?;
             let len = u64_arg(arg(p, 1)?)?.min(MAX_READ) as usize;
             let at = u64_arg(arg(p, 2)?)?;
             let mut buf = vec![0; len];
@@ -449,7 +461,7 @@ pub fn add_to_linker<T: 'static>(
     types.func_new(
         "[method]descriptor.write",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let fd = rep(arg(p, 0)?)?;
+            let fd = rep_of::<ty::Descriptor>(arg(p, 0)?)?;
             let data = bytes(arg(p, 1)?)?;
             let at = u64_arg(arg(p, 2)?)?;
             let ctx = get(s.data_mut());
@@ -465,7 +477,7 @@ pub fn add_to_linker<T: 'static>(
             if ctx.p2.listings.live() >= MAX_LISTINGS {
                 return set(r, result(Err(Errno::NOMEM)));
             }
-            let listing = match list(ctx, rep(arg(p, 0)?)?) {
+            let listing = match list(ctx, rep_of::<ty::Descriptor>(arg(p, 0)?)?) {
                 Ok(l) => l,
                 Err(e) => return set(r, result(Err(e))),
             };
@@ -476,7 +488,10 @@ pub fn add_to_linker<T: 'static>(
     types.func_new(
         "[method]directory-entry-stream.read-directory-entry",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let listing = get(s.data_mut()).p2.listings.get_mut(rep(arg(p, 0)?)?)?;
+            let listing = get(s.data_mut())
+                .p2
+                .listings
+                .get_mut(rep_of::<ty::DirectoryEntryStream>(arg(p, 0)?)?)?;
             let entry = listing.next().map(|(name, kind)| {
                 Box::new(Val::Record(vec![
                     ("type".into(), Val::Enum(kind.into())),

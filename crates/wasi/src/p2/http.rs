@@ -23,7 +23,7 @@ use ephem_runtime::{AsContextMut, HostError, StoreContextMut};
 
 use super::{
     HostResult, InputStream, OutputStream, Stream, Table, Wait, arg, bytes, new_pollable,
-    new_stream, ok, own, rep, set,
+    new_stream, ok, own, rep_of, set,
 };
 use crate::ctx::WasiCtx;
 
@@ -274,7 +274,7 @@ fn new_fields(ctx: &mut WasiCtx, fields: Fields) -> Result<Val, HostError> {
 
 /// Takes the fields of an owned handle passed in (a constructor's headers, trailers).
 fn take_fields(ctx: &mut WasiCtx, v: &Val) -> Result<Fields, HostError> {
-    ctx.p2.http.fields.take(rep(v)?)
+    ctx.p2.http.fields.take(rep_of::<ty::Fields>(v)?)
 }
 
 fn unit_result(r: Result<(), &str>) -> Val {
@@ -406,7 +406,10 @@ fn fields<T: 'static>(
     )?;
     // The fields and the name a method is called with.
     let this = |p: &[Val]| -> Result<(u32, String), HostError> {
-        Ok((rep(arg(p, 0)?)?, string(arg(p, 1)?)?.to_ascii_lowercase()))
+        Ok((
+            rep_of::<ty::Fields>(arg(p, 0)?)?,
+            string(arg(p, 1)?)?.to_ascii_lowercase(),
+        ))
     };
     types.func_new(
         "[method]fields.get",
@@ -477,7 +480,11 @@ fn fields<T: 'static>(
     types.func_new(
         "[method]fields.entries",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let fields = get(s.data_mut()).p2.http.fields.get(rep(arg(p, 0)?)?)?;
+            let fields = get(s.data_mut())
+                .p2
+                .http
+                .fields
+                .get(rep_of::<ty::Fields>(arg(p, 0)?)?)?;
             set(r, entries(fields))
         },
     )?;
@@ -485,7 +492,12 @@ fn fields<T: 'static>(
         "[method]fields.clone",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
             let ctx = get(s.data_mut());
-            let mut copy = ctx.p2.http.fields.get(rep(arg(p, 0)?)?)?.clone();
+            let mut copy = ctx
+                .p2
+                .http
+                .fields
+                .get(rep_of::<ty::Fields>(arg(p, 0)?)?)?
+                .clone();
             copy.immutable = false;
             set(r, new_fields(ctx, copy)?)
         },
@@ -520,7 +532,11 @@ fn requests<T: 'static>(
         types.func_new(
             &format!("[method]incoming-request.{method}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let q = get(s.data_mut()).p2.http.requests.get(rep(arg(p, 0)?)?)?;
+                let q = get(s.data_mut())
+                    .p2
+                    .http
+                    .requests
+                    .get(rep_of::<ty::IncomingRequest>(arg(p, 0)?)?)?;
                 set(r, read(&q.request))
             },
         )?;
@@ -529,7 +545,11 @@ fn requests<T: 'static>(
         "[method]incoming-request.headers",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
             let ctx = get(s.data_mut());
-            let q = ctx.p2.http.requests.get(rep(arg(p, 0)?)?)?;
+            let q = ctx
+                .p2
+                .http
+                .requests
+                .get(rep_of::<ty::IncomingRequest>(arg(p, 0)?)?)?;
             let headers = Fields {
                 entries: q.request.headers.clone(),
                 immutable: true,
@@ -541,7 +561,9 @@ fn requests<T: 'static>(
         "[method]incoming-request.consume",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
             let state = &mut get(s.data_mut()).p2.http;
-            let q = state.requests.get_mut(rep(arg(p, 0)?)?)?;
+            let q = state
+                .requests
+                .get_mut(rep_of::<ty::IncomingRequest>(arg(p, 0)?)?)?;
             if std::mem::replace(&mut q.consumed, true) {
                 return set(r, Val::Result(Err(None)));
             }
@@ -558,7 +580,7 @@ fn requests<T: 'static>(
                 .p2
                 .http
                 .incoming_bodies
-                .get_mut(rep(arg(p, 0)?)?)?
+                .get_mut(rep_of::<ty::IncomingBody>(arg(p, 0)?)?)?
                 .take();
             let Some(data) = taken else {
                 return set(r, Val::Result(Err(None)));
@@ -571,7 +593,9 @@ fn requests<T: 'static>(
         "[static]incoming-body.finish",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
             let state = &mut get(s.data_mut()).p2.http;
-            state.incoming_bodies.take(rep(arg(p, 0)?)?)?;
+            state
+                .incoming_bodies
+                .take(rep_of::<ty::IncomingBody>(arg(p, 0)?)?)?;
             let t = state.trailers.push(false)?;
             set(r, own::<ty::FutureTrailers>(t))
         },
@@ -589,7 +613,7 @@ fn requests<T: 'static>(
                 .p2
                 .http
                 .trailers
-                .get_mut(rep(arg(p, 0)?)?)?;
+                .get_mut(rep_of::<ty::FutureTrailers>(arg(p, 0)?)?)?;
             // Ready at once: a request's body is read whole, and has no trailers. Asked again,
             // the answer is `err`, as the interface says.
             let answer = match std::mem::replace(given, true) {
@@ -642,18 +666,22 @@ fn responses<T: 'static>(
     types.func_new(
         "[method]outgoing-response.status-code",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let response = get(s.data_mut()).p2.http.responses.get(rep(arg(p, 0)?)?)?;
+            let response = get(s.data_mut())
+                .p2
+                .http
+                .responses
+                .get(rep_of::<ty::OutgoingResponse>(arg(p, 0)?)?)?;
             set(r, Val::U16(response.status))
         },
     )?;
     types.func_new(
         "[method]outgoing-response.set-status-code",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
-            let response = get(s.data_mut())
-                .p2
-                .http
-                .responses
-                .get_mut(rep(arg(p, 0)?)?)?;
+            let response = get(s.data_mut()).p2.http.responses.get_mut(rep_of::<
+                ty::OutgoingResponse,
+            >(arg(
+                p, 0,
+            )?)?)?;
             let Val::U16(status) = *arg(p, 1)? else {
                 return Err("a u16 status expected".into());
             };
@@ -669,7 +697,11 @@ fn responses<T: 'static>(
         "[method]outgoing-response.headers",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
             let ctx = get(s.data_mut());
-            let response = ctx.p2.http.responses.get(rep(arg(p, 0)?)?)?;
+            let response = ctx
+                .p2
+                .http
+                .responses
+                .get(rep_of::<ty::OutgoingResponse>(arg(p, 0)?)?)?;
             let mut headers = response.headers.clone();
             headers.immutable = true;
             set(r, new_fields(ctx, headers)?)
@@ -679,7 +711,7 @@ fn responses<T: 'static>(
         "[method]outgoing-response.body",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
             let state = &mut get(s.data_mut()).p2.http;
-            let response = rep(arg(p, 0)?)?;
+            let response = rep_of::<ty::OutgoingResponse>(arg(p, 0)?)?;
             if state.responses.get(response)?.body.is_some() {
                 return set(r, Val::Result(Err(None)));
             }
@@ -692,7 +724,7 @@ fn responses<T: 'static>(
         "[method]outgoing-body.write",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
             let ctx = get(s.data_mut());
-            let b = rep(arg(p, 0)?)?;
+            let b = rep_of::<ty::OutgoingBody>(arg(p, 0)?)?;
             let body = ctx.p2.http.bodies.get_mut(b)?;
             if std::mem::replace(&mut body.stream_given, true) {
                 return set(r, Val::Result(Err(None)));
@@ -705,7 +737,7 @@ fn responses<T: 'static>(
         "[static]outgoing-body.finish",
         move |mut s: StoreContextMut<'_, T>, _, p, r| {
             let ctx = get(s.data_mut());
-            let b = rep(arg(p, 0)?)?;
+            let b = rep_of::<ty::OutgoingBody>(arg(p, 0)?)?;
             let trailers = match arg(p, 1)? {
                 Val::Option(Some(t)) => take_fields(ctx, t)?.entries,
                 _ => Vec::new(),
@@ -746,9 +778,15 @@ fn responses<T: 'static>(
         "[static]response-outparam.set",
         move |mut s: StoreContextMut<'_, T>, _, p, _| -> HostResult {
             let state = &mut get(s.data_mut()).p2.http;
-            state.outparams.take(rep(arg(p, 0)?)?)?;
+            state
+                .outparams
+                .take(rep_of::<ty::ResponseOutparam>(arg(p, 0)?)?)?;
             let response = match arg(p, 1)? {
-                Val::Result(Ok(Some(response))) => state.responses.take(rep(response)?)?,
+                Val::Result(Ok(Some(response))) => {
+                    state
+                        .responses
+                        .take(rep_of::<ty::OutgoingResponse>(response)?)?
+                }
                 Val::Result(Err(Some(code))) => {
                     state.error = Some(code.to_string());
                     state.responder = None;
