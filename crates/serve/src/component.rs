@@ -1,18 +1,21 @@
-//! `ephem serve --component FILE`: one `wasi:http/proxy` component answering every request,
-//! each in a fresh instance, as `wasmtime serve FILE` does.
+//! `wasi:http/proxy` components served: `ephem serve --component FILE`, one component answering
+//! every request as `wasmtime serve FILE` does, and components uploaded to the server (see
+//! `http`), each request in a fresh instance.
 //!
 //! A request's body is read whole (up to the server's `max_input`) and handed to the
 //! component's `wasi:http/incoming-handler` on a worker, under the server's limits (fuel,
-//! deadline, memory), its gate (`503` when the workers and the queue are full) and its token.
-//! The response streams back as the component writes it: the status and headers as soon as it
-//! sets them, then its body chunk by chunk through a bounded channel, so a component writing
-//! faster than the client reads waits (back-pressure) instead of filling memory. A component
+//! deadline, memory), its gate (`503` when the workers and the queue are full, before the body
+//! is read) and its token (which the component does not see). The response streams back as the
+//! component writes it: the status and headers with the body's first bytes (one write, not
+//! two), then the body chunk by chunk through a bounded channel, so a component writing faster
+//! than the client reads waits (back-pressure, up to its deadline) instead of filling memory. A component
 //! that fails before it answers (a trap, a limit, no response set) gets `500` with the reason
 //! in JSON; one that fails after the head was sent has its response cut short, the connection
 //! closed before the body's end, so that no client takes it for whole (`wasmtime serve` 49
 //! ends such a body as if it were complete).
 //!
-//! Every path goes to the component: `/healthz` and `/metrics` are not served in this mode.
+//! With `--component`, every path goes to the component: `/healthz` and `/metrics` are not
+//! served in that mode.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};

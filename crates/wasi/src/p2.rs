@@ -1,13 +1,13 @@
 //! WASI 0.2 for components: `wasi:cli` (arguments, environment, exit, standard streams,
-//! terminals), `wasi:io` (streams, errors, polling), `wasi:clocks`, `wasi:random`, and
-//! `wasi:http` ([`http`]), over the same [`WasiCtx`] as preview 1 (one template, one context
-//! per invocation, no system call to make one).
+//! terminals), `wasi:io` (streams, errors, polling), `wasi:clocks`, `wasi:random`,
+//! `wasi:filesystem` ([`fs`]) and `wasi:http` ([`http`]), over the same [`WasiCtx`] as
+//! preview 1 (one template, one context per invocation, no system call to make one).
 //!
-//! Streams 0, 1 and 2 are the standard ones; others (HTTP bodies) are slots of the context's
-//! stream table past them. Pollables, streams and HTTP objects are kept in the context
-//! ([`State`]), dropped with it. What is not here yet: files and directories
-//! (`wasi:filesystem`: `get-directories` gives none, and the descriptor methods are not
-//! defined; `ephem run` makes them trap, naming themselves) and sockets.
+//! Streams 0, 1 and 2 are the standard ones; others (files, HTTP bodies) are slots of the
+//! context's stream table past them. Pollables, streams, listings and HTTP objects are kept in
+//! the context (`State`), dropped with it. Every host function takes only handles of its own
+//! resource types. What is not here yet: sockets, and parts of `wasi:filesystem` (see [`fs`]);
+//! `ephem run` makes what is missing trap when called, naming itself.
 
 use ephem_component::{Linker, ResourceAny, ResourceType, Val};
 use ephem_runtime::{HostError, StoreContextMut};
