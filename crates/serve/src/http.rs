@@ -626,6 +626,14 @@ fn open(shared: &Shared, id: &str) -> Result<InstancePre<Host>, ApiError> {
             lock(p).pop(id);
         }
     }
+    // (Only on the way to compiling: a module kept open is never a component.)
+    if shared.registry.is_component(id) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "not_a_module",
+            format!("{id} is a component: call it at /modules/{id}/http/"),
+        ));
+    }
     let found = shared.registry.module(id)?;
     count_artifact(shared, &found);
     let pre = shared.exec.prepare(&found.module)?;

@@ -1289,6 +1289,13 @@ fn an_uploaded_http_component_is_served_at_its_own_route_until_deleted() {
         .send()
         .unwrap();
     assert_eq!(r.status().as_u16(), 418);
+    // It is no module to invoke: said so.
+    let r = (c.post(format!("{base}/modules/{id}/invoke/handle")))
+        .header("authorization", auth)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.json::<Value>().unwrap()["error"], "not_a_module");
     // The token guards it as every module route.
     let r = c.get(&url).send().unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);

@@ -366,37 +366,22 @@ fn io<T: 'static>(
         set(r, ok(Some(Val::U64(MAX_BYTES))))?;
         Ok(())
     })?;
-    for write in ["write", "blocking-write-and-flush"] {
+    // Writing bytes, or as many zeroes as asked for.
+    for (method, zeroes) in [
+        ("write", false),
+        ("blocking-write-and-flush", false),
+        ("write-zeroes", true),
+        ("blocking-write-zeroes-and-flush", true),
+    ] {
         streams.func_new(
-            &format!("[method]output-stream.{write}"),
+            &format!("[method]output-stream.{method}"),
             move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let data = bytes(arg(p, 1)?)?;
-                set(
-                    r,
-                    output(
-                        get(s.data_mut()),
-                        rep_of::<OutputStream>(arg(p, 0)?)?,
-                        &data,
-                    )?,
-                )?;
-                Ok(())
-            },
-        )?;
-    }
-    for zeroes in ["write-zeroes", "blocking-write-zeroes-and-flush"] {
-        streams.func_new(
-            &format!("[method]output-stream.{zeroes}"),
-            move |mut s: StoreContextMut<'_, T>, _, p, r| {
-                let data = vec![0; at_most(u64_arg(arg(p, 1)?)?)?];
-                set(
-                    r,
-                    output(
-                        get(s.data_mut()),
-                        rep_of::<OutputStream>(arg(p, 0)?)?,
-                        &data,
-                    )?,
-                )?;
-                Ok(())
+                let data = match zeroes {
+                    true => vec![0; at_most(u64_arg(arg(p, 1)?)?)?],
+                    false => bytes(arg(p, 1)?)?,
+                };
+                let stream = rep_of::<OutputStream>(arg(p, 0)?)?;
+                set(r, output(get(s.data_mut()), stream, &data)?)
             },
         )?;
     }
