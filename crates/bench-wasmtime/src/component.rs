@@ -10,6 +10,11 @@
 //! no component artifact yet, so loading from disk is not part of this comparison. The two
 //! runtimes take turns in blocks, as `fresh-vs-wasmtime` does. Every component given is
 //! reported, also one that fails on either side.
+//!
+//! With `--from-disk`, each invocation of an export first loads the component from its
+//! compiled file and links it (ephem: `Component::from_artifact` of the file's bytes, read each
+//! time; wasmtime: `Component::deserialize_file`), as a server with more components than memory
+//! must: the comparison the fresh-path target is about.
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +34,11 @@ struct Args {
     /// Invocations per runtime and component.
     #[arg(long, default_value_t = 20_000)]
     invocations: usize,
+    /// Load the component from its compiled file on every invocation (ephem's component
+    /// artifact, wasmtime's serialized component with `deserialize_file`), then link it,
+    /// instead of keeping it loaded: the fresh path with loading (exports only).
+    #[arg(long)]
+    from_disk: bool,
 }
 
 /// Invocations in one turn of one runtime.
@@ -147,7 +157,7 @@ fn prepare_command(file: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<S
     })
 }
 
-fn prepare(spec: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<Subject> {
+fn prepare(spec: &str, wt_engine: &wasmtime::Engine, from_disk: bool) -> anyhow::Result<Subject> {
     let Some((file, call)) = spec.split_once('=') else {
         return prepare_command(spec, wt_engine);
     };
@@ -166,10 +176,22 @@ fn prepare(spec: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<Subject> 
     let has_result = funcs
         .iter()
         .any(|(p, ty)| p[0] == name && ty.result.is_some());
+    let dir = tempfile::tempdir()?;
+    let (ours, theirs) = (dir.path().join("ephem"), dir.path().join("wasmtime"));
+    let key = ephem::ArtifactKey::generate()?;
+    std::fs::write(&ours, component.to_artifact(&key)?)?;
     let pre = ec::Linker::<()>::new(&engine).instantiate_pre(&component)?;
     let ephem = {
         let (name, args) = (name.clone(), args.clone());
         Box::new(move || -> anyhow::Result<String> {
+            let pre = match from_disk {
+                true => {
+                    let loaded =
+                        ec::Component::from_artifact(&engine, &std::fs::read(&ours)?, &key)?;
+                    ec::Linker::<()>::new(&engine).instantiate_pre(&loaded)?
+                }
+                false => pre.clone(),
+            };
             let mut store = ephem::Store::new(&engine, ());
             let instance = pre.instantiate(&mut store)?;
             let func = instance
@@ -182,10 +204,21 @@ fn prepare(spec: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<Subject> 
     };
 
     let wt_component = wc::Component::new(wt_engine, &wasm)?;
+    std::fs::write(&theirs, wt_component.serialize()?)?;
     let pre = wc::Linker::<()>::new(wt_engine).instantiate_pre(&wt_component)?;
     let wt_args: Vec<wc::Val> = args.iter().map(to_wasmtime).collect();
     let wt_engine = wt_engine.clone();
     let wasmtime = Box::new(move || -> anyhow::Result<String> {
+        let _dir = &dir;
+        let pre = match from_disk {
+            true => {
+                // SAFETY: the file was written just above by `serialize` of this engine, and
+                // nothing modifies it while the benchmark runs.
+                let loaded = unsafe { wc::Component::deserialize_file(&wt_engine, &theirs)? };
+                wc::Linker::<()>::new(&wt_engine).instantiate_pre(&loaded)?
+            }
+            false => pre.clone(),
+        };
         let mut store = wasmtime::Store::new(&wt_engine, ());
         let instance = pre.instantiate(&mut store)?;
         let func = instance
@@ -222,7 +255,7 @@ fn main() -> anyhow::Result<()> {
         "ratio"
     );
     for spec in &args.subjects {
-        let measured = prepare(spec, &wt_engine).and_then(|subject| {
+        let measured = prepare(spec, &wt_engine, args.from_disk).and_then(|subject| {
             // Both once first: a failure is reported instead of timed.
             (subject.ephem)().context("ephem")?;
             (subject.wasmtime)().context("wasmtime")?;
