@@ -28,6 +28,18 @@ pub struct Load {
     pub refused: f64,
 }
 
+/// A command running `program`, on the CPUs `cpus` lists (`taskset -c`) if given.
+pub fn pinned(program: &Path, cpus: Option<&str>) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpus]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
 impl Oha<'_> {
     /// Loads `url` (a `POST` of JSON `body` if given, else a `GET`) with `connections`
     /// connections, at most `rate` requests per second. An error if none succeeded.
@@ -38,14 +50,7 @@ impl Oha<'_> {
         connections: usize,
         rate: Option<f64>,
     ) -> anyhow::Result<Load> {
-        let mut cmd = match self.cpus {
-            Some(cpus) => {
-                let mut c = Command::new("taskset");
-                c.args(["-c", cpus]).arg(self.binary);
-                c
-            }
-            None => Command::new(self.binary),
-        };
+        let mut cmd = pinned(self.binary, self.cpus);
         cmd.args([
             "--no-tui",
             "--output-format",

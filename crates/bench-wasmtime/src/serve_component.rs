@@ -11,12 +11,12 @@
 //! whole of WASI, then fail to link).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use ephem_bench_wasmtime::oha::{Load, Oha};
+use ephem_bench_wasmtime::oha::{Load, Oha, pinned};
 
 #[derive(Parser)]
 #[command(about = "ephem serve --component against wasmtime serve under HTTP load")]
@@ -68,24 +68,19 @@ fn free_port() -> anyhow::Result<u16> {
 /// Starts `server` serving `file` on `port`, and waits until it answers (compiling included).
 fn start(args: &Args, server: &str, file: &Path, port: u16, data: &Path) -> anyhow::Result<Server> {
     let addr = format!("127.0.0.1:{port}");
-    let mut cmd = match &args.server_cpus {
-        Some(cpus) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpus]);
-            c
-        }
-        None => Command::new("env"),
+    let cpus = args.server_cpus.as_deref();
+    let mut cmd = match server {
+        "ephem" => pinned(&args.ephem, cpus),
+        _ => pinned(&args.wasmtime, cpus),
     };
     match server {
-        "ephem" => cmd
-            .arg(&args.ephem)
-            .arg("serve")
-            .arg("--component")
-            .arg(file)
-            .args(["--listen", &addr, "--data-dir", &data.display().to_string()]),
-        _ => (cmd.arg(&args.wasmtime))
-            .args(["serve", "-Scli", "--addr", &addr])
-            .arg(file),
+        "ephem" => cmd.args(["serve", "--component"]).arg(file).args([
+            "--listen",
+            &addr,
+            "--data-dir",
+            &data.display().to_string(),
+        ]),
+        _ => cmd.args(["serve", "-Scli", "--addr", &addr]).arg(file),
     };
     let mut child = Server(
         cmd.stdout(Stdio::null())

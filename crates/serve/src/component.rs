@@ -185,9 +185,7 @@ impl ChannelResponder {
 
 impl Responder for ChannelResponder {
     fn head(&mut self, head: Head) -> bool {
-        self.content_length = (head.headers.iter())
-            .find(|(n, _)| n == "content-length")
-            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse().ok());
+        self.content_length = head.content_length();
         // Held until the first bytes of the body (or its end), so that the connection writes
         // them together: one write, not a head alone then a body.
         self.waiting = Some(head);

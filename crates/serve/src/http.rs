@@ -362,7 +362,7 @@ async fn upload(State(shared): App, Body(wasm): Body) -> Result<Response, ApiErr
             });
             let (id, component, created) = put?;
             if let (Some(handler), Some(p)) = (made, &s.prepared_components) {
-                lock_components(p).put(id.clone(), Arc::new(handler));
+                lock(p).put(id.clone(), Arc::new(handler));
             }
             Ok::<_, RegistryError>((id, component, created))
         })
@@ -410,7 +410,7 @@ async fn remove(State(shared): App, Path(id): Path<String>) -> Result<StatusCode
             lock(prepared).pop(&id);
         }
         if let Some(prepared) = &s.prepared_components {
-            lock_components(prepared).pop(&id);
+            lock(prepared).pop(&id);
         }
         deleted
     });
@@ -601,11 +601,9 @@ pub(crate) async fn start_on_worker<R: Send + 'static>(
     }))
 }
 
-/// The cache of prepared modules, locked (a panic while it was held left it consistent: its
-/// operations do not unwind midway).
-fn lock(
-    p: &Mutex<LruCache<String, InstancePre<Host>>>,
-) -> std::sync::MutexGuard<'_, LruCache<String, InstancePre<Host>>> {
+/// A cache of prepared modules or components, locked (a panic while it was held left it
+/// consistent: its operations do not unwind midway).
+fn lock<V>(p: &Mutex<LruCache<String, V>>) -> std::sync::MutexGuard<'_, LruCache<String, V>> {
     p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -737,23 +735,16 @@ async fn run(
     Ok(response)
 }
 
-/// The components kept open, locked (as [`lock`]).
-fn lock_components(
-    p: &Mutex<LruCache<String, Arc<Handler>>>,
-) -> std::sync::MutexGuard<'_, LruCache<String, Arc<Handler>>> {
-    p.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Component `id` ready to serve: kept open from an earlier request (while its wasm is still
 /// kept), else compiled from its wasm (its modules' artifacts from the store) and linked.
 fn open_component(shared: &Shared, id: &str) -> Result<Arc<Handler>, ApiError> {
     if let Some(p) = &shared.prepared_components {
-        let kept = lock_components(p).get(id).cloned();
+        let kept = lock(p).get(id).cloned();
         if let Some(handler) = kept {
             if shared.registry.is_kept(id) {
                 return Ok(handler);
             }
-            lock_components(p).pop(id);
+            lock(p).pop(id);
         }
     }
     if !shared.registry.is_component(id) && shared.registry.is_kept(id) {
@@ -768,7 +759,7 @@ fn open_component(shared: &Shared, id: &str) -> Result<Arc<Handler>, ApiError> {
         .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, "invalid", why))?;
     let handler = Arc::new(handler);
     if let Some(p) = &shared.prepared_components {
-        lock_components(p).put(id.to_owned(), handler.clone());
+        lock(p).put(id.to_owned(), handler.clone());
     }
     Ok(handler)
 }
@@ -795,8 +786,7 @@ async fn http_call(shared: Arc<Shared>, id: String, path: String, request: Reque
     let id_shown = id.clone();
     let s = shared.clone();
     // A component not kept open is compiled: within the server's compile pool.
-    let kept =
-        (shared.prepared_components.as_ref()).is_some_and(|p| lock_components(p).contains(&id));
+    let kept = (shared.prepared_components.as_ref()).is_some_and(|p| lock(p).contains(&id));
     let permit = match kept {
         true => None,
         false => Some(shared.compiles.clone().acquire_owned().await),

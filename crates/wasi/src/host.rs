@@ -200,6 +200,16 @@ pub(crate) fn write_stdio(ctx: &mut WasiCtx, err: bool, bytes: &[u8]) -> Result<
     write_sink(sink, err, &[IoSlice::new(bytes)])
 }
 
+/// Reads into `buf` from `data` at `*at` (advanced past what was read): the bytes read, 0 at
+/// its end.
+pub(crate) fn read_bytes(data: &[u8], at: &mut usize, buf: &mut [u8]) -> usize {
+    let rest = &data[*at..];
+    let n = rest.len().min(buf.len());
+    buf[..n].copy_from_slice(&rest[..n]);
+    *at += n;
+    n
+}
+
 /// Reads into `buf` from the context's standard input; 0 at its end.
 pub(crate) fn read_stdin(ctx: &mut WasiCtx, buf: &mut [u8]) -> Result<usize> {
     let WasiCtx {
@@ -210,13 +220,7 @@ pub(crate) fn read_stdin(ctx: &mut WasiCtx, buf: &mut [u8]) -> Result<usize> {
     } = ctx;
     match fixed.stdin_or(stdin) {
         Input::Inherit => retry(|| rustix::io::read(host_stdin(), &mut *buf)),
-        Input::Bytes(data) => {
-            let rest = &data[*stdin_pos..];
-            let n = rest.len().min(buf.len());
-            buf[..n].copy_from_slice(&rest[..n]);
-            *stdin_pos += n;
-            Ok(n)
-        }
+        Input::Bytes(data) => Ok(read_bytes(data, stdin_pos, buf)),
     }
 }
 
@@ -353,13 +357,9 @@ impl WasiCtx {
                 Input::Inherit => read_each(m, &iovs, |buf, _| {
                     retry(|| rustix::io::read(host_stdin(), &mut *buf))
                 }),
-                Input::Bytes(data) => read_each(m, &iovs, |buf, _| {
-                    let rest = &data[*stdin_pos..];
-                    let n = rest.len().min(buf.len());
-                    buf[..n].copy_from_slice(&rest[..n]);
-                    *stdin_pos += n;
-                    Ok(n)
-                }),
+                Input::Bytes(data) => {
+                    read_each(m, &iovs, |buf, _| Ok(read_bytes(data, stdin_pos, buf)))
+                }
             },
             (Desc::File(file), None) => read_each(m, &iovs, |buf, _| {
                 retry(|| rustix::io::read(file, &mut *buf))

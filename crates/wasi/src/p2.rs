@@ -14,7 +14,7 @@ use ephem_runtime::{HostError, StoreContextMut};
 
 use crate::I32Exit;
 use crate::ctx::WasiCtx;
-use crate::host::{fill_random, nanos, read_stdin, timespec, write_stdio};
+use crate::host::{fill_random, nanos, read_bytes, read_stdin, timespec, write_stdio};
 
 pub mod fs;
 pub mod http;
@@ -403,13 +403,7 @@ fn input(ctx: &mut WasiCtx, rep: u32, buf: &mut [u8]) -> Result<Result<usize, ()
         Some(n) => n,
     };
     match ctx.p2.streams.get_mut(n)? {
-        Stream::In { data, at } => {
-            let rest = &data[*at..];
-            let n = rest.len().min(buf.len());
-            buf[..n].copy_from_slice(&rest[..n]);
-            *at += n;
-            Ok(Ok(n))
-        }
+        Stream::In { data, at } => Ok(Ok(read_bytes(data, at, buf))),
         Stream::File { file, at, .. } => {
             let read = fs::pread(std::os::fd::AsFd::as_fd(file), buf, *at);
             if let Ok(n) = read {

@@ -78,6 +78,14 @@ pub struct Head {
     pub headers: Vec<(String, Vec<u8>)>,
 }
 
+impl Head {
+    /// The body's length its `content-length` header gives, if it has one that reads as one.
+    pub fn content_length(&self) -> Option<u64> {
+        let (_, v) = self.headers.iter().find(|(n, _)| n == "content-length")?;
+        std::str::from_utf8(v).ok()?.trim().parse().ok()
+    }
+}
+
 /// Where a handler's response goes, as it is made. Each method returns whether to go on: false
 /// when the client has gone or a limit was reached (the component's writes then fail, as on a
 /// closed stream).
@@ -277,13 +285,6 @@ fn take_fields(ctx: &mut WasiCtx, v: &Val) -> Result<Fields, HostError> {
     ctx.p2.http.fields.take(rep_of::<ty::Fields>(v)?)
 }
 
-fn unit_result(r: Result<(), &str>) -> Val {
-    match r {
-        Ok(()) => ok(None),
-        Err(case) => header_error(case),
-    }
-}
-
 /// Adds `wasi:http/types` and `wasi:http/outgoing-handler` (which refuses every request) to
 /// `linker`, with each store's context found by `get`. Needs [`super::add_to_linker`]'s
 /// interfaces too (streams, pollables).
@@ -473,7 +474,7 @@ fn fields<T: 'static>(
                 fields
                     .entries
                     .extend(values.into_iter().map(|v| (n.clone(), v)));
-                set(r, unit_result(Ok(())))
+                set(r, ok(None))
             },
         )?;
     }
@@ -829,13 +830,11 @@ impl State {
         let Some(responder) = &mut self.responder else {
             return;
         };
-        let content_length = (response.headers.entries.iter())
-            .find(|(n, _)| n == "content-length")
-            .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
         let head = Head {
             status: response.status,
             headers: response.headers.entries,
         };
+        let content_length = head.content_length();
         let mut go_on = responder.head(head);
         let Some(b) = response.body else {
             // A response without a body has an empty one.
