@@ -26,6 +26,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod artifact;
+mod bundle;
 mod cache;
 pub mod cpu;
 pub mod format;
@@ -33,6 +34,7 @@ mod key;
 mod owner;
 
 pub use artifact::{Artifact, Identity, is_artifact};
+pub use bundle::Bundle;
 pub use cache::{Cache, CacheStats, DEFAULT_MAX_BYTES, Outcome, STALE_TEMP_SECS, write_atomic};
 pub use format::{ArchivedMemoryImage, MemoryImage, to_bytes};
 pub use key::ArtifactKey;

@@ -6,15 +6,14 @@
 //! Each invocation: a new store, instantiate the component, look up and call the export as
 //! CALL says (`greet("world")`, WAVE as `ephem run --invoke` takes it), drop the store. The
 //! component stays loaded on both sides (an `InstancePre` on each, wasmtime's with the pooling
-//! allocator of [`ephem_bench_wasmtime::wt::engine`]): ephem has
-//! no component artifact yet, so loading from disk is not part of this comparison. The two
-//! runtimes take turns in blocks, as `fresh-vs-wasmtime` does. Every component given is
+//! allocator of [`ephem_bench_wasmtime::wt::engine`]). The two runtimes take turns in blocks, as `fresh-vs-wasmtime` does. Every component given is
 //! reported, also one that fails on either side.
 //!
 //! With `--from-disk`, each invocation of an export first loads the component from its
-//! compiled file and links it (ephem: `Component::from_artifact` of the file's bytes, read each
-//! time; wasmtime: `Component::deserialize_file`), as a server with more components than memory
-//! must: the comparison the fresh-path target is about.
+//! compiled file and links it (ephem: `Component::from_artifact_file`, which keeps what a
+//! thread opened as the cache keeps module entries; wasmtime: `Component::deserialize_file`),
+//! as a server with more components than memory must: the comparison the fresh-path
+//! target is about.
 
 use std::time::{Duration, Instant};
 
@@ -180,14 +179,16 @@ fn prepare(spec: &str, wt_engine: &wasmtime::Engine, from_disk: bool) -> anyhow:
     let (ours, theirs) = (dir.path().join("ephem"), dir.path().join("wasmtime"));
     let key = ephem::ArtifactKey::generate()?;
     std::fs::write(&ours, component.to_artifact(&key)?)?;
+    // Read-only, as `ephem compile` and the cache write artifacts: a file others could change
+    // is opened from a snapshot, verified every time.
+    std::fs::set_permissions(&ours, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
     let pre = ec::Linker::<()>::new(&engine).instantiate_pre(&component)?;
     let ephem = {
         let (name, args) = (name.clone(), args.clone());
         Box::new(move || -> anyhow::Result<String> {
             let pre = match from_disk {
                 true => {
-                    let loaded =
-                        ec::Component::from_artifact(&engine, &std::fs::read(&ours)?, &key)?;
+                    let loaded = ec::Component::from_artifact_file(&engine, &ours, &key)?;
                     ec::Linker::<()>::new(&engine).instantiate_pre(&loaded)?
                 }
                 false => pre.clone(),

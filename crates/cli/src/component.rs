@@ -64,7 +64,7 @@ pub fn run(
             )
             .into());
         }
-        Component::from_artifact(engine, bytes, &args.cache.key()?)
+        Component::from_artifact_file(engine, &args.file, &args.cache.key()?)
             .map_err(error)
             .with_context(|| format!("opening {}", args.file.display()))?
     } else {

@@ -199,6 +199,20 @@ fn show(v: &Val) -> String {
     }
 }
 
+/// The file's bytes; of a component artifact only its magic, since it is opened in place.
+fn read_unless_component_artifact(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut head = Vec::with_capacity(ephem::component::MAGIC.len());
+    (&mut file)
+        .take(ephem::component::MAGIC.len() as u64)
+        .read_to_end(&mut head)?;
+    if !ephem::component::is_component_artifact(&head) {
+        file.read_to_end(&mut head)?;
+    }
+    Ok(head)
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     crate::cache::check_no_cache(args.no_cache, &args.cache)?;
     let engine = Engine::with_config(ephem::EngineConfig {
@@ -215,8 +229,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.fuel.is_some() {
         compiler = compiler.with_fuel();
     }
-    let bytes =
-        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let bytes = read_unless_component_artifact(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
     if crate::component::is_component(&bytes) {
         return crate::component::run(&args, &engine, &compiler, cache.as_ref(), &bytes);
     }

@@ -3,20 +3,25 @@
 //! an embedder without the compiler) can load it.
 //!
 //! Layout: [`MAGIC`], the format version (u32, little-endian), the seal (32 bytes), then the
-//! body: ephem's version, the plan (see `encode`), and the core modules' artifacts, each as it
-//! is on its own (sealed too, under the same key). The seal is BLAKE3 keyed with the key over
-//! the whole file with the seal's bytes as zeros: a file changed anywhere, or sealed under
-//! another key, is refused before anything in it is read. The plan is then checked again
-//! (every index within what exists when it is used), so that even a file sealed by a buggy
-//! writer cannot index out of bounds.
+//! front's body: ephem's version, the plan (see `encode`), and where each core module's
+//! artifact lies (offset and length, u64 each); then the artifacts, each as it is on its own
+//! (sealed too, under the same key) and each starting on a page of its own. The seal is BLAKE3
+//! keyed with the key over the whole file with the seal's bytes as zeros: a file changed
+//! anywhere, or sealed under another key, is refused before anything in it is read. The plan is
+//! then checked again (every index within what exists when it is used), so that even a file
+//! sealed by a buggy writer cannot index out of bounds.
 //!
-//! Loading copies each module's artifact into a memory file and checks its metadata (its own
-//! seal is not read again: the component's covers it): a component loaded once and
-//! instantiated many times pays that once.
+//! The file is an [`ephem_artifact::Bundle`]: its modules are opened in place, their texts and
+//! images mapped from it as a module's are from its own file (never copied out); the seal is
+//! verified once per file identity and key in a process, and a later open reads only the front.
+//! [`Component::from_artifact_file`](crate::Component::from_artifact_file) keeps what it
+//! opened per thread, as the cache keeps its entries.
 
 use std::sync::Arc;
 
-use ephem_runtime::{Artifact, ArtifactKey, Engine, Module};
+use ephem_artifact::Bundle;
+use ephem_artifact::format::FILE_PAGE;
+use ephem_runtime::{ArtifactKey, Engine, Module};
 
 use crate::Error;
 use crate::abi::Encoding;
@@ -30,7 +35,7 @@ use crate::types::{Case, Field, FuncType, MAX_DEPTH, ResourceIndex, Type};
 pub const MAGIC: &[u8; 16] = b"\0ephem-component";
 
 /// The layout's version: a file of another is refused.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 const SEAL_AT: usize = 20;
 const BODY_AT: usize = SEAL_AT + 32;
@@ -48,25 +53,35 @@ fn seal(file: &[u8], key: &ArtifactKey) -> [u8; 32] {
     key.seal(&[&file[..SEAL_AT], &[0; 32], &file[BODY_AT..]])
 }
 
+fn page_up(n: usize) -> usize {
+    n.next_multiple_of(FILE_PAGE)
+}
+
 /// The artifact of a component with `plan` and `modules`, sealed with `key`.
 pub(crate) fn write(plan: &Plan, modules: &[Module], key: &ArtifactKey) -> Result<Vec<u8>, Error> {
+    let artifacts = (modules.iter())
+        .map(|m| {
+            let mut bytes = m.artifact().to_bytes().map_err(runtime)?;
+            ephem_artifact::format::reseal(&mut bytes, key);
+            Ok(bytes)
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
     let mut w = Writer(Vec::new());
     w.0.extend_from_slice(MAGIC);
     w.u32(FORMAT);
     w.0.extend_from_slice(&[0; 32]);
     w.str(env!("CARGO_PKG_VERSION"));
     w.plan(plan);
-    w.u32(modules.len() as u32);
-    for module in modules {
-        let artifact = module.artifact();
-        let len = usize::try_from(artifact.file_len())
-            .map_err(|_| bad("a module's artifact is larger than the address space"))?;
-        let mut bytes = vec![0; len];
-        std::os::unix::fs::FileExt::read_exact_at(&*artifact.shared_file(), &mut bytes, 0)
-            .map_err(|e| Error::Runtime(e.into()))?;
-        ephem_artifact::format::reseal(&mut bytes, key);
+    w.u32(artifacts.len() as u32);
+    let mut at = page_up(w.0.len() + 16 * artifacts.len());
+    for bytes in &artifacts {
+        w.u64(at as u64);
         w.u64(bytes.len() as u64);
-        w.0.extend_from_slice(&bytes);
+        at = page_up(at + bytes.len());
+    }
+    for bytes in &artifacts {
+        w.0.resize(page_up(w.0.len()), 0);
+        w.0.extend_from_slice(bytes);
     }
     let mut file = w.0;
     let sum = seal(&file, key);
@@ -74,13 +89,51 @@ pub(crate) fn write(plan: &Plan, modules: &[Module], key: &ArtifactKey) -> Resul
     Ok(file)
 }
 
-/// Opens a component artifact sealed with `key`: its plan and its modules, loaded for
-/// `engine`.
-pub(crate) fn read(
+fn runtime(e: ephem_artifact::Error) -> Error {
+    Error::Runtime(e.into())
+}
+
+/// Opens the component artifact in `bundle`, sealed with `key`: its plan and its modules,
+/// opened in place and loaded for `engine`.
+pub(crate) fn open(
     engine: &Engine,
-    file: &[u8],
+    bundle: &Bundle,
     key: &ArtifactKey,
 ) -> Result<(Plan, Vec<Module>), Error> {
+    let front = bundle.verified_front(key, |file| {
+        check_seal(file, key)?;
+        let mut r = Reader {
+            bytes: file,
+            at: BODY_AT,
+        };
+        read_front(&mut r)?;
+        Ok::<_, Error>(r.at)
+    })?;
+    let mut r = Reader {
+        bytes: &front,
+        at: BODY_AT,
+    };
+    let (plan, places) = read_front(&mut r)?;
+    let mut modules = Vec::with_capacity(places.len());
+    let mut past = r.at as u64;
+    for (offset, len) in places {
+        let end = (offset.checked_add(len)).ok_or_else(|| bad("a module's length"))?;
+        if offset < past {
+            return Err(bad("modules out of order, or within the front"));
+        }
+        past = end;
+        // SAFETY: the bundle's seal was verified with `key` over the whole file (now, or for
+        // this file identity before), so the module's bytes are what a writer holding the key
+        // sealed: the module's own seal would say no more.
+        let artifact = unsafe { bundle.artifact(offset..end) }.map_err(runtime)?;
+        modules.push(Module::from_artifact(engine, artifact));
+    }
+    check(&plan, &modules)?;
+    Ok((plan, modules))
+}
+
+/// Checks the magic, the format and the seal of a whole component artifact `file`.
+fn check_seal(file: &[u8], key: &ArtifactKey) -> Result<(), Error> {
     if !is_component_artifact(file) {
         return Err(bad("not a component artifact"));
     }
@@ -98,10 +151,11 @@ pub(crate) fn read(
             "not sealed with this deployment's key (forged, damaged, or from another deployment)",
         ));
     }
-    let mut r = Reader {
-        bytes: file,
-        at: BODY_AT,
-    };
+    Ok(())
+}
+
+/// Reads the front's body: the version, the plan, and where each module lies.
+fn read_front(r: &mut Reader<'_>) -> Result<(Plan, Vec<(u64, u64)>), Error> {
     let version = r.str()?;
     if version != env!("CARGO_PKG_VERSION") {
         return Err(bad(format!(
@@ -111,22 +165,11 @@ pub(crate) fn read(
     }
     let plan = r.plan()?;
     let count = r.u32()? as usize;
-    let mut modules = Vec::with_capacity(count.min(1024));
+    let mut places = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
-        let len = r.u64()?;
-        let bytes = r.take(usize::try_from(len).map_err(|_| bad("a module's length"))?)?;
-        // SAFETY: these bytes lie within the file whose seal was verified above with `key`, so
-        // they are what a writer holding the key sealed: the module's own seal would say no
-        // more, and reading it again would hash every module a second time.
-        let artifact = unsafe { Artifact::from_bytes_unverified(bytes) }
-            .map_err(|e| Error::Runtime(e.into()))?;
-        modules.push(Module::from_artifact(engine, artifact));
+        places.push((r.u64()?, r.u64()?));
     }
-    if r.at != file.len() {
-        return Err(bad("bytes past the last module"));
-    }
-    check(&plan, &modules)?;
-    Ok((plan, modules))
+    Ok((plan, places))
 }
 
 /// Checks that every index of `plan` lies within what exists when it is used.

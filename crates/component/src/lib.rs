@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 use ephem_runtime::{ArtifactKey, Engine, Module};
 
-pub use artifact::is_component_artifact;
+pub use artifact::{MAGIC, is_component_artifact};
 pub use instance::{ComponentExportIndex, Func, Instance, TypedFunc};
 pub use linker::{InstancePre, Linker, LinkerInstance};
 pub use resources::{Resource, ResourceAny, ResourceTable, ResourceTableError, ResourceType};
@@ -87,6 +87,12 @@ pub enum Error {
     /// The API was used in a way that cannot work: wrong argument types, no such export.
     #[error("{0}")]
     Usage(String),
+}
+
+impl From<ephem_artifact::Error> for Error {
+    fn from(e: ephem_artifact::Error) -> Error {
+        Error::Runtime(e.into())
+    }
 }
 
 #[cfg(feature = "cranelift")]
@@ -163,13 +169,40 @@ impl Component {
     }
 
     /// Loads a component from artifact bytes [`Component::to_artifact`] wrote, which must be
-    /// sealed with `key`; nothing is compiled.
+    /// sealed with `key`; nothing is compiled. The bytes are copied into a memory file, and
+    /// verified whole on every call: for a file, [`Component::from_artifact_file`] verifies
+    /// once and maps instead.
     pub fn from_artifact(
         engine: &Engine,
         bytes: &[u8],
         key: &ArtifactKey,
     ) -> Result<Component, Error> {
-        let (plan, modules) = artifact::read(engine, bytes, key)?;
+        let bundle = ephem_artifact::Bundle::from_bytes(bytes)?;
+        Component::from_bundle(engine, &bundle, key)
+    }
+
+    /// Opens the component artifact at `path`, which must be sealed with `key`; nothing is
+    /// compiled. Its core modules are opened in place (their code and memory images mapped
+    /// from the file), its seal is verified once per file in a process, and each thread keeps
+    /// what it opened last, so that opening the same file again makes no system call while it
+    /// is still the one at `path` (asked at most once a second, as the cache asks the entries
+    /// it keeps; see `ephem_artifact::Bundle`).
+    pub fn from_artifact_file(
+        engine: &Engine,
+        path: impl AsRef<std::path::Path>,
+        key: &ArtifactKey,
+    ) -> Result<Component, Error> {
+        ephem_artifact::Bundle::open_kept(path.as_ref(), engine.id(), key, |bundle| {
+            Component::from_bundle(engine, &bundle, key)
+        })
+    }
+
+    fn from_bundle(
+        engine: &Engine,
+        bundle: &ephem_artifact::Bundle,
+        key: &ArtifactKey,
+    ) -> Result<Component, Error> {
+        let (plan, modules) = artifact::open(engine, bundle, key)?;
         Ok(Component {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
@@ -196,7 +229,7 @@ impl Component {
         Component::from_artifact(engine, bytes.as_ref(), engine.artifact_key(false)?)
     }
 
-    /// As [`Component::deserialize`], from a file.
+    /// As [`Component::deserialize`], from a file (as [`Component::from_artifact_file`]).
     ///
     /// # Safety
     /// As for [`Component::deserialize`].
@@ -204,9 +237,7 @@ impl Component {
         engine: &Engine,
         path: impl AsRef<std::path::Path>,
     ) -> Result<Component, Error> {
-        let bytes = std::fs::read(path.as_ref())
-            .map_err(|e| Error::Usage(format!("reading {}: {e}", path.as_ref().display())))?;
-        Component::from_artifact(engine, &bytes, engine.artifact_key(false)?)
+        Component::from_artifact_file(engine, path, engine.artifact_key(false)?)
     }
 
     /// The engine the component was compiled for.

@@ -720,6 +720,50 @@ fn a_component_artifact_round_trips_and_is_refused_when_forged_or_damaged() -> a
     Ok(())
 }
 
+/// A component artifact opened from its file (`from_artifact_file`) runs, is kept while the
+/// file is the one at its path, and a file replaced by another component's is noticed (asked
+/// on every open here); a forged or cut file is refused.
+#[test]
+fn a_component_artifact_file_is_opened_in_place_and_replaced_files_are_noticed()
+-> anyhow::Result<()> {
+    ephem_runtime::Bundle::ask_kept_every(std::time::Duration::ZERO);
+    let engine = Engine::default();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/component.wat"
+    ))?;
+    let key = ephem_runtime::ArtifactKey::from_bytes([5; 32]);
+    let hello = component(&engine, &text).to_artifact(&key)?;
+    let howdy =
+        component(&engine, &text.replace("\"hello, \"", "\"howdy, \"")).to_artifact(&key)?;
+    let dir = ephem_test_support::temp_dir();
+    let path = dir.path().join("c.cwasm");
+    let greet = |path: &std::path::Path| -> anyhow::Result<String> {
+        let c = Component::from_artifact_file(&engine, path, &key)?;
+        let mut store = Store::new(&engine, ());
+        let i = Linker::new(&engine).instantiate(&mut store, &c)?;
+        let greet = i.get_typed_func::<(String,), (String,)>(&mut store, "greet")?;
+        Ok(greet.call(&mut store, ("you".into(),))?.0)
+    };
+    ephem_artifact::write_atomic(&path, &hello)?;
+    assert_eq!(greet(&path)?, "hello, you");
+    assert_eq!(greet(&path)?, "hello, you");
+    ephem_artifact::write_atomic(&path, &howdy)?;
+    assert_eq!(greet(&path)?, "howdy, you");
+
+    let forged = dir.path().join("forged.cwasm");
+    let mut changed = hello.clone();
+    let last = changed.len() - 100;
+    changed[last] ^= 1;
+    ephem_artifact::write_atomic(&forged, &changed)?;
+    let why = greet(&forged).unwrap_err().to_string();
+    assert!(why.contains("sealed"), "{why}");
+    let cut = dir.path().join("cut.cwasm");
+    ephem_artifact::write_atomic(&cut, &hello[..hello.len() / 2])?;
+    assert!(greet(&cut).is_err());
+    Ok(())
+}
+
 /// A component whose parts instantiate their child twice, 40 levels deep (2^40 instances), is
 /// refused at once instead of being flattened for ever.
 #[test]

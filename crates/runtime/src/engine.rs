@@ -372,8 +372,9 @@ impl Engine {
 
     /// This engine's identity, which no other engine of the process has: what an artifact
     /// keeps its type ids by (see [`Artifact::type_ids`]) and what deadlines name their engine
-    /// by (see `interrupt`, where 0 means none).
-    pub(crate) fn id(&self) -> u64 {
+    /// by (see `interrupt`, where 0 means none), and what a component artifact kept open is
+    /// kept for.
+    pub fn id(&self) -> u64 {
         self.inner.id
     }
 

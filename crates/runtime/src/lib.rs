@@ -69,7 +69,7 @@ pub use engine::{
     DEFAULT_FIRST_GC_HEAP_BYTES, DEFAULT_MAP_TEXT_AT, DEFAULT_MAX_EXCEPTION_BYTES,
     DEFAULT_MAX_GC_HEAP_BYTES, DEFAULT_MAX_WASM_STACK, Engine, EngineConfig, EpochTicker,
 };
-pub use ephem_artifact::{Artifact, ArtifactKey, Cache, Outcome};
+pub use ephem_artifact::{Artifact, ArtifactKey, Bundle, Cache, Outcome};
 pub use ephem_code_memory::{PoolConfig, Strategy};
 #[cfg(feature = "cranelift")]
 pub use ephem_compiler::{CompileError, Compiler, Proposals};

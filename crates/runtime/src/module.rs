@@ -115,12 +115,7 @@ impl Module {
     /// The module as a sealed artifact file's bytes (sealed with the engine's key, see
     /// [`crate::Config::artifact_key`]), for [`Module::deserialize_file`] or `ephem run`.
     pub fn serialize(&self) -> Result<Vec<u8>, Error> {
-        use std::os::unix::fs::FileExt;
-        let artifact = &self.inner.artifact;
-        let len = usize::try_from(artifact.file_len())
-            .map_err(|_| Error::Usage("artifact larger than the address space".into()))?;
-        let mut bytes = vec![0; len];
-        artifact.shared_file().read_exact_at(&mut bytes, 0)?;
+        let mut bytes = self.inner.artifact.to_bytes()?;
         ephem_artifact::format::reseal(&mut bytes, self.inner.engine.artifact_key(true)?);
         Ok(bytes)
     }

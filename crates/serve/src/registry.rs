@@ -407,14 +407,7 @@ impl Registry {
 
 /// The whole file of `artifact`, as stored.
 fn read_file(artifact: &ephem::Artifact) -> Result<Vec<u8>, String> {
-    use std::os::unix::fs::FileExt;
-    let read = || {
-        let file = std::fs::File::from(artifact.file().try_clone_to_owned()?);
-        let mut bytes = vec![0; artifact.file_len() as usize];
-        file.read_exact_at(&mut bytes, 0)?;
-        Ok::<_, std::io::Error>(bytes)
-    };
-    read().map_err(|e| format!("reading the artifact: {e}"))
+    (artifact.to_bytes()).map_err(|e| format!("reading the artifact: {e}"))
 }
 
 impl From<ephem_artifact::Error> for RegistryError {

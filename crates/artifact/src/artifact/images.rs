@@ -54,6 +54,8 @@ impl Artifact {
 
     /// Where an image starts in the file (page-aligned).
     pub fn image_file_offset(&self, image: &ArchivedMemoryImage) -> u64 {
-        self.0.sections[Section::Images as usize].start + image.section_offset.to_native()
+        self.0.base
+            + self.0.sections[Section::Images as usize].start
+            + image.section_offset.to_native()
     }
 }

@@ -35,6 +35,7 @@ use crate::Error;
 use crate::format::{ArchivedMeta, Section, off};
 
 pub use open::is_artifact;
+pub(crate) use open::{Place, memory_file, snapshot};
 
 /// A compiled module in a file (or a memory file), ready to load. A handle: clones share the
 /// open file, the bytes read on open and the tables read later (the cache keeps entries open
@@ -49,6 +50,10 @@ struct Opened {
     file: Arc<File>,
     /// Where it was opened from (for errors), if from a path.
     path: Option<PathBuf>,
+    /// Where the artifact starts in the file: 0 for a file of its own, a page boundary for
+    /// one of the artifacts a bundle holds (see `crate::Bundle`). Sections are relative to it.
+    base: u64,
+    /// The artifact's length (the file's, for a file of its own).
     file_len: u64,
     sections: [Range<u64>; Section::ALL.len()],
     /// The file's first bytes: header, metadata (an archive, read in place), segment data, and
@@ -121,7 +126,7 @@ impl Identity {
     }
 }
 
-fn damaged(why: impl Into<String>) -> Error {
+pub(crate) fn damaged(why: impl Into<String>) -> Error {
     Error::Damaged(why.into())
 }
 
@@ -195,7 +200,7 @@ impl Artifact {
         let (len, start) = (self.section_len(s), self.0.sections[s as usize].start);
         let mut bytes = Vec::with_capacity(len);
         while bytes.len() < len {
-            let at = start + bytes.len() as u64;
+            let at = self.0.base + start + bytes.len() as u64;
             let n = rustix::io::pread(&self.0.file, rustix::buffer::spare_capacity(&mut bytes), at)
                 .map_err(std::io::Error::from)?;
             if n == 0 {
@@ -259,9 +264,18 @@ impl Artifact {
         Arc::clone(&self.0.file)
     }
 
-    /// Size of the whole file.
+    /// Size of the artifact (of the whole file, unless it is one of a bundle's).
     pub fn file_len(&self) -> u64 {
         self.0.file_len
+    }
+
+    /// The artifact's bytes, as a file of its own would hold them.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, Error> {
+        let len = usize::try_from(self.0.file_len)
+            .map_err(|_| damaged("larger than the address space"))?;
+        let mut bytes = vec![0; len];
+        read_at(&self.0.file, &mut bytes, self.0.base)?;
+        Ok(bytes)
     }
 
     /// The module's description, read in place.
@@ -323,7 +337,7 @@ impl Artifact {
 
     /// Where the text starts in the file (page-aligned); the rest of its last page is `int3`.
     pub fn text_file_offset(&self) -> u64 {
-        self.0.sections[Section::Text as usize].start
+        self.0.base + self.0.sections[Section::Text as usize].start
     }
 
     /// The bytes of every data segment that no image holds

@@ -54,14 +54,16 @@ use crate::{ArtifactKey, Error, cpu};
 /// segment data and tables behind it (the text starts on the next page at the earliest).
 const FIRST_READ: usize = 4 << 10;
 
-/// Files verified in this process (seal under the key, or `None` when opened unverified;
-/// metadata; CPU), with how many bytes opening them reads: the next open of the same identity
-/// reads exactly that much, with one `pread`.
-type Verified = HashMap<(Identity, Option<KeyId>), usize, foldhash::fast::RandomState>;
+/// Artifacts verified in this process, by file identity, where in the file they start (0 but
+/// in a bundle) and key (seal under the key, or `None` when opened unverified or within a
+/// bundle; metadata; CPU), with how many bytes opening them reads: the next open of the same
+/// place reads exactly that much, with one `pread`.
+type VerifiedAs = (Identity, u64, Option<KeyId>);
+type Verified = HashMap<VerifiedAs, usize, foldhash::fast::RandomState>;
 static VERIFIED: LazyLock<Mutex<Verified>> = LazyLock::new(Mutex::default);
 
 /// A sealed memory file holding what `file` holds now: nobody can write, grow or shrink it.
-fn snapshot(file: &File) -> Result<File, Error> {
+pub(crate) fn snapshot(file: &File) -> Result<File, Error> {
     use rustix::fs::{MemfdFlags, SealFlags};
     let fd = rustix::fs::memfd_create(
         "ephem-artifact-snapshot",
@@ -148,10 +150,10 @@ impl Drop for Opened {
     }
 }
 
-/// Reads the file's bytes from `front.len()` up to `end` onto the end of `front`, into its spare
-/// capacity: zeroing a buffer that is about to be overwritten costs as much as a third of the
-/// read.
-fn read_front(file: &File, front: &mut AlignedVec<16>, end: usize) -> Result<(), Error> {
+/// Reads the artifact's bytes (starting at `base` of the file) from `front.len()` up to `end`
+/// onto the end of `front`, into its spare capacity: zeroing a buffer that is about to be
+/// overwritten costs as much as a third of the read.
+fn read_front(file: &File, base: u64, front: &mut AlignedVec<16>, end: usize) -> Result<(), Error> {
     front.reserve(end.saturating_sub(front.len()));
     while front.len() < end {
         let at = front.len();
@@ -167,7 +169,8 @@ fn read_front(file: &File, front: &mut AlignedVec<16>, end: usize) -> Result<(),
                 end - at,
             )
         };
-        let (read, _) = rustix::io::pread(file, spare, at as u64).map_err(std::io::Error::from)?;
+        let (read, _) =
+            rustix::io::pread(file, spare, base + at as u64).map_err(std::io::Error::from)?;
         if read.is_empty() {
             return Err(damaged("shorter than its header says"));
         }
@@ -275,17 +278,74 @@ impl Artifact {
             stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
         }
         let file_len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
-        let identity = Identity::of(&stat);
+        let place = Place {
+            file: Arc::new(file),
+            path,
+            identity: Identity::of(&stat),
+            accessed: stat.st_atime,
+            snapshot: check.is_some() && !remember,
+        };
         let remembered_as = check
             .filter(|_| remember)
-            .map(|key| (identity, key.map(ArtifactKey::id)));
-        let known = remembered_as.as_ref().and_then(|id| {
-            let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
-            verified.get(id).copied()
-        });
+            .map(|key| (place.identity, 0, key.map(ArtifactKey::id)));
+        let known = remembered_as.as_ref().and_then(known);
+        let artifact = Artifact::parse(place, 0..file_len, known)?;
+        let Some(key) = check else {
+            // Written by this process: trusted (and checked in debug builds, for the tests).
+            if cfg!(debug_assertions) {
+                artifact.check_metadata()?;
+            }
+            return Ok(artifact);
+        };
+        if known.is_some() {
+            return Ok(artifact);
+        }
+
+        // Everything that is proportional to the file or to the metadata is done once per file
+        // identity and key (see the module documentation).
+        if let Some(key) = key {
+            let mut whole = vec![0u8; file_len as usize];
+            read_at(&artifact.0.file, &mut whole, 0)?;
+            let h = &artifact.0.front[..HEADER_SIZE];
+            if crate::format::seal(&whole, key)[..] != h[off::SEAL..off::SEAL + 32] {
+                return Err(Error::Unsealed);
+            }
+        }
+        artifact.verify(remembered_as)
+    }
+
+    /// Opens the artifact that lies at `range` of a bundle's file (see [`crate::Bundle`]):
+    /// its header and metadata are checked, and its CPU features, once per file identity and
+    /// place (every time in a snapshot); its seal is not read.
+    ///
+    /// # Safety
+    /// As [`Artifact::open_unverified`]: the caller vouches for the machine code, here by the
+    /// bundle's seal, verified over the whole file.
+    pub(crate) unsafe fn within(place: Place, range: Range<u64>) -> Result<Artifact, Error> {
+        if !range.start.is_multiple_of(FILE_PAGE as u64) {
+            return Err(damaged(
+                "an artifact in a bundle starts off a page boundary",
+            ));
+        }
+        let remembered_as = (!place.snapshot).then_some((place.identity, range.start, None));
+        let known = remembered_as.as_ref().and_then(known);
+        let artifact = Artifact::parse(place, range, known)?;
+        match known {
+            Some(_) => Ok(artifact),
+            None => artifact.verify(remembered_as),
+        }
+    }
+
+    /// Reads the header at `range.start` of the file and the front (header, metadata, segment
+    /// data; `known`: how much an earlier open of this place read), and checks the header:
+    /// magic, format, version, length and section bounds.
+    fn parse(place: Place, range: Range<u64>, known: Option<usize>) -> Result<Artifact, Error> {
+        let (base, file_len) = (range.start, range.end.saturating_sub(range.start));
+        let file = place.file;
         let mut front = spare::take();
         read_front(
             &file,
+            base,
             &mut front,
             known.unwrap_or(FIRST_READ).min(file_len as usize),
         )?;
@@ -343,10 +403,11 @@ impl Artifact {
         // Header, metadata and segment data, in that order at the front of the file.
         let sec = |s: Section| sections[s as usize].end;
         let need = sec(Section::Meta).max(sec(Section::Data)) as usize;
-        read_front(&file, &mut front, need)?;
-        let artifact = Artifact(Arc::new(Opened {
-            file: Arc::new(file),
-            path,
+        read_front(&file, base, &mut front, need)?;
+        Ok(Artifact(Arc::new(Opened {
+            file,
+            path: place.path,
+            base,
             file_len,
             sections,
             front,
@@ -356,33 +417,16 @@ impl Artifact {
             funcs: OnceLock::new(),
             type_ids: OnceLock::new(),
             names: OnceLock::new(),
-            accessed: stat.st_atime,
-            identity,
-            snapshot: check.is_some() && !remember,
-        }));
-        let Some(key) = check else {
-            // Written by this process: trusted (and checked in debug builds, for the tests).
-            if cfg!(debug_assertions) {
-                artifact.check_metadata()?;
-            }
-            return Ok(artifact);
-        };
-        if known.is_some() {
-            return Ok(artifact);
-        }
+            accessed: place.accessed,
+            identity: place.identity,
+            snapshot: place.snapshot,
+        })))
+    }
 
-        // Everything that is proportional to the file or to the metadata is done once per file
-        // identity and key (see the module documentation).
-        if let Some(key) = key {
-            let mut whole = vec![0u8; file_len as usize];
-            read_at(&artifact.0.file, &mut whole, 0)?;
-            let h = &artifact.0.front[..HEADER_SIZE];
-            if crate::format::seal(&whole, key)[..] != h[off::SEAL..off::SEAL + 32] {
-                return Err(Error::Unsealed);
-            }
-        }
-        artifact.check_metadata()?;
-        let target = &artifact.meta().target;
+    /// Checks the metadata and the CPU features, and remembers the place as verified.
+    fn verify(self, remembered_as: Option<VerifiedAs>) -> Result<Artifact, Error> {
+        self.check_metadata()?;
+        let target = &self.meta().target;
         cpu::check(
             &target.arch,
             target.cpu_features.iter().map(|f| f.as_str()),
@@ -392,14 +436,31 @@ impl Artifact {
             VERIFIED
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(id, artifact.0.front.len());
+                .insert(id, self.0.front.len());
         }
-        Ok(artifact)
+        Ok(self)
     }
 }
 
+/// An open file and what it is: where artifacts are opened from.
+pub(crate) struct Place {
+    pub(crate) file: Arc<File>,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) identity: Identity,
+    /// Last access time (seconds) when opened.
+    pub(crate) accessed: i64,
+    /// A sealed copy of a file that others could change: verified on every open.
+    pub(crate) snapshot: bool,
+}
+
+/// How many bytes opening `id` read, if it was verified before.
+fn known(id: &VerifiedAs) -> Option<usize> {
+    let verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
+    verified.get(id).copied()
+}
+
 /// An anonymous memory file holding `bytes`, to open as an artifact.
-fn memory_file(bytes: &[u8]) -> Result<File, Error> {
+pub(crate) fn memory_file(bytes: &[u8]) -> Result<File, Error> {
     let fd = rustix::fs::memfd_create("ephem-artifact", rustix::fs::MemfdFlags::CLOEXEC)
         .map_err(std::io::Error::from)?;
     let mut file = File::from(fd);

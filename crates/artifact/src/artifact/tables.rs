@@ -132,7 +132,12 @@ impl Artifact {
             None => {
                 let r = &self.0.sections[Section::Traps as usize];
                 let mut index = vec![0; count.div_ceil(TRAP_BLOCK) * 4];
-                read_at(&self.0.file, &mut index, r.start + 8 * count as u64).ok()?;
+                read_at(
+                    &self.0.file,
+                    &mut index,
+                    self.0.base + r.start + 8 * count as u64,
+                )
+                .ok()?;
                 self.0.trap_index.get_or_init(|| index)
             }
         };
@@ -141,7 +146,7 @@ impl Artifact {
             (index.partition_point(|&at| u32::from_le_bytes(at) <= offset)).checked_sub(1)?;
         let first = block * TRAP_BLOCK;
         let mut entries = vec![0; 8 * TRAP_BLOCK.min(count - first)];
-        let start = self.0.sections[Section::Traps as usize].start + 8 * first as u64;
+        let start = self.0.base + self.0.sections[Section::Traps as usize].start + 8 * first as u64;
         read_at(&self.0.file, &mut entries, start).ok()?;
         trap_in(&entries, offset)
     }

@@ -81,7 +81,7 @@ impl Cache {
 
 /// The coarse monotonic clock in nanoseconds: read from the vDSO's data, without a system
 /// call or a read of the time stamp counter.
-pub(super) fn coarse_nanos() -> u64 {
+pub(crate) fn coarse_nanos() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
     (t.tv_sec as u64)
         .saturating_mul(1_000_000_000)
@@ -106,7 +106,7 @@ pub(super) fn in_all_bound() -> usize {
 
 /// How many entries each thread may keep: an equal share for as many threads as the
 /// machine runs at once (a server's workers, one per core), at least 16.
-pub(super) fn per_thread_bound() -> usize {
+pub(crate) fn per_thread_bound() -> usize {
     static BOUND: LazyLock<usize> = LazyLock::new(|| {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         // Never all of it to one thread: other threads of a process with one core still open.
@@ -158,8 +158,7 @@ impl Kept {
 
 impl Drop for Kept {
     fn drop(&mut self) {
-        IN_ALL.fetch_sub(1, Ordering::Relaxed);
-        BYTES.fetch_sub(self.artifact.memory_bytes(), Ordering::Relaxed);
+        release(self.artifact.memory_bytes());
     }
 }
 
@@ -282,7 +281,7 @@ pub(super) fn keep(cache: &Arc<()>, key: &str, artifact: Artifact, now: (u64, u6
 }
 
 /// Counts one more entry of `bytes` in all, if within the bounds.
-pub(super) fn reserve(bytes: usize) -> bool {
+pub(crate) fn reserve(bytes: usize) -> bool {
     let one_more = |n: usize| (n < in_all_bound()).then_some(n + 1);
     if (IN_ALL.fetch_update(Ordering::Relaxed, Ordering::Relaxed, one_more)).is_err() {
         return false;
@@ -293,6 +292,12 @@ pub(super) fn reserve(bytes: usize) -> bool {
         return false;
     }
     true
+}
+
+/// Counts one entry of `bytes` fewer in all: one that [`reserve`] counted is let go.
+pub(crate) fn release(bytes: usize) {
+    IN_ALL.fetch_sub(1, Ordering::Relaxed);
+    BYTES.fetch_sub(bytes, Ordering::Relaxed);
 }
 
 /// Lets entry `key` of `cache` go, if this thread keeps it.

@@ -45,7 +45,7 @@
 
 mod entry;
 mod evict;
-mod kept;
+pub(crate) mod kept;
 mod tmp;
 
 use std::os::fd::{FromRawFd, OwnedFd};
