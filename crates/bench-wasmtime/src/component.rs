@@ -35,7 +35,8 @@ struct Args {
     invocations: usize,
     /// Load the component from its compiled file on every invocation (ephem's component
     /// artifact, wasmtime's serialized component with `deserialize_file`), then link it,
-    /// instead of keeping it loaded: the fresh path with loading (exports only).
+    /// instead of keeping it loaded: the fresh path with loading (for a command, the linker
+    /// with WASI stays; the component is linked to it per invocation).
     #[arg(long)]
     from_disk: bool,
 }
@@ -96,8 +97,19 @@ impl wasmtime_wasi::WasiView for WtWasi {
     }
 }
 
+/// Writes `bytes` to `path` read-only, as `ephem compile` and the cache write artifacts: a
+/// file others could change is opened from a snapshot, verified every time.
+fn write_read_only(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::write(path, bytes)?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o444))
+}
+
 /// A WASI command on both runtimes.
-fn prepare_command(file: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<Subject> {
+fn prepare_command(
+    file: &str,
+    wt_engine: &wasmtime::Engine,
+    from_disk: bool,
+) -> anyhow::Result<Subject> {
     let wasm = std::fs::read(file).with_context(|| format!("reading {file}"))?;
 
     let engine = ephem::Engine::default();
@@ -113,7 +125,18 @@ fn prepare_command(file: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<S
         .map(|(path, _)| path)
         .find(|p| p.len() == 2 && p[0].starts_with("wasi:cli/run@0.2.") && p[1] == "run")
         .context("no wasi:cli/run")?;
+    let dir = tempfile::tempdir()?;
+    let (ours, theirs) = (dir.path().join("ephem"), dir.path().join("wasmtime"));
+    let key = ephem::ArtifactKey::generate()?;
+    write_read_only(&ours, &component.to_artifact(&key)?)?;
     let ephem = Box::new(move || -> anyhow::Result<String> {
+        let ephem_pre = match from_disk {
+            true => {
+                let loaded = ec::Component::from_artifact_file(&engine, &ours, &key)?;
+                linker.instantiate_pre(&loaded)?
+            }
+            false => ephem_pre.clone(),
+        };
         let mut store = ephem::Store::new(&engine, template.build());
         let instance = ephem_pre.instantiate(&mut store)?;
         let i = instance.get_export_index(&mut store, None, &run[0]);
@@ -129,12 +152,25 @@ fn prepare_command(file: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<S
     let wt_component = wc::Component::new(wt_engine, &wasm)?;
     let mut wt_linker = wc::Linker::<WtWasi>::new(wt_engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut wt_linker)?;
+    std::fs::write(&theirs, wt_component.serialize()?)?;
     let pre = wasmtime_wasi::p2::bindings::sync::CommandPre::new(
         wt_linker.instantiate_pre(&wt_component)?,
     )?;
     let wt_engine = wt_engine.clone();
     let file_arg = file.to_string();
     let wasmtime = Box::new(move || -> anyhow::Result<String> {
+        let _dir = &dir;
+        let pre = match from_disk {
+            true => {
+                // SAFETY: the file was written just above by `serialize` of this engine, and
+                // nothing modifies it while the benchmark runs.
+                let loaded = unsafe { wc::Component::deserialize_file(&wt_engine, &theirs)? };
+                wasmtime_wasi::p2::bindings::sync::CommandPre::new(
+                    wt_linker.instantiate_pre(&loaded)?,
+                )?
+            }
+            false => pre.clone(),
+        };
         let ctx = wasmtime_wasi::WasiCtxBuilder::new().arg(&file_arg).build();
         let host = WtWasi {
             ctx,
@@ -158,7 +194,7 @@ fn prepare_command(file: &str, wt_engine: &wasmtime::Engine) -> anyhow::Result<S
 
 fn prepare(spec: &str, wt_engine: &wasmtime::Engine, from_disk: bool) -> anyhow::Result<Subject> {
     let Some((file, call)) = spec.split_once('=') else {
-        return prepare_command(spec, wt_engine);
+        return prepare_command(spec, wt_engine, from_disk);
     };
     let wasm = wat::parse_file(file).with_context(|| format!("reading {file}"))?;
 
@@ -178,10 +214,7 @@ fn prepare(spec: &str, wt_engine: &wasmtime::Engine, from_disk: bool) -> anyhow:
     let dir = tempfile::tempdir()?;
     let (ours, theirs) = (dir.path().join("ephem"), dir.path().join("wasmtime"));
     let key = ephem::ArtifactKey::generate()?;
-    std::fs::write(&ours, component.to_artifact(&key)?)?;
-    // Read-only, as `ephem compile` and the cache write artifacts: a file others could change
-    // is opened from a snapshot, verified every time.
-    std::fs::set_permissions(&ours, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
+    write_read_only(&ours, &component.to_artifact(&key)?)?;
     let pre = ec::Linker::<()>::new(&engine).instantiate_pre(&component)?;
     let ephem = {
         let (name, args) = (name.clone(), args.clone());

@@ -39,6 +39,9 @@ enum Definition<T> {
 
 struct Items<T> {
     map: HashMap<String, Definition<T>>,
+    /// For each name and version as [`compatible`] reduces them, the defined name of the
+    /// highest such version: what an import of a compatible version finds, without a scan.
+    compatible: HashMap<(String, String), String>,
 }
 
 impl<T> Items<T> {
@@ -55,10 +58,23 @@ impl<T> Items<T> {
         if let Some((key, _)) = self.map.get_key_value(name) {
             return Some(key);
         }
-        let want = compatible(name)?;
-        (self.map.keys())
-            .filter(|k| compatible(k).as_ref() == Some(&want))
-            .max_by_key(|k| version(k))
+        self.compatible.get(&compatible(name)?)
+    }
+
+    /// The definition under `name`, made by `make` if there is none.
+    fn entry(&mut self, name: &str, make: impl FnOnce() -> Definition<T>) -> &mut Definition<T> {
+        if !self.map.contains_key(name)
+            && let Some(reduced) = compatible(name)
+        {
+            let best = self
+                .compatible
+                .entry(reduced)
+                .or_insert_with(|| name.to_string());
+            if version(name) > version(best) {
+                *best = name.to_string();
+            }
+        }
+        self.map.entry(name.to_string()).or_insert_with(make)
     }
 }
 
@@ -89,6 +105,7 @@ impl<T> Default for Items<T> {
     fn default() -> Self {
         Items {
             map: HashMap::new(),
+            compatible: HashMap::new(),
         }
     }
 }
@@ -179,8 +196,8 @@ impl<T: 'static> Linker<T> {
             plan::ResourceDef::Guest { .. } => None,
         });
         for (path, func) in funcs.chain(resources).collect::<Vec<_>>() {
-            let (def, shown) = self.find(plan, path);
-            if def.is_some() || !which(&shown) {
+            let shown = shown(plan, path);
+            if Linker::find(&self.roots(plan), path).is_some() || !which(&shown) {
                 continue;
             }
             // Where the stub goes: under the name the component imports, made as needed.
@@ -247,20 +264,22 @@ impl<T: 'static> Linker<T> {
                 )));
             }
         }
+        let roots = self.roots(plan);
         let hosts = (plan.lowerings.iter())
             .map(|l| match &l.callee {
-                plan::Callee::Host(path) => self.host(plan, path, &l.ty).map(Some),
+                plan::Callee::Host(path) => Linker::host(&roots, plan, path, &l.ty).map(Some),
                 plan::Callee::Lifted(_) => Ok(None),
             })
             .collect::<Result<_, _>>()?;
         let resources = (plan.resources.iter())
             .map(|r| match r {
                 plan::ResourceDef::Guest { .. } => Ok(None),
-                plan::ResourceDef::Host(path) => match self.find(plan, path) {
-                    (Some(Definition::Resource(ty, dtor)), _) => Ok(Some((*ty, dtor.clone()))),
-                    (_, shown) => Err(Error::Link(format!(
-                        "the component imports the resource type {shown}, which the linker \
-                         does not define as one"
+                plan::ResourceDef::Host(path) => match Linker::find(&roots, path) {
+                    Some(Definition::Resource(ty, dtor)) => Ok(Some((*ty, dtor.clone()))),
+                    _ => Err(Error::Link(format!(
+                        "the component imports the resource type {}, which the linker does \
+                         not define as one",
+                        shown(plan, path)
                     ))),
                 },
             })
@@ -271,44 +290,60 @@ impl<T: 'static> Linker<T> {
         })
     }
 
-    /// The definition at `path`, if any, and the path as the errors show it.
-    fn find(&self, plan: &plan::Plan, path: &Path) -> (Option<&Definition<T>>, String) {
-        let import = &plan.imports[path.import].0;
-        let mut items = &self.root;
-        let mut def = items.import(import);
-        let mut shown = format!("`{import}`");
+    /// The definition at `path`, if any, given what each of the plan's imports finds
+    /// (`roots`, see [`Linker::roots`]).
+    fn find<'l>(roots: &[Option<&'l Definition<T>>], path: &Path) -> Option<&'l Definition<T>> {
+        let mut def = *roots.get(path.import)?;
         for name in &path.names {
             match def {
-                Some(Definition::Instance(inner)) => items = inner,
-                _ => {
-                    def = None;
-                    break;
-                }
+                Some(Definition::Instance(inner)) => def = inner.map.get(name),
+                _ => return None,
             }
-            def = items.map.get(name);
-            shown = format!("{shown}.`{name}`");
         }
-        (def, shown)
+        def
     }
 
-    fn host(&self, plan: &plan::Plan, path: &Path, ty: &FuncType) -> Result<Arc<HostFn<T>>, Error> {
-        let (def, shown) = self.find(plan, path);
-        match def {
+    /// What each of the plan's imports finds here: looked up once per component, not once per
+    /// function imported through it.
+    fn roots(&self, plan: &plan::Plan) -> Vec<Option<&Definition<T>>> {
+        (plan.imports.iter())
+            .map(|(name, _)| self.root.import(name))
+            .collect()
+    }
+
+    fn host(
+        roots: &[Option<&Definition<T>>],
+        plan: &plan::Plan,
+        path: &Path,
+        ty: &FuncType,
+    ) -> Result<Arc<HostFn<T>>, Error> {
+        match Linker::find(roots, path) {
             Some(Definition::Func(f)) => {
                 if let Some(check) = f.check
                     && !check(ty)
                 {
                     return Err(Error::Link(format!(
-                        "{shown} is imported as {ty:?}, and the host function has other types"
+                        "{} is imported as {ty:?}, and the host function has other types",
+                        shown(plan, path)
                     )));
                 }
                 Ok(f.call.clone())
             }
             _ => Err(Error::Link(format!(
-                "the component imports {shown}, which the linker does not define as a function"
+                "the component imports {}, which the linker does not define as a function",
+                shown(plan, path)
             ))),
         }
     }
+}
+
+/// `path` as errors show it: the import's name, then each name within it.
+fn shown(plan: &plan::Plan, path: &Path) -> String {
+    let mut shown = format!("`{}`", plan.imports[path.import].0);
+    for name in &path.names {
+        shown = format!("{shown}.`{name}`");
+    }
+    shown
 }
 
 impl<'a, T: 'static> LinkerInstance<'a, T> {
@@ -316,7 +351,7 @@ impl<'a, T: 'static> LinkerInstance<'a, T> {
         if self.items.map.contains_key(name) {
             return Err(Error::Usage(format!("`{name}` is already defined")));
         }
-        self.items.map.insert(name.to_string(), def);
+        self.items.entry(name, || def);
         Ok(())
     }
 
@@ -392,9 +427,7 @@ impl<'a, T: 'static> LinkerInstance<'a, T> {
     }
 
     fn into_instance(self, name: &str) -> Result<LinkerInstance<'a, T>, Error> {
-        let def = (self.items.map)
-            .entry(name.to_string())
-            .or_insert_with(|| Definition::Instance(Items::default()));
+        let def = (self.items).entry(name, || Definition::Instance(Items::default()));
         match def {
             Definition::Instance(items) => Ok(LinkerInstance { items }),
             _ => Err(Error::Usage(format!(
@@ -406,7 +439,26 @@ impl<'a, T: 'static> LinkerInstance<'a, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{compatible, version};
+    use super::{Definition, Items, compatible, version};
+
+    /// An import finds its own name, else the highest compatible version defined, whatever
+    /// the order of definition; an incompatible one finds nothing.
+    #[test]
+    fn an_import_finds_the_highest_compatible_definition() {
+        let mut items = Items::<()>::default();
+        for name in [
+            "wasi:io/poll@0.2.9",
+            "wasi:io/poll@0.2.12",
+            "wasi:io/poll@0.2.0",
+        ] {
+            items.entry(name, || Definition::Instance(Items::default()));
+        }
+        let key = |name: &str| items.import_key(name).map(String::as_str);
+        assert_eq!(key("wasi:io/poll@0.2.3"), Some("wasi:io/poll@0.2.12"));
+        assert_eq!(key("wasi:io/poll@0.2.9"), Some("wasi:io/poll@0.2.9"));
+        assert_eq!(key("wasi:io/poll@0.3.0"), None);
+        assert_eq!(key("wasi:io/streams@0.2.0"), None);
+    }
 
     #[test]
     fn compatible_versions_are_those_semver_allows_and_the_highest_is_found() {
