@@ -182,8 +182,8 @@ pub fn compile(args: CompileArgs) -> anyhow::Result<()> {
     let sealed = if crate::component::is_component(&bytes) {
         // Every core module compiled, then the plan and their artifacts in one sealed file.
         let engine = Engine::default();
-        ephem::component::Component::new_with(&engine, &bytes, |wasm| {
-            ephem::compile_with(&compiler, &engine, wasm)
+        ephem::component::Component::new_with(&engine, &bytes, &compiler, |compiler, wasm| {
+            ephem::compile_with(compiler, &engine, wasm)
         })
         .and_then(|c| c.to_artifact(&key))
         .map_err(crate::component::error)

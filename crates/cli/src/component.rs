@@ -68,7 +68,7 @@ pub fn run(
             .map_err(error)
             .with_context(|| format!("opening {}", args.file.display()))?
     } else {
-        Component::new_with(engine, bytes, |wasm| match cache {
+        Component::new_with(engine, bytes, compiler, |compiler, wasm| match cache {
             Some(cache) => ephem::compile_cached(compiler, engine, cache, wasm).map(|(m, _)| m),
             None => ephem::compile_with(compiler, engine, wasm),
         })

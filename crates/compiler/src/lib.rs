@@ -65,7 +65,8 @@ pub enum CompileError {
     Write(std::path::PathBuf, std::io::Error),
 }
 
-/// A compiler for the host CPU.
+/// A compiler for the host CPU (a clone shares its targets).
+#[derive(Clone)]
 pub struct Compiler {
     isa: OwnedTargetIsa,
     /// The same target with the pinned register reserved: metered code keeps the fuel there
@@ -82,6 +83,8 @@ pub struct Compiler {
     write_marks: bool,
     /// See [`Compiler::without_bounds_checks`].
     bounds_checks: bool,
+    /// See [`Compiler::assuming_exports_grow`].
+    exports_grow: bool,
     /// See [`Compiler::with_clif_dir`].
     clif_dir: Option<std::path::PathBuf>,
 }
@@ -250,6 +253,7 @@ impl Compiler {
             proposals: Proposals::ALL,
             write_marks: true,
             bounds_checks: true,
+            exports_grow: false,
             clif_dir: None,
         })
     }
@@ -261,6 +265,16 @@ impl Compiler {
     /// slower.
     pub fn without_write_marks(mut self) -> Compiler {
         self.write_marks = false;
+        self
+    }
+
+    /// This compiler, for modules whose exported memories other code grows: a component's
+    /// core modules (the preview 1 adapter and `realloc` grow the main module's memory). Such
+    /// a memory gets bounds checks even where the module never grows it, so that it is loose
+    /// and growing it makes no system call, instead of being kept tight and opened page by
+    /// page with `mprotect` (and closed again at every reset).
+    pub fn assuming_exports_grow(mut self) -> Compiler {
+        self.exports_grow = true;
         self
     }
 
@@ -335,7 +349,8 @@ impl Compiler {
     /// and settings).
     pub fn fingerprint(&self) -> String {
         format!(
-            "{} {} {} fuel={} max_image={} proposals={:?} write_marks={} bounds_checks={}",
+            "{} {} {} fuel={} max_image={} proposals={:?} write_marks={} bounds_checks={} \
+             exports_grow={}",
             self.isa().triple(),
             self.isa().flags(),
             self.isa()
@@ -348,7 +363,8 @@ impl Compiler {
             self.max_image_bytes,
             self.proposals,
             self.write_marks,
-            self.bounds_checks
+            self.bounds_checks,
+            self.exports_grow
         )
     }
 
@@ -396,12 +412,15 @@ impl Compiler {
         // A memory this module defines and never grows keeps its size unless the host (or a
         // module it is exported to) grows it, which a tight memory does with `mprotect`: its
         // pages past the end can stay inaccessible at no cost in steady state, and faults
-        // check its accesses. An imported one may be grown by its exporter's code.
+        // check its accesses. An imported one may be grown by its exporter's code, and an
+        // exported one by its importers' where the compiler is told they do.
         let info = &parsed.info;
         parsed.info.faults_bound = (info.memories.iter().enumerate())
             .map(|(m, ty)| {
                 let defined = m >= info.imported_memories as usize;
-                let fixed = defined && !growth.grows(m as u32);
+                let exported = (info.exports.iter())
+                    .any(|e| e.index == ephem_module::EntityIndex::Memory(m as u32));
+                let fixed = defined && !growth.grows(m as u32) && !(self.exports_grow && exported);
                 bounds_checks && !ty.needs_bounds_checks() && (ty.shared || fixed)
             })
             .collect();

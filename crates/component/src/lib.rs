@@ -115,25 +115,34 @@ struct Inner {
 }
 
 impl Component {
-    /// Validates and compiles a component from its binary or text form.
+    /// Validates and compiles a component from its binary or text form (with the engine's
+    /// compiler).
     #[cfg(feature = "cranelift")]
     pub fn new(engine: &Engine, bytes: impl AsRef<[u8]>) -> Result<Component, Error> {
-        Component::new_with(engine, bytes, |wasm| Module::new(engine, wasm))
+        Component::new_with(engine, bytes, engine.compiler()?, |compiler, wasm| {
+            ephem_runtime::compile_with(compiler, engine, wasm)
+        })
     }
 
     /// As [`Component::new`], with each core module compiled by `compile` (through a cache,
-    /// or with fuel metering, as the embedder compiles modules).
+    /// or with fuel metering, as the embedder compiles modules), which is given `compiler` as
+    /// a component's modules need it: [`Compiler::assuming_exports_grow`], since the parts of
+    /// a component grow each other's memories (the preview 1 adapter grows the main module's).
+    ///
+    /// [`Compiler::assuming_exports_grow`]: ephem_runtime::Compiler::assuming_exports_grow
     #[cfg(feature = "cranelift")]
     pub fn new_with(
         engine: &Engine,
         bytes: impl AsRef<[u8]>,
-        mut compile: impl FnMut(&[u8]) -> Result<Module, ephem_runtime::Error>,
+        compiler: &ephem_runtime::Compiler,
+        mut compile: impl FnMut(&ephem_runtime::Compiler, &[u8]) -> Result<Module, ephem_runtime::Error>,
     ) -> Result<Component, Error> {
+        let compiler = compiler.clone().assuming_exports_grow();
         let bytes = wat::parse_bytes(bytes.as_ref())
             .map_err(|e| Error::Usage(format!("not a component in the text format: {e}")))?;
         let read = translate::read(&bytes)?;
         let modules = (read.modules.iter())
-            .map(|range| compile(&bytes[range.clone()]))
+            .map(|range| compile(&compiler, &bytes[range.clone()]))
             .collect::<Result<Vec<_>, _>>()?;
         let imports: inline::ModuleImports = (modules.iter())
             .map(|m| {

@@ -4,7 +4,9 @@
 //! artifacts, one memory starting from an image; a lowered host function; a function lifted in
 //! one part and lowered into another), calling with a string through `realloc` (which the host
 //! writes into the guest's memory, marking the pages, so that the reset stays the cheap one)
-//! and dropping the store, under seccomp's strict mode. Its own test binary: it forks.
+//! and dropping the store, under seccomp's strict mode; one part grows the memory another
+//! defines and exports (as the preview 1 adapter does), which `Component::new_with` compiles
+//! that one for (checked, so the memory is loose and grows without `mprotect`). Its own test binary: it forks.
 
 use ephem_component::{Component, Linker};
 use ephem_runtime::{Engine, Store};
@@ -45,6 +47,9 @@ fn instantiating_calling_and_dropping_a_component_makes_no_system_call() {
               (import "host" "twice" (func $twice (param i32) (result i32)))
               (import "libc" "memory" (memory 1))
               (func (export "run") (param i32 i32) (result i32)
+                ;; As the preview 1 adapter grows the main module's memory, which that module
+                ;; exports and never grows itself.
+                (drop (memory.grow (i32.const 1)))
                 (i32.store (i32.const 8) (local.get 0))
                 (i32.store (i32.const 12)
                   (call $twice (call $len (local.get 0) (local.get 1))))
@@ -55,7 +60,10 @@ fn instantiating_calling_and_dropping_a_component_makes_no_system_call() {
             (func (export "run") (param "s" string) (result (tuple u32 u32))
               (canon lift (core func $i "run") (memory (core memory $libc "memory"))
                 (realloc (core func $libc "realloc")))))"#,
-        |wasm| ephem_runtime::compile_cached(&compiler, &engine, &cache, wasm).map(|(m, _)| m),
+        &compiler,
+        |compiler, wasm| {
+            ephem_runtime::compile_cached(compiler, &engine, &cache, wasm).map(|(m, _)| m)
+        },
     )
     .unwrap();
     // Written read-only, as `ephem compile` writes it (a file others could change is opened

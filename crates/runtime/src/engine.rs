@@ -326,7 +326,7 @@ impl Engine {
 
     /// The compiler `Module::new` uses, built on first use from the engine's [`crate::Config`].
     #[cfg(feature = "cranelift")]
-    pub(crate) fn compiler(&self) -> Result<&ephem_compiler::Compiler, crate::Error> {
+    pub fn compiler(&self) -> Result<&ephem_compiler::Compiler, crate::Error> {
         self.inner.compiler.get()
     }
 

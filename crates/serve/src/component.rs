@@ -71,7 +71,7 @@ impl Handler {
         cache: &ephem::Cache,
         bytes: &[u8],
     ) -> anyhow::Result<Handler> {
-        let component = Component::new_with(engine, bytes, |wasm| {
+        let component = Component::new_with(engine, bytes, compiler, |compiler, wasm| {
             ephem::compile_cached(compiler, engine, cache, wasm).map(|(m, _)| m)
         })?;
         // What the component prints goes where the server's own output goes, as with

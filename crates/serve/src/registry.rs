@@ -191,8 +191,8 @@ impl Registry {
     }
 
     fn compile_component(&self, wasm: &[u8]) -> Result<Component, RegistryError> {
-        let compiled = Component::new_with(&self.engine, wasm, |module| {
-            ephem::compile_cached(&self.compiler, &self.engine, &self.cache, module).map(|(m, _)| m)
+        let compiled = Component::new_with(&self.engine, wasm, &self.compiler, |c, module| {
+            ephem::compile_cached(c, &self.engine, &self.cache, module).map(|(m, _)| m)
         });
         compiled.map_err(|e| match e {
             ephem::component::Error::Invalid(_) | ephem::component::Error::Unsupported(_) => {
