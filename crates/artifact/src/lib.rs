@@ -14,8 +14,12 @@
 //! verify under the key is never opened for execution unless the embedder opts in
 //! ([`Artifact::open_unverified`]).
 //!
+//! A [`Bundle`] is one file holding several artifacts behind a front of its owner's, sealed as a
+//! whole (a component artifact); its artifacts are opened in place.
+//!
 //! Files: `format.rs` (layout and writer), `artifact/` (an open artifact: opening and
-//! verifying, metadata checks, tables, images), `cache/` (the compile cache: entries, the
+//! verifying, metadata checks, tables, images), `bundle.rs` (bundles, and what each thread
+//! keeps of them), `cache/` (the compile cache: entries, the
 //! entries each thread keeps open, eviction, temporary files), `key.rs` (the deployment's key),
 //! `cpu.rs` (CPU features) and `owner.rs` (whose files can be trusted to stay as they are).
 //! `unsafe` is confined to `artifact/` (reading into a buffer's spare capacity, reading the

@@ -152,7 +152,8 @@ impl Registry {
     }
 
     /// As [`Registry::put`] for a component: validated, its core modules compiled through the
-    /// artifact store (each its own entry, as any module's), checked by `check`, and kept.
+    /// artifact store (each its own entry, as any module's), checked by `check`, and kept, with
+    /// its component artifact beside its wasm (see [`Registry::component`]).
     pub fn put_component(
         &self,
         wasm: &[u8],
@@ -162,21 +163,54 @@ impl Registry {
         let component = self.compile_component(wasm)?;
         check(&component).map_err(RegistryError::Invalid)?;
         let new = self.keep(&id, wasm)?;
+        self.keep_component_artifact(&id, &component);
         Ok((id, component, new))
     }
 
-    /// The component `id`, compiled again from its kept wasm (its modules' artifacts opened
-    /// from the store, where they are).
+    /// The component `id`: opened from its component artifact (`modules/ID.cwasm`, sealed with
+    /// the store's key; kept open per thread while the file stays), else compiled again from
+    /// its kept wasm (its modules' artifacts from the store, where they are) and its artifact
+    /// written again. So a component that is not kept loaded costs a file's open, not a parse
+    /// and a plan, however many components there are.
     pub fn component(&self, id: &str) -> Result<Component, RegistryError> {
         if !is_id(id) {
             return Err(RegistryError::NotFound(id.to_owned()));
         }
         self.hold(id)?;
+        let key =
+            (self.cache.artifact_key()).map_err(|e| RegistryError::Internal(e.to_string()))?;
+        let path = self.component_path(id);
+        match Component::from_artifact_file(&self.engine, &path, key) {
+            Ok(component) => return Ok(component),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => tracing::warn!(component = id, "compiling again: {e}"),
+        }
         let wasm = std::fs::read(self.source_path(id)).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => RegistryError::NotFound(id.to_owned()),
             _ => RegistryError::Internal(format!("reading component {id}: {e}")),
         })?;
-        self.compile_component(&wasm)
+        let component = self.compile_component(&wasm)?;
+        self.keep_component_artifact(id, &component);
+        Ok(component)
+    }
+
+    fn component_path(&self, id: &str) -> PathBuf {
+        self.modules_dir.join(format!("{id}.cwasm"))
+    }
+
+    /// Writes component `id`'s artifact; one that cannot be written is compiled again from
+    /// the wasm when next opened (the failure is logged, the upload or call goes on).
+    fn keep_component_artifact(&self, id: &str, component: &Component) {
+        let written = (self.cache.artifact_key())
+            .map_err(|e| e.to_string())
+            .and_then(|key| component.to_artifact(key).map_err(|e| e.to_string()))
+            .and_then(|bytes| {
+                ephem_artifact::write_atomic(&self.component_path(id), &bytes)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = written {
+            tracing::warn!(component = id, "its artifact was not kept: {e}");
+        }
     }
 
     /// Whether what was uploaded as `id` is a component (else a module, or nothing).
@@ -318,6 +352,7 @@ impl Registry {
             Err(e) => return Err(RegistryError::Internal(format!("deleting {id}: {e}"))),
         };
         let _ = std::fs::remove_file(self.cache.path(&self.cache_key(id)));
+        let _ = std::fs::remove_file(self.component_path(id));
         Ok(removed)
     }
 
@@ -403,6 +438,15 @@ impl Registry {
             origin,
         }
     }
+}
+
+/// Whether opening a component artifact failed because there is no file.
+fn is_not_found(e: &ephem::component::Error) -> bool {
+    matches!(
+        e,
+        ephem::component::Error::Runtime(ephem::Error::Artifact(ephem_artifact::Error::Io(io)))
+            if io.kind() == std::io::ErrorKind::NotFound
+    )
 }
 
 /// The whole file of `artifact`, as stored.

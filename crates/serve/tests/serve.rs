@@ -1330,6 +1330,51 @@ fn an_uploaded_http_component_is_served_at_its_own_route_until_deleted() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
 
+/// An uploaded component is kept with its component artifact beside its wasm, and a server
+/// that keeps no component loaded opens it from there on each request, compiling nothing: it
+/// answers though its kept wasm was spoilt meanwhile. Without the artifact it is compiled
+/// again from the wasm and the artifact written again; deleted, both go.
+#[test]
+fn an_uploaded_component_is_opened_from_its_artifact_not_compiled_again() {
+    // Kept artifacts are asked on every open whether they are still the file (else within a
+    // second), so that its removal is seen at once.
+    ephem::Bundle::ask_kept_every(std::time::Duration::ZERO);
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = config(data.path());
+    cfg.open_modules = 0;
+    let modules = cfg.modules_dir();
+    let server = start(cfg);
+    let (base, c) = (&server.base, client());
+    let id = upload_ok(&c, base, http_handler());
+    let (wasm, artifact) = (
+        modules.join(format!("{id}.wasm")),
+        modules.join(format!("{id}.cwasm")),
+    );
+    assert!(artifact.is_file());
+    let answer = || {
+        let r = c.get(format!("{base}/modules/{id}/http/x")).send().unwrap();
+        (r.status(), r.text().unwrap())
+    };
+    assert!(answer().1.starts_with("method GET\npath /x\n"));
+
+    // Compiling from this wasm (a component's preamble, then nothing valid) would fail: the
+    // answer comes from the artifact.
+    std::fs::write(&wasm, b"\0asm\x0d\0\x01\0 spoilt").unwrap();
+    let (status, body) = answer();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.starts_with("method GET\npath /x\n"));
+
+    // Without its artifact it is compiled again from the wasm, and the artifact kept again.
+    std::fs::write(&wasm, http_handler()).unwrap();
+    std::fs::remove_file(&artifact).unwrap();
+    assert!(answer().1.starts_with("method GET\npath /x\n"));
+    assert!(artifact.is_file());
+
+    let r = c.delete(format!("{base}/modules/{id}")).send().unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert!(!artifact.exists() && !wasm.exists());
+}
+
 /// A client that asks for a long streamed body and never reads it holds a worker no longer
 /// than a call may run: the component's writes stop at the deadline, and the worker is free.
 #[test]
