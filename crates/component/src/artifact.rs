@@ -4,7 +4,7 @@
 //!
 //! Layout: [`MAGIC`], the format version (u32, little-endian), the seal (32 bytes), then the
 //! front's body: ephem's version, the plan (see `encode`), and where each core module's
-//! artifact lies (offset and length, u64 each); then the artifacts, each as it is on its own
+//! artifact lies (offset and length, u64 each) with its name if it has one; then the artifacts, each as it is on its own
 //! (sealed too, under the same key) and each starting on a page of its own. The seal is BLAKE3
 //! keyed with the key over the whole file with the seal's bytes as zeros: a file changed
 //! anywhere, or sealed under another key, is refused before anything in it is read. The plan is
@@ -35,7 +35,7 @@ use crate::types::{Case, Field, FuncType, MAX_DEPTH, ResourceIndex, Type};
 pub const MAGIC: &[u8; 16] = b"\0ephem-component";
 
 /// The layout's version: a file of another is refused.
-const FORMAT: u32 = 3;
+const FORMAT: u32 = 4;
 
 const SEAL_AT: usize = 20;
 const BODY_AT: usize = SEAL_AT + 32;
@@ -73,10 +73,13 @@ pub(crate) fn write(plan: &Plan, modules: &[Module], key: &ArtifactKey) -> Resul
     w.str(env!("CARGO_PKG_VERSION"));
     w.plan(plan);
     w.u32(artifacts.len() as u32);
-    let mut at = page_up(w.0.len() + 16 * artifacts.len());
-    for bytes in &artifacts {
+    let names: Vec<&str> = modules.iter().map(|m| m.name().unwrap_or("")).collect();
+    let table: usize = names.iter().map(|n| 16 + 8 + n.len()).sum();
+    let mut at = page_up(w.0.len() + table);
+    for (bytes, name) in artifacts.iter().zip(&names) {
         w.u64(at as u64);
         w.u64(bytes.len() as u64);
+        w.str(name);
         at = page_up(at + bytes.len());
     }
     for bytes in &artifacts {
@@ -116,7 +119,7 @@ pub(crate) fn open(
     let (plan, places) = read_front(&mut r)?;
     let mut modules = Vec::with_capacity(places.len());
     let mut past = r.at as u64;
-    for (offset, len) in places {
+    for (offset, len, name) in places {
         let end = (offset.checked_add(len)).ok_or_else(|| bad("a module's length"))?;
         if offset < past {
             return Err(bad("modules out of order, or within the front"));
@@ -126,7 +129,11 @@ pub(crate) fn open(
         // this file identity before), so the module's bytes are what a writer holding the key
         // sealed: the module's own seal would say no more.
         let artifact = unsafe { bundle.artifact(offset..end) }.map_err(runtime)?;
-        modules.push(Module::from_artifact(engine, artifact));
+        let module = Module::from_artifact(engine, artifact);
+        if !name.is_empty() {
+            module.set_name(&name);
+        }
+        modules.push(module);
     }
     check(&plan, &modules)?;
     Ok((plan, modules))
@@ -154,8 +161,11 @@ fn check_seal(file: &[u8], key: &ArtifactKey) -> Result<(), Error> {
     Ok(())
 }
 
+/// Where a module's artifact lies in the file (offset, length), and its name (empty: none).
+type Place = (u64, u64, String);
+
 /// Reads the front's body: the version, the plan, and where each module lies.
-fn read_front(r: &mut Reader<'_>) -> Result<(Plan, Vec<(u64, u64)>), Error> {
+fn read_front(r: &mut Reader<'_>) -> Result<(Plan, Vec<Place>), Error> {
     let version = r.str()?;
     if version != env!("CARGO_PKG_VERSION") {
         return Err(bad(format!(
@@ -167,7 +177,7 @@ fn read_front(r: &mut Reader<'_>) -> Result<(Plan, Vec<(u64, u64)>), Error> {
     let count = r.u32()? as usize;
     let mut places = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
-        places.push((r.u64()?, r.u64()?));
+        places.push((r.u64()?, r.u64()?, r.str()?));
     }
     Ok((plan, places))
 }

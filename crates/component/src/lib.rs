@@ -141,9 +141,15 @@ impl Component {
         let bytes = wat::parse_bytes(bytes.as_ref())
             .map_err(|e| Error::Usage(format!("not a component in the text format: {e}")))?;
         let read = translate::read(&bytes)?;
-        let modules = (read.modules.iter())
-            .map(|range| compile(&compiler, &bytes[range.clone()]))
-            .collect::<Result<Vec<_>, _>>()?;
+        let modules = (read.modules.iter().zip(&read.module_names))
+            .map(|(range, name)| {
+                let module = compile(&compiler, &bytes[range.clone()])?;
+                if let Some(name) = name {
+                    module.set_name(name);
+                }
+                Ok(module)
+            })
+            .collect::<Result<Vec<_>, ephem_runtime::Error>>()?;
         let imports: inline::ModuleImports = (modules.iter())
             .map(|m| {
                 m.imports()

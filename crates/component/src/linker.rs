@@ -41,7 +41,7 @@ struct Items<T> {
     map: HashMap<String, Definition<T>>,
     /// For each name and version as [`compatible`] reduces them, the defined name of the
     /// highest such version: what an import of a compatible version finds, without a scan.
-    compatible: HashMap<(String, String), String>,
+    compatible: HashMap<String, String>,
 }
 
 impl<T> Items<T> {
@@ -58,7 +58,7 @@ impl<T> Items<T> {
         if let Some((key, _)) = self.map.get_key_value(name) {
             return Some(key);
         }
-        self.compatible.get(&compatible(name)?)
+        self.compatible.get(compatible(name)?)
     }
 
     /// The definition under `name`, made by `make` if there is none.
@@ -66,9 +66,8 @@ impl<T> Items<T> {
         if !self.map.contains_key(name)
             && let Some(reduced) = compatible(name)
         {
-            let best = self
-                .compatible
-                .entry(reduced)
+            let best = (self.compatible)
+                .entry(reduced.to_string())
                 .or_insert_with(|| name.to_string());
             if version(name) > version(best) {
                 *best = name.to_string();
@@ -79,20 +78,23 @@ impl<T> Items<T> {
 }
 
 /// What of `name@version` must match for another version to do: the name and the version up
-/// to its first non-zero part. A pre-release (`0.2.0-rc-2023-10-18`) matches only itself.
-fn compatible(name: &str) -> Option<(String, String)> {
-    let (base, version) = name.split_once('@')?;
+/// to its first non-zero part, as a prefix of `name` (`wasi:cli/exit@0.2` of
+/// `wasi:cli/exit@0.2.12`). A pre-release (`0.2.0-rc-2023-10-18`) matches only itself.
+fn compatible(name: &str) -> Option<&str> {
+    let at = name.find('@')?;
+    let version = &name[at + 1..];
     if version.contains('-') || version.contains('+') {
         return None;
     }
-    let mut kept = Vec::new();
+    let mut end = at + 1;
     for part in version.split('.') {
-        kept.push(part);
+        end += part.len();
         if part != "0" {
             break;
         }
+        end += 1;
     }
-    Some((base.to_string(), kept.join(".")))
+    Some(&name[..end.min(name.len())])
 }
 
 /// A name's version as numbers, to order compatible ones.
@@ -462,7 +464,7 @@ mod tests {
 
     #[test]
     fn compatible_versions_are_those_semver_allows_and_the_highest_is_found() {
-        let c = |n: &str| compatible(n);
+        let c = compatible;
         assert_eq!(c("wasi:cli/exit@0.2.12"), c("wasi:cli/exit@0.2.0"));
         assert_ne!(c("wasi:cli/exit@0.2.12"), c("wasi:cli/exit@0.3.0"));
         assert_ne!(c("wasi:cli/exit@0.2.0"), c("wasi:io/exit@0.2.0"));
@@ -471,6 +473,9 @@ mod tests {
         assert_ne!(c("a:b/c@0.0.1"), c("a:b/c@0.0.2"));
         assert_eq!(c("wasi:cli/exit@0.2.0-rc-2023-10-18"), None);
         assert_eq!(c("no-version"), None);
+        assert_eq!(c("wasi:cli/exit@0.2.12"), Some("wasi:cli/exit@0.2"));
+        assert_eq!(c("a:b/c@10.1.0"), Some("a:b/c@10"));
+        assert_eq!(c("a:b/c@0.0.0"), Some("a:b/c@0.0.0"));
         assert!(version("x@0.2.12") > version("x@0.2.9"));
     }
 }

@@ -32,6 +32,9 @@ pub(crate) struct Translation {
     pub inits: Vec<Init>,
     /// The component's types so far: the next type's index, while it is read.
     types: u32,
+    /// The component's core modules so far, each the index among all modules of one it
+    /// defines (`None`: one it aliases): what its name section's core module names name.
+    core_modules: Vec<Option<usize>>,
 }
 
 /// A canonical function's options, as indices into its component's core index spaces.
@@ -173,6 +176,9 @@ impl Statics {
 pub(crate) struct Read {
     pub translations: Vec<Translation>,
     pub modules: Vec<Range<usize>>,
+    /// Each module's name in the name section of the component that defines it, if any
+    /// (what traps' backtraces name it by).
+    pub module_names: Vec<Option<String>>,
 }
 
 fn unsupported(what: &str) -> Error {
@@ -185,6 +191,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
     let mut validator = Validator::new_with_features(features);
     let mut translations = Vec::new();
     let mut modules = Vec::new();
+    let mut module_names = Vec::new();
     // What is open: `Some(translation)` for a component, `None` for a core module.
     let mut open: Vec<Option<Translation>> = Vec::new();
     let mut first = true;
@@ -229,7 +236,9 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                 unchecked_range, ..
             } => {
                 modules.push(unchecked_range.start as usize..unchecked_range.end as usize);
+                module_names.push(None);
                 current.inits.push(Init::Module(modules.len() - 1));
+                current.core_modules.push(Some(modules.len() - 1));
                 open.push(None);
             }
             Payload::ComponentSection { .. } => open.push(Some(Translation::default())),
@@ -300,8 +309,12 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                             name: name.to_string(),
                         },
                         ComponentAlias::Outer { kind, count, index } => {
-                            if kind == ComponentOuterAliasKind::Type {
-                                current.types += 1;
+                            match kind {
+                                ComponentOuterAliasKind::Type => current.types += 1,
+                                ComponentOuterAliasKind::CoreModule => {
+                                    current.core_modules.push(None)
+                                }
+                                _ => {}
                             }
                             Init::AliasOuter { kind, count, index }
                         }
@@ -413,13 +426,31 @@ pub(crate) fn read(bytes: &[u8]) -> Result<Read, Error> {
                     current.types += 1;
                 }
             }
-            // Types are resolved where they are used; names and custom sections do nothing.
+            // The core modules' names, for backtraces; a damaged name section names nothing.
+            Payload::CustomSection(section) => {
+                let wasmparser::KnownCustom::ComponentName(names) = section.as_known() else {
+                    continue;
+                };
+                for names in names.into_iter().flatten() {
+                    let wasmparser::ComponentName::CoreModules(map) = names else {
+                        continue;
+                    };
+                    for naming in map.into_iter().flatten() {
+                        let defined = current.core_modules.get(naming.index as usize);
+                        if let Some(Some(module)) = defined {
+                            module_names[*module] = Some(naming.name.to_string());
+                        }
+                    }
+                }
+            }
+            // Types are resolved where they are used; other custom sections do nothing.
             _ => {}
         }
     }
     Ok(Read {
         translations,
         modules,
+        module_names,
     })
 }
 

@@ -764,6 +764,33 @@ fn a_component_artifact_file_is_opened_in_place_and_replaced_files_are_noticed()
     Ok(())
 }
 
+/// A trap's backtrace names the core module as the component's name section names it, also
+/// when the component is loaded from its artifact.
+#[test]
+fn a_trap_names_the_core_module_it_happened_in() -> anyhow::Result<()> {
+    let engine = Engine::default();
+    let c = component(
+        &engine,
+        r#"(component
+            (core module $numbers
+              (func $inner (unreachable))
+              (func (export "boom") (result i32) (call $inner) (i32.const 1)))
+            (core instance $i (instantiate $numbers))
+            (func (export "boom") (result u32) (canon lift (core func $i "boom"))))"#,
+    );
+    let key = ephem_runtime::ArtifactKey::from_bytes([6; 32]);
+    let loaded = Component::from_artifact(&engine, &c.to_artifact(&key)?, &key)?;
+    for c in [c, loaded] {
+        let mut store = Store::new(&engine, ());
+        let i = Linker::new(&engine).instantiate(&mut store, &c)?;
+        let boom = i.get_typed_func::<(), (u32,)>(&mut store, "boom")?;
+        let trap = boom.call(&mut store, ()).unwrap_err().to_string();
+        assert!(trap.contains("0: numbers!inner (function 0)"), "{trap}");
+        assert!(trap.contains("1: numbers!function 1"), "{trap}");
+    }
+    Ok(())
+}
+
 /// A component whose parts instantiate their child twice, 40 levels deep (2^40 instances), is
 /// refused at once instead of being flattened for ever.
 #[test]

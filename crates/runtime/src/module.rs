@@ -28,6 +28,8 @@ pub(crate) struct ModuleInner {
     /// What making an object of each struct or array type takes, worked out on first use
     /// (see `gc`).
     gc_shapes: std::sync::OnceLock<Box<[Option<crate::gc::Shape>]>>,
+    /// What traps' backtraces call the module (see [`Module::set_name`]).
+    pub(crate) name: std::sync::OnceLock<Arc<str>>,
 }
 
 impl ModuleInner {
@@ -172,6 +174,7 @@ impl Module {
                 offsets,
                 type_ids,
                 gc_shapes: std::sync::OnceLock::new(),
+                name: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -179,6 +182,17 @@ impl Module {
     /// The engine the module was loaded for.
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
+    }
+
+    /// Names the module for traps' backtraces (`name!function`), as a component's name
+    /// section names its core modules; a module keeps the first name it is given.
+    pub fn set_name(&self, name: &str) {
+        let _ = self.inner.name.set(name.into());
+    }
+
+    /// The name [`Module::set_name`] gave the module, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.inner.name.get().map(|n| &**n)
     }
 
     /// The open artifact the module runs from.

@@ -38,6 +38,8 @@ pub struct Trap {
 /// One wasm frame of a trap's backtrace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrameInfo {
+    /// Its module's name, where the embedder gave it one ([`crate::Module::set_name`]).
+    pub module: Option<Arc<str>>,
     /// The function's index in its module.
     pub func: u32,
     /// Its name from the module's name section, if it has one.
@@ -48,6 +50,9 @@ pub struct FrameInfo {
 
 impl std::fmt::Display for FrameInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(module) = &self.module {
+            write!(f, "{module}!")?;
+        }
         match &self.name {
             Some(name) => write!(f, "{name} (function {})", self.func)?,
             None => write!(f, "function {}", self.func)?,
@@ -175,6 +180,7 @@ impl Trap {
                 let module = unsafe { module_of(&c) };
                 let (func, offset) = module.artifact.func_at((c.pc - c.code_start) as u32)?;
                 Some(FrameInfo {
+                    module: module.name.get().cloned(),
                     func,
                     name: module.artifact.func_name(func),
                     offset,
