@@ -5,6 +5,8 @@
 //! type, which is checked at each call.
 
 use std::collections::HashMap;
+
+use foldhash::fast::RandomState;
 use std::sync::Arc;
 
 use ephem_runtime::{AsContextMut, Engine, HostError, StoreContextMut};
@@ -38,10 +40,11 @@ enum Definition<T> {
 }
 
 struct Items<T> {
-    map: HashMap<String, Definition<T>>,
+    /// (foldhash: linking a component looks a name up per function it imports.)
+    map: HashMap<String, Definition<T>, RandomState>,
     /// For each name and version as [`compatible`] reduces them, the defined name of the
     /// highest such version: what an import of a compatible version finds, without a scan.
-    compatible: HashMap<String, String>,
+    compatible: HashMap<String, String, RandomState>,
 }
 
 impl<T> Items<T> {
@@ -106,8 +109,8 @@ fn version(name: &str) -> Vec<u64> {
 impl<T> Default for Items<T> {
     fn default() -> Self {
         Items {
-            map: HashMap::new(),
-            compatible: HashMap::new(),
+            map: HashMap::default(),
+            compatible: HashMap::default(),
         }
     }
 }
