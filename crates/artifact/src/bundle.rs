@@ -51,6 +51,9 @@ static ASK_EVERY: AtomicU64 = AtomicU64::new(kept::KEPT_ASK_INTERVAL.as_nanos() 
 /// Bundles verified in this process, by file identity and key, with the length of their front.
 static VERIFIED: LazyLock<Mutex<HashMap<(Identity, KeyId), usize>>> = LazyLock::new(Mutex::default);
 
+/// How much of a bundle is read and hashed at once when its seal is verified.
+const SEAL_PIECE: usize = 1 << 20;
+
 impl Bundle {
     /// Opens the file at `path` (never blocking on a FIFO), a snapshot of it if others could
     /// change it.
@@ -103,34 +106,71 @@ impl Bundle {
         self.path.as_deref()
     }
 
-    /// The file's first bytes, its front, once the whole was verified under `key`: by
-    /// `verify`, given the whole file, which says how long the front is; or, for a file
-    /// whose identity was verified under `key` before, without reading more than the front.
-    pub fn verified_front<E: From<Error>>(
+    /// The file's first `front` bytes, once the whole file was verified under `key`: its seal
+    /// (the 32 bytes at `seal_at`) must be the keyed BLAKE3 of the file with those bytes as
+    /// zeros. The file is read and hashed in pieces, never held whole; a file whose identity was
+    /// verified under `key` before is not read past `front`.
+    pub fn verified_front(
         &self,
         key: &ArtifactKey,
-        verify: impl FnOnce(&[u8]) -> Result<usize, E>,
-    ) -> Result<Vec<u8>, E> {
+        seal_at: usize,
+        front: usize,
+    ) -> Result<Vec<u8>, Error> {
+        let seal_range = seal_at as u64..seal_at as u64 + 32;
+        if seal_range.end > self.len {
+            return Err(crate::artifact::damaged("shorter than its seal"));
+        }
+        let front = (front as u64).min(self.len);
         let id = (self.identity, key.id());
-        let known = match self.snapshot {
-            true => None,
-            false => VERIFIED
+        let known = !self.snapshot
+            && (VERIFIED.lock().unwrap_or_else(|e| e.into_inner())).contains_key(&id);
+        if known {
+            return self.read(0..front);
+        }
+        let mut hasher = blake3::Hasher::new_keyed(key.bytes());
+        let mut kept = Vec::with_capacity(front as usize);
+        let mut seal = [0; 32];
+        let mut piece = vec![0; SEAL_PIECE];
+        let mut at = 0u64;
+        while at < self.len {
+            let n = (self.len - at).min(SEAL_PIECE as u64) as usize;
+            let piece = &mut piece[..n];
+            self.file.read_exact_at(piece, at)?;
+            // The seal's bytes: kept aside, and hashed as zeros.
+            let end = at + n as u64;
+            let from = seal_range.start.max(at);
+            let to = seal_range.end.min(end);
+            if from < to {
+                let (f, t) = ((from - at) as usize, (to - at) as usize);
+                let into = (from - seal_range.start) as usize;
+                seal[into..into + (t - f)].copy_from_slice(&piece[f..t]);
+                piece[f..t].fill(0);
+            }
+            if at < front {
+                let keep = (front - at).min(n as u64) as usize;
+                kept.extend_from_slice(&piece[..keep]);
+            }
+            hasher.update(piece);
+            at = end;
+        }
+        if *hasher.finalize().as_bytes() != seal {
+            return Err(Error::Unsealed);
+        }
+        // The seal's bytes read back as they are in the file.
+        let (f, t) = (
+            seal_range.start as usize,
+            (seal_range.end as usize).min(kept.len()),
+        );
+        if f < t {
+            kept[f..t].copy_from_slice(&seal[..t - f]);
+        }
+        if !self.snapshot {
+            VERIFIED
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .get(&id)
-                .copied(),
-        };
-        if let Some(len) = known {
-            return Ok(self.read(0..len as u64)?);
+                .insert(id, front as usize);
         }
-        let mut whole = self.read(0..self.len)?;
-        let front = verify(&whole)?.min(whole.len());
-        whole.truncate(front);
-        if !self.snapshot {
-            let mut verified = VERIFIED.lock().unwrap_or_else(|e| e.into_inner());
-            verified.insert(id, front);
-        }
-        Ok(whole)
+        Ok(kept)
     }
 
     /// The bytes at `range` of the file.
@@ -339,35 +379,45 @@ mod tests {
         );
     }
 
-    /// The whole file is given to `verify` once per identity and key; later opens read the
-    /// front only; a file `verify` refuses is refused again, and under another key verified
-    /// again.
+    /// A bundle's seal is checked over the whole file, read in pieces, with its own bytes as
+    /// zeros: the front comes back as the file holds it; another key, or a byte changed past
+    /// the first piece or in the seal, is refused.
     #[test]
-    fn a_bundle_is_verified_once_per_identity_and_key() {
+    fn a_bundle_is_verified_over_the_whole_file() {
         let tmp = ephem_test_support::temp_dir();
-        let path = tmp.path().join("bundle");
-        write_atomic(&path, b"front|the rest").unwrap();
-        let (key, other) = (
-            ArtifactKey::from_bytes([7; 32]),
-            ArtifactKey::from_bytes([8; 32]),
-        );
-        let calls = Cell::new(0);
-        let verify = |whole: &[u8]| {
-            calls.set(calls.get() + 1);
-            assert_eq!(whole, b"front|the rest");
-            Ok::<_, Error>(6)
+        let key = ArtifactKey::from_bytes([7; 32]);
+        let sealed = |mut file: Vec<u8>| {
+            let seal = key.seal(&[&file[..20], &[0; 32], &file[52..]]);
+            file[20..52].copy_from_slice(&seal);
+            file
         };
-        let bundle = Bundle::open(&path).unwrap();
-        assert_eq!(bundle.verified_front(&key, verify).unwrap(), b"front|");
-        assert_eq!(bundle.verified_front(&key, verify).unwrap(), b"front|");
-        assert_eq!(calls.get(), 1);
-        assert_eq!(bundle.verified_front(&other, verify).unwrap(), b"front|");
-        assert_eq!(calls.get(), 2);
-        let refuse = |_: &[u8]| Err::<usize, _>(Error::Unsealed);
-        let refused = tmp.path().join("refused");
-        write_atomic(&refused, b"forged").unwrap();
-        let forged = Bundle::open(&refused).unwrap();
-        assert!(forged.verified_front(&key, refuse).is_err());
-        assert!(forged.verified_front(&key, refuse).is_err());
+        let file = sealed((0..3 * SEAL_PIECE + 123).map(|i| (i % 251) as u8).collect());
+        let open = |name: &str, bytes: &[u8]| {
+            let path = tmp.path().join(name);
+            write_atomic(&path, bytes).unwrap();
+            Bundle::open(&path).unwrap()
+        };
+        let bundle = open("good", &file);
+        assert_eq!(bundle.verified_front(&key, 20, 100).unwrap(), &file[..100]);
+        assert_eq!(bundle.verified_front(&key, 20, 100).unwrap(), &file[..100]);
+        let other = ArtifactKey::from_bytes([8; 32]);
+        assert!(matches!(
+            bundle.verified_front(&other, 20, 100),
+            Err(Error::Unsealed)
+        ));
+        for at in [30, SEAL_PIECE + 5, file.len() - 1] {
+            let mut changed = file.clone();
+            changed[at] ^= 1;
+            let forged = open(&format!("changed-{at}"), &changed);
+            assert!(
+                matches!(forged.verified_front(&key, 20, 100), Err(Error::Unsealed)),
+                "byte {at}"
+            );
+        }
+        assert!(
+            open("short", &file[..40])
+                .verified_front(&key, 20, 100)
+                .is_err()
+        );
     }
 }

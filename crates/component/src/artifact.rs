@@ -2,8 +2,8 @@
 //! whole with the deployment's key, so that `ephem compile` can make it once and `ephem run` (or
 //! an embedder without the compiler) can load it.
 //!
-//! Layout: [`MAGIC`], the format version (u32, little-endian), the seal (32 bytes), then the
-//! front's body: ephem's version, the plan (see `encode`), and where each core module's
+//! Layout: [`MAGIC`], the format version (u32, little-endian), the seal (32 bytes), the front's
+//! length (u64), then the front's body: ephem's version, the plan (see `encode`), and where each core module's
 //! artifact lies (offset and length, u64 each) with its name if it has one; then the artifacts, each as it is on its own
 //! (sealed too, under the same key) and each starting on a page of its own. The seal is BLAKE3
 //! keyed with the key over the whole file with the seal's bytes as zeros: a file changed
@@ -13,7 +13,8 @@
 //!
 //! The file is an [`ephem_artifact::Bundle`]: its modules are opened in place, their texts and
 //! images mapped from it as a module's are from its own file (never copied out); the seal is
-//! verified once per file identity and key in a process, and a later open reads only the front.
+//! verified once per file identity and key in a process (the file read and hashed in pieces,
+//! never held whole), and a later open reads only the front.
 //! [`Component::from_artifact_file`](crate::Component::from_artifact_file) keeps what it
 //! opened per thread, as the cache keeps its entries.
 
@@ -35,10 +36,12 @@ use crate::types::{Case, Field, FuncType, MAX_DEPTH, ResourceIndex, Type};
 pub const MAGIC: &[u8; 16] = b"\0ephem-component";
 
 /// The layout's version: a file of another is refused.
-const FORMAT: u32 = 4;
+const FORMAT: u32 = 5;
 
 const SEAL_AT: usize = 20;
-const BODY_AT: usize = SEAL_AT + 32;
+/// Where the front's length lies (u64): the bytes up to the end of the module table.
+const FRONT_LEN_AT: usize = SEAL_AT + 32;
+const BODY_AT: usize = FRONT_LEN_AT + 8;
 
 fn bad(what: impl Into<String>) -> Error {
     Error::Artifact(what.into())
@@ -50,7 +53,7 @@ pub fn is_component_artifact(bytes: &[u8]) -> bool {
 }
 
 fn seal(file: &[u8], key: &ArtifactKey) -> [u8; 32] {
-    key.seal(&[&file[..SEAL_AT], &[0; 32], &file[BODY_AT..]])
+    key.seal(&[&file[..SEAL_AT], &[0; 32], &file[SEAL_AT + 32..]])
 }
 
 fn page_up(n: usize) -> usize {
@@ -69,7 +72,7 @@ pub(crate) fn write(plan: &Plan, modules: &[Module], key: &ArtifactKey) -> Resul
     let mut w = Writer(Vec::new());
     w.0.extend_from_slice(MAGIC);
     w.u32(FORMAT);
-    w.0.extend_from_slice(&[0; 32]);
+    w.0.extend_from_slice(&[0; 32 + 8]);
     w.str(env!("CARGO_PKG_VERSION"));
     w.plan(plan);
     w.u32(artifacts.len() as u32);
@@ -82,13 +85,15 @@ pub(crate) fn write(plan: &Plan, modules: &[Module], key: &ArtifactKey) -> Resul
         w.str(name);
         at = page_up(at + bytes.len());
     }
+    let front = w.0.len() as u64;
+    w.0[FRONT_LEN_AT..BODY_AT].copy_from_slice(&front.to_le_bytes());
     for bytes in &artifacts {
         w.0.resize(page_up(w.0.len()), 0);
         w.0.extend_from_slice(bytes);
     }
     let mut file = w.0;
     let sum = seal(&file, key);
-    file[SEAL_AT..BODY_AT].copy_from_slice(&sum);
+    file[SEAL_AT..FRONT_LEN_AT].copy_from_slice(&sum);
     Ok(file)
 }
 
@@ -103,20 +108,27 @@ pub(crate) fn open(
     bundle: &Bundle,
     key: &ArtifactKey,
 ) -> Result<(Plan, Vec<Module>), Error> {
-    let front = bundle.verified_front(key, |file| {
-        check_seal(file, key)?;
-        let mut r = Reader {
-            bytes: file,
-            at: BODY_AT,
-        };
-        read_front(&mut r)?;
-        Ok::<_, Error>(r.at)
+    let head = bundle.read(0..bundle.len().min(BODY_AT as u64))?;
+    check_head(&head)?;
+    let front_len = u64::from_le_bytes(head[FRONT_LEN_AT..BODY_AT].try_into().expect("8 bytes"));
+    let front_len = usize::try_from(front_len).map_err(|_| bad("a front's length"))?;
+    let front = (bundle.verified_front(key, SEAL_AT, front_len)).map_err(|e| match e {
+        ephem_artifact::Error::Unsealed => bad(
+            "not sealed with this deployment's key (forged, damaged, or from another deployment)",
+        ),
+        e => runtime(e),
     })?;
+    if front.len() != front_len || front_len < BODY_AT {
+        return Err(bad("a front past the end of the file"));
+    }
     let mut r = Reader {
         bytes: &front,
         at: BODY_AT,
     };
     let (plan, places) = read_front(&mut r)?;
+    if r.at != front.len() {
+        return Err(bad("bytes in the front past the module table"));
+    }
     let mut modules = Vec::with_capacity(places.len());
     let mut past = r.at as u64;
     for (offset, len, name) in places {
@@ -139,24 +151,20 @@ pub(crate) fn open(
     Ok((plan, modules))
 }
 
-/// Checks the magic, the format and the seal of a whole component artifact `file`.
-fn check_seal(file: &[u8], key: &ArtifactKey) -> Result<(), Error> {
-    if !is_component_artifact(file) {
+/// Checks the magic and the format of a component artifact's first bytes (its seal is the
+/// bundle's to check).
+fn check_head(head: &[u8]) -> Result<(), Error> {
+    if !is_component_artifact(head) {
         return Err(bad("not a component artifact"));
     }
-    if file.len() < BODY_AT {
+    if head.len() < BODY_AT {
         return Err(bad("truncated"));
     }
-    let format = u32::from_le_bytes(file[16..20].try_into().expect("4 bytes"));
+    let format = u32::from_le_bytes(head[16..20].try_into().expect("4 bytes"));
     if format != FORMAT {
         return Err(bad(format!(
             "format {format} is not the one this ephem reads ({FORMAT})"
         )));
-    }
-    if seal(file, key)[..] != file[SEAL_AT..BODY_AT] {
-        return Err(bad(
-            "not sealed with this deployment's key (forged, damaged, or from another deployment)",
-        ));
     }
     Ok(())
 }
