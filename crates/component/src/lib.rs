@@ -201,7 +201,8 @@ impl Component {
     /// from the file), its seal is verified once per file in a process, and each thread keeps
     /// what it opened last, so that opening the same file again makes no system call while it
     /// is still the one at `path` (asked at most once a second, as the cache asks the entries
-    /// it keeps; see `ephem_artifact::Bundle`).
+    /// it keeps; see `ephem_artifact::Bundle`). What a thread keeps holds its engine until the
+    /// thread lets it go (its least recently used first, beyond a per-thread bound).
     pub fn from_artifact_file(
         engine: &Engine,
         path: impl AsRef<std::path::Path>,
