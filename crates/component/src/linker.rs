@@ -5,6 +5,7 @@
 //! type, which is checked at each call.
 
 use std::collections::HashMap;
+use std::sync::{Mutex, Weak};
 
 use foldhash::fast::RandomState;
 use std::sync::Arc;
@@ -119,7 +120,17 @@ impl<T> Default for Items<T> {
 pub struct Linker<T> {
     engine: Engine,
     root: Items<T>,
+    /// The imports resolved for the components linked last, by component (a component opened
+    /// again from a kept artifact is the same one): linking it again looks nothing up. Emptied
+    /// whenever a definition may change ([`Linker::root`] is the way to all of them).
+    resolved: Mutex<Vec<Resolved<T>>>,
 }
+
+/// A component linked lately (held weakly) and the imports resolved for it.
+type Resolved<T> = (Weak<crate::Inner>, Arc<instance::Imports<T>>);
+
+/// How many components' resolved imports a linker remembers.
+const RESOLVED: usize = 64;
 
 /// A component with its imports resolved by a [`Linker`]: instantiating it looks nothing up
 /// (wasmtime's `InstancePre`).
@@ -160,6 +171,7 @@ impl<T: 'static> Linker<T> {
         Linker {
             engine: engine.clone(),
             root: Items::default(),
+            resolved: Mutex::new(Vec::new()),
         }
     }
 
@@ -170,6 +182,7 @@ impl<T: 'static> Linker<T> {
 
     /// The outer names: what a component imports functions under directly.
     pub fn root(&mut self) -> LinkerInstance<'_, T> {
+        (self.resolved.get_mut().unwrap_or_else(|e| e.into_inner())).clear();
         LinkerInstance {
             items: &mut self.root,
         }
@@ -249,6 +262,18 @@ impl<T: 'static> Linker<T> {
                 "the component belongs to another engine than the linker".into(),
             ));
         }
+        let remembered = {
+            let resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
+            (resolved.iter())
+                .find(|(c, _)| std::ptr::eq(c.as_ptr(), Arc::as_ptr(&component.inner)))
+                .map(|(_, imports)| imports.clone())
+        };
+        if let Some(imports) = remembered {
+            return Ok(InstancePre {
+                component: component.clone(),
+                imports,
+            });
+        }
         let plan = &component.inner.plan;
         for (name, kind) in &plan.imports {
             let found = self.root.import(name);
@@ -289,9 +314,17 @@ impl<T: 'static> Linker<T> {
                 },
             })
             .collect::<Result<_, _>>()?;
+        let imports = Arc::new(instance::Imports { hosts, resources });
+        let mut resolved = self.resolved.lock().unwrap_or_else(|e| e.into_inner());
+        // (The entries of components dropped since go: each holds its component's memory.)
+        resolved.retain(|(c, _)| c.strong_count() > 0);
+        if resolved.len() >= RESOLVED {
+            resolved.remove(0);
+        }
+        resolved.push((Arc::downgrade(&component.inner), imports.clone()));
         Ok(InstancePre {
             component: component.clone(),
-            imports: Arc::new(instance::Imports { hosts, resources }),
+            imports,
         })
     }
 
@@ -444,7 +477,44 @@ impl<'a, T: 'static> LinkerInstance<'a, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Definition, Items, compatible, version};
+    use std::sync::Arc;
+
+    use ephem_runtime::Engine;
+
+    use super::{Definition, Items, Linker, compatible, version};
+    use crate::Component;
+
+    /// Linking a component again (a clone, as a kept artifact gives) takes the imports resolved
+    /// before; another component, or any change to the linker, resolves them again.
+    #[test]
+    fn a_component_linked_again_takes_its_resolved_imports_until_the_linker_changes() {
+        let engine = Engine::default();
+        let text = r#"(component
+            (import "f" (func $f (result u32)))
+            (core func $g (canon lower (func $f)))
+            (core module $m (import "h" "g" (func (result i32))))
+            (core instance (instantiate $m (with "h" (instance (export "g" (func $g)))))))"#;
+        let (c, other) = (
+            Component::new(&engine, text).unwrap(),
+            Component::new(&engine, text).unwrap(),
+        );
+        let mut linker = Linker::<()>::new(&engine);
+        linker
+            .root()
+            .func_wrap("f", |_, (): ()| Ok((1u32,)))
+            .unwrap();
+        let first = linker.instantiate_pre(&c).unwrap();
+        let again = linker.instantiate_pre(&c.clone()).unwrap();
+        assert!(Arc::ptr_eq(&first.imports, &again.imports));
+        let theirs = linker.instantiate_pre(&other).unwrap();
+        assert!(!Arc::ptr_eq(&first.imports, &theirs.imports));
+        linker
+            .root()
+            .func_wrap("g", |_, (): ()| Ok((2u32,)))
+            .unwrap();
+        let changed = linker.instantiate_pre(&c).unwrap();
+        assert!(!Arc::ptr_eq(&first.imports, &changed.imports));
+    }
 
     /// An import finds its own name, else the highest compatible version defined, whatever
     /// the order of definition; an incompatible one finds nothing.
