@@ -22,27 +22,21 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use crate::artifact::Place;
+use crate::artifact::{Place, verify_seal};
 use crate::cache::kept;
 use crate::key::KeyId;
-use crate::owner::unchangeable;
 use crate::{Artifact, ArtifactKey, Error, Identity};
 
-/// A bundle's file, open.
+/// A bundle's file, open. Its place's `snapshot`: a sealed copy of a file that others could
+/// change, or bytes in memory, verified on every open and never kept.
 pub struct Bundle {
-    file: Arc<File>,
-    path: Option<PathBuf>,
-    identity: Identity,
+    place: Place,
     len: u64,
-    accessed: i64,
-    /// A sealed copy of a file that others could change, or of bytes in memory: verified on
-    /// every open, never kept.
-    snapshot: bool,
 }
 
 /// How often a kept bundle's file is asked whether it is still the one at its path (ns).
@@ -50,9 +44,6 @@ static ASK_EVERY: AtomicU64 = AtomicU64::new(kept::KEPT_ASK_INTERVAL.as_nanos() 
 
 /// Bundles verified in this process, by file identity and key, with the length of their front.
 static VERIFIED: LazyLock<Mutex<HashMap<(Identity, KeyId), usize>>> = LazyLock::new(Mutex::default);
-
-/// How much of a bundle is read and hashed at once when its seal is verified.
-const SEAL_PIECE: usize = 1 << 20;
 
 impl Bundle {
     /// Opens the file at `path` (never blocking on a FIFO), a snapshot of it if others could
@@ -62,33 +53,15 @@ impl Bundle {
             .read(true)
             .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
             .open(path)?;
-        Bundle::of(file, Some(path.to_owned()), true)
+        let (place, len) = Place::of(file, Some(path.to_owned()), true)?;
+        Ok(Bundle { place, len })
     }
 
     /// A bundle of bytes in memory, through a memory file (verified on every open).
     pub fn from_bytes(bytes: &[u8]) -> Result<Bundle, Error> {
-        Bundle::of(crate::artifact::memory_file(bytes)?, None, false)
-    }
-
-    fn of(file: File, path: Option<PathBuf>, on_disk: bool) -> Result<Bundle, Error> {
-        let mut file = file;
-        let mut stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(crate::artifact::damaged("not a regular file"));
-        }
-        let snapshot = !on_disk || !unchangeable(&stat);
-        if on_disk && snapshot {
-            file = crate::artifact::snapshot(&file)?;
-            stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
-        }
-        Ok(Bundle {
-            file: Arc::new(file),
-            path,
-            identity: Identity::of(&stat),
-            len: u64::try_from(stat.st_size).map_err(|_| crate::artifact::damaged("size"))?,
-            accessed: stat.st_atime,
-            snapshot,
-        })
+        let (mut place, len) = Place::of(crate::artifact::memory_file(bytes)?, None, false)?;
+        place.snapshot = true;
+        Ok(Bundle { place, len })
     }
 
     /// The file's length.
@@ -101,11 +74,6 @@ impl Bundle {
         self.len == 0
     }
 
-    /// Where it was opened from, if from a path.
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
     /// The file's first `front` bytes, once the whole file was verified under `key`: its seal
     /// (the 32 bytes at `seal_at`) must be the keyed BLAKE3 of the file with those bytes as
     /// zeros. The file is read and hashed in pieces, never held whole; a file whose identity was
@@ -116,59 +84,16 @@ impl Bundle {
         seal_at: usize,
         front: usize,
     ) -> Result<Vec<u8>, Error> {
-        let seal_range = seal_at as u64..seal_at as u64 + 32;
-        if seal_range.end > self.len {
-            return Err(crate::artifact::damaged("shorter than its seal"));
-        }
         let front = (front as u64).min(self.len);
-        let id = (self.identity, key.id());
-        let known = !self.snapshot
+        let id = (self.place.identity, key.id());
+        let known = !self.place.snapshot
             && (VERIFIED.lock().unwrap_or_else(|e| e.into_inner())).contains_key(&id);
         if known {
             return self.read(0..front);
         }
-        let mut hasher = blake3::Hasher::new_keyed(key.bytes());
-        let mut kept = Vec::with_capacity(front as usize);
-        let mut seal = [0; 32];
-        let mut piece = vec![0; SEAL_PIECE];
-        let mut at = 0u64;
-        while at < self.len {
-            let n = (self.len - at).min(SEAL_PIECE as u64) as usize;
-            let piece = &mut piece[..n];
-            self.file.read_exact_at(piece, at)?;
-            // The seal's bytes: kept aside, and hashed as zeros.
-            let end = at + n as u64;
-            let from = seal_range.start.max(at);
-            let to = seal_range.end.min(end);
-            if from < to {
-                let (f, t) = ((from - at) as usize, (to - at) as usize);
-                let into = (from - seal_range.start) as usize;
-                seal[into..into + (t - f)].copy_from_slice(&piece[f..t]);
-                piece[f..t].fill(0);
-            }
-            if at < front {
-                let keep = (front - at).min(n as u64) as usize;
-                kept.extend_from_slice(&piece[..keep]);
-            }
-            hasher.update(piece);
-            at = end;
-        }
-        if *hasher.finalize().as_bytes() != seal {
-            return Err(Error::Unsealed);
-        }
-        // The seal's bytes read back as they are in the file.
-        let (f, t) = (
-            seal_range.start as usize,
-            (seal_range.end as usize).min(kept.len()),
-        );
-        if f < t {
-            kept[f..t].copy_from_slice(&seal[..t - f]);
-        }
-        if !self.snapshot {
-            VERIFIED
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(id, front as usize);
+        let kept = verify_seal(&self.place.file, self.len, key, seal_at as u64, front)?;
+        if !self.place.snapshot {
+            (VERIFIED.lock().unwrap_or_else(|e| e.into_inner())).insert(id, front as usize);
         }
         Ok(kept)
     }
@@ -180,7 +105,7 @@ impl Bundle {
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(|| crate::artifact::damaged("a range past the end of the file"))?;
         let mut bytes = vec![0; len];
-        self.file.read_exact_at(&mut bytes, range.start)?;
+        self.place.file.read_exact_at(&mut bytes, range.start)?;
         Ok(bytes)
     }
 
@@ -196,13 +121,7 @@ impl Bundle {
                 "an artifact past the end of its bundle",
             ));
         }
-        let place = Place {
-            file: Arc::clone(&self.file),
-            path: self.path.clone(),
-            identity: self.identity,
-            accessed: self.accessed,
-            snapshot: self.snapshot,
-        };
+        let place = self.place.clone();
         // SAFETY: the caller vouches for the bytes at `range` (see above).
         unsafe { Artifact::within(place, range) }
     }
@@ -237,7 +156,8 @@ impl Bundle {
             return Ok(v);
         }
         let bundle = Bundle::open(path)?;
-        let keep = (!bundle.snapshot).then(|| (Arc::clone(&bundle.file), bundle.identity));
+        let keep = (!bundle.place.snapshot)
+            .then(|| (Arc::clone(&bundle.place.file), bundle.place.identity));
         let value = load(bundle)?;
         if let Some((file, identity)) = keep {
             Kept::put(path, tag, file, identity, Box::new(value.clone()), now);
@@ -335,6 +255,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+    use crate::artifact::SEAL_PIECE;
     use crate::write_atomic;
 
     /// A thread keeps what was made of a bundle while its file is the one at its path: within
@@ -387,8 +308,7 @@ mod tests {
         let tmp = ephem_test_support::temp_dir();
         let key = ArtifactKey::from_bytes([7; 32]);
         let sealed = |mut file: Vec<u8>| {
-            let seal = key.seal(&[&file[..20], &[0; 32], &file[52..]]);
-            file[20..52].copy_from_slice(&seal);
+            crate::format::reseal_at(&mut file, 20, &key);
             file
         };
         let file = sealed((0..3 * SEAL_PIECE + 123).map(|i| (i % 251) as u8).collect());

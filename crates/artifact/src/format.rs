@@ -611,18 +611,29 @@ pub fn to_bytes(compiled: &CompiledModule, source: &[u8; 32], key: &ArtifactKey)
 /// The seal of a whole artifact: BLAKE3 keyed with `key` of every byte, with the seal field as
 /// zeros.
 pub fn seal(file: &[u8], key: &ArtifactKey) -> [u8; 32] {
+    seal_at(file, off::SEAL, key)
+}
+
+/// The seal of a whole file whose seal lies at `at` (an artifact's at `off::SEAL`, a bundle's
+/// where its owner puts it): BLAKE3 keyed with `key` of every byte, with the seal's 32 as zeros.
+pub fn seal_at(file: &[u8], at: usize, key: &ArtifactKey) -> [u8; 32] {
     let mut h = blake3::Hasher::new_keyed(key.bytes());
-    h.update(&file[..off::SEAL]);
+    h.update(&file[..at]);
     h.update(&[0; 32]);
-    h.update(&file[off::SEAL + 32..]);
+    h.update(&file[at + 32..]);
     *h.finalize().as_bytes()
 }
 
 /// Seals artifact bytes again under `key` (after editing them: for tools and tests that
 /// forge artifacts on purpose).
 pub fn reseal(file: &mut [u8], key: &ArtifactKey) {
-    let sum = seal(file, key);
-    file[off::SEAL..off::SEAL + 32].copy_from_slice(&sum);
+    reseal_at(file, off::SEAL, key);
+}
+
+/// Seals a file whose seal lies at `at` under `key` (see [`seal_at`]).
+pub fn reseal_at(file: &mut [u8], at: usize, key: &ArtifactKey) {
+    let sum = seal_at(file, at, key);
+    file[at..at + 32].copy_from_slice(&sum);
 }
 
 #[cfg(test)]

@@ -58,17 +58,6 @@ impl ArtifactKey {
         &self.bytes
     }
 
-    /// BLAKE3 keyed with the key over `parts`, one after the other: the seal of a file that
-    /// is not a module's artifact (a component's), which the key's bytes never leave this
-    /// crate to make.
-    pub fn seal(&self, parts: &[&[u8]]) -> [u8; 32] {
-        let mut h = blake3::Hasher::new_keyed(&self.bytes);
-        for part in parts {
-            h.update(part);
-        }
-        *h.finalize().as_bytes()
-    }
-
     /// See [`KeyId`]: the start of a hash keyed with the key.
     pub(crate) fn id(&self) -> KeyId {
         *self.id.get_or_init(|| {

@@ -6,8 +6,9 @@
 //! Each invocation: a new store, instantiate the component, look up and call the export as
 //! CALL says (`greet("world")`, WAVE as `ephem run --invoke` takes it), drop the store. The
 //! component stays loaded on both sides (an `InstancePre` on each, wasmtime's with the pooling
-//! allocator of [`ephem_bench_wasmtime::wt::engine`]). The two runtimes take turns in blocks, as `fresh-vs-wasmtime` does. Every component given is
-//! reported, also one that fails on either side.
+//! allocator of [`ephem_bench_wasmtime::wt::engine`]). The two runtimes take turns in blocks,
+//! as `fresh-vs-wasmtime` does. Every component given is reported, also one that fails on
+//! either side.
 //!
 //! With `--from-disk`, each invocation of an export first loads the component from its
 //! compiled file and links it (ephem: `Component::from_artifact_file`, which keeps what a
@@ -15,6 +16,7 @@
 //! as a server with more components than memory must: the comparison the fresh-path
 //! target is about.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -97,11 +99,50 @@ impl wasmtime_wasi::WasiView for WtWasi {
     }
 }
 
-/// Writes `bytes` to `path` read-only, as `ephem compile` and the cache write artifacts: a
-/// file others could change is opened from a snapshot, verified every time.
-fn write_read_only(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::write(path, bytes)?;
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o444))
+/// One component compiled to a file by each runtime, for `--from-disk`, in a directory that
+/// lives as long as this.
+struct Files {
+    _dir: tempfile::TempDir,
+    ours: std::path::PathBuf,
+    key: ephem::ArtifactKey,
+    theirs: std::path::PathBuf,
+}
+
+impl Files {
+    /// Writes each runtime's compiled `component`; ephem's read-only, as `ephem compile` and
+    /// the cache write artifacts (a file others could change is opened from a snapshot,
+    /// verified every time).
+    fn write(ours: &ec::Component, theirs: &wc::Component) -> anyhow::Result<Arc<Files>> {
+        let dir = tempfile::tempdir()?;
+        let key = ephem::ArtifactKey::generate()?;
+        let files = Files {
+            ours: dir.path().join("ephem"),
+            theirs: dir.path().join("wasmtime"),
+            _dir: dir,
+            key,
+        };
+        std::fs::write(&files.ours, ours.to_artifact(&files.key)?)?;
+        std::fs::set_permissions(
+            &files.ours,
+            std::os::unix::fs::PermissionsExt::from_mode(0o444),
+        )?;
+        std::fs::write(&files.theirs, theirs.serialize()?)?;
+        Ok(Arc::new(files))
+    }
+
+    /// ephem's component, opened from its file.
+    fn ephem(&self, engine: &ephem::Engine) -> anyhow::Result<ec::Component> {
+        Ok(ec::Component::from_artifact_file(
+            engine, &self.ours, &self.key,
+        )?)
+    }
+
+    /// wasmtime's component, deserialized from its file.
+    fn wasmtime(&self, engine: &wasmtime::Engine) -> anyhow::Result<wc::Component> {
+        // SAFETY: the file was written by `serialize` of this engine (`Files::write`), and
+        // nothing modifies it while the benchmark runs.
+        Ok(unsafe { wc::Component::deserialize_file(engine, &self.theirs)? })
+    }
 }
 
 /// A WASI command on both runtimes.
@@ -125,16 +166,12 @@ fn prepare_command(
         .map(|(path, _)| path)
         .find(|p| p.len() == 2 && p[0].starts_with("wasi:cli/run@0.2.") && p[1] == "run")
         .context("no wasi:cli/run")?;
-    let dir = tempfile::tempdir()?;
-    let (ours, theirs) = (dir.path().join("ephem"), dir.path().join("wasmtime"));
-    let key = ephem::ArtifactKey::generate()?;
-    write_read_only(&ours, &component.to_artifact(&key)?)?;
+    let wt_component = wc::Component::new(wt_engine, &wasm)?;
+    let files = Files::write(&component, &wt_component)?;
+    let ours = files.clone();
     let ephem = Box::new(move || -> anyhow::Result<String> {
         let ephem_pre = match from_disk {
-            true => {
-                let loaded = ec::Component::from_artifact_file(&engine, &ours, &key)?;
-                linker.instantiate_pre(&loaded)?
-            }
+            true => linker.instantiate_pre(&ours.ephem(&engine)?)?,
             false => ephem_pre.clone(),
         };
         let mut store = ephem::Store::new(&engine, template.build());
@@ -149,26 +186,18 @@ fn prepare_command(
         Ok(out[0].to_string())
     });
 
-    let wt_component = wc::Component::new(wt_engine, &wasm)?;
     let mut wt_linker = wc::Linker::<WtWasi>::new(wt_engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut wt_linker)?;
-    std::fs::write(&theirs, wt_component.serialize()?)?;
     let pre = wasmtime_wasi::p2::bindings::sync::CommandPre::new(
         wt_linker.instantiate_pre(&wt_component)?,
     )?;
     let wt_engine = wt_engine.clone();
     let file_arg = file.to_string();
     let wasmtime = Box::new(move || -> anyhow::Result<String> {
-        let _dir = &dir;
         let pre = match from_disk {
-            true => {
-                // SAFETY: the file was written just above by `serialize` of this engine, and
-                // nothing modifies it while the benchmark runs.
-                let loaded = unsafe { wc::Component::deserialize_file(&wt_engine, &theirs)? };
-                wasmtime_wasi::p2::bindings::sync::CommandPre::new(
-                    wt_linker.instantiate_pre(&loaded)?,
-                )?
-            }
+            true => wasmtime_wasi::p2::bindings::sync::CommandPre::new(
+                wt_linker.instantiate_pre(&files.wasmtime(&wt_engine)?)?,
+            )?,
             false => pre.clone(),
         };
         let ctx = wasmtime_wasi::WasiCtxBuilder::new().arg(&file_arg).build();
@@ -211,19 +240,14 @@ fn prepare(spec: &str, wt_engine: &wasmtime::Engine, from_disk: bool) -> anyhow:
     let has_result = funcs
         .iter()
         .any(|(p, ty)| p[0] == name && ty.result.is_some());
-    let dir = tempfile::tempdir()?;
-    let (ours, theirs) = (dir.path().join("ephem"), dir.path().join("wasmtime"));
-    let key = ephem::ArtifactKey::generate()?;
-    write_read_only(&ours, &component.to_artifact(&key)?)?;
+    let wt_component = wc::Component::new(wt_engine, &wasm)?;
+    let files = Files::write(&component, &wt_component)?;
     let pre = ec::Linker::<()>::new(&engine).instantiate_pre(&component)?;
     let ephem = {
-        let (name, args) = (name.clone(), args.clone());
+        let (name, args, ours) = (name.clone(), args.clone(), files.clone());
         Box::new(move || -> anyhow::Result<String> {
             let pre = match from_disk {
-                true => {
-                    let loaded = ec::Component::from_artifact_file(&engine, &ours, &key)?;
-                    ec::Linker::<()>::new(&engine).instantiate_pre(&loaded)?
-                }
+                true => ec::Linker::<()>::new(&engine).instantiate_pre(&ours.ephem(&engine)?)?,
                 false => pre.clone(),
             };
             let mut store = ephem::Store::new(&engine, ());
@@ -237,19 +261,13 @@ fn prepare(spec: &str, wt_engine: &wasmtime::Engine, from_disk: bool) -> anyhow:
         })
     };
 
-    let wt_component = wc::Component::new(wt_engine, &wasm)?;
-    std::fs::write(&theirs, wt_component.serialize()?)?;
     let pre = wc::Linker::<()>::new(wt_engine).instantiate_pre(&wt_component)?;
     let wt_args: Vec<wc::Val> = args.iter().map(to_wasmtime).collect();
     let wt_engine = wt_engine.clone();
     let wasmtime = Box::new(move || -> anyhow::Result<String> {
-        let _dir = &dir;
         let pre = match from_disk {
             true => {
-                // SAFETY: the file was written just above by `serialize` of this engine, and
-                // nothing modifies it while the benchmark runs.
-                let loaded = unsafe { wc::Component::deserialize_file(&wt_engine, &theirs)? };
-                wc::Linker::<()>::new(&wt_engine).instantiate_pre(&loaded)?
+                wc::Linker::<()>::new(&wt_engine).instantiate_pre(&files.wasmtime(&wt_engine)?)?
             }
             false => pre.clone(),
         };

@@ -3,10 +3,11 @@
 //! an embedder without the compiler) can load it.
 //!
 //! Layout: [`MAGIC`], the format version (u32, little-endian), the seal (32 bytes), the front's
-//! length (u64), then the front's body: ephem's version, the plan (see `encode`), and where each core module's
-//! artifact lies (offset and length, u64 each) with its name if it has one; then the artifacts, each as it is on its own
-//! (sealed too, under the same key) and each starting on a page of its own. The seal is BLAKE3
-//! keyed with the key over the whole file with the seal's bytes as zeros: a file changed
+//! length (u64), then the front's body: ephem's version, the plan (see `encode`), and where
+//! each core module's artifact lies (offset and length, u64 each) with its name if it has one;
+//! then the artifacts, each as it is on its own (sealed too, under the same key) and each
+//! starting on a page of its own. The seal is BLAKE3 keyed with the key over the whole file
+//! with the seal's bytes as zeros (`ephem_artifact::format::seal_at`): a file changed
 //! anywhere, or sealed under another key, is refused before anything in it is read. The plan is
 //! then checked again (every index within what exists when it is used), so that even a file
 //! sealed by a buggy writer cannot index out of bounds.
@@ -52,10 +53,6 @@ pub fn is_component_artifact(bytes: &[u8]) -> bool {
     bytes.starts_with(MAGIC)
 }
 
-fn seal(file: &[u8], key: &ArtifactKey) -> [u8; 32] {
-    key.seal(&[&file[..SEAL_AT], &[0; 32], &file[SEAL_AT + 32..]])
-}
-
 fn page_up(n: usize) -> usize {
     n.next_multiple_of(FILE_PAGE)
 }
@@ -64,7 +61,7 @@ fn page_up(n: usize) -> usize {
 pub(crate) fn write(plan: &Plan, modules: &[Module], key: &ArtifactKey) -> Result<Vec<u8>, Error> {
     let artifacts = (modules.iter())
         .map(|m| {
-            let mut bytes = m.artifact().to_bytes().map_err(runtime)?;
+            let mut bytes = m.artifact().to_bytes()?;
             ephem_artifact::format::reseal(&mut bytes, key);
             Ok(bytes)
         })
@@ -92,13 +89,8 @@ pub(crate) fn write(plan: &Plan, modules: &[Module], key: &ArtifactKey) -> Resul
         w.0.extend_from_slice(bytes);
     }
     let mut file = w.0;
-    let sum = seal(&file, key);
-    file[SEAL_AT..FRONT_LEN_AT].copy_from_slice(&sum);
+    ephem_artifact::format::reseal_at(&mut file, SEAL_AT, key);
     Ok(file)
-}
-
-fn runtime(e: ephem_artifact::Error) -> Error {
-    Error::Runtime(e.into())
 }
 
 /// Opens the component artifact in `bundle`, sealed with `key`: its plan and its modules,
@@ -116,7 +108,7 @@ pub(crate) fn open(
         ephem_artifact::Error::Unsealed => bad(
             "not sealed with this deployment's key (forged, damaged, or from another deployment)",
         ),
-        e => runtime(e),
+        e => Error::from(e),
     })?;
     if front.len() != front_len || front_len < BODY_AT {
         return Err(bad("a front past the end of the file"));
@@ -140,7 +132,7 @@ pub(crate) fn open(
         // SAFETY: the bundle's seal was verified with `key` over the whole file (now, or for
         // this file identity before), so the module's bytes are what a writer holding the key
         // sealed: the module's own seal would say no more.
-        let artifact = unsafe { bundle.artifact(offset..end) }.map_err(runtime)?;
+        let artifact = unsafe { bundle.artifact(offset..end) }?;
         let module = Module::from_artifact(engine, artifact);
         if !name.is_empty() {
             module.set_name(&name);

@@ -5,12 +5,10 @@
 //! type, which is checked at each call.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, Weak};
-
-use foldhash::fast::RandomState;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use ephem_runtime::{AsContextMut, Engine, HostError, StoreContextMut};
+use foldhash::fast::RandomState;
 
 use crate::instance::{self, Instance};
 use crate::plan::ImportKind;
@@ -275,8 +273,8 @@ impl<T: 'static> Linker<T> {
             });
         }
         let plan = &component.inner.plan;
-        for (name, kind) in &plan.imports {
-            let found = self.root.import(name);
+        let roots = self.roots(plan);
+        for ((name, kind), &found) in plan.imports.iter().zip(&roots) {
             let fits = matches!(
                 (kind, found),
                 (ImportKind::Other, _)
@@ -294,7 +292,6 @@ impl<T: 'static> Linker<T> {
                 )));
             }
         }
-        let roots = self.roots(plan);
         let hosts = (plan.lowerings.iter())
             .map(|l| match &l.callee {
                 plan::Callee::Host(path) => Linker::host(&roots, plan, path, &l.ty).map(Some),

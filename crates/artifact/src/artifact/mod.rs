@@ -34,8 +34,10 @@ use rkyv::util::AlignedVec;
 use crate::Error;
 use crate::format::{ArchivedMeta, Section, off};
 
+#[cfg(test)]
+pub(crate) use open::SEAL_PIECE;
 pub use open::is_artifact;
-pub(crate) use open::{Place, memory_file, snapshot};
+pub(crate) use open::{Place, memory_file, verify_seal};
 
 /// A compiled module in a file (or a memory file), ready to load. A handle: clones share the
 /// open file, the bytes read on open and the tables read later (the cache keeps entries open

@@ -63,7 +63,7 @@ type Verified = HashMap<VerifiedAs, usize, foldhash::fast::RandomState>;
 static VERIFIED: LazyLock<Mutex<Verified>> = LazyLock::new(Mutex::default);
 
 /// A sealed memory file holding what `file` holds now: nobody can write, grow or shrink it.
-pub(crate) fn snapshot(file: &File) -> Result<File, Error> {
+fn snapshot(file: &File) -> Result<File, Error> {
     use rustix::fs::{MemfdFlags, SealFlags};
     let fd = rustix::fs::memfd_create(
         "ephem-artifact-snapshot",
@@ -241,16 +241,6 @@ impl Artifact {
         Artifact::from_file(memory_file(bytes)?, None, Some(Some(key)))
     }
 
-    /// As [`Artifact::from_bytes`], with the metadata checked and the seal not: for bytes a
-    /// seal of their own already covers (a component artifact's, around its modules').
-    ///
-    /// # Safety
-    /// As [`Artifact::open_unverified`]: the caller vouches for the machine code, here by a
-    /// seal it verified over these very bytes.
-    pub unsafe fn from_bytes_unverified(bytes: &[u8]) -> Result<Artifact, Error> {
-        Artifact::from_file(memory_file(bytes)?, None, Some(None))
-    }
-
     /// Opens artifact bytes this process wrote, through a memory file (not checked: see the
     /// module documentation).
     pub(crate) fn in_memory(bytes: &[u8]) -> Result<Artifact, Error> {
@@ -265,28 +255,9 @@ impl Artifact {
         path: Option<PathBuf>,
         check: Option<Option<&ArtifactKey>>,
     ) -> Result<Artifact, Error> {
-        let mut file = file;
-        let mut stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
-        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(damaged("not a regular file"));
-        }
-        // A file someone could change in place is read from a snapshot, verified every time
-        // (never remembered).
-        let remember = check.is_some() && unchangeable(&stat);
-        if check.is_some() && !remember {
-            file = snapshot(&file)?;
-            stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
-        }
-        let file_len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
-        let place = Place {
-            file: Arc::new(file),
-            path,
-            identity: Identity::of(&stat),
-            accessed: stat.st_atime,
-            snapshot: check.is_some() && !remember,
-        };
+        let (place, file_len) = Place::of(file, path, check.is_some())?;
         let remembered_as = check
-            .filter(|_| remember)
+            .filter(|_| !place.snapshot)
             .map(|key| (place.identity, 0, key.map(ArtifactKey::id)));
         let known = remembered_as.as_ref().and_then(known);
         let artifact = Artifact::parse(place, 0..file_len, known)?;
@@ -304,12 +275,7 @@ impl Artifact {
         // Everything that is proportional to the file or to the metadata is done once per file
         // identity and key (see the module documentation).
         if let Some(key) = key {
-            let mut whole = vec![0u8; file_len as usize];
-            read_at(&artifact.0.file, &mut whole, 0)?;
-            let h = &artifact.0.front[..HEADER_SIZE];
-            if crate::format::seal(&whole, key)[..] != h[off::SEAL..off::SEAL + 32] {
-                return Err(Error::Unsealed);
-            }
+            verify_seal(&artifact.0.file, file_len, key, off::SEAL as u64, 0)?;
         }
         artifact.verify(remembered_as)
     }
@@ -443,6 +409,7 @@ impl Artifact {
 }
 
 /// An open file and what it is: where artifacts are opened from.
+#[derive(Clone)]
 pub(crate) struct Place {
     pub(crate) file: Arc<File>,
     pub(crate) path: Option<PathBuf>,
@@ -451,6 +418,92 @@ pub(crate) struct Place {
     pub(crate) accessed: i64,
     /// A sealed copy of a file that others could change: verified on every open.
     pub(crate) snapshot: bool,
+}
+
+impl Place {
+    /// `file`, opened from `path`, and its length: a regular file; when it is to be
+    /// `checked`, one someone could change in place is replaced by a sealed snapshot of it,
+    /// verified every time (never remembered).
+    pub(crate) fn of(
+        file: File,
+        path: Option<PathBuf>,
+        checked: bool,
+    ) -> Result<(Place, u64), Error> {
+        let mut file = file;
+        let mut stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
+        if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(damaged("not a regular file"));
+        }
+        let snapshot = checked && !unchangeable(&stat);
+        if snapshot {
+            file = self::snapshot(&file)?;
+            stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
+        }
+        let len = u64::try_from(stat.st_size).map_err(|_| damaged("impossible size"))?;
+        let place = Place {
+            file: Arc::new(file),
+            path,
+            identity: Identity::of(&stat),
+            accessed: stat.st_atime,
+            snapshot,
+        };
+        Ok((place, len))
+    }
+}
+
+/// How much of a file is read and hashed at once when its seal is verified.
+pub(crate) const SEAL_PIECE: usize = 1 << 20;
+
+/// Checks that the 32 bytes at `seal_at` of `file` (`len` bytes) are its seal
+/// ([`crate::format::seal_at`]), reading and hashing it in pieces, never holding it whole. Returns its first `keep` bytes as they are.
+pub(crate) fn verify_seal(
+    file: &File,
+    len: u64,
+    key: &ArtifactKey,
+    seal_at: u64,
+    keep: u64,
+) -> Result<Vec<u8>, Error> {
+    let seal_range = seal_at..seal_at + 32;
+    if seal_range.end > len {
+        return Err(damaged("shorter than its seal"));
+    }
+    let keep = keep.min(len);
+    let mut hasher = blake3::Hasher::new_keyed(key.bytes());
+    let mut kept = Vec::with_capacity(keep as usize);
+    let mut seal = [0; 32];
+    let mut piece = vec![0; SEAL_PIECE.min(len as usize)];
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(SEAL_PIECE as u64) as usize;
+        let piece = &mut piece[..n];
+        read_at(file, piece, at)?;
+        // The seal's bytes: kept aside, and hashed as zeros.
+        let end = at + n as u64;
+        let (from, to) = (seal_range.start.max(at), seal_range.end.min(end));
+        if from < to {
+            let (f, t) = ((from - at) as usize, (to - at) as usize);
+            let into = (from - seal_range.start) as usize;
+            seal[into..into + (t - f)].copy_from_slice(&piece[f..t]);
+            piece[f..t].fill(0);
+        }
+        if at < keep {
+            kept.extend_from_slice(&piece[..(keep - at).min(n as u64) as usize]);
+        }
+        hasher.update(piece);
+        at = end;
+    }
+    if *hasher.finalize().as_bytes() != seal {
+        return Err(Error::Unsealed);
+    }
+    // The seal's bytes given back as they are in the file.
+    let (f, t) = (
+        seal_range.start as usize,
+        (seal_range.end as usize).min(kept.len()),
+    );
+    if f < t {
+        kept[f..t].copy_from_slice(&seal[..t - f]);
+    }
+    Ok(kept)
 }
 
 /// How many bytes opening `id` read, if it was verified before.
